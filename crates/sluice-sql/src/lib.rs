@@ -1,0 +1,29 @@
+//! The Sluice streaming SQL dialect.
+//!
+//! SQL text is parsed once, here, into typed [`Statement`]s; a continuous query
+//! is then planned once into a typed [`StreamPlan`] (a tree of [`StreamNode`]s)
+//! that the engine compiles into operators. Nothing downstream re-parses SQL
+//! or matches strings to rediscover a query's shape.
+//!
+//! DataFusion does the relational work: name resolution, type coercion,
+//! scalar functions and aggregate functions. This crate adds what streaming
+//! needs on top: `CREATE SOURCE` with `WATERMARK FOR`, `CREATE STREAM` /
+//! `MATERIALIZED VIEW` with `EMIT`, `CREATE SINK`, and the window functions
+//! `tumble`, `hop`, `session` (plus `tumble_end`, `hop_end`).
+
+pub mod ast;
+pub mod error;
+pub mod parser;
+pub mod plan;
+pub mod planner;
+pub mod types;
+pub mod window_udf;
+
+pub use ast::{
+    CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement, WatermarkSpec,
+    WithOptions,
+};
+pub use error::{Result, SqlError};
+pub use parser::parse_sql;
+pub use plan::{StreamNode, StreamPlan, WindowKind, WindowSpec, CHANGE_COLUMN};
+pub use planner::{PlanCatalog, StreamPlanner};

@@ -1,0 +1,288 @@
+//! The typed streaming plan: what a continuous query computes.
+//!
+//! A [`StreamPlan`] is produced once per `CREATE STREAM` / `MATERIALIZED VIEW`
+//! / sink filter and is the only description of the query the engine sees.
+//! Expressions are DataFusion logical expressions over the node's input
+//! schema; the engine lowers them to physical expressions once.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::common::DFSchemaRef;
+use datafusion::logical_expr::Expr;
+
+use crate::ast::EmitMode;
+
+/// Name of the column that carries the change kind in a changelog
+/// (`'insert'` or `'retract'`).
+pub const CHANGE_COLUMN: &str = "__change";
+
+/// A planned continuous query.
+#[derive(Debug, Clone)]
+pub struct StreamPlan {
+    /// Output name.
+    pub name: String,
+    /// The operator tree.
+    pub root: StreamNode,
+    /// Output schema as Arrow sees it (ends with [`CHANGE_COLUMN`] for changelogs).
+    pub schema: SchemaRef,
+    /// Whether the output is a changelog (inserts and retractions).
+    pub changelog: bool,
+    /// Whether the current result is kept queryable.
+    pub materialized: bool,
+}
+
+impl StreamPlan {
+    /// Names of the sources and streams this plan reads, deduplicated.
+    pub fn inputs(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.root.collect_inputs(&mut out);
+        out.dedup();
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|n| seen.insert(n.clone()));
+        out
+    }
+
+    /// The user-visible columns (without the change column).
+    pub fn data_schema(&self) -> SchemaRef {
+        if self.changelog {
+            let fields: Vec<_> = self
+                .schema
+                .fields()
+                .iter()
+                .filter(|f| f.name() != CHANGE_COLUMN)
+                .cloned()
+                .collect();
+            Arc::new(Schema::new(fields))
+        } else {
+            Arc::clone(&self.schema)
+        }
+    }
+}
+
+/// How rows are assigned to windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    /// Fixed, non-overlapping windows of `size_ms`, shifted by `offset_ms`.
+    Tumble {
+        /// Window length.
+        size_ms: i64,
+        /// Shift of window boundaries from the epoch.
+        offset_ms: i64,
+    },
+    /// Fixed windows of `size_ms` starting every `slide_ms`.
+    Hop {
+        /// Distance between window starts.
+        slide_ms: i64,
+        /// Window length.
+        size_ms: i64,
+    },
+    /// Per-key windows that close after `gap_ms` without events.
+    Session {
+        /// Inactivity gap.
+        gap_ms: i64,
+    },
+}
+
+/// The window of a windowed aggregation.
+#[derive(Debug, Clone)]
+pub struct WindowSpec {
+    /// How rows are assigned to windows.
+    pub kind: WindowKind,
+    /// The event-time expression over the aggregation's input.
+    pub time: Expr,
+    /// The type of `time` (a timestamp, or BIGINT milliseconds); window
+    /// bounds are output in this type.
+    pub time_type: DataType,
+}
+
+/// What one `GROUP BY` entry of a windowed aggregation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupSlot {
+    /// The n-th ordinary key expression.
+    Key(usize),
+    /// The window's start.
+    WindowStart,
+    /// The window's end.
+    WindowEnd,
+}
+
+/// One operator of a continuous query.
+#[derive(Debug, Clone)]
+pub enum StreamNode {
+    /// Rows of a source or of another stream.
+    Scan {
+        /// The source or stream read.
+        input: String,
+        /// Its schema as the query sees it (qualified by alias).
+        schema: DFSchemaRef,
+        /// Whether that input is a changelog.
+        changelog: bool,
+    },
+    /// Keep rows where `predicate` is true.
+    Filter {
+        /// Input operator.
+        input: Box<StreamNode>,
+        /// Boolean expression over the input.
+        predicate: Expr,
+    },
+    /// Compute `exprs` for every row.
+    Project {
+        /// Input operator.
+        input: Box<StreamNode>,
+        /// One expression per output column.
+        exprs: Vec<Expr>,
+        /// Output schema.
+        schema: DFSchemaRef,
+    },
+    /// `UNION ALL` of inputs with the same column types.
+    Union {
+        /// The inputs.
+        inputs: Vec<StreamNode>,
+        /// Output schema.
+        schema: DFSchemaRef,
+    },
+    /// Aggregation per key and window, incremental.
+    WindowAggregate {
+        /// Input operator.
+        input: Box<StreamNode>,
+        /// The window.
+        window: WindowSpec,
+        /// Ordinary grouping expressions.
+        keys: Vec<Expr>,
+        /// The `GROUP BY` list in written order (output column order).
+        slots: Vec<GroupSlot>,
+        /// Aggregate expressions.
+        aggregates: Vec<Expr>,
+        /// When results are emitted.
+        emit: EmitMode,
+        /// Output schema (groups then aggregates, plus the change column
+        /// when `emit` is [`EmitMode::Changes`]).
+        schema: DFSchemaRef,
+    },
+    /// Non-windowed `GROUP BY`: an updating aggregate with changelog output.
+    Aggregate {
+        /// Input operator.
+        input: Box<StreamNode>,
+        /// Grouping expressions.
+        keys: Vec<Expr>,
+        /// Aggregate expressions.
+        aggregates: Vec<Expr>,
+        /// Output schema (keys, aggregates, change column).
+        schema: DFSchemaRef,
+    },
+}
+
+impl StreamNode {
+    /// The output schema of this operator.
+    pub fn schema(&self) -> &DFSchemaRef {
+        match self {
+            StreamNode::Scan { schema, .. }
+            | StreamNode::Project { schema, .. }
+            | StreamNode::Union { schema, .. }
+            | StreamNode::WindowAggregate { schema, .. }
+            | StreamNode::Aggregate { schema, .. } => schema,
+            StreamNode::Filter { input, .. } => input.schema(),
+        }
+    }
+
+    /// Whether this operator's output is a changelog.
+    pub fn is_changelog(&self) -> bool {
+        match self {
+            StreamNode::Scan { changelog, .. } => *changelog,
+            StreamNode::Filter { input, .. } | StreamNode::Project { input, .. } => {
+                input.is_changelog()
+            }
+            StreamNode::Union { inputs, .. } => inputs.iter().any(|i| i.is_changelog()),
+            StreamNode::WindowAggregate { emit, .. } => *emit == EmitMode::Changes,
+            StreamNode::Aggregate { .. } => true,
+        }
+    }
+
+    fn collect_inputs(&self, out: &mut Vec<String>) {
+        match self {
+            StreamNode::Scan { input, .. } => out.push(input.clone()),
+            StreamNode::Filter { input, .. }
+            | StreamNode::Project { input, .. }
+            | StreamNode::WindowAggregate { input, .. }
+            | StreamNode::Aggregate { input, .. } => input.collect_inputs(out),
+            StreamNode::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_inputs(out)),
+        }
+    }
+
+    fn fmt_indent(&self, f: &mut fmt::Formatter<'_>, depth: usize) -> fmt::Result {
+        let pad = "  ".repeat(depth);
+        let list = |es: &[Expr]| es.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+        match self {
+            StreamNode::Scan { input, changelog, .. } => {
+                writeln!(f, "{pad}Scan: {input}{}", if *changelog { " (changelog)" } else { "" })?
+            }
+            StreamNode::Filter { input, predicate } => {
+                writeln!(f, "{pad}Filter: {predicate}")?;
+                input.fmt_indent(f, depth + 1)?;
+            }
+            StreamNode::Project { input, exprs, .. } => {
+                writeln!(f, "{pad}Project: {}", list(exprs))?;
+                input.fmt_indent(f, depth + 1)?;
+            }
+            StreamNode::Union { inputs, .. } => {
+                writeln!(f, "{pad}UnionAll")?;
+                for i in inputs {
+                    i.fmt_indent(f, depth + 1)?;
+                }
+            }
+            StreamNode::WindowAggregate {
+                input,
+                window,
+                keys,
+                aggregates,
+                emit,
+                ..
+            } => {
+                let w = match window.kind {
+                    WindowKind::Tumble { size_ms, offset_ms } => {
+                        format!("tumble(size={size_ms}ms, offset={offset_ms}ms)")
+                    }
+                    WindowKind::Hop { slide_ms, size_ms } => {
+                        format!("hop(slide={slide_ms}ms, size={size_ms}ms)")
+                    }
+                    WindowKind::Session { gap_ms } => format!("session(gap={gap_ms}ms)"),
+                };
+                let emit = match emit {
+                    EmitMode::OnWindowClose => "on window close",
+                    EmitMode::Changes => "changes",
+                };
+                writeln!(
+                    f,
+                    "{pad}WindowAggregate: window={w} on {}, keys=[{}], aggregates=[{}], emit={emit}",
+                    window.time,
+                    list(keys),
+                    list(aggregates)
+                )?;
+                input.fmt_indent(f, depth + 1)?;
+            }
+            StreamNode::Aggregate {
+                input,
+                keys,
+                aggregates,
+                ..
+            } => {
+                writeln!(
+                    f,
+                    "{pad}UpdatingAggregate: keys=[{}], aggregates=[{}], emit=changes",
+                    list(keys),
+                    list(aggregates)
+                )?;
+                input.fmt_indent(f, depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for StreamNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_indent(f, 0)
+    }
+}

@@ -1,0 +1,450 @@
+//! Planning a continuous query into a [`StreamPlan`].
+//!
+//! DataFusion plans the `SELECT` (names, types, functions, coercion); this
+//! module then walks the resulting logical plan exactly once and maps each
+//! node to a [`StreamNode`], refusing with a named error anything a
+//! continuous query cannot execute (joins, `ORDER BY`, `LIMIT`, ...).
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::TableProvider;
+use datafusion::common::tree_node::TreeNode;
+use datafusion::common::{Column, DFSchema, DFSchemaRef};
+use datafusion::datasource::empty::EmptyTable;
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast as sp;
+
+use crate::ast::{CreateStream, EmitMode};
+use crate::error::{Result, SqlError};
+use crate::plan::{GroupSlot, StreamNode, StreamPlan, WindowKind, WindowSpec, CHANGE_COLUMN};
+use crate::window_udf::{interval_scalar_ms, window_udfs, WindowFunction};
+
+/// What the planner needs to know about existing sources and streams.
+pub trait PlanCatalog {
+    /// Names of every relation a query may read.
+    fn relation_names(&self) -> Vec<String>;
+    /// Arrow schema of a relation (ending with [`CHANGE_COLUMN`] for a
+    /// changelog) and whether it is a changelog.
+    fn relation(&self, name: &str) -> Option<(SchemaRef, bool)>;
+}
+
+/// Plans continuous queries against a catalog.
+pub struct StreamPlanner;
+
+impl StreamPlanner {
+    /// A DataFusion session that knows the window functions and has every
+    /// catalog relation registered with its schema (no data).
+    pub fn session(catalog: &dyn PlanCatalog) -> Result<SessionContext> {
+        let ctx = SessionContext::new();
+        for udf in window_udfs() {
+            ctx.register_udf(udf);
+        }
+        for name in catalog.relation_names() {
+            if let Some((schema, _)) = catalog.relation(&name) {
+                let table: Arc<dyn TableProvider> = Arc::new(EmptyTable::new(schema));
+                ctx.register_table(name.as_str(), table)?;
+            }
+        }
+        Ok(ctx)
+    }
+
+    /// Plan `CREATE STREAM` / `CREATE MATERIALIZED VIEW`.
+    pub async fn plan_stream(catalog: &dyn PlanCatalog, stmt: &CreateStream) -> Result<StreamPlan> {
+        let logical = Self::logical_plan(catalog, &stmt.query).await?;
+        let mut conv = Converter {
+            catalog,
+            emit: stmt.emit,
+            saw_aggregate: false,
+        };
+        let root = conv.convert(&logical)?;
+        if let (Some(emit), false) = (stmt.emit, conv.saw_aggregate) {
+            let clause = match emit {
+                EmitMode::OnWindowClose => "EMIT ON WINDOW CLOSE",
+                EmitMode::Changes => "EMIT CHANGES",
+            };
+            return Err(SqlError::Unsupported(format!(
+                "{clause} on '{}': the query has no GROUP BY aggregation to emit from",
+                stmt.name
+            )));
+        }
+        let changelog = root.is_changelog();
+        let schema: SchemaRef = Arc::new(root.schema().as_arrow().clone());
+        check_output_names(&stmt.name, &schema)?;
+        Ok(StreamPlan {
+            name: stmt.name.clone(),
+            root,
+            schema,
+            changelog,
+            materialized: stmt.materialized,
+        })
+    }
+
+    /// Plan a sink's `WHERE` filter over its input as a stateless operator tree.
+    pub async fn plan_filter(
+        catalog: &dyn PlanCatalog,
+        from: &str,
+        filter: &sp::Expr,
+    ) -> Result<StreamNode> {
+        let sql = format!("SELECT * FROM {} WHERE {filter}", sp::Ident::with_quote('"', from));
+        let dialect = datafusion::sql::sqlparser::dialect::GenericDialect {};
+        let query = datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+            .try_with_sql(&sql)?
+            .parse_query()?;
+        let logical = Self::logical_plan(catalog, &query).await?;
+        Converter {
+            catalog,
+            emit: None,
+            saw_aggregate: false,
+        }
+        .convert(&logical)
+    }
+
+    async fn logical_plan(catalog: &dyn PlanCatalog, query: &sp::Query) -> Result<LogicalPlan> {
+        let ctx = Self::session(catalog)?;
+        let state = ctx.state();
+        let stmt = datafusion::sql::parser::Statement::Statement(Box::new(sp::Statement::Query(
+            Box::new(query.clone()),
+        )));
+        let plan = state.statement_to_plan(stmt).await?;
+        Ok(state
+            .analyzer()
+            .execute_and_check(plan, state.config_options(), |_, _| {})?)
+    }
+}
+
+fn check_output_names(name: &str, schema: &Schema) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    for f in schema.fields() {
+        if !seen.insert(f.name().as_str()) {
+            return Err(SqlError::Catalog(format!(
+                "'{name}' would have two columns named '{}'; give one an alias with AS",
+                f.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Append the change column to a schema that lacks it.
+fn with_change_column(schema: &DFSchema) -> Result<DFSchemaRef> {
+    if schema.has_column_with_unqualified_name(CHANGE_COLUMN) {
+        return Ok(Arc::new(schema.clone()));
+    }
+    let extra = DFSchema::try_from(Schema::new(vec![Field::new(
+        CHANGE_COLUMN,
+        DataType::Utf8,
+        false,
+    )]))?;
+    Ok(Arc::new(schema.join(&extra)?))
+}
+
+struct Converter<'a> {
+    catalog: &'a dyn PlanCatalog,
+    emit: Option<EmitMode>,
+    saw_aggregate: bool,
+}
+
+impl Converter<'_> {
+    fn convert(&mut self, plan: &LogicalPlan) -> Result<StreamNode> {
+        match plan {
+            LogicalPlan::TableScan(scan) => {
+                let name = scan.table_name.table().to_string();
+                let (_, changelog) = self.catalog.relation(&name).ok_or_else(|| {
+                    SqlError::Catalog(format!("no source or stream named '{name}'"))
+                })?;
+                if scan.projection.is_some() || !scan.filters.is_empty() || scan.fetch.is_some() {
+                    return Err(SqlError::Unsupported(format!(
+                        "pre-optimized scan of '{name}'"
+                    )));
+                }
+                Ok(StreamNode::Scan {
+                    input: name,
+                    schema: Arc::clone(plan.schema()),
+                    changelog,
+                })
+            }
+            LogicalPlan::SubqueryAlias(alias) => {
+                let input = self.convert(&alias.input)?;
+                let exprs = input
+                    .schema()
+                    .columns()
+                    .into_iter()
+                    .map(Expr::Column)
+                    .collect();
+                let schema = if input.is_changelog() {
+                    with_change_column(&alias.schema)?
+                } else {
+                    Arc::clone(&alias.schema)
+                };
+                Ok(StreamNode::Project {
+                    input: Box::new(input),
+                    exprs,
+                    schema,
+                })
+            }
+            LogicalPlan::Projection(proj) => {
+                let input = self.convert(&proj.input)?;
+                for e in &proj.expr {
+                    check_scalar_expr(e)?;
+                }
+                if !input.is_changelog() {
+                    return Ok(StreamNode::Project {
+                        input: Box::new(input),
+                        exprs: proj.expr.clone(),
+                        schema: Arc::clone(&proj.schema),
+                    });
+                }
+                // A changelog keeps its change column last, whatever is selected.
+                let (q, _) = input
+                    .schema()
+                    .qualified_field_with_unqualified_name(CHANGE_COLUMN)?;
+                let change = Expr::Column(Column::new(q.cloned(), CHANGE_COLUMN));
+                let keep: Vec<usize> = proj
+                    .schema
+                    .fields()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, f)| f.name() != CHANGE_COLUMN)
+                    .map(|(i, _)| i)
+                    .collect();
+                let mut exprs: Vec<Expr> = keep.iter().map(|i| proj.expr[*i].clone()).collect();
+                exprs.push(change);
+                let fields: Vec<(Option<datafusion::common::TableReference>, Arc<Field>)> = keep
+                    .iter()
+                    .map(|i| {
+                        let (q, f) = proj.schema.qualified_field(*i);
+                        (q.cloned(), Arc::clone(f))
+                    })
+                    .collect();
+                let base = DFSchema::new_with_metadata(fields, Default::default())?;
+                Ok(StreamNode::Project {
+                    input: Box::new(input),
+                    exprs,
+                    schema: with_change_column(&base)?,
+                })
+            }
+            LogicalPlan::Filter(filter) => {
+                check_scalar_expr(&filter.predicate)?;
+                let input = self.convert(&filter.input)?;
+                Ok(StreamNode::Filter {
+                    input: Box::new(input),
+                    predicate: filter.predicate.clone(),
+                })
+            }
+            LogicalPlan::Union(union) => {
+                let inputs = union
+                    .inputs
+                    .iter()
+                    .map(|i| self.convert(i))
+                    .collect::<Result<Vec<_>>>()?;
+                let changelogs = inputs.iter().filter(|i| i.is_changelog()).count();
+                if changelogs != 0 && changelogs != inputs.len() {
+                    return Err(SqlError::Unsupported(
+                        "UNION ALL of a changelog input and an append-only input".into(),
+                    ));
+                }
+                let schema = if changelogs > 0 {
+                    with_change_column(&union.schema)?
+                } else {
+                    Arc::clone(&union.schema)
+                };
+                Ok(StreamNode::Union { inputs, schema })
+            }
+            LogicalPlan::Aggregate(agg) => {
+                self.saw_aggregate = true;
+                let input = self.convert(&agg.input)?;
+                if input.is_changelog() {
+                    return Err(SqlError::Unsupported(
+                        "aggregation over a changelog input (an EMIT CHANGES stream or a non-windowed GROUP BY); aggregate the append-only input instead".into(),
+                    ));
+                }
+                self.convert_aggregate(input, &agg.group_expr, &agg.aggr_expr, &agg.schema)
+            }
+            LogicalPlan::Distinct(_) => Err(SqlError::Unsupported(
+                "SELECT DISTINCT in a continuous query (use GROUP BY)".into(),
+            )),
+            LogicalPlan::Sort(_) => Err(SqlError::Unsupported(
+                "ORDER BY in a continuous query (a stream has no end to sort by)".into(),
+            )),
+            LogicalPlan::Limit(_) => Err(SqlError::Unsupported(
+                "LIMIT in a continuous query".into(),
+            )),
+            LogicalPlan::Join(_) => Err(SqlError::Unsupported(
+                "JOIN in a continuous query (joins are not supported yet)".into(),
+            )),
+            LogicalPlan::Window(_) => Err(SqlError::Unsupported(
+                "OVER (...) window functions in a continuous query (use GROUP BY tumble/hop/session)".into(),
+            )),
+            other => Err(SqlError::Unsupported(format!(
+                "{} in a continuous query",
+                other.display()
+            ))),
+        }
+    }
+
+    fn convert_aggregate(
+        &mut self,
+        input: StreamNode,
+        group_expr: &[Expr],
+        aggr_expr: &[Expr],
+        schema: &DFSchemaRef,
+    ) -> Result<StreamNode> {
+        let mut keys = Vec::new();
+        let mut slots = Vec::new();
+        let mut window: Option<(WindowFunction, WindowSpec)> = None;
+        for g in group_expr {
+            if matches!(g, Expr::GroupingSet(_)) {
+                return Err(SqlError::Unsupported(
+                    "GROUPING SETS / ROLLUP / CUBE in a continuous query".into(),
+                ));
+            }
+            match window_call(g, input.schema())? {
+                Some((func, spec)) => {
+                    if let Some((prev_func, prev)) = &window {
+                        if prev.kind != spec.kind || prev.time != spec.time {
+                            return Err(SqlError::Unsupported(format!(
+                                "two different windows in one GROUP BY ({}() and {}())",
+                                prev_func.name(),
+                                func.name()
+                            )));
+                        }
+                    } else {
+                        window = Some((func, spec));
+                    }
+                    slots.push(if func.is_end() {
+                        GroupSlot::WindowEnd
+                    } else {
+                        GroupSlot::WindowStart
+                    });
+                }
+                None => {
+                    check_scalar_expr(g)?;
+                    slots.push(GroupSlot::Key(keys.len()));
+                    keys.push(g.clone());
+                }
+            }
+        }
+        match window {
+            Some((_, window)) => {
+                let emit = self.emit.unwrap_or(EmitMode::OnWindowClose);
+                let schema = match emit {
+                    EmitMode::Changes => with_change_column(schema)?,
+                    EmitMode::OnWindowClose => Arc::clone(schema),
+                };
+                Ok(StreamNode::WindowAggregate {
+                    input: Box::new(input),
+                    window,
+                    keys,
+                    slots,
+                    aggregates: aggr_expr.to_vec(),
+                    emit,
+                    schema,
+                })
+            }
+            None => {
+                if self.emit == Some(EmitMode::OnWindowClose) {
+                    return Err(SqlError::Unsupported(
+                        "EMIT ON WINDOW CLOSE on a GROUP BY without a window function (tumble, hop or session); a non-windowed aggregation never closes, use EMIT CHANGES".into(),
+                    ));
+                }
+                Ok(StreamNode::Aggregate {
+                    input: Box::new(input),
+                    keys,
+                    aggregates: aggr_expr.to_vec(),
+                    schema: with_change_column(schema)?,
+                })
+            }
+        }
+    }
+}
+
+/// Refuse window functions that cannot be evaluated row by row outside a GROUP BY.
+fn check_scalar_expr(e: &Expr) -> Result<()> {
+    let mut bad = None;
+    e.apply(|e| {
+        if let Expr::ScalarFunction(f) = e {
+            if let Some(w) = WindowFunction::from_name(f.func.name()) {
+                if !matches!(w, WindowFunction::Tumble | WindowFunction::TumbleEnd) {
+                    bad = Some(w);
+                }
+            }
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })?;
+    match bad {
+        Some(w) => Err(SqlError::Unsupported(format!(
+            "{}() outside GROUP BY: it assigns rows to windows and is only valid as a GROUP BY entry",
+            w.name()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// If `e` is a window function call, its window.
+fn window_call(e: &Expr, input: &DFSchema) -> Result<Option<(WindowFunction, WindowSpec)>> {
+    let Expr::ScalarFunction(f) = e else {
+        return Ok(None);
+    };
+    let Some(func) = WindowFunction::from_name(f.func.name()) else {
+        return Ok(None);
+    };
+    let time = f.args[0].clone();
+    let time_type = time.get_type(input)?;
+    let arg_ms = |i: usize| -> Result<i64> {
+        match f.args.get(i) {
+            Some(Expr::Literal(v, _)) => interval_scalar_ms(v).ok_or_else(|| {
+                SqlError::Type(format!(
+                    "{}(): argument {} must be a fixed-length INTERVAL (no months or years), found {v}",
+                    func.name(),
+                    i + 1
+                ))
+            }),
+            Some(other) => Err(SqlError::Type(format!(
+                "{}(): argument {} must be an INTERVAL literal, found {other}",
+                func.name(),
+                i + 1
+            ))),
+            None => Ok(0),
+        }
+    };
+    let positive = |what: &str, v: i64| -> Result<i64> {
+        if v > 0 {
+            Ok(v)
+        } else {
+            Err(SqlError::Type(format!(
+                "{}(): the {what} must be positive, found {v} ms",
+                func.name()
+            )))
+        }
+    };
+    let kind = match func {
+        WindowFunction::Tumble | WindowFunction::TumbleEnd => WindowKind::Tumble {
+            size_ms: positive("size", arg_ms(1)?)?,
+            offset_ms: arg_ms(2)?,
+        },
+        WindowFunction::Hop | WindowFunction::HopEnd => {
+            let slide_ms = positive("slide", arg_ms(1)?)?;
+            let size_ms = positive("size", arg_ms(2)?)?;
+            if size_ms % slide_ms != 0 {
+                return Err(SqlError::Type(format!(
+                    "{}(): the size ({size_ms} ms) must be a multiple of the slide ({slide_ms} ms)",
+                    func.name()
+                )));
+            }
+            WindowKind::Hop { slide_ms, size_ms }
+        }
+        WindowFunction::Session => WindowKind::Session {
+            gap_ms: positive("gap", arg_ms(1)?)?,
+        },
+    };
+    Ok(Some((
+        func,
+        WindowSpec {
+            kind,
+            time,
+            time_type,
+        },
+    )))
+}

@@ -1,0 +1,214 @@
+//! The window functions `tumble`, `hop`, `session`, `tumble_end`, `hop_end`.
+//!
+//! In a continuous query they may only appear in `GROUP BY`, where the planner
+//! turns them into a [`crate::WindowSpec`]. They are registered as DataFusion
+//! scalar functions so name resolution and typing work as for any function;
+//! `tumble` and `tumble_end` are also evaluable row by row (each row has exactly
+//! one tumbling window), which lets a batch query over the same rows act as an
+//! oracle in tests. `hop` and `session` assign a row to several windows or to a
+//! window that depends on other rows, so evaluating them per row is an error.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::compute::kernels::cast::cast;
+use arrow::datatypes::{DataType, Int64Type, TimeUnit};
+use datafusion::common::{exec_err, plan_err, ScalarValue};
+use datafusion::error::Result as DfResult;
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
+};
+
+/// Which window function a call names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WindowFunction {
+    /// `tumble(ts, size [, offset])`: window start.
+    Tumble,
+    /// `tumble_end(ts, size [, offset])`: window end.
+    TumbleEnd,
+    /// `hop(ts, slide, size)`: window start.
+    Hop,
+    /// `hop_end(ts, slide, size)`: window end.
+    HopEnd,
+    /// `session(ts, gap)`: session start.
+    Session,
+}
+
+impl WindowFunction {
+    /// Recognise a function by its registered name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "tumble" => Self::Tumble,
+            "tumble_end" => Self::TumbleEnd,
+            "hop" => Self::Hop,
+            "hop_end" => Self::HopEnd,
+            "session" => Self::Session,
+            _ => return None,
+        })
+    }
+
+    /// The SQL name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tumble => "tumble",
+            Self::TumbleEnd => "tumble_end",
+            Self::Hop => "hop",
+            Self::HopEnd => "hop_end",
+            Self::Session => "session",
+        }
+    }
+
+    /// Whether the function returns the window's end rather than its start.
+    pub fn is_end(self) -> bool {
+        matches!(self, Self::TumbleEnd | Self::HopEnd)
+    }
+}
+
+/// The DataFusion UDF for one window function.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct WindowUdf {
+    func: WindowFunction,
+    signature: Signature,
+}
+
+impl WindowUdf {
+    fn new(func: WindowFunction) -> Self {
+        let arities = match func {
+            WindowFunction::Tumble | WindowFunction::TumbleEnd => vec![2, 3],
+            WindowFunction::Hop | WindowFunction::HopEnd => vec![3],
+            WindowFunction::Session => vec![2],
+        };
+        let signature = Signature::one_of(
+            arities.into_iter().map(TypeSignature::Any).collect(),
+            Volatility::Immutable,
+        );
+        Self { func, signature }
+    }
+}
+
+/// All window functions as UDFs, for registration in a session.
+pub fn window_udfs() -> Vec<ScalarUDF> {
+    [
+        WindowFunction::Tumble,
+        WindowFunction::TumbleEnd,
+        WindowFunction::Hop,
+        WindowFunction::HopEnd,
+        WindowFunction::Session,
+    ]
+    .into_iter()
+    .map(|f| ScalarUDF::new_from_impl(WindowUdf::new(f)))
+    .collect()
+}
+
+/// Milliseconds of an interval literal as DataFusion plans it.
+pub fn interval_scalar_ms(v: &ScalarValue) -> Option<i64> {
+    match v {
+        ScalarValue::IntervalMonthDayNano(Some(iv)) if iv.months == 0 => {
+            Some(iv.days as i64 * 86_400_000 + iv.nanoseconds / 1_000_000)
+        }
+        ScalarValue::IntervalDayTime(Some(iv)) => {
+            Some(iv.days as i64 * 86_400_000 + iv.milliseconds as i64)
+        }
+        ScalarValue::Int64(Some(v)) => Some(*v),
+        _ => None,
+    }
+}
+
+/// Milliseconds per unit of a timestamp type (event time is kept in ms).
+pub fn timestamp_scale(dt: &DataType) -> Option<(i64, i64)> {
+    // (multiply-to-ms numerator, divide-to-ms denominator)
+    match dt {
+        DataType::Timestamp(TimeUnit::Second, _) => Some((1000, 1)),
+        DataType::Timestamp(TimeUnit::Millisecond, _) | DataType::Int64 => Some((1, 1)),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => Some((1, 1000)),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => Some((1, 1_000_000)),
+        _ => None,
+    }
+}
+
+/// Start of the tumbling window of `size` ms shifted by `offset` ms containing `t`.
+pub fn tumble_start(t: i64, size: i64, offset: i64) -> i64 {
+    (t - offset).div_euclid(size) * size + offset
+}
+
+impl ScalarUDFImpl for WindowUdf {
+    fn name(&self) -> &str {
+        self.func.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
+        match arg_types.first() {
+            Some(t) if timestamp_scale(t).is_some() => Ok(t.clone()),
+            Some(t) => plan_err!(
+                "{}(): the first argument must be a TIMESTAMP (or BIGINT milliseconds) column, found {t}",
+                self.func.name()
+            ),
+            None => plan_err!("{}() needs arguments", self.func.name()),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        if !matches!(self.func, WindowFunction::Tumble | WindowFunction::TumbleEnd) {
+            return exec_err!(
+                "{}() assigns rows to windows and is only valid in the GROUP BY of a streaming aggregation",
+                self.func.name()
+            );
+        }
+        let scalar_ms = |i: usize| -> DfResult<i64> {
+            match args.args.get(i) {
+                None => Ok(0),
+                Some(ColumnarValue::Scalar(s)) => match interval_scalar_ms(s) {
+                    Some(ms) => Ok(ms),
+                    None => exec_err!("{}(): argument {} must be a fixed interval", self.func.name(), i + 1),
+                },
+                Some(_) => exec_err!("{}(): argument {} must be a constant", self.func.name(), i + 1),
+            }
+        };
+        let size = scalar_ms(1)?;
+        let offset = scalar_ms(2)?;
+        if size <= 0 {
+            return exec_err!("{}(): the window size must be positive", self.func.name());
+        }
+        let end_shift = if self.func.is_end() { size } else { 0 };
+        let out_type = args.return_type().clone();
+        let Some((mul, div)) = timestamp_scale(&out_type) else {
+            return exec_err!("{}(): unsupported time type {out_type}", self.func.name());
+        };
+        let input = match &args.args[0] {
+            ColumnarValue::Array(a) => Arc::clone(a),
+            ColumnarValue::Scalar(s) => s.to_array()?,
+        };
+        let raw: ArrayRef = cast(&input, &DataType::Int64)?;
+        let raw = raw.as_primitive::<Int64Type>();
+        let starts: arrow::array::Int64Array = raw.unary(|v| {
+            let ms = v * mul / div;
+            (tumble_start(ms, size, offset) + end_shift) * div / mul
+        });
+        let out = cast(&(Arc::new(starts) as ArrayRef), &out_type)?;
+        if out.len() == 1 && matches!(args.args[0], ColumnarValue::Scalar(_)) {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
+        }
+        Ok(ColumnarValue::Array(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tumble_start_handles_offsets_and_negatives() {
+        assert_eq!(tumble_start(0, 10, 0), 0);
+        assert_eq!(tumble_start(9, 10, 0), 0);
+        assert_eq!(tumble_start(10, 10, 0), 10);
+        assert_eq!(tumble_start(-1, 10, 0), -10);
+        assert_eq!(tumble_start(12, 10, 3), 3);
+        assert_eq!(tumble_start(13, 10, 3), 13);
+        assert_eq!(tumble_start(2, 10, 3), -7);
+    }
+}
