@@ -1,1 +1,14 @@
-//! sluice-engine
+//! The Sluice streaming engine: operators, state, watermarks, outputs, and
+//! the streaming coordinator with its `PipelineCallback` seam.
+
+pub mod catalog;
+pub mod coordinator;
+pub mod error;
+pub mod metrics;
+pub mod operators;
+pub mod options;
+pub mod output;
+pub mod sources;
+pub mod watermark;
+
+pub use error::{EngineError, Result};

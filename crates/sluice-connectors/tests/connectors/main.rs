@@ -1,0 +1,11 @@
+//! Integration tests for sluice-connectors (one test binary, split by
+//! concern into modules).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod csv_source;
+mod json_source;
+mod parquet_source;
+mod reader;
+mod sink;

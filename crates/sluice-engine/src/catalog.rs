@@ -1,0 +1,328 @@
+//! The catalog: every source, stream, materialized view and sink, as declared.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{ArrayRef, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use sluice_connectors::{FileFormat, FileSourceConfig};
+use sluice_sql::{
+    CreateSource, ObjectKind, PlanCatalog, StreamNode, StreamPlan, WatermarkSpec, CHANGE_COLUMN,
+};
+
+use crate::error::{EngineError, Result};
+use crate::options::{parse_count, parse_duration, resolve_path, take_format, take_on_error, PipelineOptions};
+
+/// How a source gets its rows.
+#[derive(Debug, Clone)]
+pub enum SourceConnector {
+    /// Batches pushed from Rust.
+    Push,
+    /// Files read in order.
+    File(FileSourceConfig),
+}
+
+/// A declared source.
+#[derive(Debug, Clone)]
+pub struct SourceDef {
+    /// Name.
+    pub name: String,
+    /// Columns.
+    pub schema: SchemaRef,
+    /// Event-time declaration.
+    pub watermark: Option<WatermarkSpec>,
+    /// Index of the event-time column.
+    pub time_index: Option<usize>,
+    /// Stream receiving late rows.
+    pub late_data_to: Option<String>,
+    /// Where rows come from.
+    pub connector: SourceConnector,
+    /// Quiet time after which the source stops holding the watermark.
+    pub idle_timeout: Duration,
+}
+
+impl SourceDef {
+    /// Build from `CREATE SOURCE`, validating every option.
+    pub fn from_statement(
+        stmt: CreateSource,
+        opts: &PipelineOptions,
+        base_dir: Option<&Path>,
+    ) -> Result<Self> {
+        let context = format!("source '{}'", stmt.name);
+        let mut with = stmt.options;
+        let connector_name = with.take("connector");
+        let idle_timeout = match with.take("idle_timeout") {
+            Some(v) => parse_duration("idle_timeout", &v)?,
+            None => opts.idle_timeout,
+        };
+        let connector = match connector_name.as_deref() {
+            None | Some("push") => {
+                with.finish(&context, &["connector", "idle_timeout"])?;
+                SourceConnector::Push
+            }
+            Some("file") => {
+                let path = with.require("path", &context)?;
+                let format = take_format(&mut with, &path, &context)?;
+                let on_error = take_on_error(&mut with, &context)?;
+                let batch_size = match with.take("batch_size") {
+                    Some(v) => parse_count("batch_size", &v)?,
+                    None => opts.batch_size,
+                };
+                with.finish(
+                    &context,
+                    &["connector", "path", "format", "on_error", "batch_size", "idle_timeout"],
+                )?;
+                SourceConnector::File(FileSourceConfig {
+                    path,
+                    base_dir: base_dir.map(Path::to_path_buf),
+                    format,
+                    schema: Arc::clone(&stmt.schema),
+                    batch_size,
+                    on_error,
+                })
+            }
+            Some(other) => {
+                return Err(EngineError::Option(format!(
+                    "{context}: unknown connector '{other}' (known: file, push)"
+                )))
+            }
+        };
+        let time_index = stmt
+            .watermark
+            .as_ref()
+            .and_then(|w| stmt.schema.index_of(&w.column).ok());
+        Ok(Self {
+            name: stmt.name,
+            schema: stmt.schema,
+            watermark: stmt.watermark,
+            time_index,
+            late_data_to: stmt.late_data_to,
+            connector,
+            idle_timeout,
+        })
+    }
+}
+
+/// How a stream is produced.
+#[derive(Debug, Clone)]
+pub enum StreamKind {
+    /// By a continuous query.
+    Query(StreamPlan),
+    /// Late rows of a source (`LATE DATA TO`).
+    LateData {
+        /// The source.
+        source: String,
+    },
+}
+
+/// A declared stream or materialized view.
+#[derive(Debug, Clone)]
+pub struct StreamDef {
+    /// Name.
+    pub name: String,
+    /// Output schema (with the change column for changelogs).
+    pub schema: SchemaRef,
+    /// Whether the output is a changelog.
+    pub changelog: bool,
+    /// Whether the current result is queryable.
+    pub materialized: bool,
+    /// Producer.
+    pub kind: StreamKind,
+}
+
+impl StreamDef {
+    /// The user columns (no change column).
+    pub fn data_schema(&self) -> SchemaRef {
+        let fields: Vec<_> = self
+            .schema
+            .fields()
+            .iter()
+            .filter(|f| f.name() != CHANGE_COLUMN)
+            .cloned()
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+
+    /// Names this stream reads.
+    pub fn inputs(&self) -> Vec<String> {
+        match &self.kind {
+            StreamKind::Query(p) => p.inputs(),
+            StreamKind::LateData { source } => vec![source.clone()],
+        }
+    }
+}
+
+/// Where a sink writes.
+#[derive(Debug, Clone)]
+pub enum SinkConnector {
+    /// One file, made visible atomically.
+    File {
+        /// Final path.
+        path: PathBuf,
+        /// Format.
+        format: FileFormat,
+    },
+}
+
+/// A declared sink.
+#[derive(Debug, Clone)]
+pub struct SinkDef {
+    /// Name.
+    pub name: String,
+    /// Input stream or source.
+    pub from: String,
+    /// Rows written (input schema).
+    pub schema: SchemaRef,
+    /// Optional filter over the input.
+    pub filter: Option<StreamNode>,
+    /// Destination.
+    pub connector: SinkConnector,
+}
+
+/// Every declared object, in creation order (which is dependency order).
+#[derive(Debug, Default, Clone)]
+pub struct Catalog {
+    /// Sources.
+    pub sources: Vec<SourceDef>,
+    /// Streams and materialized views.
+    pub streams: Vec<StreamDef>,
+    /// Sinks.
+    pub sinks: Vec<SinkDef>,
+}
+
+impl PlanCatalog for Catalog {
+    fn relation_names(&self) -> Vec<String> {
+        self.sources
+            .iter()
+            .map(|s| s.name.clone())
+            .chain(self.streams.iter().map(|s| s.name.clone()))
+            .collect()
+    }
+
+    fn relation(&self, name: &str) -> Option<(SchemaRef, bool)> {
+        if let Some(s) = self.sources.iter().find(|s| s.name == name) {
+            return Some((Arc::clone(&s.schema), false));
+        }
+        self.streams
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| (Arc::clone(&s.schema), s.changelog))
+    }
+}
+
+impl Catalog {
+    /// The kind of object named `name`, if any.
+    pub fn kind_of(&self, name: &str) -> Option<ObjectKind> {
+        if self.sources.iter().any(|s| s.name == name) {
+            Some(ObjectKind::Source)
+        } else if let Some(s) = self.streams.iter().find(|s| s.name == name) {
+            Some(if s.materialized {
+                ObjectKind::MaterializedView
+            } else {
+                ObjectKind::Stream
+            })
+        } else if self.sinks.iter().any(|s| s.name == name) {
+            Some(ObjectKind::Sink)
+        } else {
+            None
+        }
+    }
+
+    /// Refuse a name that is taken.
+    pub fn check_free(&self, name: &str) -> Result<()> {
+        match self.kind_of(name) {
+            Some(kind) => Err(EngineError::Catalog(format!("a {kind} named '{name}' already exists"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Streams and sinks that read `name` (excluding a source's own late stream).
+    pub fn dependents(&self, name: &str) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .streams
+            .iter()
+            .filter(|s| !matches!(&s.kind, StreamKind::LateData { source } if source == name))
+            .filter(|s| s.inputs().iter().any(|i| i == name))
+            .map(|s| s.name.clone())
+            .collect();
+        out.extend(self.sinks.iter().filter(|s| s.from == name).map(|s| s.name.clone()));
+        out
+    }
+
+    /// `SHOW <kind>` as a table.
+    pub fn show(&self, kind: ObjectKind) -> Result<RecordBatch> {
+        let (names, details): (Vec<String>, Vec<String>) = match kind {
+            ObjectKind::Source => self
+                .sources
+                .iter()
+                .map(|s| {
+                    let c = match &s.connector {
+                        SourceConnector::Push => "push".to_string(),
+                        SourceConnector::File(f) => format!("file {} ({})", f.path, f.format.name()),
+                    };
+                    (s.name.clone(), c)
+                })
+                .unzip(),
+            ObjectKind::Stream | ObjectKind::MaterializedView => self
+                .streams
+                .iter()
+                .filter(|s| s.materialized == (kind == ObjectKind::MaterializedView))
+                .map(|s| {
+                    let d = match &s.kind {
+                        StreamKind::Query(_) if s.changelog => "changelog".to_string(),
+                        StreamKind::Query(_) => "append-only".to_string(),
+                        StreamKind::LateData { source } => format!("late rows of {source}"),
+                    };
+                    (s.name.clone(), d)
+                })
+                .unzip(),
+            ObjectKind::Sink => self
+                .sinks
+                .iter()
+                .map(|s| {
+                    let SinkConnector::File { path, format } = &s.connector;
+                    (s.name.clone(), format!("from {} to {} ({})", s.from, path.display(), format.name()))
+                })
+                .unzip(),
+        };
+        two_columns(("name", names), ("details", details))
+    }
+
+    /// `DESCRIBE name` as a table of columns.
+    pub fn describe(&self, name: &str) -> Result<RecordBatch> {
+        let schema = if let Some(s) = self.sources.iter().find(|s| s.name == name) {
+            Arc::clone(&s.schema)
+        } else if let Some(s) = self.streams.iter().find(|s| s.name == name) {
+            Arc::clone(&s.schema)
+        } else if let Some(s) = self.sinks.iter().find(|s| s.name == name) {
+            Arc::clone(&s.schema)
+        } else {
+            return Err(EngineError::Catalog(format!("nothing named '{name}' to describe")));
+        };
+        let (names, types) = schema
+            .fields()
+            .iter()
+            .map(|f| (f.name().clone(), f.data_type().to_string()))
+            .unzip();
+        two_columns(("column", names), ("type", types))
+    }
+}
+
+fn two_columns(a: (&str, Vec<String>), b: (&str, Vec<String>)) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(a.0, DataType::Utf8, false),
+        Field::new(b.0, DataType::Utf8, false),
+    ]));
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(a.1)),
+        Arc::new(StringArray::from(b.1)),
+    ];
+    Ok(RecordBatch::try_new(schema, cols)?)
+}
+
+/// Base directory resolution for sinks (re-exported for the facade).
+pub fn sink_path(base: Option<&Path>, path: &str) -> PathBuf {
+    resolve_path(base, path)
+}

@@ -1,0 +1,206 @@
+//! The coordinator's seam to the rest of the database.
+//!
+//! The reference design describes one large `PipelineCallback` trait. Here it
+//! is split into role traits, each owning one responsibility of a cycle;
+//! [`PipelineCallback`] is their union, and the coordinator is generic over
+//! it so tests can drive the coordinator with an implementation of their own.
+//! Method names follow the reference design.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::record_batch::RecordBatch;
+use rustc_hash::FxHashMap;
+use thiserror::Error;
+
+use crate::catalog::SourceDef;
+use crate::operators::Operator;
+use crate::output::mv::MaterializedView;
+use crate::output::sink::SinkRuntime;
+
+/// Batches by source or stream name.
+pub type BatchMap = FxHashMap<Arc<str>, Vec<RecordBatch>>;
+
+/// A failed cycle.
+#[derive(Debug, Error)]
+pub enum CycleError {
+    /// A source batch is malformed (bad event time, wrong schema).
+    #[error("source '{source_name}': {message}")]
+    Source {
+        /// The source.
+        source_name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An operator failed.
+    #[error("{0}")]
+    Execution(String),
+    /// Output could not be published.
+    #[error("output: {0}")]
+    Output(String),
+    /// A bounded drain ran out of time.
+    #[error("deadline passed while {0}")]
+    Deadline(String),
+}
+
+/// What a successful cycle produced.
+#[derive(Debug, Default)]
+pub struct CycleOutcome {
+    /// Output batches of every source, stream and view touched this cycle.
+    pub results: BatchMap,
+}
+
+/// A runtime DDL change, applied between cycles.
+pub enum ControlMsg {
+    /// Register a source (and its late-data stream, if any).
+    AddSource(Box<SourceDef>),
+    /// Install a stream's compiled operators.
+    AddStream {
+        /// Stream name.
+        name: String,
+        /// Its operators.
+        operator: Box<Operator>,
+        /// Its store, for a materialized view.
+        view: Option<Arc<MaterializedView>>,
+    },
+    /// Install an opened sink.
+    AddSink(Box<SinkRuntime>),
+    /// Remove a source, stream, view or sink by name.
+    Drop(String),
+    /// Start reading file sources.
+    Start,
+}
+
+/// Taking source input: late rows, watermarks, idleness.
+pub trait SourceIntake {
+    /// Install pending recovery state before the next source message is taken.
+    fn prepare_source_intake(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    /// Pin source frontiers before a new admission cycle.
+    fn pin_source_frontiers_for_new_cycle(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    /// Drop (or divert to the late stream) rows below the source's watermark.
+    fn filter_late_rows(
+        &self,
+        source_name: &str,
+        batch: &RecordBatch,
+    ) -> Result<Option<RecordBatch>, CycleError>;
+    /// Advance the source's watermark from a batch's event times; the
+    /// result is never below `admission_floor`.
+    fn extract_watermark(
+        &mut self,
+        source_name: &str,
+        batch: &RecordBatch,
+        admission_floor: i64,
+    ) -> Result<(), CycleError>;
+    /// Advance a source's watermark by hand.
+    fn advance_source_watermark(&mut self, source_name: &str, watermark: i64);
+    /// A source delivered all its data.
+    fn finish_source(&mut self, source_name: &str);
+    /// Whether every registered source has finished.
+    fn all_sources_finished(&self) -> bool;
+    /// Current pipeline watermark.
+    fn current_watermark(&self) -> i64;
+    /// Demote sources idle past their timeout.
+    fn tick_idle_watermark(&mut self) {}
+    /// Whether source input must not be folded into state now.
+    fn intake_paused(&self) -> bool {
+        false
+    }
+    /// Whether internal buffers are near capacity.
+    fn is_backpressured(&self) -> bool {
+        false
+    }
+}
+
+/// Running the operator graph.
+pub trait CycleExecution {
+    /// Execute a cycle over the accumulated source batches.
+    fn execute_cycle(
+        &mut self,
+        source_batches: &BatchMap,
+        watermark: i64,
+    ) -> impl Future<Output = Result<CycleOutcome, CycleError>> + Send;
+    /// Record cycle metrics.
+    fn record_cycle(&self, events_ingested: u64, batches: u64, elapsed_ns: u64);
+    /// Record the three timed phases of a published cycle.
+    fn record_cycle_phases(&self, _execute_ns: u64, _output_store_ns: u64, _sink_enqueue_ns: u64) {}
+    /// Count a failed cycle that was dropped.
+    fn note_cycle_error(&self) {}
+    /// Whether a failed cycle should fault for recovery rather than halt or drop.
+    fn fault_on_cycle_error(&self) -> bool {
+        false
+    }
+    /// Whether operators hold deferred input.
+    fn has_deferred_input(&self) -> bool {
+        false
+    }
+    /// Whether deferred input can run now.
+    fn has_runnable_deferred_input(&self) -> bool {
+        false
+    }
+}
+
+/// Publishing a cycle's results.
+pub trait OutputPublication {
+    /// Apply results to materialized views.
+    fn update_mv_stores(&self, _results: &BatchMap) -> Result<(), CycleError> {
+        Ok(())
+    }
+    /// Deliver results to subscribers.
+    fn push_to_streams(&self, _results: &BatchMap) -> Result<(), CycleError> {
+        Ok(())
+    }
+    /// Every consumer accepted the cycle's output.
+    fn commit_subscription_output(&mut self) {}
+    /// Publication failed; restore retryable bookkeeping.
+    fn abort_subscription_output(&mut self) {}
+    /// Write results to sinks, within `deadline` when given.
+    fn write_to_sinks(
+        &mut self,
+        results: &BatchMap,
+        deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<(), CycleError>> + Send;
+    /// End provisional subscription delivery.
+    fn invalidate_subscriptions(&self, _reason: &str) {}
+    /// Close every sink; every sink is attempted and failures are aggregated.
+    fn close_sinks(&mut self) -> impl Future<Output = Result<(), String>> + Send;
+    /// Discard every sink's unpublished output (the pipeline failed).
+    fn abort_sinks(&mut self) -> Result<(), String>;
+}
+
+/// DDL and lifecycle.
+pub trait RuntimeControl {
+    /// Apply a DDL change between cycles.
+    fn apply_control(&mut self, msg: ControlMsg);
+    /// Take a pending permanent halt.
+    fn take_pipeline_halt(&mut self) -> Option<String> {
+        None
+    }
+    /// Take a pending consistency fault.
+    fn take_pipeline_fault(&mut self) -> Option<String> {
+        None
+    }
+    /// Whether this node leads (always, single node).
+    fn is_leader(&self) -> bool {
+        true
+    }
+    /// Whether a coordinated restart is in flight.
+    fn is_recovering(&mut self) -> bool {
+        false
+    }
+}
+
+/// The whole seam: every role together.
+pub trait PipelineCallback:
+    SourceIntake + CycleExecution + OutputPublication + RuntimeControl + Send + 'static
+{
+}
+
+impl<T> PipelineCallback for T where
+    T: SourceIntake + CycleExecution + OutputPublication + RuntimeControl + Send + 'static
+{
+}

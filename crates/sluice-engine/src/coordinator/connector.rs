@@ -1,0 +1,389 @@
+//! `ConnectorPipelineCallback`: the production implementation of the seam.
+//!
+//! It owns the installed operator graph, per-source watermark state, sinks,
+//! materialized-view stores and the subscription registry.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::BooleanArray;
+use arrow::record_batch::RecordBatch;
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
+use sluice_connectors::FileSourceReader;
+use tokio::sync::mpsc;
+
+use super::callback::{
+    BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
+    RuntimeControl, SourceIntake,
+};
+use crate::catalog::{SourceConnector, SourceDef};
+use crate::metrics::PipelineMetrics;
+use crate::operators::expr::event_time_ms;
+use crate::operators::Operator;
+use crate::output::mv::MaterializedView;
+use crate::output::sink::SinkRuntime;
+use crate::output::subscription::SubscriptionRegistry;
+use crate::sources::{spawn_file_reader, SourceMessage};
+use crate::watermark::{combine, SourceWatermark};
+
+struct SourceState {
+    def: SourceDef,
+    watermark: SourceWatermark,
+    late_to: Option<Arc<str>>,
+    /// Opened reader waiting for `Start`.
+    pending_reader: Option<FileSourceReader>,
+}
+
+struct InstalledStream {
+    name: Arc<str>,
+    operator: Operator,
+    view: Option<Arc<MaterializedView>>,
+}
+
+/// Shared handles the callback publishes to.
+#[derive(Clone)]
+pub struct SharedOutputs {
+    /// Metrics.
+    pub metrics: Arc<PipelineMetrics>,
+    /// Subscribers.
+    pub subscriptions: Arc<SubscriptionRegistry>,
+}
+
+/// The production [`super::callback::PipelineCallback`].
+pub struct ConnectorPipelineCallback {
+    sources: FxHashMap<Arc<str>, SourceState>,
+    streams: Vec<InstalledStream>,
+    sinks: Vec<SinkRuntime>,
+    late_stash: Mutex<BatchMap>,
+    watermark: i64,
+    halt: Option<String>,
+    started: bool,
+    source_tx: mpsc::Sender<SourceMessage>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    shared: SharedOutputs,
+}
+
+impl ConnectorPipelineCallback {
+    /// A callback with nothing installed.
+    pub fn new(source_tx: mpsc::Sender<SourceMessage>, shared: SharedOutputs) -> Self {
+        Self {
+            sources: FxHashMap::default(),
+            streams: Vec::new(),
+            sinks: Vec::new(),
+            late_stash: Mutex::new(FxHashMap::default()),
+            watermark: i64::MIN,
+            halt: None,
+            started: false,
+            source_tx,
+            readers: Vec::new(),
+            shared,
+        }
+    }
+
+    fn start_reader(&mut self, name: &Arc<str>) {
+        let Some(state) = self.sources.get_mut(name) else { return };
+        if let Some(reader) = state.pending_reader.take() {
+            match spawn_file_reader(
+                Arc::clone(name),
+                reader,
+                self.source_tx.clone(),
+                Arc::clone(&self.shared.metrics),
+            ) {
+                Ok(h) => self.readers.push(h),
+                Err(e) => self.halt = Some(format!("source '{name}': cannot start reader: {e}")),
+            }
+        }
+    }
+
+    fn recompute_watermark(&mut self) {
+        self.watermark = combine(self.sources.values().map(|s| &s.watermark), self.watermark);
+        self.shared.metrics.set_watermark(self.watermark);
+    }
+
+    fn source(&self, name: &str) -> Result<&SourceState, CycleError> {
+        self.sources.get(name).ok_or_else(|| CycleError::Source {
+            source_name: name.to_string(),
+            message: "no such source (dropped?)".into(),
+        })
+    }
+
+    fn event_times(state: &SourceState, batch: &RecordBatch) -> Result<Option<arrow::array::Int64Array>, CycleError> {
+        let Some(idx) = state.def.time_index else {
+            return Ok(None);
+        };
+        event_time_ms(batch.column(idx))
+            .map(Some)
+            .map_err(|e| CycleError::Source {
+                source_name: state.def.name.clone(),
+                message: e.to_string(),
+            })
+    }
+}
+
+impl SourceIntake for ConnectorPipelineCallback {
+    fn filter_late_rows(
+        &self,
+        source_name: &str,
+        batch: &RecordBatch,
+    ) -> Result<Option<RecordBatch>, CycleError> {
+        let state = self.source(source_name)?;
+        let rows = batch.num_rows() as u64;
+        self.shared.metrics.source(source_name, |c| c.rows_in += rows);
+        let Some(times) = Self::event_times(state, batch)? else {
+            return Ok(Some(batch.clone()));
+        };
+        let wm = state.watermark.watermark();
+        if wm == i64::MIN || times.iter().all(|t| t.is_some_and(|t| t >= wm)) {
+            return Ok((batch.num_rows() > 0).then(|| batch.clone()));
+        }
+        // Null event times cannot be placed in time: they count as late.
+        let on_time: BooleanArray = times.iter().map(|t| Some(t.is_some_and(|t| t >= wm))).collect();
+        let late_mask = arrow::compute::not(&on_time).map_err(|e| CycleError::Execution(e.to_string()))?;
+        let late = late_mask.true_count() as u64;
+        self.shared.metrics.source(source_name, |c| c.late_rows += late);
+        if let Some(to) = &state.late_to {
+            let late_rows = arrow::compute::filter_record_batch(batch, &late_mask)
+                .map_err(|e| CycleError::Execution(e.to_string()))?;
+            self.late_stash.lock().entry(Arc::clone(to)).or_default().push(late_rows);
+        }
+        let kept = arrow::compute::filter_record_batch(batch, &on_time)
+            .map_err(|e| CycleError::Execution(e.to_string()))?;
+        Ok((kept.num_rows() > 0).then_some(kept))
+    }
+
+    fn extract_watermark(
+        &mut self,
+        source_name: &str,
+        batch: &RecordBatch,
+        admission_floor: i64,
+    ) -> Result<(), CycleError> {
+        let state = self.source(source_name)?;
+        let max = match Self::event_times(state, batch)? {
+            Some(t) => arrow::compute::max(&t),
+            None => None,
+        };
+        if let Some(state) = self.sources.get_mut(source_name) {
+            state.watermark.observe(max, admission_floor, Instant::now());
+        }
+        self.recompute_watermark();
+        Ok(())
+    }
+
+    fn advance_source_watermark(&mut self, source_name: &str, watermark: i64) {
+        if let Some(s) = self.sources.get_mut(source_name) {
+            s.watermark.advance_to(watermark, Instant::now());
+        }
+        self.recompute_watermark();
+    }
+
+    fn finish_source(&mut self, source_name: &str) {
+        if let Some(s) = self.sources.get_mut(source_name) {
+            s.watermark.finish();
+        }
+        self.recompute_watermark();
+    }
+
+    fn all_sources_finished(&self) -> bool {
+        !self.sources.is_empty() && self.sources.values().all(|s| s.watermark.is_finished())
+    }
+
+    fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    fn tick_idle_watermark(&mut self) {
+        let now = Instant::now();
+        for (name, s) in self.sources.iter_mut() {
+            if s.watermark.check_idle(now) {
+                tracing::debug!(source = %name, "source idle; no longer holding the watermark");
+            }
+        }
+        self.recompute_watermark();
+    }
+}
+
+impl CycleExecution for ConnectorPipelineCallback {
+    async fn execute_cycle(
+        &mut self,
+        source_batches: &BatchMap,
+        watermark: i64,
+    ) -> Result<CycleOutcome, CycleError> {
+        let mut data = source_batches.clone();
+        for (k, v) in std::mem::take(&mut *self.late_stash.lock()) {
+            data.entry(k).or_default().extend(v);
+        }
+        for s in self.streams.iter_mut() {
+            let out = s
+                .operator
+                .run(&data, watermark)
+                .map_err(|e| CycleError::Execution(format!("stream '{}': {e}", s.name)))?;
+            if !out.is_empty() {
+                data.entry(Arc::clone(&s.name)).or_default().extend(out);
+            }
+        }
+        Ok(CycleOutcome { results: data })
+    }
+
+    fn record_cycle(&self, events_ingested: u64, batches: u64, elapsed_ns: u64) {
+        self.shared.metrics.record_cycle(events_ingested, batches, elapsed_ns);
+    }
+
+    fn record_cycle_phases(&self, execute_ns: u64, output_store_ns: u64, sink_enqueue_ns: u64) {
+        self.shared
+            .metrics
+            .record_phases(execute_ns, output_store_ns, sink_enqueue_ns);
+    }
+
+    fn note_cycle_error(&self) {
+        self.shared.metrics.note_cycle_error();
+    }
+}
+
+impl OutputPublication for ConnectorPipelineCallback {
+    fn update_mv_stores(&self, results: &BatchMap) -> Result<(), CycleError> {
+        for s in &self.streams {
+            let Some(batches) = results.get(&s.name) else { continue };
+            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+            self.shared.metrics.add_output(&s.name, rows as u64);
+            if let Some(view) = &s.view {
+                for b in batches {
+                    view.apply(b)
+                        .map_err(|e| CycleError::Output(format!("materialized view '{}': {e}", s.name)))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn push_to_streams(&self, results: &BatchMap) -> Result<(), CycleError> {
+        for (name, batches) in results {
+            self.shared
+                .subscriptions
+                .publish(name, batches)
+                .map_err(|e| CycleError::Output(format!("subscription to '{name}': {e}")))?;
+        }
+        Ok(())
+    }
+
+    async fn write_to_sinks(
+        &mut self,
+        results: &BatchMap,
+        deadline: Option<Instant>,
+    ) -> Result<(), CycleError> {
+        let wm = self.watermark;
+        for sink in self.sinks.iter_mut() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(CycleError::Deadline(format!("writing sink '{}'", sink.name())));
+            }
+            sink.write(results, wm)
+                .map_err(|e| CycleError::Output(format!("sink '{}': {e}", sink.name())))?;
+        }
+        Ok(())
+    }
+
+    fn invalidate_subscriptions(&self, reason: &str) {
+        tracing::info!(reason, "closing subscriptions");
+        self.shared.subscriptions.close_all();
+    }
+
+    async fn close_sinks(&mut self) -> Result<(), String> {
+        let mut failures = Vec::new();
+        for sink in self.sinks.iter_mut() {
+            if let Err(e) = sink.close() {
+                failures.push(e.to_string());
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; "))
+        }
+    }
+
+    fn abort_sinks(&mut self) -> Result<(), String> {
+        let failures: Vec<String> = self
+            .sinks
+            .iter_mut()
+            .filter_map(|s| s.abort().err().map(|e| e.to_string()))
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; "))
+        }
+    }
+}
+
+impl RuntimeControl for ConnectorPipelineCallback {
+    fn apply_control(&mut self, msg: ControlMsg) {
+        match msg {
+            ControlMsg::AddSource(def) => {
+                let name: Arc<str> = Arc::from(def.name.as_str());
+                let delay = def.watermark.as_ref().map(|w| w.delay_ms);
+                let pending_reader = match &def.connector {
+                    SourceConnector::File(cfg) => match FileSourceReader::open(cfg.clone()) {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            self.halt = Some(format!("source '{name}': {e}"));
+                            None
+                        }
+                    },
+                    SourceConnector::Push => None,
+                };
+                let state = SourceState {
+                    watermark: SourceWatermark::new(delay, def.idle_timeout, Instant::now()),
+                    late_to: def.late_data_to.as_deref().map(Arc::from),
+                    def: *def,
+                    pending_reader,
+                };
+                self.sources.insert(Arc::clone(&name), state);
+                if self.started {
+                    self.start_reader(&name);
+                }
+            }
+            ControlMsg::AddStream {
+                name,
+                operator,
+                view,
+            } => self.streams.push(InstalledStream {
+                name: Arc::from(name.as_str()),
+                operator: *operator,
+                view,
+            }),
+            ControlMsg::AddSink(sink) => self.sinks.push(*sink),
+            ControlMsg::Drop(name) => {
+                self.sources.remove(name.as_str());
+                self.streams.retain(|s| &*s.name != name.as_str());
+                self.shared.subscriptions.close(&name);
+                let mut dropped: Vec<SinkRuntime> = Vec::new();
+                let mut kept = Vec::new();
+                for s in self.sinks.drain(..) {
+                    if s.name() == name {
+                        dropped.push(s);
+                    } else {
+                        kept.push(s);
+                    }
+                }
+                self.sinks = kept;
+                for mut s in dropped {
+                    if let Err(e) = s.close() {
+                        tracing::warn!(sink = %name, error = %e, "closing dropped sink failed");
+                    }
+                }
+                self.recompute_watermark();
+            }
+            ControlMsg::Start => {
+                self.started = true;
+                let names: Vec<Arc<str>> = self.sources.keys().cloned().collect();
+                for n in names {
+                    self.start_reader(&n);
+                }
+            }
+        }
+    }
+
+    fn take_pipeline_halt(&mut self) -> Option<String> {
+        self.halt.take()
+    }
+}

@@ -1,0 +1,80 @@
+//! Engine errors, with stable codes for the ones users see.
+
+use thiserror::Error;
+
+/// Result alias for the engine.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// Errors raised while building or running a pipeline.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// A statement was rejected while planning.
+    #[error(transparent)]
+    Sql(#[from] sluice_sql::SqlError),
+    /// A connector failed (malformed input, I/O, ...).
+    #[error(transparent)]
+    Connector(#[from] sluice_connectors::ConnectorError),
+    /// A name that does not exist or already exists.
+    #[error("{0}")]
+    Catalog(String),
+    /// Input whose shape does not match what was declared.
+    #[error("{0}")]
+    Schema(String),
+    /// An option (SET, WITH, builder) that is unknown or malformed.
+    #[error("invalid option: {0}")]
+    Option(String),
+    /// An operator failed while executing.
+    #[error("execution failed in '{context}': {source}")]
+    Execution {
+        /// Which stream or operator.
+        context: String,
+        /// What went wrong.
+        source: datafusion::error::DataFusionError,
+    },
+    /// The pipeline stopped permanently.
+    #[error("pipeline halted: {0}")]
+    Halted(String),
+    /// The pipeline is not running (shut down or never started).
+    #[error("pipeline is not running")]
+    NotRunning,
+    /// An internal invariant broke; a bug.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl EngineError {
+    /// A stable code for this class of error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            EngineError::Sql(e) => e.code(),
+            EngineError::Connector(e) => e.code(),
+            EngineError::Catalog(_) => "SLC-ENG-001",
+            EngineError::Schema(_) => "SLC-ENG-002",
+            EngineError::Option(_) => "SLC-ENG-003",
+            EngineError::Execution { .. } => "SLC-ENG-004",
+            EngineError::Halted(_) => "SLC-ENG-005",
+            EngineError::NotRunning => "SLC-ENG-006",
+            EngineError::Internal(_) => "SLC-ENG-007",
+        }
+    }
+
+    /// Wrap a DataFusion error with the stream it happened in.
+    pub fn exec(context: impl Into<String>, source: datafusion::error::DataFusionError) -> Self {
+        EngineError::Execution {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl From<datafusion::error::DataFusionError> for EngineError {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        EngineError::exec("operator", e)
+    }
+}
+
+impl From<arrow::error::ArrowError> for EngineError {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        EngineError::exec("operator", e.into())
+    }
+}

@@ -1,0 +1,138 @@
+//! Pipeline metrics, recorded per cycle and readable at any time.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+/// Counters shared between the coordinator and readers.
+#[derive(Debug, Default)]
+pub struct PipelineMetrics {
+    cycles: AtomicU64,
+    events_ingested: AtomicU64,
+    batches: AtomicU64,
+    cycle_ns: AtomicU64,
+    execute_ns: AtomicU64,
+    output_store_ns: AtomicU64,
+    sink_enqueue_ns: AtomicU64,
+    cycle_errors: AtomicU64,
+    watermark: AtomicI64,
+    per_source: Mutex<BTreeMap<String, SourceCounters>>,
+    per_output: Mutex<BTreeMap<String, u64>>,
+}
+
+/// Per-source counters.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SourceCounters {
+    /// Rows received.
+    pub rows_in: u64,
+    /// Rows dropped (or diverted) as late.
+    pub late_rows: u64,
+    /// Malformed rows skipped by the connector.
+    pub skipped_rows: u64,
+}
+
+/// A consistent-enough copy of the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricsSnapshot {
+    /// Execution cycles run.
+    pub cycles: u64,
+    /// Rows ingested (after late filtering).
+    pub events_ingested: u64,
+    /// Source batches ingested.
+    pub batches: u64,
+    /// Total time in cycles.
+    pub cycle_ns: u64,
+    /// Time executing operators.
+    pub execute_ns: u64,
+    /// Time updating materialized views and subscriptions.
+    pub output_store_ns: u64,
+    /// Time writing to sinks.
+    pub sink_enqueue_ns: u64,
+    /// Cycles that failed.
+    pub cycle_errors: u64,
+    /// Current pipeline watermark (ms; i64::MIN before any).
+    pub watermark: i64,
+    /// Per source.
+    pub sources: BTreeMap<String, SourceCounters>,
+    /// Rows emitted per stream / materialized view.
+    pub rows_out: BTreeMap<String, u64>,
+}
+
+impl MetricsSnapshot {
+    /// Rows read from all sources.
+    pub fn rows_in(&self) -> u64 {
+        self.sources.values().map(|s| s.rows_in).sum()
+    }
+
+    /// Late rows over all sources.
+    pub fn late_rows(&self) -> u64 {
+        self.sources.values().map(|s| s.late_rows).sum()
+    }
+
+    /// Rows emitted by all streams and views.
+    pub fn rows_emitted(&self) -> u64 {
+        self.rows_out.values().sum()
+    }
+}
+
+impl PipelineMetrics {
+    /// New, all zero, watermark at its minimum.
+    pub fn new() -> Self {
+        let m = Self::default();
+        m.watermark.store(i64::MIN, Ordering::Relaxed);
+        m
+    }
+
+    /// Record one finished cycle.
+    pub fn record_cycle(&self, events: u64, batches: u64, elapsed_ns: u64) {
+        self.cycles.fetch_add(1, Ordering::Relaxed);
+        self.events_ingested.fetch_add(events, Ordering::Relaxed);
+        self.batches.fetch_add(batches, Ordering::Relaxed);
+        self.cycle_ns.fetch_add(elapsed_ns, Ordering::Relaxed);
+    }
+
+    /// Record the phases of one cycle.
+    pub fn record_phases(&self, execute_ns: u64, output_store_ns: u64, sink_ns: u64) {
+        self.execute_ns.fetch_add(execute_ns, Ordering::Relaxed);
+        self.output_store_ns.fetch_add(output_store_ns, Ordering::Relaxed);
+        self.sink_enqueue_ns.fetch_add(sink_ns, Ordering::Relaxed);
+    }
+
+    /// Count a failed cycle.
+    pub fn note_cycle_error(&self) {
+        self.cycle_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Publish the pipeline watermark.
+    pub fn set_watermark(&self, wm: i64) {
+        self.watermark.store(wm, Ordering::Relaxed);
+    }
+
+    /// Update one source's counters.
+    pub fn source(&self, name: &str, f: impl FnOnce(&mut SourceCounters)) {
+        f(self.per_source.lock().entry(name.to_string()).or_default());
+    }
+
+    /// Count rows emitted by a stream.
+    pub fn add_output(&self, name: &str, rows: u64) {
+        *self.per_output.lock().entry(name.to_string()).or_default() += rows;
+    }
+
+    /// Copy out.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        MetricsSnapshot {
+            cycles: self.cycles.load(Ordering::Relaxed),
+            events_ingested: self.events_ingested.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            cycle_ns: self.cycle_ns.load(Ordering::Relaxed),
+            execute_ns: self.execute_ns.load(Ordering::Relaxed),
+            output_store_ns: self.output_store_ns.load(Ordering::Relaxed),
+            sink_enqueue_ns: self.sink_enqueue_ns.load(Ordering::Relaxed),
+            cycle_errors: self.cycle_errors.load(Ordering::Relaxed),
+            watermark: self.watermark.load(Ordering::Relaxed),
+            sources: self.per_source.lock().clone(),
+            rows_out: self.per_output.lock().clone(),
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! Group keys and the grouped accumulators of one aggregation scope.
+//!
+//! A scope is one window instance (tumble/hop), or the whole non-windowed
+//! aggregate. Keys are encoded with Arrow's row format and interned into a
+//! hash table, so a batch is mapped to group indices in one vectorized pass;
+//! aggregate state lives in DataFusion `GroupsAccumulator`s (row accumulators
+//! are adapted for the functions that lack a grouped form), so every
+//! DataFusion aggregate works incrementally.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
+use arrow::compute::take;
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::DFSchema;
+use datafusion::logical_expr::{EmitTo, Expr, GroupsAccumulator};
+use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggregateBuilder};
+use datafusion::physical_expr::GroupsAccumulatorAdapter;
+use datafusion::logical_expr::execution_props::ExecutionProps;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use arrow::record_batch::RecordBatch;
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
+
+use super::expr::{eval, eval_predicate, PhysExpr};
+use crate::error::{EngineError, Result};
+
+/// Encodes key columns into comparable rows; handles the no-key case.
+pub struct KeyCodec {
+    converter: Option<RowConverter>,
+}
+
+impl KeyCodec {
+    /// A codec for keys of these types (none = one global group).
+    pub fn new(types: &[arrow::datatypes::DataType]) -> Result<Self> {
+        let converter = if types.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(
+                types.iter().map(|t| SortField::new(t.clone())).collect(),
+            )?)
+        };
+        Ok(Self { converter })
+    }
+
+    /// Encode key columns (`num_rows` rows).
+    pub fn encode(&self, columns: &[ArrayRef], num_rows: usize) -> Result<KeyRows> {
+        Ok(match &self.converter {
+            Some(c) => KeyRows::Rows(c.convert_columns(columns)?),
+            None => KeyRows::Unit(num_rows),
+        })
+    }
+
+    /// An empty row buffer for interned keys.
+    pub fn empty(&self) -> KeyRows {
+        match &self.converter {
+            Some(c) => KeyRows::Rows(c.empty_rows(0, 0)),
+            None => KeyRows::Unit(0),
+        }
+    }
+
+    /// Decode the keys at `indices` of `rows` back into columns.
+    pub fn decode(&self, rows: &KeyRows, indices: &[usize]) -> Result<Vec<ArrayRef>> {
+        match (&self.converter, rows) {
+            (Some(c), KeyRows::Rows(r)) => Ok(c.convert_rows(indices.iter().map(|i| r.row(*i)))?),
+            _ => Ok(vec![]),
+        }
+    }
+}
+
+/// Encoded keys of a batch or of a group table.
+pub enum KeyRows {
+    /// Arrow row-format keys.
+    Rows(Rows),
+    /// No key columns: every row is the single global group.
+    Unit(usize),
+}
+
+/// Maps encoded keys to dense group indices.
+pub struct GroupTable {
+    keys: KeyRows,
+    table: HashTable<(u64, usize)>,
+    hasher: FxBuildHasher,
+}
+
+impl GroupTable {
+    /// An empty table.
+    pub fn new(codec: &KeyCodec) -> Self {
+        Self {
+            keys: codec.empty(),
+            table: HashTable::new(),
+            hasher: FxBuildHasher,
+        }
+    }
+
+    /// Number of groups.
+    pub fn len(&self) -> usize {
+        match &self.keys {
+            KeyRows::Rows(r) => r.num_rows(),
+            KeyRows::Unit(n) => *n,
+        }
+    }
+
+    /// Whether there are no groups.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The interned keys, in group-index order.
+    pub fn keys(&self) -> &KeyRows {
+        &self.keys
+    }
+
+    /// Group index of each selected row of `batch_keys`, interning new keys.
+    pub fn intern(&mut self, batch_keys: &KeyRows, rows: Option<&[u32]>, out: &mut Vec<usize>) {
+        out.clear();
+        match (batch_keys, &mut self.keys) {
+            (KeyRows::Unit(n), KeyRows::Unit(groups)) => {
+                let count = rows.map_or(*n, |r| r.len());
+                if count > 0 && *groups == 0 {
+                    *groups = 1;
+                }
+                out.resize(count, 0);
+            }
+            (KeyRows::Rows(batch), KeyRows::Rows(keys)) => {
+                let mut one = |i: usize| {
+                    let row = batch.row(i);
+                    let bytes = row.as_ref();
+                    let mut h = self.hasher.build_hasher();
+                    h.write(bytes);
+                    let hash = h.finish();
+                    let found = self
+                        .table
+                        .find(hash, |(eh, idx)| *eh == hash && keys.row(*idx).as_ref() == bytes);
+                    let idx = match found {
+                        Some((_, idx)) => *idx,
+                        None => {
+                            let idx = keys.num_rows();
+                            keys.push(row);
+                            self.table.insert_unique(hash, (hash, idx), |(h, _)| *h);
+                            idx
+                        }
+                    };
+                    out.push(idx);
+                };
+                match rows {
+                    Some(r) => r.iter().for_each(|i| one(*i as usize)),
+                    None => (0..batch.num_rows()).for_each(&mut one),
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One aggregate function of a GROUP BY, lowered once.
+pub struct AggregateFunction {
+    expr: Arc<AggregateFunctionExpr>,
+    inputs: Vec<PhysExpr>,
+    filter: Option<PhysExpr>,
+}
+
+/// Inputs of every aggregate function, evaluated over one batch.
+pub type AggregateInputs = Vec<(Vec<ArrayRef>, Option<BooleanArray>)>;
+
+/// The aggregate functions of one GROUP BY.
+pub struct AggregateFunctions {
+    funcs: Vec<AggregateFunction>,
+}
+
+impl AggregateFunctions {
+    /// Lower logical aggregate expressions against the aggregation input.
+    pub fn lower(aggregates: &[Expr], input: &DFSchema) -> Result<Self> {
+        let props = ExecutionProps::new();
+        let ctx = PhysicalPlanningContext::default();
+        let physical_schema = input.as_arrow().clone();
+        let mut funcs = Vec::with_capacity(aggregates.len());
+        for e in aggregates {
+            let lowered = LoweredAggregateBuilder::new(e, input, &physical_schema, &props, &ctx)
+                .build()
+                .map_err(|err| EngineError::exec(format!("aggregate {e}"), err))?;
+            let mut inputs = lowered.aggregate.expressions();
+            inputs.extend(lowered.order_bys.iter().map(|s| Arc::clone(&s.expr)));
+            funcs.push(AggregateFunction {
+                expr: lowered.aggregate,
+                inputs,
+                filter: lowered.filter,
+            });
+        }
+        Ok(Self { funcs })
+    }
+
+    /// Evaluate every function's arguments (and FILTER) over a batch.
+    pub fn evaluate_inputs(&self, batch: &RecordBatch) -> Result<AggregateInputs> {
+        self.funcs
+            .iter()
+            .map(|f| {
+                let values = f
+                    .inputs
+                    .iter()
+                    .map(|e| eval(e, batch))
+                    .collect::<Result<Vec<_>>>()?;
+                let filter = f.filter.as_ref().map(|p| eval_predicate(p, batch)).transpose()?;
+                Ok((values, filter))
+            })
+            .collect()
+    }
+
+    /// Fresh grouped accumulators, one per function.
+    pub fn accumulators(&self) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
+        self.funcs
+            .iter()
+            .map(|f| {
+                if f.expr.groups_accumulator_supported() {
+                    Ok(f.expr.create_groups_accumulator()?)
+                } else {
+                    let expr = Arc::clone(&f.expr);
+                    let acc: Box<dyn GroupsAccumulator> =
+                        Box::new(GroupsAccumulatorAdapter::new(move || expr.create_accumulator()));
+                    Ok(acc)
+                }
+            })
+            .collect()
+    }
+
+    /// Fresh row accumulators (used by session windows, which merge).
+    pub fn row_accumulators(&self) -> Result<Vec<Box<dyn datafusion::logical_expr::Accumulator>>> {
+        Ok(self
+            .funcs
+            .iter()
+            .map(|f| f.expr.create_accumulator())
+            .collect::<datafusion::error::Result<Vec<_>>>()?)
+    }
+
+    /// Number of functions.
+    pub fn len(&self) -> usize {
+        self.funcs.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.funcs.is_empty()
+    }
+}
+
+/// Select rows of an evaluated input (None keeps all).
+pub fn select_inputs(inputs: &AggregateInputs, rows: Option<&[u32]>) -> Result<AggregateInputs> {
+    let Some(rows) = rows else {
+        return Ok(inputs.clone());
+    };
+    let idx = UInt32Array::from(rows.to_vec());
+    inputs
+        .iter()
+        .map(|(values, filter)| {
+            let values = values
+                .iter()
+                .map(|v| Ok(take(v.as_ref(), &idx, None)?))
+                .collect::<Result<Vec<_>>>()?;
+            let filter = filter
+                .as_ref()
+                .map(|f| -> Result<BooleanArray> {
+                    let t = take(f, &idx, None)?;
+                    Ok(arrow::array::AsArray::as_boolean(&t).clone())
+                })
+                .transpose()?;
+            Ok((values, filter))
+        })
+        .collect()
+}
+
+/// Keys plus grouped accumulators for one aggregation scope.
+pub struct GroupedAggregates {
+    groups: GroupTable,
+    accs: Vec<Box<dyn GroupsAccumulator>>,
+    touched: Vec<bool>,
+    any_touched: bool,
+    /// Last emitted aggregate values per group (changelog mode only).
+    emitted: Option<Vec<ArrayRef>>,
+    scratch: Vec<usize>,
+}
+
+impl GroupedAggregates {
+    /// An empty scope.
+    pub fn new(codec: &KeyCodec, funcs: &AggregateFunctions) -> Result<Self> {
+        Ok(Self {
+            groups: GroupTable::new(codec),
+            accs: funcs.accumulators()?,
+            touched: Vec::new(),
+            any_touched: false,
+            emitted: None,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Fold the selected rows of a batch into the accumulators.
+    pub fn update(
+        &mut self,
+        keys: &KeyRows,
+        rows: Option<&[u32]>,
+        inputs: &AggregateInputs,
+    ) -> Result<()> {
+        let mut idx = std::mem::take(&mut self.scratch);
+        self.groups.intern(keys, rows, &mut idx);
+        let n = self.groups.len();
+        if self.touched.len() < n {
+            self.touched.resize(n, false);
+        }
+        for g in &idx {
+            self.touched[*g] = true;
+        }
+        self.any_touched |= !idx.is_empty();
+        let selected = select_inputs(inputs, rows)?;
+        for (acc, (values, filter)) in self.accs.iter_mut().zip(selected.iter()) {
+            acc.update_batch(values, &idx, filter.as_ref(), n)?;
+        }
+        self.scratch = idx;
+        Ok(())
+    }
+
+    /// Whether any group changed since the last [`Self::changes`].
+    pub fn is_touched(&self) -> bool {
+        self.any_touched
+    }
+
+    /// Number of groups.
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Whether there are no groups.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Final values of every group, consuming the scope: (keys, aggregates).
+    pub fn finish(mut self, codec: &KeyCodec) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>, usize)> {
+        let n = self.groups.len();
+        let all: Vec<usize> = (0..n).collect();
+        let keys = codec.decode(self.groups.keys(), &all)?;
+        let values = self
+            .accs
+            .iter_mut()
+            .map(|a| Ok(a.evaluate(EmitTo::All)?))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((keys, values, n))
+    }
+
+    /// Current values of all groups without consuming state.
+    fn current_values(&mut self, funcs: &AggregateFunctions) -> Result<Vec<ArrayRef>> {
+        let n = self.groups.len();
+        let identity: Vec<usize> = (0..n).collect();
+        let mut fresh = funcs.accumulators()?;
+        let mut out = Vec::with_capacity(self.accs.len());
+        for (acc, tmp) in self.accs.iter_mut().zip(fresh.iter_mut()) {
+            let state = acc.state(EmitTo::All)?;
+            acc.merge_batch(&state, &identity, n)?;
+            tmp.merge_batch(&state, &identity, n)?;
+            out.push(tmp.evaluate(EmitTo::All)?);
+        }
+        Ok(out)
+    }
+
+    /// The changelog since the last call: for each touched group, a
+    /// retraction of its previously emitted row (if any) and an insert of its
+    /// current row. Returns (keys, aggregates, is_insert) or None if nothing changed.
+    pub fn changes(
+        &mut self,
+        codec: &KeyCodec,
+        funcs: &AggregateFunctions,
+    ) -> Result<Option<(Vec<ArrayRef>, Vec<ArrayRef>, Vec<bool>)>> {
+        if !self.any_touched {
+            return Ok(None);
+        }
+        let current = self.current_values(funcs)?;
+        let prev_len = self.emitted.as_ref().map_or(0, |e| e.first().map_or(0, |a| a.len()));
+        let touched: Vec<usize> = (0..self.groups.len()).filter(|g| self.touched[*g]).collect();
+        let retract: Vec<usize> = touched.iter().copied().filter(|g| *g < prev_len).collect();
+        let mut key_idx = retract.clone();
+        key_idx.extend(&touched);
+        let keys = codec.decode(self.groups.keys(), &key_idx)?;
+        let retract_idx = UInt32Array::from(retract.iter().map(|g| *g as u32).collect::<Vec<_>>());
+        let insert_idx = UInt32Array::from(touched.iter().map(|g| *g as u32).collect::<Vec<_>>());
+        let mut values = Vec::with_capacity(current.len());
+        for (i, cur) in current.iter().enumerate() {
+            let new_part = take(cur.as_ref(), &insert_idx, None)?;
+            let col = match &self.emitted {
+                Some(prev) if !retract.is_empty() => {
+                    let old_part = take(prev[i].as_ref(), &retract_idx, None)?;
+                    arrow::compute::concat(&[old_part.as_ref(), new_part.as_ref()])?
+                }
+                _ => new_part,
+            };
+            values.push(col);
+        }
+        let mut kinds = vec![false; retract.len()];
+        kinds.extend(std::iter::repeat_n(true, touched.len()));
+        self.emitted = Some(current);
+        self.touched.iter_mut().for_each(|t| *t = false);
+        self.any_touched = false;
+        Ok(Some((keys, values, kinds)))
+    }
+}

@@ -1,0 +1,255 @@
+//! Operators compiled from a [`sluice_sql::StreamPlan`].
+//!
+//! [`Operator::compile`] lowers every expression of a plan once; running an
+//! operator tree for a cycle is then pure vectorized evaluation plus the
+//! stateful aggregation operators' updates.
+
+pub mod changelog;
+pub mod expr;
+pub mod groups;
+pub mod session;
+pub mod window;
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use rustc_hash::FxHashMap;
+use sluice_sql::{StreamNode, WindowKind};
+
+use crate::error::{EngineError, Result};
+use expr::{compile, eval, eval_predicate, PhysExpr};
+use groups::{AggregateFunctions, KeyCodec};
+use session::SessionAggregate;
+use window::{UpdatingAggregate, WindowAggregate, WindowedGroupBy};
+
+/// Batches available to a cycle, by source or stream name.
+pub type CycleInputs = FxHashMap<Arc<str>, Vec<RecordBatch>>;
+
+/// A compiled operator tree.
+pub enum Operator {
+    /// Reads the cycle's batches of one input.
+    Scan {
+        /// Input name.
+        input: Arc<str>,
+    },
+    /// Keeps rows matching a predicate.
+    Filter {
+        /// Input.
+        input: Box<Operator>,
+        /// Predicate.
+        predicate: PhysExpr,
+    },
+    /// Computes output columns.
+    Project {
+        /// Input.
+        input: Box<Operator>,
+        /// One per output column.
+        exprs: Vec<PhysExpr>,
+        /// Output schema.
+        schema: SchemaRef,
+    },
+    /// Concatenates inputs.
+    Union {
+        /// Inputs.
+        inputs: Vec<Operator>,
+        /// Output schema.
+        schema: SchemaRef,
+    },
+    /// Tumble / hop aggregation.
+    Window(Box<Operator>, Box<WindowAggregate>),
+    /// Session aggregation.
+    Session(Box<Operator>, Box<SessionAggregate>),
+    /// Non-windowed GROUP BY.
+    Updating(Box<Operator>, Box<UpdatingAggregate>),
+}
+
+impl Operator {
+    /// Lower a plan node into an operator tree.
+    pub fn compile(node: &StreamNode) -> Result<Operator> {
+        Ok(match node {
+            StreamNode::Scan { input, .. } => Operator::Scan {
+                input: Arc::from(input.as_str()),
+            },
+            StreamNode::Filter { input, predicate } => Operator::Filter {
+                predicate: compile(predicate, input.schema())?,
+                input: Box::new(Operator::compile(input)?),
+            },
+            StreamNode::Project {
+                input,
+                exprs,
+                schema,
+            } => Operator::Project {
+                exprs: exprs
+                    .iter()
+                    .map(|e| compile(e, input.schema()))
+                    .collect::<Result<_>>()?,
+                input: Box::new(Operator::compile(input)?),
+                schema: Arc::new(schema.as_arrow().clone()),
+            },
+            StreamNode::Union { inputs, schema } => Operator::Union {
+                inputs: inputs.iter().map(Operator::compile).collect::<Result<_>>()?,
+                schema: Arc::new(schema.as_arrow().clone()),
+            },
+            StreamNode::WindowAggregate {
+                input,
+                window,
+                keys,
+                slots,
+                aggregates,
+                emit,
+                schema,
+            } => {
+                let in_schema = input.schema();
+                let key_types = keys
+                    .iter()
+                    .map(|k| Ok(datafusion::logical_expr::ExprSchemable::get_type(k, in_schema.as_ref())?))
+                    .collect::<Result<Vec<_>>>()?;
+                let def = WindowedGroupBy {
+                    time: compile(&window.time, in_schema)?,
+                    time_type: window.time_type.clone(),
+                    keys: keys.iter().map(|k| compile(k, in_schema)).collect::<Result<_>>()?,
+                    slots: slots.clone(),
+                    codec: KeyCodec::new(&key_types)?,
+                    funcs: AggregateFunctions::lower(aggregates, in_schema)?,
+                    schema: Arc::new(schema.as_arrow().clone()),
+                    emit: *emit,
+                };
+                let child = Box::new(Operator::compile(input)?);
+                match window.kind {
+                    WindowKind::Session { gap_ms } => {
+                        Operator::Session(child, Box::new(SessionAggregate::new(def, gap_ms)))
+                    }
+                    kind => Operator::Window(child, Box::new(WindowAggregate::new(def, kind))),
+                }
+            }
+            StreamNode::Aggregate {
+                input,
+                keys,
+                aggregates,
+                schema,
+            } => {
+                let in_schema = input.schema();
+                let key_types = keys
+                    .iter()
+                    .map(|k| Ok(datafusion::logical_expr::ExprSchemable::get_type(k, in_schema.as_ref())?))
+                    .collect::<Result<Vec<_>>>()?;
+                let op = UpdatingAggregate::new(
+                    keys.iter().map(|k| compile(k, in_schema)).collect::<Result<_>>()?,
+                    KeyCodec::new(&key_types)?,
+                    AggregateFunctions::lower(aggregates, in_schema)?,
+                    Arc::new(schema.as_arrow().clone()),
+                )?;
+                Operator::Updating(Box::new(Operator::compile(input)?), Box::new(op))
+            }
+        })
+    }
+
+    /// Run one cycle: consume this cycle's inputs, return this cycle's output.
+    pub fn run(&mut self, inputs: &CycleInputs, watermark: i64) -> Result<Vec<RecordBatch>> {
+        match self {
+            Operator::Scan { input } => Ok(inputs.get(input).cloned().unwrap_or_default()),
+            Operator::Filter { input, predicate } => {
+                let mut out = Vec::new();
+                for b in input.run(inputs, watermark)? {
+                    let mask = eval_predicate(predicate, &b)?;
+                    let f = arrow::compute::filter_record_batch(&b, &mask)?;
+                    if f.num_rows() > 0 {
+                        out.push(f);
+                    }
+                }
+                Ok(out)
+            }
+            Operator::Project {
+                input,
+                exprs,
+                schema,
+            } => input
+                .run(inputs, watermark)?
+                .iter()
+                .map(|b| {
+                    let cols = exprs.iter().map(|e| eval(e, b)).collect::<Result<Vec<_>>>()?;
+                    let opts = arrow::record_batch::RecordBatchOptions::new()
+                        .with_row_count(Some(b.num_rows()));
+                    Ok(RecordBatch::try_new_with_options(Arc::clone(schema), cols, &opts)?)
+                })
+                .collect(),
+            Operator::Union { inputs: children, schema } => {
+                let mut out = Vec::new();
+                for c in children.iter_mut() {
+                    for b in c.run(inputs, watermark)? {
+                        out.push(RecordBatch::try_new(Arc::clone(schema), b.columns().to_vec())?);
+                    }
+                }
+                Ok(out)
+            }
+            Operator::Window(input, op) => {
+                for b in input.run(inputs, watermark)? {
+                    op.update(&b)?;
+                }
+                op.advance(watermark)
+            }
+            Operator::Session(input, op) => {
+                for b in input.run(inputs, watermark)? {
+                    op.update(&b)?;
+                }
+                op.advance(watermark)
+            }
+            Operator::Updating(input, op) => {
+                for b in input.run(inputs, watermark)? {
+                    op.update(&b)?;
+                }
+                op.advance()
+            }
+        }
+    }
+
+    /// Rows dropped inside this tree because their window had closed.
+    pub fn dropped_late(&self) -> u64 {
+        match self {
+            Operator::Scan { .. } => 0,
+            Operator::Filter { input, .. }
+            | Operator::Project { input, .. }
+            | Operator::Updating(input, _) => input.dropped_late(),
+            Operator::Union { inputs, .. } => inputs.iter().map(|i| i.dropped_late()).sum(),
+            Operator::Window(input, op) => input.dropped_late() + op.dropped_late,
+            Operator::Session(input, op) => input.dropped_late() + op.dropped_late,
+        }
+    }
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Operator")
+    }
+}
+
+/// Check that a pushed batch matches a declared schema exactly.
+pub fn check_batch_schema(what: &str, declared: &SchemaRef, batch: &RecordBatch) -> Result<()> {
+    let got = batch.schema();
+    if got.fields().len() != declared.fields().len() {
+        return Err(EngineError::Schema(format!(
+            "{what}: batch has {} columns, declared schema has {}",
+            got.fields().len(),
+            declared.fields().len()
+        )));
+    }
+    for (g, d) in got.fields().iter().zip(declared.fields()) {
+        if g.name() != d.name() {
+            return Err(EngineError::Schema(format!(
+                "{what}: column '{}' found where '{}' is declared",
+                g.name(),
+                d.name()
+            )));
+        }
+        if g.data_type() != d.data_type() {
+            return Err(EngineError::Schema(format!(
+                "{what}: column '{}' is declared {} but the batch has {}",
+                d.name(),
+                d.data_type(),
+                g.data_type()
+            )));
+        }
+    }
+    Ok(())
+}

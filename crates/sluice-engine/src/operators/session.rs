@@ -1,0 +1,262 @@
+//! Session window aggregation.
+//!
+//! Sessions are per key: a row at time `t` opens `[t, t + gap)`; sessions
+//! that overlap merge, and their aggregate states merge with them. A session
+//! closes when the watermark passes its end (last event + gap). Because
+//! sessions merge, each holds DataFusion row `Accumulator`s, whose
+//! intermediate state can be merged into another session's.
+
+use std::collections::HashMap;
+
+use arrow::array::{ArrayRef, UInt32Array};
+use arrow::compute::take;
+use arrow::record_batch::RecordBatch;
+use arrow::row::OwnedRow;
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::Accumulator;
+
+use super::changelog::output_batch;
+use super::expr::{eval, event_time_ms};
+use super::groups::{select_inputs, KeyRows};
+use super::window::WindowedGroupBy;
+use crate::error::Result;
+use sluice_sql::EmitMode;
+
+struct Session {
+    start: i64,
+    /// Last event time + gap (exclusive).
+    end: i64,
+    accs: Vec<Box<dyn Accumulator>>,
+    changed: bool,
+    /// The row last emitted for this session (changelog mode).
+    emitted: Option<Vec<ScalarValue>>,
+}
+
+/// Session window aggregation over one input.
+pub struct SessionAggregate {
+    def: WindowedGroupBy,
+    gap_ms: i64,
+    sessions: HashMap<Option<OwnedRow>, Vec<Session>>,
+    /// Rows retracted by merges this cycle: (key, start, end, values).
+    pending_retractions: Vec<(Option<OwnedRow>, i64, i64, Vec<ScalarValue>)>,
+    closed_through: i64,
+    /// Rows dropped because their session had already closed.
+    pub dropped_late: u64,
+}
+
+impl SessionAggregate {
+    /// A new operator.
+    pub fn new(def: WindowedGroupBy, gap_ms: i64) -> Self {
+        Self {
+            def,
+            gap_ms,
+            sessions: HashMap::new(),
+            pending_retractions: Vec::new(),
+            closed_through: i64::MIN,
+            dropped_late: 0,
+        }
+    }
+
+    /// Number of open sessions.
+    pub fn open_sessions(&self) -> usize {
+        self.sessions.values().map(Vec::len).sum()
+    }
+
+    /// Fold a batch in, merging sessions as needed.
+    pub fn update(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let times = event_time_ms(&eval(&self.def.time, batch)?)?;
+        let key_cols = self
+            .def
+            .keys
+            .iter()
+            .map(|k| eval(k, batch))
+            .collect::<Result<Vec<_>>>()?;
+        let keys = self.def.codec.encode(&key_cols, batch.num_rows())?;
+        let inputs = self.def.funcs.evaluate_inputs(batch)?;
+        // Rows per key, then sorted by event time.
+        let mut per_key: HashMap<Option<OwnedRow>, Vec<(i64, u32)>> = HashMap::new();
+        for (row, t) in times.iter().enumerate() {
+            let Some(t) = t else { continue };
+            if t.saturating_add(self.gap_ms) <= self.closed_through {
+                self.dropped_late += 1;
+                continue;
+            }
+            let key = match &keys {
+                KeyRows::Rows(r) => Some(r.row(row).owned()),
+                KeyRows::Unit(_) => None,
+            };
+            per_key.entry(key).or_default().push((t, row as u32));
+        }
+        for (key, mut rows) in per_key {
+            rows.sort_unstable();
+            // Split into runs where consecutive events are closer than the gap.
+            let mut run_start = 0;
+            for i in 1..=rows.len() {
+                if i == rows.len() || rows[i].0 >= rows[i - 1].0 + self.gap_ms {
+                    let run = &rows[run_start..i];
+                    self.fold_run(key.clone(), run, &inputs)?;
+                    run_start = i;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fold_run(
+        &mut self,
+        key: Option<OwnedRow>,
+        run: &[(i64, u32)],
+        inputs: &super::groups::AggregateInputs,
+    ) -> Result<()> {
+        let start = run[0].0;
+        let end = run[run.len() - 1].0 + self.gap_ms;
+        let list = self.sessions.entry(key.clone()).or_default();
+        // Sessions overlapping [start, end) merge with the run.
+        let (overlapping, rest): (Vec<Session>, Vec<Session>) = std::mem::take(list)
+            .into_iter()
+            .partition(|s| s.start < end && start < s.end);
+        *list = rest;
+        let mut merged = Session {
+            start,
+            end,
+            accs: self.def.funcs.row_accumulators()?,
+            changed: true,
+            emitted: None,
+        };
+        for mut s in overlapping {
+            merged.start = merged.start.min(s.start);
+            merged.end = merged.end.max(s.end);
+            for (dst, src) in merged.accs.iter_mut().zip(s.accs.iter_mut()) {
+                let state = src.state()?;
+                let arrays = state
+                    .iter()
+                    .map(|v| Ok(v.to_array()?))
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                dst.merge_batch(&arrays)?;
+            }
+            if let Some(values) = s.emitted.take() {
+                self.pending_retractions.push((key.clone(), s.start, s.end, values));
+            }
+        }
+        let rows: Vec<u32> = run.iter().map(|(_, r)| *r).collect();
+        let selected = select_inputs(inputs, Some(&rows))?;
+        for (acc, (values, filter)) in merged.accs.iter_mut().zip(selected.iter()) {
+            match filter {
+                Some(f) => {
+                    let keep = arrow::compute::filter(
+                        &(std::sync::Arc::new(UInt32Array::from_iter_values(0..rows.len() as u32))
+                            as ArrayRef),
+                        f,
+                    )?;
+                    let idx = arrow::array::AsArray::as_primitive::<arrow::datatypes::UInt32Type>(&keep).clone();
+                    let vals = values
+                        .iter()
+                        .map(|v| Ok(take(v.as_ref(), &idx, None)?))
+                        .collect::<Result<Vec<_>>>()?;
+                    acc.update_batch(&vals)?;
+                }
+                None => acc.update_batch(values)?,
+            }
+        }
+        list.push(merged);
+        Ok(())
+    }
+
+    fn key_columns(&self, keys: &[Option<OwnedRow>]) -> Result<Vec<ArrayRef>> {
+        let rows: Vec<_> = keys.iter().flatten().map(|k| k.row()).collect();
+        if rows.is_empty() && keys.iter().all(Option::is_none) {
+            return Ok(vec![]);
+        }
+        let mut buf = self.def.codec.empty();
+        if let KeyRows::Rows(r) = &mut buf {
+            for row in rows {
+                r.push(row);
+            }
+        }
+        let n = keys.len();
+        self.def.codec.decode(&buf, &(0..n).collect::<Vec<_>>())
+    }
+
+    fn emit_rows(
+        &self,
+        rows: Vec<(Option<OwnedRow>, i64, i64, Vec<ScalarValue>)>,
+        kinds: Option<Vec<bool>>,
+    ) -> Result<Option<RecordBatch>> {
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let n = rows.len();
+        let keys: Vec<Option<OwnedRow>> = rows.iter().map(|r| r.0.clone()).collect();
+        let key_cols = self.key_columns(&keys)?;
+        let naggs = rows[0].3.len();
+        let mut values = Vec::with_capacity(naggs);
+        for a in 0..naggs {
+            values.push(ScalarValue::iter_to_array(rows.iter().map(|r| r.3[a].clone()))?);
+        }
+        // Window bounds differ per row: build them per row, then concatenate.
+        let mut cols: Vec<Vec<ArrayRef>> = Vec::with_capacity(n);
+        for (i, r) in rows.iter().enumerate() {
+            let k: Vec<ArrayRef> = key_cols.iter().map(|c| c.slice(i, 1)).collect();
+            let v: Vec<ArrayRef> = values.iter().map(|c| c.slice(i, 1)).collect();
+            cols.push(self.def.columns(k, r.1, r.2, v, 1)?);
+        }
+        let width = cols[0].len();
+        let mut merged = Vec::with_capacity(width);
+        for c in 0..width {
+            let parts: Vec<&dyn arrow::array::Array> = cols.iter().map(|row| row[c].as_ref()).collect();
+            merged.push(arrow::compute::concat(&parts)?);
+        }
+        Ok(Some(output_batch(&self.def.schema, merged, kinds.as_deref())?))
+    }
+
+    /// Emit closed sessions (or this cycle's changes) and free closed state.
+    pub fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
+        let changes_mode = self.def.emit == EmitMode::Changes;
+        let mut rows = std::mem::take(&mut self.pending_retractions);
+        let mut kinds = vec![false; rows.len()];
+        if changes_mode {
+            for (key, list) in self.sessions.iter_mut() {
+                for s in list.iter_mut().filter(|s| s.changed) {
+                    let values = s
+                        .accs
+                        .iter_mut()
+                        .map(|a| Ok(a.evaluate()?))
+                        .collect::<Result<Vec<_>>>()?;
+                    if let Some(old) = s.emitted.take() {
+                        rows.push((key.clone(), s.start, s.end, old));
+                        kinds.push(false);
+                    }
+                    rows.push((key.clone(), s.start, s.end, values.clone()));
+                    kinds.push(true);
+                    s.emitted = Some(values);
+                    s.changed = false;
+                }
+            }
+        } else {
+            rows.clear();
+            kinds.clear();
+        }
+        for (key, list) in self.sessions.iter_mut() {
+            let (closed, open): (Vec<Session>, Vec<Session>) =
+                std::mem::take(list).into_iter().partition(|s| s.end <= watermark);
+            *list = open;
+            if !changes_mode {
+                for mut s in closed {
+                    let values = s
+                        .accs
+                        .iter_mut()
+                        .map(|a| Ok(a.evaluate()?))
+                        .collect::<Result<Vec<_>>>()?;
+                    rows.push((key.clone(), s.start, s.end, values));
+                }
+            }
+        }
+        self.sessions.retain(|_, l| !l.is_empty());
+        self.closed_through = self.closed_through.max(watermark);
+        let batch = self.emit_rows(rows, changes_mode.then_some(kinds))?;
+        Ok(batch.into_iter().collect())
+    }
+}

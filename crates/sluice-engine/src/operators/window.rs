@@ -1,0 +1,286 @@
+//! Tumbling and hopping window aggregation.
+//!
+//! Each open window instance is one aggregation scope (its own group table
+//! and grouped accumulators), kept in a map ordered by window start. A batch
+//! is split by window once; each window folds its rows in one vectorized
+//! update. When the watermark passes a window's end, its final rows are
+//! emitted (EMIT ON WINDOW CLOSE) and its state is freed; with EMIT CHANGES
+//! each cycle emits retractions and new rows for the groups it changed.
+
+use std::collections::BTreeMap;
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use rustc_hash::FxHashMap;
+use sluice_sql::plan::GroupSlot;
+use sluice_sql::window_udf::tumble_start;
+use sluice_sql::{EmitMode, WindowKind};
+
+use super::changelog::output_batch;
+use super::expr::{eval, event_time_ms, time_column, PhysExpr};
+use super::groups::{AggregateFunctions, GroupedAggregates, KeyCodec};
+use crate::error::Result;
+
+/// Window starts a row at `t` belongs to, for fixed-size windows.
+pub fn window_starts(kind: WindowKind, t: i64, out: &mut Vec<i64>) {
+    out.clear();
+    match kind {
+        WindowKind::Tumble { size_ms, offset_ms } => out.push(tumble_start(t, size_ms, offset_ms)),
+        WindowKind::Hop { slide_ms, size_ms } => {
+            let mut start = tumble_start(t, slide_ms, 0);
+            while start > t - size_ms {
+                out.push(start);
+                start -= slide_ms;
+            }
+        }
+        WindowKind::Session { .. } => {}
+    }
+}
+
+fn window_size(kind: WindowKind) -> i64 {
+    match kind {
+        WindowKind::Tumble { size_ms, .. } | WindowKind::Hop { size_ms, .. } => size_ms,
+        WindowKind::Session { gap_ms } => gap_ms,
+    }
+}
+
+/// The shared pieces of a windowed aggregation's definition.
+pub struct WindowedGroupBy {
+    /// Event-time expression.
+    pub time: PhysExpr,
+    /// Type of the event time, for window bound columns.
+    pub time_type: DataType,
+    /// Key expressions.
+    pub keys: Vec<PhysExpr>,
+    /// GROUP BY entries in output order.
+    pub slots: Vec<GroupSlot>,
+    /// Key encoding.
+    pub codec: KeyCodec,
+    /// Aggregate functions.
+    pub funcs: AggregateFunctions,
+    /// Output schema.
+    pub schema: SchemaRef,
+    /// Emit mode.
+    pub emit: EmitMode,
+}
+
+impl WindowedGroupBy {
+    /// Assemble output columns: GROUP BY entries in written order, then aggregates.
+    pub fn columns(
+        &self,
+        keys: Vec<ArrayRef>,
+        start: i64,
+        end: i64,
+        values: Vec<ArrayRef>,
+        len: usize,
+    ) -> Result<Vec<ArrayRef>> {
+        let mut cols = Vec::with_capacity(self.slots.len() + values.len() + 1);
+        for slot in &self.slots {
+            cols.push(match slot {
+                GroupSlot::Key(i) => std::sync::Arc::clone(&keys[*i]),
+                GroupSlot::WindowStart => time_column(start, &self.time_type, len)?,
+                GroupSlot::WindowEnd => time_column(end, &self.time_type, len)?,
+            });
+        }
+        cols.extend(values);
+        Ok(cols)
+    }
+}
+
+/// Tumbling or hopping window aggregation over one input.
+pub struct WindowAggregate {
+    def: WindowedGroupBy,
+    kind: WindowKind,
+    windows: BTreeMap<i64, GroupedAggregates>,
+    /// Every window ending at or before this has been closed.
+    closed_through: i64,
+    /// Rows dropped because their window had already closed.
+    pub dropped_late: u64,
+}
+
+impl WindowAggregate {
+    /// A new operator.
+    pub fn new(def: WindowedGroupBy, kind: WindowKind) -> Self {
+        Self {
+            def,
+            kind,
+            windows: BTreeMap::new(),
+            closed_through: i64::MIN,
+            dropped_late: 0,
+        }
+    }
+
+    /// Number of open windows (for tests and metrics).
+    pub fn open_windows(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Fold one batch into its windows.
+    pub fn update(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let times = event_time_ms(&eval(&self.def.time, batch)?)?;
+        let size = window_size(self.kind);
+        let mut by_window: FxHashMap<i64, Vec<u32>> = FxHashMap::default();
+        let mut starts = Vec::new();
+        for (row, t) in times.iter().enumerate() {
+            let Some(t) = t else { continue };
+            window_starts(self.kind, t, &mut starts);
+            for s in &starts {
+                if s.saturating_add(size) <= self.closed_through {
+                    self.dropped_late += 1;
+                    continue;
+                }
+                by_window.entry(*s).or_default().push(row as u32);
+            }
+        }
+        if by_window.is_empty() {
+            return Ok(());
+        }
+        let key_cols = self
+            .def
+            .keys
+            .iter()
+            .map(|k| eval(k, batch))
+            .collect::<Result<Vec<_>>>()?;
+        let keys = self.def.codec.encode(&key_cols, batch.num_rows())?;
+        let inputs = self.def.funcs.evaluate_inputs(batch)?;
+        let all_rows = by_window.len() == 1
+            && by_window.values().next().is_some_and(|r| r.len() == batch.num_rows());
+        for (start, rows) in by_window {
+            let scope = match self.windows.entry(start) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(GroupedAggregates::new(&self.def.codec, &self.def.funcs)?)
+                }
+            };
+            let sel = if all_rows { None } else { Some(rows.as_slice()) };
+            scope.update(&keys, sel, &inputs)?;
+        }
+        Ok(())
+    }
+
+    /// Emit what the watermark makes final (or, in changelog mode, what
+    /// changed) and free closed windows.
+    pub fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
+        let size = window_size(self.kind);
+        let mut out = Vec::new();
+        if self.def.emit == EmitMode::Changes {
+            for (start, scope) in self.windows.iter_mut() {
+                if let Some((keys, values, kinds)) = scope.changes(&self.def.codec, &self.def.funcs)? {
+                    let len = kinds.len();
+                    let cols = self.def.columns(keys, *start, start + size, values, len)?;
+                    out.push(output_batch(&self.def.schema, cols, Some(&kinds))?);
+                }
+            }
+        }
+        while let Some(entry) = self.windows.first_entry() {
+            let start = *entry.key();
+            if start.saturating_add(size) > watermark {
+                break;
+            }
+            let scope = entry.remove();
+            if self.def.emit == EmitMode::OnWindowClose && !scope.is_empty() {
+                let (keys, values, len) = scope.finish(&self.def.codec)?;
+                let cols = self.def.columns(keys, start, start + size, values, len)?;
+                out.push(output_batch(&self.def.schema, cols, None)?);
+            }
+        }
+        self.closed_through = self.closed_through.max(watermark);
+        Ok(out.into_iter().filter(|b| b.num_rows() > 0).collect())
+    }
+}
+
+/// Non-windowed GROUP BY: one scope that never closes, changelog output.
+pub struct UpdatingAggregate {
+    keys: Vec<PhysExpr>,
+    codec: KeyCodec,
+    funcs: AggregateFunctions,
+    scope: GroupedAggregates,
+    schema: SchemaRef,
+}
+
+impl UpdatingAggregate {
+    /// A new operator.
+    pub fn new(
+        keys: Vec<PhysExpr>,
+        codec: KeyCodec,
+        funcs: AggregateFunctions,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let scope = GroupedAggregates::new(&codec, &funcs)?;
+        Ok(Self {
+            keys,
+            codec,
+            funcs,
+            scope,
+            schema,
+        })
+    }
+
+    /// Fold a batch in.
+    pub fn update(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let key_cols = self
+            .keys
+            .iter()
+            .map(|k| eval(k, batch))
+            .collect::<Result<Vec<_>>>()?;
+        let keys = self.codec.encode(&key_cols, batch.num_rows())?;
+        let inputs = self.funcs.evaluate_inputs(batch)?;
+        self.scope.update(&keys, None, &inputs)
+    }
+
+    /// Emit the changes of this cycle.
+    pub fn advance(&mut self) -> Result<Vec<RecordBatch>> {
+        match self.scope.changes(&self.codec, &self.funcs)? {
+            None => Ok(vec![]),
+            Some((mut keys, values, kinds)) => {
+                keys.extend(values);
+                let b = output_batch(&self.schema, keys, Some(&kinds))?;
+                Ok(vec![b])
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn starts(kind: WindowKind, t: i64) -> Vec<i64> {
+        let mut v = Vec::new();
+        window_starts(kind, t, &mut v);
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn tumble_assignment_with_offset() {
+        let k = WindowKind::Tumble { size_ms: 10, offset_ms: 0 };
+        assert_eq!(starts(k, 0), vec![0]);
+        assert_eq!(starts(k, 9), vec![0]);
+        assert_eq!(starts(k, 10), vec![10]);
+        assert_eq!(starts(k, -3), vec![-10]);
+        let k = WindowKind::Tumble { size_ms: 10, offset_ms: 4 };
+        assert_eq!(starts(k, 3), vec![-6]);
+        assert_eq!(starts(k, 4), vec![4]);
+        assert_eq!(starts(k, 13), vec![4]);
+        assert_eq!(starts(k, 14), vec![14]);
+    }
+
+    #[test]
+    fn hop_assignment_overlaps() {
+        let k = WindowKind::Hop { slide_ms: 5, size_ms: 15 };
+        assert_eq!(starts(k, 0), vec![-10, -5, 0]);
+        assert_eq!(starts(k, 4), vec![-10, -5, 0]);
+        assert_eq!(starts(k, 5), vec![-5, 0, 5]);
+        assert_eq!(starts(k, 14), vec![0, 5, 10]);
+        let k = WindowKind::Hop { slide_ms: 10, size_ms: 10 };
+        assert_eq!(starts(k, 19), vec![10]);
+    }
+}

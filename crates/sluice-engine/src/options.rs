@@ -1,0 +1,131 @@
+//! Typed pipeline options (`SET`, `--set`, builder) and connector options.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sluice_connectors::{FileFormat, OnError};
+use sluice_sql::WithOptions;
+
+use crate::error::{EngineError, Result};
+
+/// Options of one pipeline. Every name is known; anything else is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineOptions {
+    /// Default time after which a quiet source stops holding the watermark.
+    pub idle_timeout: Duration,
+    /// Default maximum rows per batch read by file sources.
+    pub batch_size: usize,
+    /// Batches buffered between sources and the coordinator (backpressure bound).
+    pub channel_capacity: usize,
+    /// Batches buffered per subscriber before it is disconnected as lagging.
+    pub subscription_buffer: usize,
+    /// Most source batches folded into one execution cycle.
+    pub max_batches_per_cycle: usize,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Duration::from_secs(5),
+            batch_size: 8192,
+            channel_capacity: 16,
+            subscription_buffer: 1024,
+            max_batches_per_cycle: 64,
+        }
+    }
+}
+
+/// Every option name [`PipelineOptions::set`] accepts.
+pub const PIPELINE_OPTIONS: &[&str] = &[
+    "idle_timeout",
+    "batch_size",
+    "channel_capacity",
+    "subscription_buffer",
+    "max_batches_per_cycle",
+];
+
+impl PipelineOptions {
+    /// Set one option by name.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        match name.to_ascii_lowercase().as_str() {
+            "idle_timeout" => self.idle_timeout = parse_duration(name, value)?,
+            "batch_size" => self.batch_size = parse_count(name, value)?,
+            "channel_capacity" => self.channel_capacity = parse_count(name, value)?,
+            "subscription_buffer" => self.subscription_buffer = parse_count(name, value)?,
+            "max_batches_per_cycle" => self.max_batches_per_cycle = parse_count(name, value)?,
+            other => {
+                return Err(EngineError::Option(format!(
+                    "unknown option '{other}' (known options: {})",
+                    PIPELINE_OPTIONS.join(", ")
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parse a duration such as `5s`, `250ms`, `1m`.
+pub fn parse_duration(name: &str, value: &str) -> Result<Duration> {
+    humantime::parse_duration(value.trim()).map_err(|e| {
+        EngineError::Option(format!("option '{name}': '{value}' is not a duration ({e}); use e.g. 5s or 250ms"))
+    })
+}
+
+/// Parse a positive count.
+pub fn parse_count(name: &str, value: &str) -> Result<usize> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(EngineError::Option(format!(
+            "option '{name}': '{value}' is not a positive integer"
+        ))),
+    }
+}
+
+/// Resolve a connector path against the base directory.
+pub fn resolve_path(base: Option<&Path>, path: &str) -> PathBuf {
+    let p = PathBuf::from(path);
+    match base {
+        Some(b) if p.is_relative() => b.join(p),
+        _ => p,
+    }
+}
+
+/// Take `format`, or infer it from the path's extension.
+pub fn take_format(opts: &mut WithOptions, path: &str, context: &str) -> Result<FileFormat> {
+    match opts.take("format") {
+        Some(f) => f
+            .parse::<FileFormat>()
+            .map_err(|e| EngineError::Option(format!("{context}: {e}"))),
+        None => FileFormat::from_path(Path::new(path)).ok_or_else(|| {
+            EngineError::Option(format!(
+                "{context}: cannot tell the format of '{path}' from its extension; add format = 'csv' | 'json' | 'parquet'"
+            ))
+        }),
+    }
+}
+
+/// Take `on_error` (default fail).
+pub fn take_on_error(opts: &mut WithOptions, context: &str) -> Result<OnError> {
+    match opts.take("on_error") {
+        Some(v) => v
+            .parse::<OnError>()
+            .map_err(|e| EngineError::Option(format!("{context}: {e}"))),
+        None => Ok(OnError::Fail),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_option_is_refused_with_the_known_list() {
+        let mut o = PipelineOptions::default();
+        let e = o.set("checkpoint_intervall", "1s").unwrap_err().to_string();
+        assert!(e.contains("unknown option 'checkpoint_intervall'"), "{e}");
+        assert!(e.contains("idle_timeout"), "{e}");
+        o.set("idle_timeout", "250ms").unwrap();
+        assert_eq!(o.idle_timeout, Duration::from_millis(250));
+        assert!(o.set("batch_size", "0").is_err());
+    }
+}

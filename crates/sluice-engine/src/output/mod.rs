@@ -1,0 +1,5 @@
+//! Where cycle results go: materialized views, subscriptions and sinks.
+
+pub mod mv;
+pub mod sink;
+pub mod subscription;

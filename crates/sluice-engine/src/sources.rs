@@ -1,0 +1,118 @@
+//! Source runtimes: messages into the coordinator, file readers, push handles.
+//!
+//! Every source feeds one bounded channel into the coordinator; a full
+//! channel blocks the reader (or the pushing caller), which is the pipeline's
+//! backpressure.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use sluice_connectors::FileSourceReader;
+use tokio::sync::mpsc;
+
+use crate::error::{EngineError, Result};
+use crate::metrics::PipelineMetrics;
+use crate::operators::check_batch_schema;
+
+/// What a source tells the coordinator.
+#[derive(Debug)]
+pub enum SourceEvent {
+    /// Rows.
+    Batch(RecordBatch),
+    /// A hand-advanced watermark (ms).
+    Watermark(i64),
+    /// No more rows.
+    Finished,
+    /// The source failed; the pipeline halts with this message.
+    Failed(String),
+}
+
+/// A message on the source channel.
+#[derive(Debug)]
+pub struct SourceMessage {
+    /// Source name.
+    pub source: Arc<str>,
+    /// The event.
+    pub event: SourceEvent,
+}
+
+/// Read a file source on its own thread until the end or until the
+/// coordinator goes away.
+pub fn spawn_file_reader(
+    name: Arc<str>,
+    mut reader: FileSourceReader,
+    tx: mpsc::Sender<SourceMessage>,
+    metrics: Arc<PipelineMetrics>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("sluice-source-{name}"))
+        .spawn(move || loop {
+            let event = match reader.next_batch() {
+                Ok(Some(b)) => SourceEvent::Batch(b),
+                Ok(None) => SourceEvent::Finished,
+                Err(e) => SourceEvent::Failed(format!("source '{name}': {e}")),
+            };
+            let skipped = reader.skipped_rows();
+            metrics.source(&name, |c| c.skipped_rows = skipped);
+            let last = !matches!(event, SourceEvent::Batch(_));
+            let msg = SourceMessage {
+                source: Arc::clone(&name),
+                event,
+            };
+            if tx.blocking_send(msg).is_err() || last {
+                return;
+            }
+        })
+}
+
+/// The Rust handle of a push source.
+#[derive(Clone)]
+pub struct PushSource {
+    name: Arc<str>,
+    schema: SchemaRef,
+    tx: mpsc::Sender<SourceMessage>,
+}
+
+impl PushSource {
+    /// A handle feeding `tx`.
+    pub fn new(name: Arc<str>, schema: SchemaRef, tx: mpsc::Sender<SourceMessage>) -> Self {
+        Self { name, schema, tx }
+    }
+
+    /// The source's declared columns.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn send(&self, event: SourceEvent) -> Result<()> {
+        self.tx
+            .send(SourceMessage {
+                source: Arc::clone(&self.name),
+                event,
+            })
+            .await
+            .map_err(|_| EngineError::NotRunning)
+    }
+
+    /// Push a batch; waits while the pipeline is backpressured. The batch
+    /// must have exactly the declared columns and types.
+    pub async fn push(&self, batch: RecordBatch) -> Result<()> {
+        check_batch_schema(&format!("source '{}'", self.name), &self.schema, &batch)?;
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.send(SourceEvent::Batch(batch)).await
+    }
+
+    /// Advance the source's watermark to `ts_ms` (milliseconds since the epoch).
+    pub async fn advance_watermark(&self, ts_ms: i64) -> Result<()> {
+        self.send(SourceEvent::Watermark(ts_ms)).await
+    }
+
+    /// Declare that no more rows will come: the source stops holding the watermark.
+    pub async fn finish(&self) -> Result<()> {
+        self.send(SourceEvent::Finished).await
+    }
+}
