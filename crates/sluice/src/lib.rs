@@ -1,1 +1,36 @@
-//! sluice
+//! # Sluice: an embedded streaming SQL database
+//!
+//! Link Sluice into a program (or run the `sluice` binary), declare sources,
+//! continuous SQL queries and sinks, push or read data, and get results as
+//! the watermark makes them final.
+//!
+//! ```no_run
+//! # async fn demo() -> sluice::Result<()> {
+//! let db = sluice::Database::open_in_memory().await?;
+//! db.execute("CREATE SOURCE bids (auction BIGINT, price BIGINT, ts TIMESTAMP,
+//!             WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)").await?;
+//! db.execute("CREATE STREAM per_auction AS
+//!             SELECT auction, tumble(ts, INTERVAL '10' SECOND) AS window_start, COUNT(*) AS bids
+//!             FROM bids GROUP BY auction, tumble(ts, INTERVAL '10' SECOND)").await?;
+//! let mut sub = db.subscribe("per_auction").await?;
+//! let bids = db.source("bids").await?;
+//! // bids.push(batch).await?; bids.advance_watermark(ms).await?;
+//! # Ok(()) }
+//! ```
+
+mod database;
+mod query;
+
+pub use database::{Database, DatabaseBuilder};
+pub use sluice_engine::metrics::MetricsSnapshot;
+pub use sluice_engine::options::PipelineOptions;
+pub use sluice_engine::output::subscription::{ChangeBatch, ChangeKind, Subscription};
+pub use sluice_engine::sources::PushSource;
+pub use sluice_engine::EngineError as Error;
+pub use sluice_sql::CHANGE_COLUMN;
+
+/// Result alias of the public API.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Re-exported Arrow, so users build batches with the same version.
+pub use arrow;

@@ -276,9 +276,20 @@ impl CoordinatorHandle {
         self.status.borrow().clone()
     }
 
+    /// A receiver of status updates.
+    pub fn status_receiver(&self) -> watch::Receiver<PipelineStatus> {
+        self.status.clone()
+    }
+
     /// Wait until every source finished or the pipeline halted.
     pub async fn wait_finished(&self) -> Result<()> {
-        let mut rx = self.status.clone();
+        wait_finished(self.status.clone()).await
+    }
+}
+
+/// Wait on a status receiver until every source finished or the pipeline halted.
+pub async fn wait_finished(mut rx: watch::Receiver<PipelineStatus>) -> Result<()> {
+    {
         let s = rx
             .wait_for(|s| s.finished || s.halted.is_some() || s.stopped)
             .await
@@ -289,6 +300,9 @@ impl CoordinatorHandle {
             None => Ok(()),
         }
     }
+}
+
+impl CoordinatorHandle {
 
     /// Close sinks (or discard them if halted) and stop the coordinator.
     pub async fn shutdown(&mut self) -> Result<()> {

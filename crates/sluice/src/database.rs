@@ -1,0 +1,516 @@
+//! The [`Database`]: catalog, statement execution, and the running pipeline.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::StringArray;
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use sluice_engine::catalog::{
+    sink_path, Catalog, SinkConnector, SinkDef, SourceConnector, SourceDef, StreamDef, StreamKind,
+};
+use sluice_engine::coordinator::{
+    ConnectorPipelineCallback, ControlMsg, CoordinatorConfig, CoordinatorHandle, PipelineStatus,
+    SharedOutputs,
+};
+use sluice_engine::metrics::{MetricsSnapshot, PipelineMetrics};
+use sluice_engine::operators::Operator;
+use sluice_engine::options::{take_format, PipelineOptions};
+use sluice_engine::output::mv::MaterializedView;
+use sluice_engine::output::sink::SinkRuntime;
+use sluice_engine::output::subscription::{Subscription, SubscriptionRegistry};
+use sluice_engine::sources::{PushSource, SourceMessage};
+use sluice_sql::{CreateSink, ObjectKind, Statement, StreamPlanner};
+use tokio::sync::{mpsc, Mutex};
+
+use crate::query::run_query;
+use crate::{Error, Result};
+
+/// Options that size the pipeline and must be set before it starts.
+const OPEN_TIME_OPTIONS: &[&str] = &["channel_capacity", "max_batches_per_cycle"];
+
+struct Running {
+    coordinator: CoordinatorHandle,
+    source_tx: mpsc::Sender<SourceMessage>,
+}
+
+struct State {
+    catalog: Catalog,
+    options: PipelineOptions,
+    views: HashMap<String, Arc<MaterializedView>>,
+    running: Option<Running>,
+    started: bool,
+    closed: bool,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    base_dir: Option<PathBuf>,
+    _lock: Option<std::fs::File>,
+    metrics: Arc<PipelineMetrics>,
+    subscriptions: Arc<SubscriptionRegistry>,
+}
+
+/// An embedded streaming database. Cheap to clone; clones share the pipeline.
+#[derive(Clone)]
+pub struct Database {
+    inner: Arc<Inner>,
+}
+
+/// Configures and opens a [`Database`].
+#[derive(Default)]
+pub struct DatabaseBuilder {
+    state_dir: Option<PathBuf>,
+    base_dir: Option<PathBuf>,
+    options: PipelineOptions,
+}
+
+impl DatabaseBuilder {
+    /// Keep state in `dir` (created if missing; one process at a time).
+    pub fn state_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.state_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Resolve relative connector paths against `dir` (default: the working directory).
+    pub fn base_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.base_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Set a pipeline option by name (see [`PipelineOptions`]); unknown names are refused.
+    pub fn set(mut self, name: &str, value: &str) -> Result<Self> {
+        self.options.set(name, value)?;
+        Ok(self)
+    }
+
+    /// Open the database.
+    pub async fn open(self) -> Result<Database> {
+        let lock = match &self.state_dir {
+            Some(dir) => Some(lock_state_dir(dir)?),
+            None => None,
+        };
+        Ok(Database {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    catalog: Catalog::default(),
+                    options: self.options,
+                    views: HashMap::new(),
+                    running: None,
+                    started: false,
+                    closed: false,
+                }),
+                base_dir: self.base_dir,
+                _lock: lock,
+                metrics: Arc::new(PipelineMetrics::new()),
+                subscriptions: Arc::new(SubscriptionRegistry::default()),
+            }),
+        })
+    }
+}
+
+fn lock_state_dir(dir: &Path) -> Result<std::fs::File> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::Option(format!("state directory {}: cannot create it: {e}", dir.display()))
+    })?;
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::Option(format!("state directory {}: {e}", dir.display())))?;
+    file.try_lock().map_err(|_| {
+        Error::Option(format!(
+            "state directory {} is in use by another process",
+            dir.display()
+        ))
+    })?;
+    Ok(file)
+}
+
+fn text_batch(column: &str, lines: Vec<String>) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]));
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![Arc::new(StringArray::from(lines))],
+    )?)
+}
+
+impl Database {
+    /// A database without a state directory.
+    pub async fn open_in_memory() -> Result<Database> {
+        DatabaseBuilder::default().open().await
+    }
+
+    /// A database keeping its state in `dir`.
+    pub async fn open(dir: impl AsRef<Path>) -> Result<Database> {
+        DatabaseBuilder::default().state_dir(dir).open().await
+    }
+
+    /// A builder for more options.
+    pub fn builder() -> DatabaseBuilder {
+        DatabaseBuilder::default()
+    }
+
+    fn running<'a>(&self, state: &'a mut State) -> Result<&'a Running> {
+        if state.closed {
+            return Err(Error::NotRunning);
+        }
+        if state.running.is_none() {
+            let opts = &state.options;
+            let (tx, rx) = mpsc::channel(opts.channel_capacity);
+            let callback = ConnectorPipelineCallback::new(
+                tx.clone(),
+                SharedOutputs {
+                    metrics: Arc::clone(&self.inner.metrics),
+                    subscriptions: Arc::clone(&self.inner.subscriptions),
+                },
+            );
+            let config = CoordinatorConfig {
+                max_batches_per_cycle: opts.max_batches_per_cycle,
+                idle_tick: (opts.idle_timeout / 4).clamp(Duration::from_millis(10), Duration::from_millis(250)),
+            };
+            let coordinator = CoordinatorHandle::spawn(callback, rx, config)?;
+            state.running = Some(Running {
+                coordinator,
+                source_tx: tx,
+            });
+        }
+        state.running.as_ref().ok_or(Error::NotRunning)
+    }
+
+    /// Execute one or more `;`-separated statements. Returns the rows of
+    /// statements that produce rows (SHOW, DESCRIBE, EXPLAIN, SELECT).
+    pub async fn execute(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        for stmt in sluice_sql::parse_sql(sql)? {
+            out.extend(self.execute_statement(stmt).await?);
+        }
+        Ok(out)
+    }
+
+    async fn execute_statement(&self, stmt: Statement) -> Result<Vec<RecordBatch>> {
+        let mut state = self.inner.state.lock().await;
+        match stmt {
+            Statement::Set { name, value } => {
+                if state.running.is_some() && OPEN_TIME_OPTIONS.contains(&name.as_str()) {
+                    return Err(Error::Option(format!(
+                        "option '{name}' sizes the pipeline and must be set before the first CREATE"
+                    )));
+                }
+                state.options.set(&name, &value)?;
+                Ok(vec![])
+            }
+            Statement::CreateSource(src) => {
+                state.catalog.check_free(&src.name)?;
+                if let Some(late) = &src.late_data_to {
+                    state.catalog.check_free(late)?;
+                }
+                let def = SourceDef::from_statement(src, &state.options, self.inner.base_dir.as_deref())?;
+                if let SourceConnector::File(cfg) = &def.connector {
+                    // Fail at CREATE time for a path that matches nothing or a bad header.
+                    sluice_connectors::FileSourceReader::open(cfg.clone())
+                        .map_err(|e| Error::Catalog(format!("source '{}': {e}", def.name)))?;
+                }
+                if let Some(late) = &def.late_data_to {
+                    state.catalog.streams.push(StreamDef {
+                        name: late.clone(),
+                        schema: Arc::clone(&def.schema),
+                        changelog: false,
+                        materialized: false,
+                        kind: StreamKind::LateData {
+                            source: def.name.clone(),
+                        },
+                    });
+                }
+                state.catalog.sources.push(def.clone());
+                let r = self.running(&mut state)?;
+                r.coordinator.control(ControlMsg::AddSource(Box::new(def))).await?;
+                Ok(vec![])
+            }
+            Statement::CreateStream(cs) => {
+                state.catalog.check_free(&cs.name)?;
+                let plan = StreamPlanner::plan_stream(&state.catalog, &cs).await?;
+                let operator = Operator::compile(&plan.root)?;
+                let view = if plan.materialized {
+                    let v = MaterializedView::new(plan.data_schema(), plan.changelog)?;
+                    state.views.insert(plan.name.clone(), Arc::clone(&v));
+                    Some(v)
+                } else {
+                    None
+                };
+                state.catalog.streams.push(StreamDef {
+                    name: plan.name.clone(),
+                    schema: Arc::clone(&plan.schema),
+                    changelog: plan.changelog,
+                    materialized: plan.materialized,
+                    kind: StreamKind::Query(plan.clone()),
+                });
+                let r = self.running(&mut state)?;
+                r.coordinator
+                    .control(ControlMsg::AddStream {
+                        name: plan.name,
+                        operator: Box::new(operator),
+                        view,
+                    })
+                    .await?;
+                Ok(vec![])
+            }
+            Statement::CreateSink(cs) => {
+                let def = self.sink_def(&state.catalog, cs).await?;
+                let runtime = SinkRuntime::open(&def)?;
+                state.catalog.sinks.push(def);
+                let r = self.running(&mut state)?;
+                r.coordinator.control(ControlMsg::AddSink(Box::new(runtime))).await?;
+                Ok(vec![])
+            }
+            Statement::Drop {
+                kind,
+                name,
+                if_exists,
+            } => {
+                match state.catalog.kind_of(&name) {
+                    None if if_exists => return Ok(vec![]),
+                    None => return Err(Error::Catalog(format!("no {kind} named '{name}'"))),
+                    Some(k) if k != kind => {
+                        return Err(Error::Catalog(format!(
+                            "'{name}' is a {k}, not a {kind}; use DROP {}",
+                            k.to_string().to_uppercase()
+                        )))
+                    }
+                    Some(_) => {}
+                }
+                let mut names = vec![name.clone()];
+                if kind == ObjectKind::Source {
+                    if let Some(late) = state
+                        .catalog
+                        .sources
+                        .iter()
+                        .find(|s| s.name == name)
+                        .and_then(|s| s.late_data_to.clone())
+                    {
+                        names.push(late);
+                    }
+                }
+                for n in &names {
+                    let deps: Vec<String> = state
+                        .catalog
+                        .dependents(n)
+                        .into_iter()
+                        .filter(|d| !names.contains(d))
+                        .collect();
+                    if !deps.is_empty() {
+                        return Err(Error::Catalog(format!(
+                            "cannot drop '{n}': {} read(s) it; drop those first",
+                            deps.join(", ")
+                        )));
+                    }
+                }
+                for n in &names {
+                    state.catalog.sources.retain(|s| &s.name != n);
+                    state.catalog.streams.retain(|s| &s.name != n);
+                    state.catalog.sinks.retain(|s| &s.name != n);
+                    state.views.remove(n);
+                }
+                if let Some(r) = &state.running {
+                    for n in names {
+                        r.coordinator.control(ControlMsg::Drop(n)).await?;
+                    }
+                }
+                Ok(vec![])
+            }
+            Statement::Show(kind) => Ok(vec![state.catalog.show(kind)?]),
+            Statement::Describe(name) => Ok(vec![state.catalog.describe(&name)?]),
+            Statement::Explain(inner) => {
+                let text = match *inner {
+                    Statement::CreateStream(cs) => {
+                        let plan = StreamPlanner::plan_stream(&state.catalog, &cs).await?;
+                        let kind = if plan.changelog { "changelog" } else { "append-only" };
+                        format!("{} ({kind})\n{}", plan.name, plan.root)
+                    }
+                    Statement::CreateSink(cs) => {
+                        let def = self.sink_def(&state.catalog, cs).await?;
+                        match def.filter {
+                            Some(f) => format!("sink {} from {}\n{f}", def.name, def.from),
+                            None => format!("sink {} from {}", def.name, def.from),
+                        }
+                    }
+                    other => {
+                        return Err(Error::Sql(sluice_sql::SqlError::Unsupported(format!(
+                            "EXPLAIN of {} (EXPLAIN supports CREATE STREAM, CREATE MATERIALIZED VIEW and CREATE SINK)",
+                            statement_name(&other)
+                        ))))
+                    }
+                };
+                let lines = text.lines().map(str::to_string).collect();
+                Ok(vec![text_batch("plan", lines)?])
+            }
+            Statement::Query(q) => {
+                let views: Vec<(String, Arc<MaterializedView>)> = state
+                    .views
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Arc::clone(v)))
+                    .collect();
+                run_query(&state.catalog, &views, &q).await
+            }
+        }
+    }
+
+    async fn sink_def(&self, catalog: &Catalog, cs: CreateSink) -> Result<SinkDef> {
+        catalog.check_free(&cs.name)?;
+        let context = format!("sink '{}'", cs.name);
+        let (schema, _) = match catalog.kind_of(&cs.from) {
+            Some(ObjectKind::Sink) => {
+                return Err(Error::Catalog(format!("{context}: '{}' is a sink, not a stream", cs.from)))
+            }
+            None => return Err(Error::Catalog(format!("{context}: no stream or source named '{}'", cs.from))),
+            Some(_) => sluice_sql::PlanCatalog::relation(catalog, &cs.from)
+                .ok_or_else(|| Error::Catalog(format!("{context}: '{}' vanished", cs.from)))?,
+        };
+        let filter = match &cs.filter {
+            Some(f) => Some(StreamPlanner::plan_filter(catalog, &cs.from, f).await?),
+            None => None,
+        };
+        let mut with = cs.options;
+        let connector = match with.take("connector").as_deref() {
+            Some("file") => {
+                let path = with.require("path", &context)?;
+                let format = take_format(&mut with, &path, &context)?;
+                with.finish(&context, &["connector", "path", "format"])?;
+                SinkConnector::File {
+                    path: sink_path(self.inner.base_dir.as_deref(), &path),
+                    format,
+                }
+            }
+            Some(other) => {
+                return Err(Error::Option(format!("{context}: unknown connector '{other}' (known: file)")))
+            }
+            None => return Err(Error::Option(format!("{context} requires option 'connector' (e.g. connector = 'file')"))),
+        };
+        Ok(SinkDef {
+            name: cs.name,
+            from: cs.from,
+            schema,
+            filter,
+            connector,
+        })
+    }
+
+    /// The push handle of a source declared without a connector.
+    pub async fn source(&self, name: &str) -> Result<PushSource> {
+        let mut state = self.inner.state.lock().await;
+        let def = state
+            .catalog
+            .sources
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| Error::Catalog(format!("no source named '{name}'")))?;
+        if !matches!(def.connector, SourceConnector::Push) {
+            return Err(Error::Catalog(format!(
+                "source '{name}' reads from a connector; only sources declared without WITH (connector = ...) accept pushed batches"
+            )));
+        }
+        let schema = Arc::clone(&def.schema);
+        let r = self.running(&mut state)?;
+        Ok(PushSource::new(Arc::from(name), schema, r.source_tx.clone()))
+    }
+
+    /// Subscribe to a stream, materialized view or source: every later output batch is delivered.
+    pub async fn subscribe(&self, name: &str) -> Result<Subscription> {
+        let state = self.inner.state.lock().await;
+        let (schema, changelog) = if let Some(s) = state.catalog.streams.iter().find(|s| s.name == name) {
+            (s.data_schema(), s.changelog)
+        } else if let Some(s) = state.catalog.sources.iter().find(|s| s.name == name) {
+            (Arc::clone(&s.schema), false)
+        } else {
+            return Err(Error::Catalog(format!("no stream, view or source named '{name}'")));
+        };
+        Ok(self.inner.subscriptions.subscribe(
+            name,
+            schema,
+            changelog,
+            state.options.subscription_buffer,
+        ))
+    }
+
+    /// Start reading file sources (push sources are live from creation).
+    pub async fn start(&self) -> Result<()> {
+        let mut state = self.inner.state.lock().await;
+        if state.started {
+            return Ok(());
+        }
+        state.started = true;
+        let r = self.running(&mut state)?;
+        r.coordinator.control(ControlMsg::Start).await
+    }
+
+    /// Start, then wait until every source has finished (file sources at the
+    /// end of their files, push sources after `finish()`) and the last
+    /// windows closed. Returns the metrics at that point.
+    pub async fn run_to_completion(&self) -> Result<MetricsSnapshot> {
+        self.start().await?;
+        let status = {
+            let state = self.inner.state.lock().await;
+            if state.catalog.sources.is_empty() {
+                return Err(Error::Catalog("the pipeline has no sources to run".into()));
+            }
+            state.running.as_ref().map(|r| r.coordinator.status_receiver())
+        };
+        if let Some(rx) = status {
+            sluice_engine::coordinator::wait_finished(rx).await?;
+        }
+        Ok(self.metrics())
+    }
+
+    /// Pipeline metrics so far.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.metrics.snapshot()
+    }
+
+    /// The coordinator's status (None before the pipeline exists).
+    pub async fn status(&self) -> Option<PipelineStatus> {
+        let state = self.inner.state.lock().await;
+        state.running.as_ref().map(|r| r.coordinator.status())
+    }
+
+    /// Names of every declared source (for tools that must check connectors).
+    pub async fn push_sources(&self) -> Vec<String> {
+        let state = self.inner.state.lock().await;
+        state
+            .catalog
+            .sources
+            .iter()
+            .filter(|s| matches!(s.connector, SourceConnector::Push))
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
+    /// Close sinks (making their files visible), end subscriptions and stop.
+    /// If the pipeline halted, sink output is discarded and the halt is returned.
+    pub async fn shutdown(&self) -> Result<MetricsSnapshot> {
+        let mut state = self.inner.state.lock().await;
+        state.closed = true;
+        if let Some(mut r) = state.running.take() {
+            drop(r.source_tx);
+            r.coordinator.shutdown().await?;
+        }
+        Ok(self.inner.metrics.snapshot())
+    }
+}
+
+fn statement_name(s: &Statement) -> &'static str {
+    match s {
+        Statement::CreateSource(_) => "CREATE SOURCE",
+        Statement::CreateStream(_) => "CREATE STREAM",
+        Statement::CreateSink(_) => "CREATE SINK",
+        Statement::Drop { .. } => "DROP",
+        Statement::Show(_) => "SHOW",
+        Statement::Describe(_) => "DESCRIBE",
+        Statement::Explain(_) => "EXPLAIN",
+        Statement::Set { .. } => "SET",
+        Statement::Query(_) => "SELECT",
+    }
+}
