@@ -109,7 +109,7 @@ impl SourceDef {
 #[derive(Debug, Clone)]
 pub enum StreamKind {
     /// By a continuous query.
-    Query(StreamPlan),
+    Query(Box<StreamPlan>),
     /// Late rows of a source (`LATE DATA TO`).
     LateData {
         /// The source.

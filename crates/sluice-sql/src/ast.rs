@@ -120,7 +120,7 @@ pub struct CreateSink {
     /// The stream or view it reads.
     pub from: String,
     /// Optional row filter.
-    pub filter: Option<sp::Expr>,
+    pub filter: Option<Box<sp::Expr>>,
     /// Connector options.
     pub options: WithOptions,
 }

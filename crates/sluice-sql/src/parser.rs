@@ -447,7 +447,7 @@ fn parse_create_sink(p: &mut Parser<'_>) -> Result<Statement> {
     }
     let from = ident(p)?;
     let filter = if p.parse_keyword(Keyword::WHERE) {
-        Some(p.parse_expr()?)
+        Some(Box::new(p.parse_expr()?))
     } else {
         None
     };

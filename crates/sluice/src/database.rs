@@ -247,7 +247,7 @@ impl Database {
                     schema: Arc::clone(&plan.schema),
                     changelog: plan.changelog,
                     materialized: plan.materialized,
-                    kind: StreamKind::Query(plan.clone()),
+                    kind: StreamKind::Query(Box::new(plan.clone())),
                 });
                 let r = self.running(&mut state)?;
                 r.coordinator

@@ -269,6 +269,10 @@ pub fn select_inputs(inputs: &AggregateInputs, rows: Option<&[u32]>) -> Result<A
         .collect()
 }
 
+/// A changelog slice: key columns, aggregate columns, and per row whether
+/// it is an insert (true) or a retraction (false).
+pub type Changes = (Vec<ArrayRef>, Vec<ArrayRef>, Vec<bool>);
+
 /// Keys plus grouped accumulators for one aggregation scope.
 pub struct GroupedAggregates {
     groups: GroupTable,
@@ -368,7 +372,7 @@ impl GroupedAggregates {
         &mut self,
         codec: &KeyCodec,
         funcs: &AggregateFunctions,
-    ) -> Result<Option<(Vec<ArrayRef>, Vec<ArrayRef>, Vec<bool>)>> {
+    ) -> Result<Option<Changes>> {
         if !self.any_touched {
             return Ok(None);
         }

@@ -1,0 +1,154 @@
+//! Operator-level tests: plans compiled from SQL, driven batch by batch.
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use arrow::record_batch::RecordBatch;
+use arrow::util::pretty::pretty_format_batches;
+use rustc_hash::FxHashMap;
+use sluice_engine::catalog::{Catalog, SourceDef};
+use sluice_engine::operators::{CycleInputs, Operator};
+use sluice_engine::options::PipelineOptions;
+use sluice_sql::{parse_sql, Statement, StreamPlanner};
+
+fn schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]))
+}
+
+fn batch(rows: &[(i64, i64, i64)]) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.2))),
+        ],
+    )
+    .unwrap()
+}
+
+async fn compile(query: &str) -> Operator {
+    let mut catalog = Catalog::default();
+    let src = parse_sql(
+        "CREATE SOURCE s (k BIGINT, v BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
+    )
+    .unwrap();
+    let Statement::CreateSource(src) = src.into_iter().next().unwrap() else { unreachable!() };
+    catalog
+        .sources
+        .push(SourceDef::from_statement(src, &PipelineOptions::default(), None).unwrap());
+    let Statement::CreateStream(cs) = parse_sql(query).unwrap().into_iter().next().unwrap() else {
+        unreachable!()
+    };
+    let plan = StreamPlanner::plan_stream(&catalog, &cs).await.unwrap();
+    Operator::compile(&plan.root).unwrap()
+}
+
+fn run(op: &mut Operator, rows: &[(i64, i64, i64)], watermark: i64) -> String {
+    let mut inputs: CycleInputs = FxHashMap::default();
+    if !rows.is_empty() {
+        inputs.insert(Arc::from("s"), vec![batch(rows)]);
+    }
+    let out = op.run(&inputs, watermark).unwrap();
+    pretty_format_batches(&out).unwrap().to_string()
+}
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().filter(|l| l.starts_with('|')).skip(1).collect()
+}
+
+#[tokio::test]
+async fn sessions_merge_across_batches() {
+    let mut op = compile(
+        "CREATE STREAM x AS SELECT k, session(ts, INTERVAL '10' MILLISECOND) AS s, COUNT(*) AS n, SUM(v) AS total \
+         FROM s GROUP BY k, session(ts, INTERVAL '10' MILLISECOND)",
+    )
+    .await;
+    // Two separate sessions for key 1: [0, 15) and [30, 40).
+    assert_eq!(lines(&run(&mut op, &[(1, 1, 0), (1, 2, 5), (1, 4, 30)], 0)).len(), 0);
+    // Rows at 14 and 22 bridge them: [0, 15) + [14, 24) + [22, 32) + [30, 40).
+    assert_eq!(lines(&run(&mut op, &[(1, 8, 14), (1, 16, 22)], 5)).len(), 0);
+    // The watermark passes everything: one merged session [0, 40) with all five rows.
+    let out = run(&mut op, &[], 100);
+    assert_eq!(
+        lines(&out),
+        vec!["| 1 | 1970-01-01T00:00:00 | 5 | 31    |"],
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn separate_sessions_close_independently() {
+    let mut op = compile(
+        "CREATE STREAM x AS SELECT k, session(ts, INTERVAL '10' MILLISECOND) AS s, COUNT(*) AS n \
+         FROM s GROUP BY k, session(ts, INTERVAL '10' MILLISECOND)",
+    )
+    .await;
+    run(&mut op, &[(1, 0, 0), (2, 0, 3), (1, 0, 50)], 0);
+    // Sessions are end-exclusive: [0, 10) closes at watermark 10, [3, 13) at 13.
+    let out = run(&mut op, &[], 12);
+    assert_eq!(lines(&out), vec!["| 1 | 1970-01-01T00:00:00 | 1 |"], "{out}");
+    let out = run(&mut op, &[], 13);
+    assert_eq!(lines(&out), vec!["| 2 | 1970-01-01T00:00:00.003 | 1 |"], "{out}");
+    let out = run(&mut op, &[], 60);
+    assert_eq!(lines(&out), vec!["| 1 | 1970-01-01T00:00:00.050 | 1 |"], "{out}");
+}
+
+#[tokio::test]
+async fn session_changes_retract_merged_sessions() {
+    let mut op = compile(
+        "CREATE STREAM x AS SELECT k, session(ts, INTERVAL '10' MILLISECOND) AS s, COUNT(*) AS n \
+         FROM s GROUP BY k, session(ts, INTERVAL '10' MILLISECOND) EMIT CHANGES",
+    )
+    .await;
+    let out = run(&mut op, &[(1, 0, 0), (1, 0, 18)], 0);
+    assert_eq!(lines(&out).len(), 2, "{out}");
+    // A row at 9 opens [9, 19), which overlaps both [0, 10) and [18, 28).
+    let out = run(&mut op, &[(1, 0, 9)], 0);
+    let got = lines(&out);
+    assert_eq!(got.len(), 3, "{out}");
+    assert!(got.iter().filter(|l| l.contains("retract")).count() == 2, "{out}");
+    assert!(got.iter().any(|l| l.contains("| 3 ") && l.contains("insert")), "{out}");
+}
+
+#[tokio::test]
+async fn hop_emits_every_overlapping_window_once() {
+    let mut op = compile(
+        "CREATE STREAM x AS SELECT hop(ts, INTERVAL '5' MILLISECOND, INTERVAL '10' MILLISECOND) AS w, COUNT(*) AS n \
+         FROM s GROUP BY hop(ts, INTERVAL '5' MILLISECOND, INTERVAL '10' MILLISECOND)",
+    )
+    .await;
+    run(&mut op, &[(1, 0, 7)], 0);
+    let out = run(&mut op, &[], 10);
+    assert_eq!(lines(&out), vec!["| 1970-01-01T00:00:00 | 1 |"], "{out}");
+    let out = run(&mut op, &[], 15);
+    assert_eq!(lines(&out), vec!["| 1970-01-01T00:00:00.005 | 1 |"], "{out}");
+    // A row for a closed window is dropped and counted.
+    run(&mut op, &[(1, 0, 3)], 15);
+    assert_eq!(op.dropped_late(), 2);
+}
+
+#[tokio::test]
+async fn tumble_with_offset_and_window_end() {
+    let mut op = compile(
+        "CREATE STREAM x AS SELECT tumble(ts, INTERVAL '10' MILLISECOND, INTERVAL '3' MILLISECOND) AS ws, \
+         tumble_end(ts, INTERVAL '10' MILLISECOND, INTERVAL '3' MILLISECOND) AS we, SUM(v) AS total FROM s \
+         GROUP BY tumble(ts, INTERVAL '10' MILLISECOND, INTERVAL '3' MILLISECOND), tumble_end(ts, INTERVAL '10' MILLISECOND, INTERVAL '3' MILLISECOND)",
+    )
+    .await;
+    run(&mut op, &[(1, 1, 2), (1, 10, 3), (1, 100, 12)], 0);
+    let out = run(&mut op, &[], 13);
+    assert_eq!(
+        lines(&out),
+        vec![
+            "| 1969-12-31T23:59:59.993 | 1970-01-01T00:00:00.003 | 1     |",
+            "| 1970-01-01T00:00:00.003 | 1970-01-01T00:00:00.013 | 110   |",
+        ],
+        "{out}"
+    );
+}
