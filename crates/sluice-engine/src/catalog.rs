@@ -8,12 +8,12 @@ use arrow::array::{ArrayRef, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use sluice_connectors::{FileFormat, FileSourceConfig};
-use sluice_sql::{
-    CreateSource, ObjectKind, PlanCatalog, StreamNode, StreamPlan, WatermarkSpec, CHANGE_COLUMN,
-};
+use sluice_sql::{CreateSource, ObjectKind, PlanCatalog, StreamNode, StreamPlan, WatermarkSpec};
 
 use crate::error::{EngineError, Result};
-use crate::options::{parse_count, parse_duration, resolve_path, take_format, take_on_error, PipelineOptions};
+use crate::options::{
+    parse_count, parse_duration, resolve_path, take_format, take_on_error, PipelineOptions,
+};
 
 /// How a source gets its rows.
 #[derive(Debug, Clone)]
@@ -72,7 +72,14 @@ impl SourceDef {
                 };
                 with.finish(
                     &context,
-                    &["connector", "path", "format", "on_error", "batch_size", "idle_timeout"],
+                    &[
+                        "connector",
+                        "path",
+                        "format",
+                        "on_error",
+                        "batch_size",
+                        "idle_timeout",
+                    ],
                 )?;
                 SourceConnector::File(FileSourceConfig {
                     path,
@@ -135,14 +142,7 @@ pub struct StreamDef {
 impl StreamDef {
     /// The user columns (no change column).
     pub fn data_schema(&self) -> SchemaRef {
-        let fields: Vec<_> = self
-            .schema
-            .fields()
-            .iter()
-            .filter(|f| f.name() != CHANGE_COLUMN)
-            .cloned()
-            .collect();
-        Arc::new(Schema::new(fields))
+        sluice_sql::plan::without_change_column(&self.schema)
     }
 
     /// Names this stream reads.
@@ -233,7 +233,9 @@ impl Catalog {
     /// Refuse a name that is taken.
     pub fn check_free(&self, name: &str) -> Result<()> {
         match self.kind_of(name) {
-            Some(kind) => Err(EngineError::Catalog(format!("a {kind} named '{name}' already exists"))),
+            Some(kind) => Err(EngineError::Catalog(format!(
+                "a {kind} named '{name}' already exists"
+            ))),
             None => Ok(()),
         }
     }
@@ -247,7 +249,12 @@ impl Catalog {
             .filter(|s| s.inputs().iter().any(|i| i == name))
             .map(|s| s.name.clone())
             .collect();
-        out.extend(self.sinks.iter().filter(|s| s.from == name).map(|s| s.name.clone()));
+        out.extend(
+            self.sinks
+                .iter()
+                .filter(|s| s.from == name)
+                .map(|s| s.name.clone()),
+        );
         out
     }
 
@@ -260,7 +267,9 @@ impl Catalog {
                 .map(|s| {
                     let c = match &s.connector {
                         SourceConnector::Push => "push".to_string(),
-                        SourceConnector::File(f) => format!("file {} ({})", f.path, f.format.name()),
+                        SourceConnector::File(f) => {
+                            format!("file {} ({})", f.path, f.format.name())
+                        }
                     };
                     (s.name.clone(), c)
                 })
@@ -283,7 +292,10 @@ impl Catalog {
                 .iter()
                 .map(|s| {
                     let SinkConnector::File { path, format } = &s.connector;
-                    (s.name.clone(), format!("from {} to {} ({})", s.from, path.display(), format.name()))
+                    (
+                        s.name.clone(),
+                        format!("from {} to {} ({})", s.from, path.display(), format.name()),
+                    )
                 })
                 .unzip(),
         };
@@ -299,7 +311,9 @@ impl Catalog {
         } else if let Some(s) = self.sinks.iter().find(|s| s.name == name) {
             Arc::clone(&s.schema)
         } else {
-            return Err(EngineError::Catalog(format!("nothing named '{name}' to describe")));
+            return Err(EngineError::Catalog(format!(
+                "nothing named '{name}' to describe"
+            )));
         };
         let (names, types) = schema
             .fields()

@@ -95,7 +95,8 @@ impl PipelineMetrics {
     /// Record the phases of one cycle.
     pub fn record_phases(&self, execute_ns: u64, output_store_ns: u64, sink_ns: u64) {
         self.execute_ns.fetch_add(execute_ns, Ordering::Relaxed);
-        self.output_store_ns.fetch_add(output_store_ns, Ordering::Relaxed);
+        self.output_store_ns
+            .fetch_add(output_store_ns, Ordering::Relaxed);
         self.sink_enqueue_ns.fetch_add(sink_ns, Ordering::Relaxed);
     }
 

@@ -67,7 +67,9 @@ impl PipelineOptions {
 /// Parse a duration such as `5s`, `250ms`, `1m`.
 pub fn parse_duration(name: &str, value: &str) -> Result<Duration> {
     humantime::parse_duration(value.trim()).map_err(|e| {
-        EngineError::Option(format!("option '{name}': '{value}' is not a duration ({e}); use e.g. 5s or 250ms"))
+        EngineError::Option(format!(
+            "option '{name}': '{value}' is not a duration ({e}); use e.g. 5s or 250ms"
+        ))
     })
 }
 

@@ -82,7 +82,10 @@ impl SourceWatermark {
     /// Mark the source idle if it has been quiet past its timeout.
     /// Returns whether it just became idle.
     pub fn check_idle(&mut self, now: Instant) -> bool {
-        if !self.idle && !self.finished && now.duration_since(self.last_activity) >= self.idle_timeout {
+        if !self.idle
+            && !self.finished
+            && now.duration_since(self.last_activity) >= self.idle_timeout
+        {
             self.idle = true;
             return true;
         }
@@ -94,10 +97,7 @@ impl SourceWatermark {
 ///
 /// `previous` is the last pipeline watermark (it never regresses); `all_finished`
 /// is true when every source has finished, which ends event time.
-pub fn combine<'a>(
-    sources: impl Iterator<Item = &'a SourceWatermark>,
-    previous: i64,
-) -> i64 {
+pub fn combine<'a>(sources: impl Iterator<Item = &'a SourceWatermark>, previous: i64) -> i64 {
     let mut min_active: Option<i64> = None;
     let mut any = false;
     let mut all_finished = true;
@@ -133,10 +133,18 @@ mod tests {
         assert_eq!(a.watermark(), 96);
         a.observe(Some(50), i64::MIN, now);
         assert_eq!(a.watermark(), 96, "watermarks never regress");
-        assert_eq!(combine([&a, &b].into_iter(), i64::MIN), i64::MIN, "b has no data yet");
+        assert_eq!(
+            combine([&a, &b].into_iter(), i64::MIN),
+            i64::MIN,
+            "b has no data yet"
+        );
         b.observe(Some(90), i64::MIN, now);
         assert_eq!(combine([&a, &b].into_iter(), i64::MIN), 90);
-        assert_eq!(combine([&a, &b].into_iter(), 95), 95, "pipeline never regresses");
+        assert_eq!(
+            combine([&a, &b].into_iter(), 95),
+            95,
+            "pipeline never regresses"
+        );
     }
 
     #[test]
@@ -154,7 +162,11 @@ mod tests {
         assert_eq!(combine([&a, &b].into_iter(), 10), 2000);
         b.observe(Some(20), i64::MIN, later);
         assert!(b.is_active());
-        assert_eq!(combine([&a, &b].into_iter(), 2000), 2000, "rejoining source cannot pull it back");
+        assert_eq!(
+            combine([&a, &b].into_iter(), 2000),
+            2000,
+            "rejoining source cannot pull it back"
+        );
     }
 
     #[test]
@@ -163,7 +175,11 @@ mod tests {
         let mut a = src(0, now);
         let mut b = SourceWatermark::new(None, Duration::from_secs(5), now);
         a.observe(Some(5), i64::MIN, now);
-        assert_eq!(combine([&a, &b].into_iter(), i64::MIN), 5, "b has no event time");
+        assert_eq!(
+            combine([&a, &b].into_iter(), i64::MIN),
+            5,
+            "b has no event time"
+        );
         a.finish();
         assert_eq!(combine([&a, &b].into_iter(), 5), 5, "b still running");
         b.finish();

@@ -26,7 +26,9 @@ fn batch(rows: &[(i64, i64, i64)]) -> RecordBatch {
         vec![
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
-            Arc::new(TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.2))),
+            Arc::new(TimestampMillisecondArray::from_iter_values(
+                rows.iter().map(|r| r.2),
+            )),
         ],
     )
     .unwrap()
@@ -34,11 +36,12 @@ fn batch(rows: &[(i64, i64, i64)]) -> RecordBatch {
 
 async fn compile(query: &str) -> Operator {
     let mut catalog = Catalog::default();
-    let src = parse_sql(
-        "CREATE SOURCE s (k BIGINT, v BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
-    )
-    .unwrap();
-    let Statement::CreateSource(src) = src.into_iter().next().unwrap() else { unreachable!() };
+    let src =
+        parse_sql("CREATE SOURCE s (k BIGINT, v BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
+            .unwrap();
+    let Statement::CreateSource(src) = src.into_iter().next().unwrap() else {
+        unreachable!()
+    };
     catalog
         .sources
         .push(SourceDef::from_statement(src, &PipelineOptions::default(), None).unwrap());
@@ -70,7 +73,10 @@ async fn sessions_merge_across_batches() {
     )
     .await;
     // Two separate sessions for key 1: [0, 15) and [30, 40).
-    assert_eq!(lines(&run(&mut op, &[(1, 1, 0), (1, 2, 5), (1, 4, 30)], 0)).len(), 0);
+    assert_eq!(
+        lines(&run(&mut op, &[(1, 1, 0), (1, 2, 5), (1, 4, 30)], 0)).len(),
+        0
+    );
     // Rows at 14 and 22 bridge them: [0, 15) + [14, 24) + [22, 32) + [30, 40).
     assert_eq!(lines(&run(&mut op, &[(1, 8, 14), (1, 16, 22)], 5)).len(), 0);
     // The watermark passes everything: one merged session [0, 40) with all five rows.
@@ -92,11 +98,23 @@ async fn separate_sessions_close_independently() {
     run(&mut op, &[(1, 0, 0), (2, 0, 3), (1, 0, 50)], 0);
     // Sessions are end-exclusive: [0, 10) closes at watermark 10, [3, 13) at 13.
     let out = run(&mut op, &[], 12);
-    assert_eq!(lines(&out), vec!["| 1 | 1970-01-01T00:00:00 | 1 |"], "{out}");
+    assert_eq!(
+        lines(&out),
+        vec!["| 1 | 1970-01-01T00:00:00 | 1 |"],
+        "{out}"
+    );
     let out = run(&mut op, &[], 13);
-    assert_eq!(lines(&out), vec!["| 2 | 1970-01-01T00:00:00.003 | 1 |"], "{out}");
+    assert_eq!(
+        lines(&out),
+        vec!["| 2 | 1970-01-01T00:00:00.003 | 1 |"],
+        "{out}"
+    );
     let out = run(&mut op, &[], 60);
-    assert_eq!(lines(&out), vec!["| 1 | 1970-01-01T00:00:00.050 | 1 |"], "{out}");
+    assert_eq!(
+        lines(&out),
+        vec!["| 1 | 1970-01-01T00:00:00.050 | 1 |"],
+        "{out}"
+    );
 }
 
 #[tokio::test]
@@ -112,8 +130,15 @@ async fn session_changes_retract_merged_sessions() {
     let out = run(&mut op, &[(1, 0, 9)], 0);
     let got = lines(&out);
     assert_eq!(got.len(), 3, "{out}");
-    assert!(got.iter().filter(|l| l.contains("retract")).count() == 2, "{out}");
-    assert!(got.iter().any(|l| l.contains("| 3 ") && l.contains("insert")), "{out}");
+    assert!(
+        got.iter().filter(|l| l.contains("retract")).count() == 2,
+        "{out}"
+    );
+    assert!(
+        got.iter()
+            .any(|l| l.contains("| 3 ") && l.contains("insert")),
+        "{out}"
+    );
 }
 
 #[tokio::test]
@@ -127,7 +152,11 @@ async fn hop_emits_every_overlapping_window_once() {
     let out = run(&mut op, &[], 10);
     assert_eq!(lines(&out), vec!["| 1970-01-01T00:00:00 | 1 |"], "{out}");
     let out = run(&mut op, &[], 15);
-    assert_eq!(lines(&out), vec!["| 1970-01-01T00:00:00.005 | 1 |"], "{out}");
+    assert_eq!(
+        lines(&out),
+        vec!["| 1970-01-01T00:00:00.005 | 1 |"],
+        "{out}"
+    );
     // A row for a closed window is dropped and counted.
     run(&mut op, &[(1, 0, 3)], 15);
     assert_eq!(op.dropped_late(), 2);

@@ -134,9 +134,7 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         let rest = strip_leading_word(tokens);
         return Ok(Statement::Explain(Box::new(parse_statement_tokens(rest)?)));
     }
-    if lead(0, "CREATE")
-        && (lead(1, "STREAM") || (lead(1, "MATERIALIZED") && lead(2, "VIEW")))
-    {
+    if lead(0, "CREATE") && (lead(1, "STREAM") || (lead(1, "MATERIALIZED") && lead(2, "VIEW"))) {
         let (tokens, emit) = split_emit_clause(tokens)?;
         let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens);
         return parse_create_stream(&mut p, emit);
@@ -168,10 +166,7 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         expect_end(&mut p, "the query")?;
         return Ok(Statement::Query(q));
     }
-    let first = words
-        .first()
-        .map(|t| t.to_string())
-        .unwrap_or_default();
+    let first = words.first().map(|t| t.to_string()).unwrap_or_default();
     Err(SqlError::Unsupported(format!(
         "statement starting with '{first}' (supported: CREATE SOURCE | STREAM | MATERIALIZED VIEW | SINK, DROP, SHOW, DESCRIBE, EXPLAIN, SET, SELECT)"
     )))
@@ -195,7 +190,9 @@ fn strip_leading_word(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
 ///
 /// It is split off at the token level because sqlparser would otherwise read
 /// `FROM t EMIT` as a table alias.
-fn split_emit_clause(mut tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpan>, Option<EmitMode>)> {
+fn split_emit_clause(
+    mut tokens: Vec<TokenWithSpan>,
+) -> Result<(Vec<TokenWithSpan>, Option<EmitMode>)> {
     let mut depth = 0i32;
     let mut emit_at = None;
     for (i, t) in tokens.iter().enumerate() {
@@ -215,7 +212,10 @@ fn split_emit_clause(mut tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpa
         .map(|t| t.token)
         .filter(|t| !matches!(t, Token::Whitespace(_) | Token::EOF))
         .collect();
-    let words: Vec<String> = tail.iter().map(|t| t.to_string().to_ascii_uppercase()).collect();
+    let words: Vec<String> = tail
+        .iter()
+        .map(|t| t.to_string().to_ascii_uppercase())
+        .collect();
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     let emit = match words.as_slice() {
         ["EMIT", "ON", "WINDOW", "CLOSE"] => EmitMode::OnWindowClose,
@@ -241,7 +241,9 @@ fn parse_create_stream(p: &mut Parser<'_>, emit: Option<EmitMode>) -> Result<Sta
     };
     let name = ident(p)?;
     if !p.parse_keyword(Keyword::AS) {
-        return Err(SqlError::Syntax(format!("expected AS after CREATE ... {name}")));
+        return Err(SqlError::Syntax(format!(
+            "expected AS after CREATE ... {name}"
+        )));
     }
     let query = p.parse_query()?;
     expect_end(p, "the query")?;
@@ -291,12 +293,15 @@ fn parse_create_source(p: &mut Parser<'_>) -> Result<Statement> {
         break;
     }
     if let Some(wm) = &watermark {
-        let field = fields.iter().find(|f| f.name() == &wm.column).ok_or_else(|| {
-            SqlError::Catalog(format!(
-                "WATERMARK FOR '{}': source '{name}' has no such column",
-                wm.column
-            ))
-        })?;
+        let field = fields
+            .iter()
+            .find(|f| f.name() == &wm.column)
+            .ok_or_else(|| {
+                SqlError::Catalog(format!(
+                    "WATERMARK FOR '{}': source '{name}' has no such column",
+                    wm.column
+                ))
+            })?;
         if !matches!(
             field.data_type(),
             arrow::datatypes::DataType::Timestamp(_, _) | arrow::datatypes::DataType::Int64
@@ -417,17 +422,7 @@ fn parse_with_options(p: &mut Parser<'_>) -> Result<WithOptions> {
     loop {
         let key = ident(p)?;
         p.expect_token(&Token::Eq)?;
-        let t = p.next_token();
-        let value = match t.token {
-            Token::SingleQuotedString(s) => s,
-            Token::Number(n, _) => n,
-            Token::Word(w) => w.value,
-            other => {
-                return Err(SqlError::Syntax(format!(
-                    "option '{key}': expected a value, found {other}"
-                )))
-            }
-        };
+        let value = parse_value(p, &format!("option '{key}'"))?;
         pairs.push((key, value));
         if p.consume_token(&Token::Comma) {
             continue;
@@ -438,12 +433,26 @@ fn parse_with_options(p: &mut Parser<'_>) -> Result<WithOptions> {
     WithOptions::new(pairs)
 }
 
+/// An option value: a quoted string, a number or a bare word.
+fn parse_value(p: &mut Parser<'_>, context: &str) -> Result<String> {
+    match p.next_token().token {
+        Token::SingleQuotedString(s) => Ok(s),
+        Token::Number(n, _) => Ok(n),
+        Token::Word(w) => Ok(w.value),
+        other => Err(SqlError::Syntax(format!(
+            "{context}: expected a value, found {other}"
+        ))),
+    }
+}
+
 fn parse_create_sink(p: &mut Parser<'_>) -> Result<Statement> {
     expect_word(p, "CREATE")?;
     expect_word(p, "SINK")?;
     let name = ident(p)?;
     if !p.parse_keyword(Keyword::FROM) {
-        return Err(SqlError::Syntax(format!("expected FROM after CREATE SINK {name}")));
+        return Err(SqlError::Syntax(format!(
+            "expected FROM after CREATE SINK {name}"
+        )));
     }
     let from = ident(p)?;
     let filter = if p.parse_keyword(Keyword::WHERE) {
@@ -462,7 +471,13 @@ fn parse_create_sink(p: &mut Parser<'_>) -> Result<Statement> {
 }
 
 fn parse_kind(p: &mut Parser<'_>, plural: bool) -> Result<ObjectKind> {
-    let s = |w: &str| if plural { format!("{w}S") } else { w.to_string() };
+    let s = |w: &str| {
+        if plural {
+            format!("{w}S")
+        } else {
+            w.to_string()
+        }
+    };
     if parse_word(p, &s("SOURCE")) {
         Ok(ObjectKind::Source)
     } else if parse_word(p, &s("STREAM")) {
@@ -508,17 +523,7 @@ fn parse_set(p: &mut Parser<'_>) -> Result<Statement> {
     if !p.consume_token(&Token::Eq) && !p.parse_keyword(Keyword::TO) {
         return Err(SqlError::Syntax(format!("expected = after SET {name}")));
     }
-    let t = p.next_token();
-    let value = match t.token {
-        Token::SingleQuotedString(s) => s,
-        Token::Number(n, _) => n,
-        Token::Word(w) => w.value,
-        other => {
-            return Err(SqlError::Syntax(format!(
-                "SET {name}: expected a value, found {other}"
-            )))
-        }
-    };
+    let value = parse_value(p, &format!("SET {name}"))?;
     expect_end(p, "SET")?;
     Ok(Statement::Set { name, value })
 }
@@ -535,12 +540,17 @@ mod tests {
              WITH (connector = 'file', path = 'x.csv', format = 'csv');",
         )
         .unwrap();
-        let Statement::CreateSource(src) = &s[0] else { panic!("not a source") };
+        let Statement::CreateSource(src) = &s[0] else {
+            panic!("not a source")
+        };
         assert_eq!(src.name, "bids");
         assert_eq!(src.schema.fields().len(), 3);
         assert_eq!(
             src.watermark,
-            Some(WatermarkSpec { column: "ts".into(), delay_ms: 4000 })
+            Some(WatermarkSpec {
+                column: "ts".into(),
+                delay_ms: 4000
+            })
         );
         assert_eq!(src.late_data_to.as_deref(), Some("late_bids"));
         assert_eq!(src.options.entries().len(), 3);
@@ -554,10 +564,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.len(), 3);
-        let Statement::CreateStream(a) = &s[1] else { panic!() };
+        let Statement::CreateStream(a) = &s[1] else {
+            panic!()
+        };
         assert_eq!(a.emit, Some(EmitMode::Changes));
         assert!(!a.materialized);
-        let Statement::CreateStream(b) = &s[2] else { panic!() };
+        let Statement::CreateStream(b) = &s[2] else {
+            panic!()
+        };
         assert!(b.materialized);
         assert_eq!(b.emit, None);
     }
@@ -576,9 +590,12 @@ mod tests {
             "CREATE SOURCE s (ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1.5' MINUTE)",
         )
         .unwrap();
-        let Statement::CreateSource(src) = &s[0] else { panic!() };
+        let Statement::CreateSource(src) = &s[0] else {
+            panic!()
+        };
         assert_eq!(src.watermark.as_ref().unwrap().delay_ms, 90_000);
-        let e = parse_sql("CREATE SOURCE s (ts TIMESTAMP, WATERMARK FOR ts AS ts * 2)").unwrap_err();
+        let e =
+            parse_sql("CREATE SOURCE s (ts TIMESTAMP, WATERMARK FOR ts AS ts * 2)").unwrap_err();
         assert!(e.to_string().contains("watermark expression"), "{e}");
     }
 

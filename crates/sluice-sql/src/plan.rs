@@ -18,6 +18,20 @@ use crate::ast::EmitMode;
 /// (`'insert'` or `'retract'`).
 pub const CHANGE_COLUMN: &str = "__change";
 
+/// The user-visible columns of an output schema (the change column removed).
+pub fn without_change_column(schema: &SchemaRef) -> SchemaRef {
+    if schema.column_with_name(CHANGE_COLUMN).is_none() {
+        return Arc::clone(schema);
+    }
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .filter(|f| f.name() != CHANGE_COLUMN)
+        .cloned()
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
 /// A planned continuous query.
 #[derive(Debug, Clone)]
 pub struct StreamPlan {
@@ -46,18 +60,7 @@ impl StreamPlan {
 
     /// The user-visible columns (without the change column).
     pub fn data_schema(&self) -> SchemaRef {
-        if self.changelog {
-            let fields: Vec<_> = self
-                .schema
-                .fields()
-                .iter()
-                .filter(|f| f.name() != CHANGE_COLUMN)
-                .cloned()
-                .collect();
-            Arc::new(Schema::new(fields))
-        } else {
-            Arc::clone(&self.schema)
-        }
+        without_change_column(&self.schema)
     }
 }
 
@@ -213,11 +216,20 @@ impl StreamNode {
 
     fn fmt_indent(&self, f: &mut fmt::Formatter<'_>, depth: usize) -> fmt::Result {
         let pad = "  ".repeat(depth);
-        let list = |es: &[Expr]| es.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+        let list = |es: &[Expr]| {
+            es.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match self {
-            StreamNode::Scan { input, changelog, .. } => {
-                writeln!(f, "{pad}Scan: {input}{}", if *changelog { " (changelog)" } else { "" })?
-            }
+            StreamNode::Scan {
+                input, changelog, ..
+            } => writeln!(
+                f,
+                "{pad}Scan: {input}{}",
+                if *changelog { " (changelog)" } else { "" }
+            )?,
             StreamNode::Filter { input, predicate } => {
                 writeln!(f, "{pad}Filter: {predicate}")?;
                 input.fmt_indent(f, depth + 1)?;

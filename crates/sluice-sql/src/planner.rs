@@ -87,7 +87,10 @@ impl StreamPlanner {
         from: &str,
         filter: &sp::Expr,
     ) -> Result<StreamNode> {
-        let sql = format!("SELECT * FROM {} WHERE {filter}", sp::Ident::with_quote('"', from));
+        let sql = format!(
+            "SELECT * FROM {} WHERE {filter}",
+            sp::Ident::with_quote('"', from)
+        );
         let dialect = datafusion::sql::sqlparser::dialect::GenericDialect {};
         let query = datafusion::sql::sqlparser::parser::Parser::new(&dialect)
             .try_with_sql(&sql)?

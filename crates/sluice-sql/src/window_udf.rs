@@ -153,7 +153,10 @@ impl ScalarUDFImpl for WindowUdf {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        if !matches!(self.func, WindowFunction::Tumble | WindowFunction::TumbleEnd) {
+        if !matches!(
+            self.func,
+            WindowFunction::Tumble | WindowFunction::TumbleEnd
+        ) {
             return exec_err!(
                 "{}() assigns rows to windows and is only valid in the GROUP BY of a streaming aggregation",
                 self.func.name()
@@ -164,9 +167,17 @@ impl ScalarUDFImpl for WindowUdf {
                 None => Ok(0),
                 Some(ColumnarValue::Scalar(s)) => match interval_scalar_ms(s) {
                     Some(ms) => Ok(ms),
-                    None => exec_err!("{}(): argument {} must be a fixed interval", self.func.name(), i + 1),
+                    None => exec_err!(
+                        "{}(): argument {} must be a fixed interval",
+                        self.func.name(),
+                        i + 1
+                    ),
                 },
-                Some(_) => exec_err!("{}(): argument {} must be a constant", self.func.name(), i + 1),
+                Some(_) => exec_err!(
+                    "{}(): argument {} must be a constant",
+                    self.func.name(),
+                    i + 1
+                ),
             }
         };
         let size = scalar_ms(1)?;

@@ -82,7 +82,9 @@ impl ConnectorPipelineCallback {
     }
 
     fn start_reader(&mut self, name: &Arc<str>) {
-        let Some(state) = self.sources.get_mut(name) else { return };
+        let Some(state) = self.sources.get_mut(name) else {
+            return;
+        };
         if let Some(reader) = state.pending_reader.take() {
             match spawn_file_reader(
                 Arc::clone(name),
@@ -108,7 +110,10 @@ impl ConnectorPipelineCallback {
         })
     }
 
-    fn event_times(state: &SourceState, batch: &RecordBatch) -> Result<Option<arrow::array::Int64Array>, CycleError> {
+    fn event_times(
+        state: &SourceState,
+        batch: &RecordBatch,
+    ) -> Result<Option<arrow::array::Int64Array>, CycleError> {
         let Some(idx) = state.def.time_index else {
             return Ok(None);
         };
@@ -129,7 +134,9 @@ impl SourceIntake for ConnectorPipelineCallback {
     ) -> Result<Option<RecordBatch>, CycleError> {
         let state = self.source(source_name)?;
         let rows = batch.num_rows() as u64;
-        self.shared.metrics.source(source_name, |c| c.rows_in += rows);
+        self.shared
+            .metrics
+            .source(source_name, |c| c.rows_in += rows);
         let Some(times) = Self::event_times(state, batch)? else {
             return Ok(Some(batch.clone()));
         };
@@ -138,14 +145,24 @@ impl SourceIntake for ConnectorPipelineCallback {
             return Ok((batch.num_rows() > 0).then(|| batch.clone()));
         }
         // Null event times cannot be placed in time: they count as late.
-        let on_time: BooleanArray = times.iter().map(|t| Some(t.is_some_and(|t| t >= wm))).collect();
-        let late_mask = arrow::compute::not(&on_time).map_err(|e| CycleError::Execution(e.to_string()))?;
+        let on_time: BooleanArray = times
+            .iter()
+            .map(|t| Some(t.is_some_and(|t| t >= wm)))
+            .collect();
+        let late_mask =
+            arrow::compute::not(&on_time).map_err(|e| CycleError::Execution(e.to_string()))?;
         let late = late_mask.true_count() as u64;
-        self.shared.metrics.source(source_name, |c| c.late_rows += late);
+        self.shared
+            .metrics
+            .source(source_name, |c| c.late_rows += late);
         if let Some(to) = &state.late_to {
             let late_rows = arrow::compute::filter_record_batch(batch, &late_mask)
                 .map_err(|e| CycleError::Execution(e.to_string()))?;
-            self.late_stash.lock().entry(Arc::clone(to)).or_default().push(late_rows);
+            self.late_stash
+                .lock()
+                .entry(Arc::clone(to))
+                .or_default()
+                .push(late_rows);
         }
         let kept = arrow::compute::filter_record_batch(batch, &on_time)
             .map_err(|e| CycleError::Execution(e.to_string()))?;
@@ -164,7 +181,9 @@ impl SourceIntake for ConnectorPipelineCallback {
             None => None,
         };
         if let Some(state) = self.sources.get_mut(source_name) {
-            state.watermark.observe(max, admission_floor, Instant::now());
+            state
+                .watermark
+                .observe(max, admission_floor, Instant::now());
         }
         self.recompute_watermark();
         Ok(())
@@ -226,7 +245,9 @@ impl CycleExecution for ConnectorPipelineCallback {
     }
 
     fn record_cycle(&self, events_ingested: u64, batches: u64, elapsed_ns: u64) {
-        self.shared.metrics.record_cycle(events_ingested, batches, elapsed_ns);
+        self.shared
+            .metrics
+            .record_cycle(events_ingested, batches, elapsed_ns);
     }
 
     fn record_cycle_phases(&self, execute_ns: u64, output_store_ns: u64, sink_enqueue_ns: u64) {
@@ -243,13 +264,16 @@ impl CycleExecution for ConnectorPipelineCallback {
 impl OutputPublication for ConnectorPipelineCallback {
     fn update_mv_stores(&self, results: &BatchMap) -> Result<(), CycleError> {
         for s in &self.streams {
-            let Some(batches) = results.get(&s.name) else { continue };
+            let Some(batches) = results.get(&s.name) else {
+                continue;
+            };
             let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
             self.shared.metrics.add_output(&s.name, rows as u64);
             if let Some(view) = &s.view {
                 for b in batches {
-                    view.apply(b)
-                        .map_err(|e| CycleError::Output(format!("materialized view '{}': {e}", s.name)))?;
+                    view.apply(b).map_err(|e| {
+                        CycleError::Output(format!("materialized view '{}': {e}", s.name))
+                    })?;
                 }
             }
         }
@@ -274,7 +298,10 @@ impl OutputPublication for ConnectorPipelineCallback {
         let wm = self.watermark;
         for sink in self.sinks.iter_mut() {
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(CycleError::Deadline(format!("writing sink '{}'", sink.name())));
+                return Err(CycleError::Deadline(format!(
+                    "writing sink '{}'",
+                    sink.name()
+                )));
             }
             sink.write(results, wm)
                 .map_err(|e| CycleError::Output(format!("sink '{}': {e}", sink.name())))?;

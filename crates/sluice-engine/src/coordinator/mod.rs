@@ -203,8 +203,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         self.callback.commit_subscription_output();
         let done = Instant::now();
         let ns = |a: Instant, b: Instant| b.duration_since(a).as_nanos() as u64;
-        self.callback
-            .record_cycle(events, count, ns(started, done));
+        self.callback.record_cycle(events, count, ns(started, done));
         self.callback.record_cycle_phases(
             ns(started, executed),
             ns(executed, stored),
@@ -303,7 +302,6 @@ pub async fn wait_finished(mut rx: watch::Receiver<PipelineStatus>) -> Result<()
 }
 
 impl CoordinatorHandle {
-
     /// Close sinks (or discard them if halted) and stop the coordinator.
     pub async fn shutdown(&mut self) -> Result<()> {
         let (tx, rx) = oneshot::channel();

@@ -15,9 +15,13 @@ pub const RETRACT: &str = "retract";
 
 /// The change column for rows whose kinds are `inserts` (true = insert).
 pub fn change_column(inserts: &[bool]) -> ArrayRef {
-    Arc::new(StringArray::from_iter_values(
-        inserts.iter().map(|i| if *i { INSERT } else { RETRACT }),
-    ))
+    Arc::new(StringArray::from_iter_values(inserts.iter().map(|i| {
+        if *i {
+            INSERT
+        } else {
+            RETRACT
+        }
+    })))
 }
 
 /// A batch of `schema` from columns, appending the change column when given.

@@ -12,14 +12,14 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
 use arrow::compute::take;
+use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::DFSchema;
+use datafusion::logical_expr::execution_props::ExecutionProps;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{EmitTo, Expr, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggregateBuilder};
 use datafusion::physical_expr::GroupsAccumulatorAdapter;
-use datafusion::logical_expr::execution_props::ExecutionProps;
-use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use arrow::record_batch::RecordBatch;
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
@@ -130,9 +130,9 @@ impl GroupTable {
                     let mut h = self.hasher.build_hasher();
                     h.write(bytes);
                     let hash = h.finish();
-                    let found = self
-                        .table
-                        .find(hash, |(eh, idx)| *eh == hash && keys.row(*idx).as_ref() == bytes);
+                    let found = self.table.find(hash, |(eh, idx)| {
+                        *eh == hash && keys.row(*idx).as_ref() == bytes
+                    });
                     let idx = match found {
                         Some((_, idx)) => *idx,
                         None => {
@@ -201,7 +201,11 @@ impl AggregateFunctions {
                     .iter()
                     .map(|e| eval(e, batch))
                     .collect::<Result<Vec<_>>>()?;
-                let filter = f.filter.as_ref().map(|p| eval_predicate(p, batch)).transpose()?;
+                let filter = f
+                    .filter
+                    .as_ref()
+                    .map(|p| eval_predicate(p, batch))
+                    .transpose()?;
                 Ok((values, filter))
             })
             .collect()
@@ -217,7 +221,9 @@ impl AggregateFunctions {
                 } else {
                     let expr = Arc::clone(&f.expr);
                     let acc: Box<dyn GroupsAccumulator> =
-                        Box::new(GroupsAccumulatorAdapter::new(move || expr.create_accumulator()));
+                        Box::new(GroupsAccumulatorAdapter::new(move || {
+                            expr.create_accumulator()
+                        }));
                     Ok(acc)
                 }
             })
@@ -377,8 +383,13 @@ impl GroupedAggregates {
             return Ok(None);
         }
         let current = self.current_values(funcs)?;
-        let prev_len = self.emitted.as_ref().map_or(0, |e| e.first().map_or(0, |a| a.len()));
-        let touched: Vec<usize> = (0..self.groups.len()).filter(|g| self.touched[*g]).collect();
+        let prev_len = self
+            .emitted
+            .as_ref()
+            .map_or(0, |e| e.first().map_or(0, |a| a.len()));
+        let touched: Vec<usize> = (0..self.groups.len())
+            .filter(|g| self.touched[*g])
+            .collect();
         let retract: Vec<usize> = touched.iter().copied().filter(|g| *g < prev_len).collect();
         let mut key_idx = retract.clone();
         key_idx.extend(&touched);

@@ -88,7 +88,10 @@ impl Operator {
                 schema: Arc::new(schema.as_arrow().clone()),
             },
             StreamNode::Union { inputs, schema } => Operator::Union {
-                inputs: inputs.iter().map(Operator::compile).collect::<Result<_>>()?,
+                inputs: inputs
+                    .iter()
+                    .map(Operator::compile)
+                    .collect::<Result<_>>()?,
                 schema: Arc::new(schema.as_arrow().clone()),
             },
             StreamNode::WindowAggregate {
@@ -101,14 +104,14 @@ impl Operator {
                 schema,
             } => {
                 let in_schema = input.schema();
-                let key_types = keys
-                    .iter()
-                    .map(|k| Ok(datafusion::logical_expr::ExprSchemable::get_type(k, in_schema.as_ref())?))
-                    .collect::<Result<Vec<_>>>()?;
+                let key_types = key_types(keys, in_schema)?;
                 let def = WindowedGroupBy {
                     time: compile(&window.time, in_schema)?,
                     time_type: window.time_type.clone(),
-                    keys: keys.iter().map(|k| compile(k, in_schema)).collect::<Result<_>>()?,
+                    keys: keys
+                        .iter()
+                        .map(|k| compile(k, in_schema))
+                        .collect::<Result<_>>()?,
                     slots: slots.clone(),
                     codec: KeyCodec::new(&key_types)?,
                     funcs: AggregateFunctions::lower(aggregates, in_schema)?,
@@ -130,12 +133,11 @@ impl Operator {
                 schema,
             } => {
                 let in_schema = input.schema();
-                let key_types = keys
-                    .iter()
-                    .map(|k| Ok(datafusion::logical_expr::ExprSchemable::get_type(k, in_schema.as_ref())?))
-                    .collect::<Result<Vec<_>>>()?;
+                let key_types = key_types(keys, in_schema)?;
                 let op = UpdatingAggregate::new(
-                    keys.iter().map(|k| compile(k, in_schema)).collect::<Result<_>>()?,
+                    keys.iter()
+                        .map(|k| compile(k, in_schema))
+                        .collect::<Result<_>>()?,
                     KeyCodec::new(&key_types)?,
                     AggregateFunctions::lower(aggregates, in_schema)?,
                     Arc::new(schema.as_arrow().clone()),
@@ -168,17 +170,30 @@ impl Operator {
                 .run(inputs, watermark)?
                 .iter()
                 .map(|b| {
-                    let cols = exprs.iter().map(|e| eval(e, b)).collect::<Result<Vec<_>>>()?;
+                    let cols = exprs
+                        .iter()
+                        .map(|e| eval(e, b))
+                        .collect::<Result<Vec<_>>>()?;
                     let opts = arrow::record_batch::RecordBatchOptions::new()
                         .with_row_count(Some(b.num_rows()));
-                    Ok(RecordBatch::try_new_with_options(Arc::clone(schema), cols, &opts)?)
+                    Ok(RecordBatch::try_new_with_options(
+                        Arc::clone(schema),
+                        cols,
+                        &opts,
+                    )?)
                 })
                 .collect(),
-            Operator::Union { inputs: children, schema } => {
+            Operator::Union {
+                inputs: children,
+                schema,
+            } => {
                 let mut out = Vec::new();
                 for c in children.iter_mut() {
                     for b in c.run(inputs, watermark)? {
-                        out.push(RecordBatch::try_new(Arc::clone(schema), b.columns().to_vec())?);
+                        out.push(RecordBatch::try_new(
+                            Arc::clone(schema),
+                            b.columns().to_vec(),
+                        )?);
                     }
                 }
                 Ok(out)
@@ -216,6 +231,20 @@ impl Operator {
             Operator::Session(input, op) => input.dropped_late() + op.dropped_late,
         }
     }
+}
+
+/// Types of key expressions over an input schema.
+fn key_types(
+    keys: &[datafusion::logical_expr::Expr],
+    schema: &datafusion::common::DFSchema,
+) -> Result<Vec<arrow::datatypes::DataType>> {
+    keys.iter()
+        .map(|k| {
+            Ok(datafusion::logical_expr::ExprSchemable::get_type(
+                k, schema,
+            )?)
+        })
+        .collect()
 }
 
 impl std::fmt::Debug for Operator {

@@ -68,13 +68,7 @@ impl SessionAggregate {
             return Ok(());
         }
         let times = event_time_ms(&eval(&self.def.time, batch)?)?;
-        let key_cols = self
-            .def
-            .keys
-            .iter()
-            .map(|k| eval(k, batch))
-            .collect::<Result<Vec<_>>>()?;
-        let keys = self.def.codec.encode(&key_cols, batch.num_rows())?;
+        let keys = self.def.encode_keys(batch)?;
         let inputs = self.def.funcs.evaluate_inputs(batch)?;
         // Rows per key, then sorted by event time.
         let mut per_key: HashMap<Option<OwnedRow>, Vec<(i64, u32)>> = HashMap::new();
@@ -138,7 +132,8 @@ impl SessionAggregate {
                 dst.merge_batch(&arrays)?;
             }
             if let Some(values) = s.emitted.take() {
-                self.pending_retractions.push((key.clone(), s.start, s.end, values));
+                self.pending_retractions
+                    .push((key.clone(), s.start, s.end, values));
             }
         }
         let rows: Vec<u32> = run.iter().map(|(_, r)| *r).collect();
@@ -151,7 +146,9 @@ impl SessionAggregate {
                             as ArrayRef),
                         f,
                     )?;
-                    let idx = arrow::array::AsArray::as_primitive::<arrow::datatypes::UInt32Type>(&keep).clone();
+                    let idx =
+                        arrow::array::AsArray::as_primitive::<arrow::datatypes::UInt32Type>(&keep)
+                            .clone();
                     let vals = values
                         .iter()
                         .map(|v| Ok(take(v.as_ref(), &idx, None)?))
@@ -194,7 +191,9 @@ impl SessionAggregate {
         let naggs = rows[0].3.len();
         let mut values = Vec::with_capacity(naggs);
         for a in 0..naggs {
-            values.push(ScalarValue::iter_to_array(rows.iter().map(|r| r.3[a].clone()))?);
+            values.push(ScalarValue::iter_to_array(
+                rows.iter().map(|r| r.3[a].clone()),
+            )?);
         }
         // Window bounds differ per row: build them per row, then concatenate.
         let mut cols: Vec<Vec<ArrayRef>> = Vec::with_capacity(n);
@@ -206,10 +205,15 @@ impl SessionAggregate {
         let width = cols[0].len();
         let mut merged = Vec::with_capacity(width);
         for c in 0..width {
-            let parts: Vec<&dyn arrow::array::Array> = cols.iter().map(|row| row[c].as_ref()).collect();
+            let parts: Vec<&dyn arrow::array::Array> =
+                cols.iter().map(|row| row[c].as_ref()).collect();
             merged.push(arrow::compute::concat(&parts)?);
         }
-        Ok(Some(output_batch(&self.def.schema, merged, kinds.as_deref())?))
+        Ok(Some(output_batch(
+            &self.def.schema,
+            merged,
+            kinds.as_deref(),
+        )?))
     }
 
     /// Emit closed sessions (or this cycle's changes) and free closed state.
@@ -240,8 +244,9 @@ impl SessionAggregate {
             kinds.clear();
         }
         for (key, list) in self.sessions.iter_mut() {
-            let (closed, open): (Vec<Session>, Vec<Session>) =
-                std::mem::take(list).into_iter().partition(|s| s.end <= watermark);
+            let (closed, open): (Vec<Session>, Vec<Session>) = std::mem::take(list)
+                .into_iter()
+                .partition(|s| s.end <= watermark);
             *list = open;
             if !changes_mode {
                 for mut s in closed {

@@ -19,7 +19,7 @@ use sluice_sql::{EmitMode, WindowKind};
 
 use super::changelog::output_batch;
 use super::expr::{eval, event_time_ms, time_column, PhysExpr};
-use super::groups::{AggregateFunctions, GroupedAggregates, KeyCodec};
+use super::groups::{AggregateFunctions, GroupedAggregates, KeyCodec, KeyRows};
 use crate::error::Result;
 
 /// Window starts a row at `t` belongs to, for fixed-size windows.
@@ -66,6 +66,16 @@ pub struct WindowedGroupBy {
 }
 
 impl WindowedGroupBy {
+    /// Evaluate and encode the key columns of a batch.
+    pub fn encode_keys(&self, batch: &RecordBatch) -> Result<KeyRows> {
+        let cols = self
+            .keys
+            .iter()
+            .map(|k| eval(k, batch))
+            .collect::<Result<Vec<_>>>()?;
+        self.codec.encode(&cols, batch.num_rows())
+    }
+
     /// Assemble output columns: GROUP BY entries in written order, then aggregates.
     pub fn columns(
         &self,
@@ -139,16 +149,13 @@ impl WindowAggregate {
         if by_window.is_empty() {
             return Ok(());
         }
-        let key_cols = self
-            .def
-            .keys
-            .iter()
-            .map(|k| eval(k, batch))
-            .collect::<Result<Vec<_>>>()?;
-        let keys = self.def.codec.encode(&key_cols, batch.num_rows())?;
+        let keys = self.def.encode_keys(batch)?;
         let inputs = self.def.funcs.evaluate_inputs(batch)?;
         let all_rows = by_window.len() == 1
-            && by_window.values().next().is_some_and(|r| r.len() == batch.num_rows());
+            && by_window
+                .values()
+                .next()
+                .is_some_and(|r| r.len() == batch.num_rows());
         for (start, rows) in by_window {
             let scope = match self.windows.entry(start) {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
@@ -156,7 +163,11 @@ impl WindowAggregate {
                     e.insert(GroupedAggregates::new(&self.def.codec, &self.def.funcs)?)
                 }
             };
-            let sel = if all_rows { None } else { Some(rows.as_slice()) };
+            let sel = if all_rows {
+                None
+            } else {
+                Some(rows.as_slice())
+            };
             scope.update(&keys, sel, &inputs)?;
         }
         Ok(())
@@ -169,7 +180,9 @@ impl WindowAggregate {
         let mut out = Vec::new();
         if self.def.emit == EmitMode::Changes {
             for (start, scope) in self.windows.iter_mut() {
-                if let Some((keys, values, kinds)) = scope.changes(&self.def.codec, &self.def.funcs)? {
+                if let Some((keys, values, kinds)) =
+                    scope.changes(&self.def.codec, &self.def.funcs)?
+                {
                     let len = kinds.len();
                     let cols = self.def.columns(keys, *start, start + size, values, len)?;
                     out.push(output_batch(&self.def.schema, cols, Some(&kinds))?);
@@ -261,12 +274,18 @@ mod tests {
 
     #[test]
     fn tumble_assignment_with_offset() {
-        let k = WindowKind::Tumble { size_ms: 10, offset_ms: 0 };
+        let k = WindowKind::Tumble {
+            size_ms: 10,
+            offset_ms: 0,
+        };
         assert_eq!(starts(k, 0), vec![0]);
         assert_eq!(starts(k, 9), vec![0]);
         assert_eq!(starts(k, 10), vec![10]);
         assert_eq!(starts(k, -3), vec![-10]);
-        let k = WindowKind::Tumble { size_ms: 10, offset_ms: 4 };
+        let k = WindowKind::Tumble {
+            size_ms: 10,
+            offset_ms: 4,
+        };
         assert_eq!(starts(k, 3), vec![-6]);
         assert_eq!(starts(k, 4), vec![4]);
         assert_eq!(starts(k, 13), vec![4]);
@@ -275,12 +294,18 @@ mod tests {
 
     #[test]
     fn hop_assignment_overlaps() {
-        let k = WindowKind::Hop { slide_ms: 5, size_ms: 15 };
+        let k = WindowKind::Hop {
+            slide_ms: 5,
+            size_ms: 15,
+        };
         assert_eq!(starts(k, 0), vec![-10, -5, 0]);
         assert_eq!(starts(k, 4), vec![-10, -5, 0]);
         assert_eq!(starts(k, 5), vec![-5, 0, 5]);
         assert_eq!(starts(k, 14), vec![0, 5, 10]);
-        let k = WindowKind::Hop { slide_ms: 10, size_ms: 10 };
+        let k = WindowKind::Hop {
+            slide_ms: 10,
+            size_ms: 10,
+        };
         assert_eq!(starts(k, 19), vec![10]);
     }
 }

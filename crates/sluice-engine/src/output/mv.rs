@@ -72,11 +72,17 @@ impl MaterializedView {
                     .columns()
                     .get(n)
                     .and_then(|c| c.as_string_opt::<i32>())
-                    .ok_or_else(|| EngineError::Internal("changelog batch without change column".into()))?
+                    .ok_or_else(|| {
+                        EngineError::Internal("changelog batch without change column".into())
+                    })?
                     .clone();
                 let rows = converter.convert_columns(&batch.columns()[..n])?;
                 for (i, row) in rows.iter().enumerate() {
-                    let delta = if change.is_valid(i) && change.value(i) == RETRACT { -1 } else { 1 };
+                    let delta = if change.is_valid(i) && change.value(i) == RETRACT {
+                        -1
+                    } else {
+                        1
+                    };
                     let entry = counts.entry(row.owned()).or_insert(0);
                     *entry += delta;
                     if *entry == 0 {

@@ -54,7 +54,10 @@ impl SinkRuntime {
             None => results.get(&self.from).cloned().unwrap_or_default(),
         };
         let Some(writer) = self.writer.as_mut() else {
-            return Err(EngineError::Internal(format!("sink '{}' is closed", self.name)));
+            return Err(EngineError::Internal(format!(
+                "sink '{}' is closed",
+                self.name
+            )));
         };
         let mut rows = 0;
         for b in &batches {
@@ -70,7 +73,11 @@ impl SinkRuntime {
     pub fn close(&mut self) -> Result<u64> {
         match self.writer.take() {
             Some(w) => w.finish().map_err(|e| {
-                EngineError::Catalog(format!("sink '{}' ({}): {e}", self.name, self.path.display()))
+                EngineError::Catalog(format!(
+                    "sink '{}' ({}): {e}",
+                    self.name,
+                    self.path.display()
+                ))
             }),
             None => Ok(0),
         }

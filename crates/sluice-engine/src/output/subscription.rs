@@ -45,7 +45,9 @@ impl ChangeBatch {
                 .columns()
                 .get(n)
                 .and_then(|c| c.as_string_opt::<i32>())
-                .ok_or_else(|| EngineError::Internal("changelog batch without change column".into()))?;
+                .ok_or_else(|| {
+                    EngineError::Internal("changelog batch without change column".into())
+                })?;
             Some(Arc::new(c.clone()))
         } else {
             None
@@ -76,7 +78,8 @@ impl Subscription {
         match self.rx.recv().await {
             Some(b) => Ok(Some(b)),
             None if self.lagged.load(Ordering::Acquire) => Err(EngineError::Halted(
-                "subscriber fell behind its queue (subscription_buffer) and was disconnected".into(),
+                "subscriber fell behind its queue (subscription_buffer) and was disconnected"
+                    .into(),
             )),
             None => Ok(None),
         }
@@ -154,15 +157,17 @@ impl SubscriptionRegistry {
         };
         for b in batches {
             let cb = ChangeBatch::from_output(b, &topic.data_schema, topic.changelog)?;
-            topic.subscribers.retain(|s| match s.tx.try_send(cb.clone()) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    tracing::warn!(stream = name, "subscriber lagged; disconnecting it");
-                    s.lagged.store(true, Ordering::Release);
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            });
+            topic
+                .subscribers
+                .retain(|s| match s.tx.try_send(cb.clone()) {
+                    Ok(()) => true,
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        tracing::warn!(stream = name, "subscriber lagged; disconnecting it");
+                        s.lagged.store(true, Ordering::Release);
+                        false
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => false,
+                });
         }
         Ok(())
     }
