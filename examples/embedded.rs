@@ -49,7 +49,11 @@ async fn main() -> sluice::Result<()> {
     let source = db.source("clicks").await?;
 
     source
-        .push(clicks(&["ann", "bob", "ann"], &[1, 1, 2], &[1_000, 5_000, 30_000])?)
+        .push(clicks(
+            &["ann", "bob", "ann"],
+            &[1, 1, 2],
+            &[1_000, 5_000, 30_000],
+        )?)
         .await?;
     source
         .push(clicks(&["ann", "bob"], &[3, 1], &[61_000, 62_000])?)
@@ -58,7 +62,10 @@ async fn main() -> sluice::Result<()> {
     source.advance_watermark(120_000).await?;
 
     let first = per_minute.next().await?.expect("the first window closes");
-    println!("first closed window:\n{}", pretty_format_batches(&[first.data])?);
+    println!(
+        "first closed window:\n{}",
+        pretty_format_batches(&[first.data])?
+    );
 
     // The changelog of the updating aggregate: inserts and retractions.
     while let Some(batch) = changes.try_next() {
@@ -75,7 +82,9 @@ async fn main() -> sluice::Result<()> {
 
     source.finish().await?;
     db.run_to_completion().await?;
-    let view = db.execute("SELECT * FROM pages_per_user ORDER BY user_id").await?;
+    let view = db
+        .execute("SELECT * FROM pages_per_user ORDER BY user_id")
+        .await?;
     println!("pages per user:\n{}", pretty_format_batches(&view)?);
     let metrics = db.shutdown().await?;
     println!(

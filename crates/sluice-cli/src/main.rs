@@ -1,1 +1,92 @@
-fn main() {}
+//! `sluice`: run streaming SQL scripts from the command line.
+//!
+//! ```text
+//! sluice run [--state-dir DIR] [--set name=value]... FILE.sql
+//! ```
+//!
+//! The binary is a thin shell over the `sluice` library: it reads the
+//! script, opens a [`sluice::Database`] whose relative connector paths
+//! resolve against the script's directory, executes the script, runs the
+//! pipeline until every file source is exhausted, and shuts down (which
+//! publishes sink files). Errors are printed as `error[CODE]: message` and
+//! end the process with status 1.
+
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+mod error;
+mod progress;
+mod run;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use crate::error::CliError;
+use crate::progress::ProgressSlot;
+
+/// Embedded streaming SQL: run a script of sources, streams and sinks.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Execute a SQL script, read its file sources to the end, and publish its sinks.
+    Run(RunArgs),
+}
+
+/// Arguments of `sluice run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Keep pipeline state in this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Set a pipeline option before the script runs (repeatable), e.g. `--set batch_size=1024`.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
+
+    /// The SQL script. Relative connector paths in it resolve against its directory.
+    #[arg(value_name = "FILE.sql")]
+    pub file: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let progress = ProgressSlot::default();
+    init_logging(&progress);
+    let outcome = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => match cli.command {
+            Command::Run(args) => rt.block_on(run::run(args, &progress)),
+        },
+        Err(e) => Err(CliError::io("starting the async runtime", e)),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error[{}]: {e}", e.code());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Log to stderr, filtered by `RUST_LOG` (default `warn`). Log lines
+/// temporarily hide the progress spinner so the two never interleave.
+fn init_logging(progress: &ProgressSlot) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let writer = progress.clone();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(move || writer.log_writer())
+        .try_init();
+}

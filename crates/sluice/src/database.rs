@@ -113,7 +113,10 @@ impl DatabaseBuilder {
 
 fn lock_state_dir(dir: &Path) -> Result<std::fs::File> {
     std::fs::create_dir_all(dir).map_err(|e| {
-        Error::Option(format!("state directory {}: cannot create it: {e}", dir.display()))
+        Error::Option(format!(
+            "state directory {}: cannot create it: {e}",
+            dir.display()
+        ))
     })?;
     let path = dir.join("LOCK");
     let file = std::fs::OpenOptions::new()
@@ -171,7 +174,8 @@ impl Database {
             );
             let config = CoordinatorConfig {
                 max_batches_per_cycle: opts.max_batches_per_cycle,
-                idle_tick: (opts.idle_timeout / 4).clamp(Duration::from_millis(10), Duration::from_millis(250)),
+                idle_tick: (opts.idle_timeout / 4)
+                    .clamp(Duration::from_millis(10), Duration::from_millis(250)),
             };
             let coordinator = CoordinatorHandle::spawn(callback, rx, config)?;
             state.running = Some(Running {
@@ -209,7 +213,8 @@ impl Database {
                 if let Some(late) = &src.late_data_to {
                     state.catalog.check_free(late)?;
                 }
-                let def = SourceDef::from_statement(src, &state.options, self.inner.base_dir.as_deref())?;
+                let def =
+                    SourceDef::from_statement(src, &state.options, self.inner.base_dir.as_deref())?;
                 if let SourceConnector::File(cfg) = &def.connector {
                     // Fail at CREATE time for a path that matches nothing or a bad header.
                     sluice_connectors::FileSourceReader::open(cfg.clone())
@@ -228,7 +233,9 @@ impl Database {
                 }
                 state.catalog.sources.push(def.clone());
                 let r = self.running(&mut state)?;
-                r.coordinator.control(ControlMsg::AddSource(Box::new(def))).await?;
+                r.coordinator
+                    .control(ControlMsg::AddSource(Box::new(def)))
+                    .await?;
                 Ok(vec![])
             }
             Statement::CreateStream(cs) => {
@@ -264,7 +271,9 @@ impl Database {
                 let runtime = SinkRuntime::open(&def)?;
                 state.catalog.sinks.push(def);
                 let r = self.running(&mut state)?;
-                r.coordinator.control(ControlMsg::AddSink(Box::new(runtime))).await?;
+                r.coordinator
+                    .control(ControlMsg::AddSink(Box::new(runtime)))
+                    .await?;
                 Ok(vec![])
             }
             Statement::Drop {
@@ -364,9 +373,17 @@ impl Database {
         let context = format!("sink '{}'", cs.name);
         let (schema, _) = match catalog.kind_of(&cs.from) {
             Some(ObjectKind::Sink) => {
-                return Err(Error::Catalog(format!("{context}: '{}' is a sink, not a stream", cs.from)))
+                return Err(Error::Catalog(format!(
+                    "{context}: '{}' is a sink, not a stream",
+                    cs.from
+                )))
             }
-            None => return Err(Error::Catalog(format!("{context}: no stream or source named '{}'", cs.from))),
+            None => {
+                return Err(Error::Catalog(format!(
+                    "{context}: no stream or source named '{}'",
+                    cs.from
+                )))
+            }
             Some(_) => sluice_sql::PlanCatalog::relation(catalog, &cs.from)
                 .ok_or_else(|| Error::Catalog(format!("{context}: '{}' vanished", cs.from)))?,
         };
@@ -386,9 +403,15 @@ impl Database {
                 }
             }
             Some(other) => {
-                return Err(Error::Option(format!("{context}: unknown connector '{other}' (known: file)")))
+                return Err(Error::Option(format!(
+                    "{context}: unknown connector '{other}' (known: file)"
+                )))
             }
-            None => return Err(Error::Option(format!("{context} requires option 'connector' (e.g. connector = 'file')"))),
+            None => {
+                return Err(Error::Option(format!(
+                    "{context} requires option 'connector' (e.g. connector = 'file')"
+                )))
+            }
         };
         Ok(SinkDef {
             name: cs.name,
@@ -415,19 +438,26 @@ impl Database {
         }
         let schema = Arc::clone(&def.schema);
         let r = self.running(&mut state)?;
-        Ok(PushSource::new(Arc::from(name), schema, r.source_tx.clone()))
+        Ok(PushSource::new(
+            Arc::from(name),
+            schema,
+            r.source_tx.clone(),
+        ))
     }
 
     /// Subscribe to a stream, materialized view or source: every later output batch is delivered.
     pub async fn subscribe(&self, name: &str) -> Result<Subscription> {
         let state = self.inner.state.lock().await;
-        let (schema, changelog) = if let Some(s) = state.catalog.streams.iter().find(|s| s.name == name) {
-            (s.data_schema(), s.changelog)
-        } else if let Some(s) = state.catalog.sources.iter().find(|s| s.name == name) {
-            (Arc::clone(&s.schema), false)
-        } else {
-            return Err(Error::Catalog(format!("no stream, view or source named '{name}'")));
-        };
+        let (schema, changelog) =
+            if let Some(s) = state.catalog.streams.iter().find(|s| s.name == name) {
+                (s.data_schema(), s.changelog)
+            } else if let Some(s) = state.catalog.sources.iter().find(|s| s.name == name) {
+                (Arc::clone(&s.schema), false)
+            } else {
+                return Err(Error::Catalog(format!(
+                    "no stream, view or source named '{name}'"
+                )));
+            };
         Ok(self.inner.subscriptions.subscribe(
             name,
             schema,
@@ -457,7 +487,10 @@ impl Database {
             if state.catalog.sources.is_empty() {
                 return Err(Error::Catalog("the pipeline has no sources to run".into()));
             }
-            state.running.as_ref().map(|r| r.coordinator.status_receiver())
+            state
+                .running
+                .as_ref()
+                .map(|r| r.coordinator.status_receiver())
         };
         if let Some(rx) = status {
             sluice_engine::coordinator::wait_finished(rx).await?;
@@ -491,11 +524,21 @@ impl Database {
     /// Close sinks (making their files visible), end subscriptions and stop.
     /// If the pipeline halted, sink output is discarded and the halt is returned.
     pub async fn shutdown(&self) -> Result<MetricsSnapshot> {
+        self.stop(false).await
+    }
+
+    /// Stop without publishing: every sink's unpublished output is discarded,
+    /// so no sink file appears under its final name. For a run that failed.
+    pub async fn abort(&self) -> Result<MetricsSnapshot> {
+        self.stop(true).await
+    }
+
+    async fn stop(&self, discard: bool) -> Result<MetricsSnapshot> {
         let mut state = self.inner.state.lock().await;
         state.closed = true;
         if let Some(mut r) = state.running.take() {
             drop(r.source_tx);
-            r.coordinator.shutdown().await?;
+            r.coordinator.shutdown(discard).await?;
         }
         Ok(self.inner.metrics.snapshot())
     }

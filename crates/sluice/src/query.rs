@@ -61,7 +61,8 @@ pub async fn run_query(
     for (name, view) in views {
         let rows = view.snapshot()?;
         let table = MemTable::try_new(Arc::clone(view.schema()), vec![rows]).map_err(df)?;
-        ctx.register_table(name.as_str(), Arc::new(table)).map_err(df)?;
+        ctx.register_table(name.as_str(), Arc::new(table))
+            .map_err(df)?;
     }
     for name in sluice_sql::PlanCatalog::relation_names(catalog) {
         if views.iter().any(|(v, _)| *v == name) {

@@ -40,8 +40,14 @@ pub struct PipelineStatus {
 pub enum Command {
     /// Apply DDL; acknowledged once applied.
     Control(ControlMsg, oneshot::Sender<()>),
-    /// Settle and close everything, then stop.
-    Shutdown(oneshot::Sender<std::result::Result<(), String>>),
+    /// Settle and close everything (or, with `discard`, throw away sink
+    /// output), then stop.
+    Shutdown {
+        /// Receives the outcome.
+        reply: oneshot::Sender<std::result::Result<(), String>>,
+        /// Discard unpublished sink output instead of publishing it.
+        discard: bool,
+    },
 }
 
 /// Tunables of the loop.
@@ -94,13 +100,13 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         self.callback.apply_control(msg);
                         let _ = ack.send(());
                     }
-                    Some(Command::Shutdown(reply)) => {
-                        let r = self.shutdown().await;
+                    Some(Command::Shutdown { reply, discard }) => {
+                        let r = self.shutdown(discard).await;
                         let _ = reply.send(r);
                         return;
                     }
                     None => {
-                        let _ = self.shutdown().await;
+                        let _ = self.shutdown(true).await;
                         return;
                     }
                 },
@@ -127,7 +133,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         if self.halted.is_some() {
             return;
         }
-        tracing::error!(%reason, "pipeline halted");
+        tracing::info!(%reason, "pipeline halted");
         self.callback.invalidate_subscriptions(&reason);
         if let Err(e) = self.callback.abort_sinks() {
             tracing::error!(error = %e, "discarding sink output failed");
@@ -216,9 +222,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         });
     }
 
-    async fn shutdown(&mut self) -> std::result::Result<(), String> {
+    async fn shutdown(&mut self, discard: bool) -> std::result::Result<(), String> {
         self.source_rx.close();
-        let result = if self.halted.is_some() {
+        let result = if discard || self.halted.is_some() {
             self.callback.abort_sinks()
         } else {
             self.callback.close_sinks().await
@@ -302,10 +308,15 @@ pub async fn wait_finished(mut rx: watch::Receiver<PipelineStatus>) -> Result<()
 }
 
 impl CoordinatorHandle {
-    /// Close sinks (or discard them if halted) and stop the coordinator.
-    pub async fn shutdown(&mut self) -> Result<()> {
+    /// Close sinks (or discard their output if halted or `discard`) and
+    /// stop the coordinator.
+    pub async fn shutdown(&mut self, discard: bool) -> Result<()> {
         let (tx, rx) = oneshot::channel();
-        if self.commands.send(Command::Shutdown(tx)).is_err() {
+        if self
+            .commands
+            .send(Command::Shutdown { reply: tx, discard })
+            .is_err()
+        {
             return Err(EngineError::NotRunning);
         }
         let r = rx.await.map_err(|_| EngineError::NotRunning)?;

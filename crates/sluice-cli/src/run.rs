@@ -1,0 +1,160 @@
+//! `sluice run`: execute a script, run its file sources to the end, publish its sinks.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use sluice::arrow::record_batch::RecordBatch;
+use sluice::arrow::util::pretty::pretty_format_batches;
+use sluice::{Database, MetricsSnapshot};
+
+use crate::error::CliError;
+use crate::progress::{ProgressSlot, REFRESH};
+use crate::RunArgs;
+
+/// Run the script named by `args`. On failure the database is still shut
+/// down, so a halted pipeline discards its sink output.
+pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<(), CliError> {
+    let started = Instant::now();
+    let options = parse_sets(&args.set)?;
+    let text = std::fs::read_to_string(&args.file)
+        .map_err(|e| CliError::io(format!("cannot read {}", args.file.display()), e))?;
+
+    let mut builder = Database::builder().base_dir(script_dir(&args.file));
+    if let Some(dir) = &args.state_dir {
+        builder = builder.state_dir(dir);
+    }
+    for (name, value) in &options {
+        builder = builder.set(name, value)?;
+    }
+    let db = builder.open().await?;
+
+    let metrics = match execute_and_run(&db, &text, progress).await {
+        Ok(()) => db.shutdown().await?,
+        Err(e) => {
+            if let Err(shutdown) = db.abort().await {
+                // Usually the same halt reported a second time.
+                tracing::debug!(error = %shutdown, "shutdown after a failure");
+            }
+            return Err(e);
+        }
+    };
+    print_summary(&metrics, started.elapsed().as_secs_f64())
+}
+
+/// `--set name=value` pairs, in order.
+fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    sets.iter()
+        .map(|s| match s.split_once('=') {
+            Some((name, value)) if !name.trim().is_empty() => {
+                Ok((name.trim().to_string(), value.trim().to_string()))
+            }
+            _ => Err(CliError::usage(format!(
+                "--set '{s}': expected name=value, e.g. --set batch_size=1024"
+            ))),
+        })
+        .collect()
+}
+
+/// The directory relative connector paths resolve against.
+fn script_dir(file: &Path) -> PathBuf {
+    match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+async fn execute_and_run(
+    db: &Database,
+    text: &str,
+    progress: &ProgressSlot,
+) -> Result<(), CliError> {
+    let rows = db.execute(text).await?;
+    print_tables(&rows)?;
+    if let Some(name) = db.push_sources().await.into_iter().next() {
+        return Err(CliError::script(format!(
+            "source '{name}' has no connector; `sluice run` needs file sources \
+             (add WITH (connector = 'file', path = '...', format = 'csv'))"
+        )));
+    }
+    let spinner = progress.start();
+    let run = db.run_to_completion();
+    tokio::pin!(run);
+    let mut ticker = tokio::time::interval(REFRESH);
+    let result = loop {
+        tokio::select! {
+            r = &mut run => break r,
+            _ = ticker.tick() => spinner.update(&db.metrics()),
+        }
+    };
+    drop(spinner);
+    result?;
+    Ok(())
+}
+
+/// Print statement results (SHOW, DESCRIBE, EXPLAIN, SELECT) as tables,
+/// one table per run of batches with the same columns.
+fn print_tables(batches: &[RecordBatch]) -> Result<(), CliError> {
+    if batches.is_empty() {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    let mut start = 0;
+    while start < batches.len() {
+        let schema = batches[start].schema();
+        let len = batches[start..]
+            .iter()
+            .take_while(|b| b.schema() == schema)
+            .count();
+        let table = pretty_format_batches(&batches[start..start + len])
+            .map_err(|e| CliError::Sluice(e.into()))?;
+        writeln!(out, "{table}").map_err(|e| CliError::io("writing to stdout", e))?;
+        start += len;
+    }
+    out.flush()
+        .map_err(|e| CliError::io("writing to stdout", e))
+}
+
+fn print_summary(m: &MetricsSnapshot, secs: f64) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "sluice: {} rows in, {} rows out, {} late rows dropped, {secs:.2}s",
+        m.rows_in(),
+        m.rows_emitted(),
+        m.late_rows()
+    )
+    .and_then(|()| out.flush())
+    .map_err(|e| CliError::io("writing to stdout", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_pairs() {
+        let ok = parse_sets(&["batch_size=10".into(), "idle_timeout = 1s".into()]);
+        assert_eq!(
+            ok.ok(),
+            Some(vec![
+                ("batch_size".to_string(), "10".to_string()),
+                ("idle_timeout".to_string(), "1s".to_string())
+            ])
+        );
+        let e = parse_sets(&["batch_size".into()])
+            .err()
+            .map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.contains("--set 'batch_size'")));
+        assert!(parse_sets(&["=3".into()]).is_err());
+    }
+
+    #[test]
+    fn script_dir_of_bare_and_nested_files() {
+        assert_eq!(script_dir(Path::new("q.sql")), PathBuf::from("."));
+        assert_eq!(
+            script_dir(Path::new("examples/q.sql")),
+            PathBuf::from("examples")
+        );
+    }
+}
