@@ -11,10 +11,12 @@
 
 mod error;
 mod format;
+mod reader;
 mod sink;
 mod source;
 
 pub use error::{ConnectorError, Result};
 pub use format::FileFormat;
+pub use reader::BatchReader;
 pub use sink::FileSinkWriter;
 pub use source::{FileSourceConfig, FileSourceReader, OnError, SourcePosition};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use arrow::array::{ArrayRef, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use sluice_connectors::{FileFormat, FileSourceConfig};
+use sluice_connectors::{BatchReader, FileFormat, FileSourceConfig, FileSourceReader};
 use sluice_sql::{CreateSource, ObjectKind, PlanCatalog, StreamNode, StreamPlan, WatermarkSpec};
 
 use crate::error::{EngineError, Result};
@@ -22,6 +22,28 @@ pub enum SourceConnector {
     Push,
     /// Files read in order.
     File(FileSourceConfig),
+}
+
+impl SourceDef {
+    /// Open the connector's reader, at `offset` when resuming from a
+    /// checkpoint. `None` for a push source, which has no reader.
+    pub fn open_reader(&self, offset: Option<&str>) -> Result<Option<Box<dyn BatchReader>>> {
+        Ok(match &self.connector {
+            SourceConnector::Push => None,
+            SourceConnector::File(cfg) => {
+                let reader = match offset {
+                    Some(o) => FileSourceReader::open_at_offset(cfg.clone(), o)?,
+                    None => FileSourceReader::open(cfg.clone())?,
+                };
+                Some(Box::new(reader))
+            }
+        })
+    }
+
+    /// Whether the source can replay from a checkpointed offset.
+    pub fn is_replayable(&self) -> bool {
+        !matches!(self.connector, SourceConnector::Push)
+    }
 }
 
 /// A declared source.

@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use sluice_connectors::FileSourceReader;
+use sluice_connectors::BatchReader;
 use tokio::sync::mpsc;
 
 use crate::error::{EngineError, Result};
@@ -38,11 +38,11 @@ pub struct SourceMessage {
     pub event: SourceEvent,
 }
 
-/// Read a file source on its own thread until the end or until the
-/// coordinator goes away.
-pub fn spawn_file_reader(
+/// Drive a connector's reader on its own thread until the end of its input
+/// or until the coordinator goes away.
+pub fn spawn_reader(
     name: Arc<str>,
-    mut reader: FileSourceReader,
+    mut reader: Box<dyn BatchReader>,
     tx: mpsc::Sender<SourceMessage>,
     metrics: Arc<PipelineMetrics>,
 ) -> std::io::Result<JoinHandle<()>> {

@@ -215,11 +215,9 @@ impl Database {
                 }
                 let def =
                     SourceDef::from_statement(src, &state.options, self.inner.base_dir.as_deref())?;
-                if let SourceConnector::File(cfg) = &def.connector {
-                    // Fail at CREATE time for a path that matches nothing or a bad header.
-                    sluice_connectors::FileSourceReader::open(cfg.clone())
-                        .map_err(|e| Error::Catalog(format!("source '{}': {e}", def.name)))?;
-                }
+                // Fail at CREATE time for a path that matches nothing or a bad header.
+                def.open_reader(None)
+                    .map_err(|e| Error::Catalog(format!("source '{}': {e}", def.name)))?;
                 if let Some(late) = &def.late_data_to {
                     state.catalog.streams.push(StreamDef {
                         name: late.clone(),

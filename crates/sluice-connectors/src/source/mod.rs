@@ -73,7 +73,7 @@ pub struct FileSourceConfig {
 /// Where a reader stands, for checkpoints: the next row to read is data row
 /// `rows_consumed` (0-based) of `file`, which is `file_index` in the sorted
 /// file list.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SourcePosition {
     /// Index into the sorted list of matched files.
     pub file_index: usize,

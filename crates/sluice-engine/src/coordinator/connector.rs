@@ -10,21 +10,21 @@ use arrow::array::BooleanArray;
 use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
-use sluice_connectors::FileSourceReader;
+use sluice_connectors::BatchReader;
 use tokio::sync::mpsc;
 
 use super::callback::{
     BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
     RuntimeControl, SourceIntake,
 };
-use crate::catalog::{SourceConnector, SourceDef};
+use crate::catalog::SourceDef;
 use crate::metrics::PipelineMetrics;
 use crate::operators::expr::event_time_ms;
 use crate::operators::Operator;
 use crate::output::mv::MaterializedView;
 use crate::output::sink::SinkRuntime;
 use crate::output::subscription::SubscriptionRegistry;
-use crate::sources::{spawn_file_reader, SourceMessage};
+use crate::sources::{spawn_reader, SourceMessage};
 use crate::watermark::{combine, SourceWatermark};
 
 struct SourceState {
@@ -32,7 +32,7 @@ struct SourceState {
     watermark: SourceWatermark,
     late_to: Option<Arc<str>>,
     /// Opened reader waiting for `Start`.
-    pending_reader: Option<FileSourceReader>,
+    pending_reader: Option<Box<dyn BatchReader>>,
 }
 
 struct InstalledStream {
@@ -86,7 +86,7 @@ impl ConnectorPipelineCallback {
             return;
         };
         if let Some(reader) = state.pending_reader.take() {
-            match spawn_file_reader(
+            match spawn_reader(
                 Arc::clone(name),
                 reader,
                 self.source_tx.clone(),
@@ -348,15 +348,12 @@ impl RuntimeControl for ConnectorPipelineCallback {
             ControlMsg::AddSource(def) => {
                 let name: Arc<str> = Arc::from(def.name.as_str());
                 let delay = def.watermark.as_ref().map(|w| w.delay_ms);
-                let pending_reader = match &def.connector {
-                    SourceConnector::File(cfg) => match FileSourceReader::open(cfg.clone()) {
-                        Ok(r) => Some(r),
-                        Err(e) => {
-                            self.halt = Some(format!("source '{name}': {e}"));
-                            None
-                        }
-                    },
-                    SourceConnector::Push => None,
+                let pending_reader = match def.open_reader(None) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.halt = Some(format!("source '{name}': {e}"));
+                        None
+                    }
                 };
                 let state = SourceState {
                     watermark: SourceWatermark::new(delay, def.idle_timeout, Instant::now()),
