@@ -1,0 +1,55 @@
+//! Storage errors.
+
+use thiserror::Error;
+
+/// Result alias.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Checkpoint storage failures.
+#[derive(Debug, Error)]
+pub enum StorageError {
+    /// A local file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The object store failed.
+    #[error("object store {path}: {source}")]
+    ObjectStore {
+        /// The object.
+        path: String,
+        /// The cause.
+        source: object_store::Error,
+    },
+    /// The store URL cannot be used.
+    #[error("checkpoint store '{url}': {message}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// Stored data is damaged or not what it claims to be.
+    #[error("checkpoint {id}: {message}")]
+    Corrupt {
+        /// The checkpoint.
+        id: u64,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl StorageError {
+    /// A stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StorageError::Io { .. } => "SLC-STO-001",
+            StorageError::ObjectStore { .. } => "SLC-STO-002",
+            StorageError::Url { .. } => "SLC-STO-003",
+            StorageError::Corrupt { .. } => "SLC-STO-004",
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! Checkpoint storage for Sluice.
+//!
+//! A checkpoint is a set of checksummed state blobs plus a manifest that
+//! names them; a checkpoint exists (is committed) exactly when its manifest
+//! was written completely. Ids are reserved durably before a checkpoint
+//! begins, so an abandoned attempt's id is never reused. Storage is a local
+//! directory (every file fsynced, then atomically renamed, then its folder
+//! fsynced) or any object store the `object_store` crate supports (S3, GCS,
+//! Azure, local files, memory), whose puts are atomic.
+
+mod backend;
+mod error;
+mod manifest;
+mod store;
+
+pub use backend::{Backend, LocalBackend, ObjectStoreBackend};
+pub use error::{Result, StorageError};
+pub use manifest::{BlobRef, Manifest, SinkEpochRecord, SourceCheckpoint};
+pub use store::{CheckpointInfo, CheckpointStore, LoadedCheckpoint};

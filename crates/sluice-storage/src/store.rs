@@ -1,0 +1,332 @@
+//! The checkpoint store: reserve ids, write blobs and manifests, load the
+//! newest valid checkpoint, list and prune.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::backend::Backend;
+use crate::error::{Result, StorageError};
+use crate::manifest::{BlobRef, Manifest};
+
+/// Summary of a committed checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    /// Id.
+    pub id: u64,
+    /// Creation time (ms since the epoch).
+    pub created_ms: i64,
+    /// Bytes of state.
+    pub state_bytes: u64,
+}
+
+/// A checkpoint read back and verified.
+#[derive(Debug, Clone)]
+pub struct LoadedCheckpoint {
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// Blob bytes by logical name.
+    pub blobs: HashMap<String, Bytes>,
+}
+
+/// Checkpoints of one pipeline.
+pub struct CheckpointStore {
+    backend: Box<dyn Backend>,
+}
+
+const ATTEMPTS: &str = "attempts";
+const CHECKPOINTS: &str = "checkpoints";
+
+fn manifest_key(id: u64) -> String {
+    format!("{CHECKPOINTS}/{id:020}/MANIFEST")
+}
+
+fn parse_id(part: &str) -> Option<u64> {
+    part.parse().ok()
+}
+
+impl CheckpointStore {
+    /// A store over a backend.
+    pub fn new(backend: Box<dyn Backend>) -> Self {
+        Self { backend }
+    }
+
+    /// Where checkpoints are kept.
+    pub fn describe(&self) -> String {
+        self.backend.describe()
+    }
+
+    /// Durably reserve the next checkpoint id. Ids only grow: a reserved id
+    /// is burned even if its attempt is abandoned.
+    pub async fn reserve(&self) -> Result<u64> {
+        let mut max = 0u64;
+        for key in self.backend.list(ATTEMPTS).await? {
+            if let Some(id) = key.rsplit('/').next().and_then(parse_id) {
+                max = max.max(id);
+            }
+        }
+        for id in self.committed_ids().await? {
+            max = max.max(id);
+        }
+        let id = max + 1;
+        self.backend
+            .put(&format!("{ATTEMPTS}/{id:020}"), Bytes::new())
+            .await?;
+        Ok(id)
+    }
+
+    /// Write one blob of checkpoint `id`.
+    pub async fn write_blob(&self, id: u64, name: &str, bytes: Bytes) -> Result<BlobRef> {
+        let key = format!("{CHECKPOINTS}/{id:020}/{}", name.replace('/', "__"));
+        let crc32 = crc32fast::hash(&bytes);
+        let len = bytes.len() as u64;
+        self.backend.put(&key, bytes).await?;
+        Ok(BlobRef {
+            name: name.to_string(),
+            key,
+            len,
+            crc32,
+        })
+    }
+
+    /// Commit: write the manifest (with its own checksum). From here on the
+    /// checkpoint exists.
+    pub async fn commit(&self, manifest: &Manifest) -> Result<()> {
+        let body = serde_json::to_vec(manifest).map_err(|e| StorageError::Corrupt {
+            id: manifest.id,
+            message: format!("cannot encode manifest: {e}"),
+        })?;
+        let mut bytes = format!("{:08x}\n", crc32fast::hash(&body)).into_bytes();
+        bytes.extend_from_slice(&body);
+        self.backend
+            .put(&manifest_key(manifest.id), Bytes::from(bytes))
+            .await
+    }
+
+    async fn committed_ids(&self) -> Result<Vec<u64>> {
+        let mut ids: Vec<u64> = self
+            .backend
+            .list(CHECKPOINTS)
+            .await?
+            .into_iter()
+            .filter(|k| k.ends_with("/MANIFEST"))
+            .filter_map(|k| k.split('/').nth(1).and_then(parse_id))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// Read and verify checkpoint `id` (manifest and every blob).
+    pub async fn load(&self, id: u64) -> Result<LoadedCheckpoint> {
+        let corrupt = |message: String| StorageError::Corrupt { id, message };
+        let raw = self
+            .backend
+            .get(&manifest_key(id))
+            .await?
+            .ok_or_else(|| corrupt("manifest is missing".into()))?;
+        let split = raw
+            .iter()
+            .position(|b| *b == b'\n')
+            .ok_or_else(|| corrupt("manifest is truncated".into()))?;
+        let want = std::str::from_utf8(&raw[..split])
+            .ok()
+            .and_then(|s| u32::from_str_radix(s, 16).ok())
+            .ok_or_else(|| corrupt("manifest checksum is unreadable".into()))?;
+        let body = &raw[split + 1..];
+        if crc32fast::hash(body) != want {
+            return Err(corrupt("manifest checksum mismatch".into()));
+        }
+        let manifest: Manifest = serde_json::from_slice(body)
+            .map_err(|e| corrupt(format!("manifest is unreadable: {e}")))?;
+        let mut blobs = HashMap::new();
+        for b in &manifest.blobs {
+            let bytes = self
+                .backend
+                .get(&b.key)
+                .await?
+                .ok_or_else(|| corrupt(format!("blob '{}' is missing", b.name)))?;
+            if bytes.len() as u64 != b.len || crc32fast::hash(&bytes) != b.crc32 {
+                return Err(corrupt(format!("blob '{}' checksum mismatch", b.name)));
+            }
+            blobs.insert(b.name.clone(), bytes);
+        }
+        Ok(LoadedCheckpoint { manifest, blobs })
+    }
+
+    /// The newest checkpoint that verifies; damaged ones are skipped with a
+    /// warning naming them.
+    pub async fn latest_valid(&self) -> Result<Option<LoadedCheckpoint>> {
+        for id in self.committed_ids().await?.into_iter().rev() {
+            match self.load(id).await {
+                Ok(c) => return Ok(Some(c)),
+                Err(e @ StorageError::Corrupt { .. }) => {
+                    tracing::warn!(checkpoint = id, error = %e, "skipping damaged checkpoint");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Committed checkpoints, oldest first (manifests that do not verify are left out).
+    pub async fn list(&self) -> Result<Vec<CheckpointInfo>> {
+        let mut out = Vec::new();
+        for id in self.committed_ids().await? {
+            if let Ok(c) = self.load(id).await {
+                out.push(CheckpointInfo {
+                    id,
+                    created_ms: c.manifest.created_ms,
+                    state_bytes: c.manifest.state_bytes(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Keep the newest `keep` committed checkpoints; delete older ones and
+    /// leftovers of abandoned attempts older than the oldest kept.
+    pub async fn prune(&self, keep: usize) -> Result<()> {
+        let ids = self.committed_ids().await?;
+        if ids.len() <= keep {
+            return Ok(());
+        }
+        let cutoff = ids[ids.len() - keep.max(1)];
+        for key in self.backend.list(CHECKPOINTS).await? {
+            let Some(id) = key.split('/').nth(1).and_then(parse_id) else {
+                continue;
+            };
+            // The manifest goes first so a half-deleted checkpoint is never "committed".
+            if id < cutoff && key.ends_with("/MANIFEST") {
+                self.backend.delete(&key).await?;
+            }
+        }
+        for key in self.backend.list(CHECKPOINTS).await? {
+            let Some(id) = key.split('/').nth(1).and_then(parse_id) else {
+                continue;
+            };
+            if id < cutoff {
+                self.backend.delete(&key).await?;
+            }
+        }
+        for key in self.backend.list(ATTEMPTS).await? {
+            if key
+                .rsplit('/')
+                .next()
+                .and_then(parse_id)
+                .is_some_and(|id| id < cutoff)
+            {
+                self.backend.delete(&key).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::{LocalBackend, ObjectStoreBackend};
+
+    fn manifest(id: u64, blobs: Vec<BlobRef>) -> Manifest {
+        Manifest {
+            id,
+            created_ms: 1,
+            pipeline: "p".into(),
+            watermark: 5,
+            sources: BTreeMap::new(),
+            sinks: BTreeMap::new(),
+            blobs,
+        }
+    }
+
+    async fn round_trip(store: CheckpointStore) {
+        let a = store.reserve().await.unwrap();
+        let b = store.reserve().await.unwrap();
+        assert_eq!((a, b), (1, 2), "abandoned attempt 1 is burned");
+        let blob = store
+            .write_blob(b, "op/0", Bytes::from_static(b"state"))
+            .await
+            .unwrap();
+        store.commit(&manifest(b, vec![blob])).await.unwrap();
+        assert_eq!(store.reserve().await.unwrap(), 3);
+        let c = store.latest_valid().await.unwrap().unwrap();
+        assert_eq!(c.manifest.id, 2);
+        assert_eq!(c.blobs["op/0"].as_ref(), b"state");
+        let info = store.list().await.unwrap();
+        assert_eq!(info.len(), 1);
+        assert_eq!(info[0].state_bytes, 5);
+    }
+
+    #[tokio::test]
+    async fn local_directory_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        round_trip(CheckpointStore::new(Box::new(
+            LocalBackend::new(dir.path()).unwrap(),
+        )))
+        .await;
+    }
+
+    #[tokio::test]
+    async fn object_store_in_memory_and_file_urls() {
+        let mem = object_store::memory::InMemory::new();
+        round_trip(CheckpointStore::new(Box::new(ObjectStoreBackend::new(
+            Arc::new(mem),
+            object_store::path::Path::from("pipelines/a"),
+            "memory:///pipelines/a",
+        ))))
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        round_trip(CheckpointStore::new(Box::new(
+            ObjectStoreBackend::from_url(&url).unwrap(),
+        )))
+        .await;
+        assert!(ObjectStoreBackend::from_url("nope://x").is_err());
+    }
+
+    #[tokio::test]
+    async fn corrupted_blob_falls_back_to_previous_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(Box::new(LocalBackend::new(dir.path()).unwrap()));
+        for _ in 0..2 {
+            let id = store.reserve().await.unwrap();
+            let blob = store
+                .write_blob(id, "op", Bytes::from(format!("state-{id}")))
+                .await
+                .unwrap();
+            store.commit(&manifest(id, vec![blob])).await.unwrap();
+        }
+        let path = dir.path().join(format!("{CHECKPOINTS}/{:020}/op", 2));
+        std::fs::write(&path, b"state-X").unwrap();
+        let c = store.latest_valid().await.unwrap().unwrap();
+        assert_eq!(c.manifest.id, 1);
+        assert_eq!(c.blobs["op"].as_ref(), b"state-1");
+        // A truncated manifest is skipped too.
+        let m = dir.path().join(manifest_key(1));
+        let raw = std::fs::read(&m).unwrap();
+        std::fs::write(&m, &raw[..raw.len() / 2]).unwrap();
+        assert!(store.latest_valid().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn prune_keeps_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(Box::new(LocalBackend::new(dir.path()).unwrap()));
+        for _ in 0..5 {
+            let id = store.reserve().await.unwrap();
+            let blob = store
+                .write_blob(id, "op", Bytes::from_static(b"s"))
+                .await
+                .unwrap();
+            store.commit(&manifest(id, vec![blob])).await.unwrap();
+        }
+        store.prune(2).await.unwrap();
+        let ids: Vec<u64> = store.list().await.unwrap().iter().map(|c| c.id).collect();
+        assert_eq!(ids, vec![4, 5]);
+        assert_eq!(store.reserve().await.unwrap(), 6);
+    }
+}
