@@ -9,6 +9,7 @@ pub mod operators;
 pub mod options;
 pub mod output;
 pub mod sources;
+pub mod state;
 pub mod watermark;
 
 pub use error::{EngineError, Result};

@@ -52,6 +52,11 @@ impl KeyCodec {
         })
     }
 
+    /// A parser turning stored row bytes back into rows (None without keys).
+    pub fn parser(&self) -> Option<arrow::row::RowParser> {
+        self.converter.as_ref().map(|c| c.parser())
+    }
+
     /// An empty row buffer for interned keys.
     pub fn empty(&self) -> KeyRows {
         match &self.converter {
@@ -244,6 +249,15 @@ impl AggregateFunctions {
         self.funcs.len()
     }
 
+    /// Result type of each function.
+    pub fn output_types(&self) -> Result<Vec<arrow::datatypes::DataType>> {
+        Ok(self
+            .funcs
+            .iter()
+            .map(|f| f.expr.field().data_type().clone())
+            .collect())
+    }
+
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.funcs.is_empty()
@@ -273,6 +287,58 @@ pub fn select_inputs(inputs: &AggregateInputs, rows: Option<&[u32]>) -> Result<A
             Ok((values, filter))
         })
         .collect()
+}
+
+/// A scope's state as one batch: key columns, then each aggregate's state
+/// columns (`widths` of them), then the last emitted values when present.
+pub struct ScopeSnapshot {
+    /// The columns.
+    pub batch: RecordBatch,
+    /// State columns per aggregate function.
+    pub widths: Vec<usize>,
+    /// Groups with an emitted row (changelog mode), if any were emitted.
+    pub emitted_len: Option<usize>,
+}
+
+impl ScopeSnapshot {
+    /// The batch with `widths`, `emitted_len` and `extra` in its schema metadata.
+    pub fn to_batch(&self, extra: &[(&str, String)]) -> Result<RecordBatch> {
+        let mut meta = std::collections::HashMap::new();
+        let widths: Vec<String> = self.widths.iter().map(|w| w.to_string()).collect();
+        meta.insert("widths".to_string(), widths.join(","));
+        if let Some(e) = self.emitted_len {
+            meta.insert("emitted_len".to_string(), e.to_string());
+        }
+        for (k, v) in extra {
+            meta.insert(k.to_string(), v.clone());
+        }
+        let schema = self.batch.schema().as_ref().clone().with_metadata(meta);
+        Ok(self.batch.clone().with_schema(Arc::new(schema))?)
+    }
+
+    /// Read back what [`Self::to_batch`] wrote.
+    pub fn from_batch(batch: &RecordBatch) -> Result<Self> {
+        let schema = batch.schema();
+        let meta = schema.metadata();
+        let bad = || EngineError::Internal("damaged aggregate snapshot metadata".into());
+        let widths = match meta.get("widths").map(String::as_str) {
+            Some("") => vec![],
+            Some(w) => w
+                .split(',')
+                .map(|x| x.parse::<usize>().map_err(|_| bad()))
+                .collect::<Result<Vec<_>>>()?,
+            None => return Err(bad()),
+        };
+        let emitted_len = match meta.get("emitted_len") {
+            Some(v) => Some(v.parse().map_err(|_| bad())?),
+            None => None,
+        };
+        Ok(Self {
+            batch: batch.clone(),
+            widths,
+            emitted_len,
+        })
+    }
 }
 
 /// A changelog slice: key columns, aggregate columns, and per row whether
@@ -326,6 +392,80 @@ impl GroupedAggregates {
         }
         self.scratch = idx;
         Ok(())
+    }
+
+    /// Copy out every group's key and intermediate aggregate state (and, in
+    /// changelog mode, the last emitted values) without disturbing it.
+    pub fn snapshot(&mut self, codec: &KeyCodec) -> Result<ScopeSnapshot> {
+        let n = self.groups.len();
+        let all: Vec<usize> = (0..n).collect();
+        let mut cols = codec.decode(self.groups.keys(), &all)?;
+        let mut widths = Vec::with_capacity(self.accs.len());
+        for acc in self.accs.iter_mut() {
+            let state = acc.state(EmitTo::All)?;
+            acc.merge_batch(&state, &all, n)?;
+            widths.push(state.len());
+            cols.extend(state);
+        }
+        let emitted_len = match &self.emitted {
+            Some(prev) => {
+                let len = prev.first().map_or(0, |a| a.len());
+                for a in prev {
+                    let pad = arrow::array::new_null_array(a.data_type(), n - len);
+                    cols.push(arrow::compute::concat(&[a.as_ref(), pad.as_ref()])?);
+                }
+                Some(len)
+            }
+            None => None,
+        };
+        let fields: Vec<arrow::datatypes::Field> = cols
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                arrow::datatypes::Field::new(format!("c{i}"), c.data_type().clone(), true)
+            })
+            .collect();
+        let opts = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n));
+        let batch = RecordBatch::try_new_with_options(
+            Arc::new(arrow::datatypes::Schema::new(fields)),
+            cols,
+            &opts,
+        )?;
+        Ok(ScopeSnapshot {
+            batch,
+            widths,
+            emitted_len,
+        })
+    }
+
+    /// Rebuild a scope from [`Self::snapshot`]'s output.
+    pub fn restore(
+        codec: &KeyCodec,
+        funcs: &AggregateFunctions,
+        nkeys: usize,
+        snap: &ScopeSnapshot,
+    ) -> Result<Self> {
+        let mut scope = Self::new(codec, funcs)?;
+        let n = snap.batch.num_rows();
+        let cols = snap.batch.columns();
+        let keys = codec.encode(&cols[..nkeys], n)?;
+        let mut idx = Vec::new();
+        scope.groups.intern(&keys, None, &mut idx);
+        let groups = scope.groups.len();
+        let mut off = nkeys;
+        for (acc, w) in scope.accs.iter_mut().zip(snap.widths.iter()) {
+            let end = off + w;
+            let state = cols.get(off..end).ok_or_else(|| {
+                EngineError::Internal("aggregate snapshot is missing state columns".into())
+            })?;
+            acc.merge_batch(state, &idx, groups)?;
+            off = end;
+        }
+        if let Some(len) = snap.emitted_len {
+            scope.emitted = Some(cols[off..].iter().map(|c| c.slice(0, len)).collect());
+        }
+        scope.touched = vec![false; groups];
+        Ok(scope)
     }
 
     /// Whether any group changed since the last [`Self::changes`].

@@ -219,6 +219,76 @@ impl Operator {
         }
     }
 
+    /// Snapshot every stateful operator of the tree, in tree order.
+    pub fn snapshot(&mut self, out: &mut Vec<bytes::Bytes>) -> Result<()> {
+        match self {
+            Operator::Scan { .. } => {}
+            Operator::Filter { input, .. } | Operator::Project { input, .. } => {
+                input.snapshot(out)?
+            }
+            Operator::Union { inputs, .. } => {
+                for i in inputs.iter_mut() {
+                    i.snapshot(out)?;
+                }
+            }
+            Operator::Window(input, op) => {
+                input.snapshot(out)?;
+                let mut w = crate::state::SnapshotWriter::default();
+                op.snapshot(&mut w)?;
+                out.push(w.finish()?);
+            }
+            Operator::Session(input, op) => {
+                input.snapshot(out)?;
+                let mut w = crate::state::SnapshotWriter::default();
+                op.snapshot(&mut w)?;
+                out.push(w.finish()?);
+            }
+            Operator::Updating(input, op) => {
+                input.snapshot(out)?;
+                let mut w = crate::state::SnapshotWriter::default();
+                op.snapshot(&mut w)?;
+                out.push(w.finish()?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Restore every stateful operator from snapshots in tree order.
+    pub fn restore(&mut self, parts: &mut std::collections::VecDeque<bytes::Bytes>) -> Result<()> {
+        fn next(
+            parts: &mut std::collections::VecDeque<bytes::Bytes>,
+        ) -> Result<crate::state::SnapshotReader> {
+            let bytes = parts.pop_front().ok_or_else(|| {
+                EngineError::Internal("checkpoint has fewer operator states than the plan".into())
+            })?;
+            crate::state::SnapshotReader::new(&bytes)
+        }
+        match self {
+            Operator::Scan { .. } => {}
+            Operator::Filter { input, .. } | Operator::Project { input, .. } => {
+                input.restore(parts)?
+            }
+            Operator::Union { inputs, .. } => {
+                for i in inputs.iter_mut() {
+                    i.restore(parts)?;
+                }
+            }
+            Operator::Window(input, op) => {
+                input.restore(parts)?;
+                op.restore(&next(parts)?)?;
+            }
+            Operator::Session(input, op) => {
+                input.restore(parts)?;
+                op.restore(&next(parts)?)?;
+            }
+            Operator::Updating(input, op) => {
+                input.restore(parts)?;
+                op.restore(&next(parts)?)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Rows dropped inside this tree because their window had closed.
     pub fn dropped_late(&self) -> u64 {
         match self {

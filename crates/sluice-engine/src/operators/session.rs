@@ -6,7 +6,7 @@
 //! sessions merge, each holds DataFusion row `Accumulator`s, whose
 //! intermediate state can be merged into another session's.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use arrow::array::{ArrayRef, UInt32Array};
 use arrow::compute::take;
@@ -20,6 +20,9 @@ use super::expr::{eval, event_time_ms};
 use super::groups::{select_inputs, KeyRows};
 use super::window::WindowedGroupBy;
 use crate::error::Result;
+use crate::state::{SnapshotReader, SnapshotWriter};
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::Int64Type;
 use sluice_sql::EmitMode;
 
 struct Session {
@@ -36,7 +39,7 @@ struct Session {
 pub struct SessionAggregate {
     def: WindowedGroupBy,
     gap_ms: i64,
-    sessions: HashMap<Option<OwnedRow>, Vec<Session>>,
+    sessions: BTreeMap<Option<OwnedRow>, Vec<Session>>,
     /// Rows retracted by merges this cycle: (key, start, end, values).
     pending_retractions: Vec<(Option<OwnedRow>, i64, i64, Vec<ScalarValue>)>,
     closed_through: i64,
@@ -50,7 +53,7 @@ impl SessionAggregate {
         Self {
             def,
             gap_ms,
-            sessions: HashMap::new(),
+            sessions: BTreeMap::new(),
             pending_retractions: Vec::new(),
             closed_through: i64::MIN,
             dropped_late: 0,
@@ -71,7 +74,7 @@ impl SessionAggregate {
         let keys = self.def.encode_keys(batch)?;
         let inputs = self.def.funcs.evaluate_inputs(batch)?;
         // Rows per key, then sorted by event time.
-        let mut per_key: HashMap<Option<OwnedRow>, Vec<(i64, u32)>> = HashMap::new();
+        let mut per_key: BTreeMap<Option<OwnedRow>, Vec<(i64, u32)>> = BTreeMap::new();
         for (row, t) in times.iter().enumerate() {
             let Some(t) = t else { continue };
             if t.saturating_add(self.gap_ms) <= self.closed_through {
@@ -216,6 +219,159 @@ impl SessionAggregate {
         )?))
     }
 
+    /// Write every open session: key, bounds, aggregate state, last emitted row.
+    pub fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
+        out.set("closed_through", self.closed_through);
+        out.set("dropped_late", self.dropped_late);
+        let naggs = self.def.funcs.len();
+        let mut keys: Vec<Option<Vec<u8>>> = Vec::new();
+        let (mut starts, mut ends, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        let mut states: Vec<Vec<ScalarValue>> = Vec::new();
+        let mut widths: Vec<usize> = Vec::new();
+        let mut emitted: Vec<Option<Vec<ScalarValue>>> = Vec::new();
+        for (key, list) in self.sessions.iter_mut() {
+            for sess in list.iter_mut() {
+                keys.push(key.as_ref().map(|k| k.row().as_ref().to_vec()));
+                starts.push(sess.start);
+                ends.push(sess.end);
+                changed.push(sess.changed);
+                let mut row_state = Vec::new();
+                let mut fresh = self.def.funcs.row_accumulators()?;
+                widths.clear();
+                for (acc, new_acc) in sess.accs.iter_mut().zip(fresh.iter_mut()) {
+                    let st = acc.state()?;
+                    let arrays = st
+                        .iter()
+                        .map(|v| Ok(v.to_array()?))
+                        .collect::<Result<Vec<ArrayRef>>>()?;
+                    new_acc.merge_batch(&arrays)?;
+                    widths.push(st.len());
+                    row_state.extend(st);
+                }
+                sess.accs = fresh;
+                states.push(row_state);
+                emitted.push(sess.emitted.clone());
+            }
+        }
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut cols: Vec<ArrayRef> = vec![
+            std::sync::Arc::new(arrow::array::BinaryArray::from_iter(
+                keys.iter().map(|k| k.as_deref()),
+            )),
+            std::sync::Arc::new(arrow::array::Int64Array::from(starts)),
+            std::sync::Arc::new(arrow::array::Int64Array::from(ends)),
+            std::sync::Arc::new(arrow::array::BooleanArray::from(changed)),
+            std::sync::Arc::new(arrow::array::BooleanArray::from(
+                emitted.iter().map(|e| e.is_some()).collect::<Vec<_>>(),
+            )),
+        ];
+        let width: usize = widths.iter().sum();
+        for c in 0..width {
+            cols.push(ScalarValue::iter_to_array(
+                states.iter().map(|r| r[c].clone()),
+            )?);
+        }
+        let out_types = self.def.funcs.output_types()?;
+        for (a, dt) in out_types.iter().enumerate().take(naggs) {
+            let vals = emitted
+                .iter()
+                .map(|e| match e {
+                    Some(v) => Ok(v[a].clone()),
+                    None => Ok(ScalarValue::try_new_null(dt)?),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            cols.push(ScalarValue::iter_to_array(vals)?);
+        }
+        let fields: Vec<arrow::datatypes::Field> = cols
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                arrow::datatypes::Field::new(format!("c{i}"), c.data_type().clone(), true)
+            })
+            .collect();
+        let meta = std::collections::HashMap::from([(
+            "widths".to_string(),
+            widths
+                .iter()
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        )]);
+        let schema = arrow::datatypes::Schema::new(fields).with_metadata(meta);
+        out.push(&RecordBatch::try_new(std::sync::Arc::new(schema), cols)?)
+    }
+
+    /// Replace state with a snapshot's.
+    pub fn restore(&mut self, snap: &SnapshotReader) -> Result<()> {
+        self.closed_through = snap.get("closed_through")?;
+        self.dropped_late = snap.get("dropped_late")?;
+        self.sessions.clear();
+        let Some(part) = snap.parts().first() else {
+            return Ok(());
+        };
+        let bad = || crate::error::EngineError::Internal("damaged session snapshot".into());
+        let widths: Vec<usize> = part
+            .schema()
+            .metadata()
+            .get("widths")
+            .ok_or_else(bad)?
+            .split(',')
+            .filter(|w| !w.is_empty())
+            .map(|w| w.parse().map_err(|_| bad()))
+            .collect::<Result<_>>()?;
+        let width: usize = widths.iter().sum();
+        let col = |i: usize| part.columns().get(i).ok_or_else(bad);
+        let keys = col(0)?.as_binary_opt::<i32>().ok_or_else(bad)?.clone();
+        let starts = col(1)?
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(bad)?
+            .clone();
+        let ends = col(2)?
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(bad)?
+            .clone();
+        let changed = col(3)?.as_boolean_opt().ok_or_else(bad)?.clone();
+        let has_emitted = col(4)?.as_boolean_opt().ok_or_else(bad)?.clone();
+        let naggs = self.def.funcs.len();
+        let parser = self.def.codec.parser();
+        for row in 0..part.num_rows() {
+            let key = if keys.is_null(row) {
+                None
+            } else {
+                let p = parser.as_ref().ok_or_else(bad)?;
+                Some(p.parse(keys.value(row)).owned())
+            };
+            let mut accs = self.def.funcs.row_accumulators()?;
+            let mut off = 5;
+            for (acc, w) in accs.iter_mut().zip(widths.iter()) {
+                let arrays: Vec<ArrayRef> = (off..off + w)
+                    .map(|c| Ok(col(c)?.slice(row, 1)))
+                    .collect::<Result<_>>()?;
+                acc.merge_batch(&arrays)?;
+                off += w;
+            }
+            let emitted = if has_emitted.value(row) {
+                Some(
+                    (0..naggs)
+                        .map(|a| Ok(ScalarValue::try_from_array(col(5 + width + a)?, row)?))
+                        .collect::<Result<Vec<_>>>()?,
+                )
+            } else {
+                None
+            };
+            self.sessions.entry(key).or_default().push(Session {
+                start: starts.value(row),
+                end: ends.value(row),
+                accs,
+                changed: changed.value(row),
+                emitted,
+            });
+        }
+        Ok(())
+    }
+
     /// Emit closed sessions (or this cycle's changes) and free closed state.
     pub fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
         let changes_mode = self.def.emit == EmitMode::Changes;
@@ -260,6 +416,11 @@ impl SessionAggregate {
             }
         }
         self.sessions.retain(|_, l| !l.is_empty());
+        if !changes_mode {
+            // Final rows in (end, key, start) order, so the output does not
+            // depend on how input was cut into cycles.
+            rows.sort_by(|a, b| (a.2, &a.0, a.1).cmp(&(b.2, &b.0, b.1)));
+        }
         self.closed_through = self.closed_through.max(watermark);
         let batch = self.emit_rows(rows, changes_mode.then_some(kinds))?;
         Ok(batch.into_iter().collect())

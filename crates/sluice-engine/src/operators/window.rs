@@ -19,8 +19,9 @@ use sluice_sql::{EmitMode, WindowKind};
 
 use super::changelog::output_batch;
 use super::expr::{eval, event_time_ms, time_column, PhysExpr};
-use super::groups::{AggregateFunctions, GroupedAggregates, KeyCodec, KeyRows};
+use super::groups::{AggregateFunctions, GroupedAggregates, KeyCodec, KeyRows, ScopeSnapshot};
 use crate::error::Result;
+use crate::state::{SnapshotReader, SnapshotWriter};
 
 /// Window starts a row at `t` belongs to, for fixed-size windows.
 pub fn window_starts(kind: WindowKind, t: i64, out: &mut Vec<i64>) {
@@ -173,6 +174,41 @@ impl WindowAggregate {
         Ok(())
     }
 
+    /// Write every open window's state.
+    pub fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
+        out.set("closed_through", self.closed_through);
+        out.set("dropped_late", self.dropped_late);
+        for (start, scope) in self.windows.iter_mut() {
+            let snap = scope.snapshot(&self.def.codec)?;
+            out.push(&snap.to_batch(&[("window_start", start.to_string())])?)?;
+        }
+        Ok(())
+    }
+
+    /// Replace state with a snapshot's.
+    pub fn restore(&mut self, snap: &SnapshotReader) -> Result<()> {
+        self.closed_through = snap.get("closed_through")?;
+        self.dropped_late = snap.get("dropped_late")?;
+        self.windows.clear();
+        let nkeys = self.def.keys.len();
+        for part in snap.parts() {
+            let start: i64 = part
+                .schema()
+                .metadata()
+                .get("window_start")
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| {
+                    crate::error::EngineError::Internal("window snapshot without start".into())
+                })?;
+            let scope = ScopeSnapshot::from_batch(part)?;
+            self.windows.insert(
+                start,
+                GroupedAggregates::restore(&self.def.codec, &self.def.funcs, nkeys, &scope)?,
+            );
+        }
+        Ok(())
+    }
+
     /// Emit what the watermark makes final (or, in changelog mode, what
     /// changed) and free closed windows.
     pub fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
@@ -246,6 +282,22 @@ impl UpdatingAggregate {
         let keys = self.codec.encode(&key_cols, batch.num_rows())?;
         let inputs = self.funcs.evaluate_inputs(batch)?;
         self.scope.update(&keys, None, &inputs)
+    }
+
+    /// Write the state.
+    pub fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
+        let snap = self.scope.snapshot(&self.codec)?;
+        out.push(&snap.to_batch(&[])?)
+    }
+
+    /// Replace state with a snapshot's.
+    pub fn restore(&mut self, snap: &SnapshotReader) -> Result<()> {
+        let part = snap.parts().first().ok_or_else(|| {
+            crate::error::EngineError::Internal("aggregate snapshot is empty".into())
+        })?;
+        let scope = ScopeSnapshot::from_batch(part)?;
+        self.scope = GroupedAggregates::restore(&self.codec, &self.funcs, self.keys.len(), &scope)?;
+        Ok(())
     }
 
     /// Emit the changes of this cycle.

@@ -1,0 +1,109 @@
+//! Operator state as bytes: the snapshot format of checkpoints.
+//!
+//! A snapshot is a sequence of length-prefixed frames: the first is a JSON
+//! map of scalar fields, each following frame is an Arrow IPC stream holding
+//! one record batch. Arrow IPC keeps every aggregate's intermediate state
+//! (whatever its types) exact, and the framing lets one operator store any
+//! number of parts (one per open window, for example).
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+
+use crate::error::{EngineError, Result};
+
+/// Builds one operator snapshot.
+#[derive(Default)]
+pub struct SnapshotWriter {
+    meta: BTreeMap<String, String>,
+    parts: Vec<Vec<u8>>,
+}
+
+impl SnapshotWriter {
+    /// Record a scalar field.
+    pub fn set(&mut self, key: &str, value: impl ToString) {
+        self.meta.insert(key.to_string(), value.to_string());
+    }
+
+    /// Append a batch as its own part.
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        let mut buf = Vec::new();
+        {
+            let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
+            w.write(batch)?;
+            w.finish()?;
+        }
+        self.parts.push(buf);
+        Ok(())
+    }
+
+    /// The encoded snapshot.
+    pub fn finish(self) -> Result<Bytes> {
+        let meta = serde_json::to_vec(&self.meta)
+            .map_err(|e| EngineError::Internal(format!("encoding snapshot: {e}")))?;
+        let mut out = Vec::new();
+        for frame in std::iter::once(&meta).chain(self.parts.iter()) {
+            out.extend_from_slice(&(frame.len() as u64).to_le_bytes());
+            out.extend_from_slice(frame);
+        }
+        Ok(Bytes::from(out))
+    }
+}
+
+/// Reads one operator snapshot.
+pub struct SnapshotReader {
+    meta: BTreeMap<String, String>,
+    parts: Vec<RecordBatch>,
+}
+
+fn corrupt(what: &str) -> EngineError {
+    EngineError::Internal(format!("damaged operator snapshot: {what}"))
+}
+
+impl SnapshotReader {
+    /// Decode a snapshot.
+    pub fn new(bytes: &[u8]) -> Result<Self> {
+        let mut frames = Vec::new();
+        let mut pos = 0usize;
+        while pos < bytes.len() {
+            let len_bytes: [u8; 8] = bytes
+                .get(pos..pos + 8)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| corrupt("truncated frame header"))?;
+            let len = u64::from_le_bytes(len_bytes) as usize;
+            let frame = bytes
+                .get(pos + 8..pos + 8 + len)
+                .ok_or_else(|| corrupt("truncated frame"))?;
+            frames.push(frame);
+            pos += 8 + len;
+        }
+        let (meta, rest) = frames.split_first().ok_or_else(|| corrupt("empty"))?;
+        let meta: BTreeMap<String, String> =
+            serde_json::from_slice(meta).map_err(|e| corrupt(&e.to_string()))?;
+        let mut parts = Vec::new();
+        for f in rest {
+            let reader = StreamReader::try_new(Cursor::new(*f), None)?;
+            for b in reader {
+                parts.push(b?);
+            }
+        }
+        Ok(Self { meta, parts })
+    }
+
+    /// A scalar field.
+    pub fn get<T: std::str::FromStr>(&self, key: &str) -> Result<T> {
+        self.meta
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| corrupt(&format!("field '{key}'")))
+    }
+
+    /// The batch parts, in order.
+    pub fn parts(&self) -> &[RecordBatch] {
+        &self.parts
+    }
+}
