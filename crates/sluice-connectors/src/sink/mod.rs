@@ -1,6 +1,9 @@
 //! Writing Arrow batches to CSV, JSON-lines or Parquet files atomically.
 
 mod atomic;
+mod epoch;
+
+pub use epoch::{EpochFileSink, EpochRecord};
 
 use std::fs::File;
 use std::io::{BufWriter, Write};

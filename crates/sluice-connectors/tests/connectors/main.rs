@@ -2,6 +2,7 @@
 //! concern into modules).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod epoch_sink;
 mod support;
 
 mod csv_source;

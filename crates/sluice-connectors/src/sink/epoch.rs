@@ -1,0 +1,386 @@
+//! Transactional (two-phase) file sinks: rows are grouped into epochs and
+//! become visible in the final file only when their epoch commits.
+//!
+//! Each epoch's rows are written to a hidden staged file beside the final
+//! file. `pre_commit` seals the epoch (flush + fsync) and reports where the
+//! final file stood before it; `commit` appends the staged bytes to the final
+//! file and fsyncs it. Commit is idempotent: it first truncates the final
+//! file to the epoch's recorded start, so re-committing after a crash in the
+//! middle of an append gives the same bytes. Only appendable formats (CSV,
+//! JSON lines) can be transactional.
+//!
+//! The same type in `direct` mode appends rows to the final file at once
+//! (at-least-once delivery: nothing is held back, a replay may repeat rows).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+
+use crate::error::{ConnectorError, Result};
+use crate::format::FileFormat;
+
+/// A sealed epoch: what a checkpoint records to commit it later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpochRecord {
+    /// Epoch number.
+    pub epoch: u64,
+    /// Staged file (None when the epoch had no rows).
+    pub staged: Option<PathBuf>,
+    /// Bytes staged.
+    pub staged_len: u64,
+    /// Final file length before this epoch.
+    pub final_len_before: u64,
+}
+
+/// A file sink with epochs.
+pub struct EpochFileSink {
+    path: PathBuf,
+    format: FileFormat,
+    schema: SchemaRef,
+    direct: bool,
+    epoch: u64,
+    staged: Option<(PathBuf, File, u64)>,
+    /// Final length once every sealed epoch is committed.
+    sealed_len: u64,
+    rows: u64,
+}
+
+fn io(path: &Path, e: std::io::Error) -> ConnectorError {
+    ConnectorError::io(path, e)
+}
+
+fn sync_parent(path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io(dir, e))?;
+    }
+    Ok(())
+}
+
+impl EpochFileSink {
+    fn check_format(path: &Path, format: FileFormat) -> Result<()> {
+        match format {
+            FileFormat::Csv | FileFormat::JsonLines => Ok(()),
+            FileFormat::Parquet => Err(ConnectorError::InvalidOption {
+                option: "format".into(),
+                message: format!(
+                    "{}: a parquet file cannot be appended to, so it cannot commit epochs; use csv or json with checkpointed delivery",
+                    path.display()
+                ),
+            }),
+        }
+    }
+
+    /// Start a fresh output: the final file is (re)created with just its header.
+    pub fn create(
+        path: &Path,
+        format: FileFormat,
+        schema: SchemaRef,
+        direct: bool,
+    ) -> Result<Self> {
+        Self::check_format(path, format)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        }
+        let header = encode(
+            format,
+            &schema,
+            &RecordBatch::new_empty(schema.clone()),
+            true,
+        )?;
+        let mut f = File::create(path).map_err(|e| io(path, e))?;
+        f.write_all(&header).map_err(|e| io(path, e))?;
+        f.sync_all().map_err(|e| io(path, e))?;
+        sync_parent(path)?;
+        let mut sink = Self::blank(path, format, schema, direct, 0);
+        sink.sealed_len = header.len() as u64;
+        sink.discard_orphans(0)?;
+        Ok(sink)
+    }
+
+    /// Resume after recovery: commit the checkpoint's sealed epochs again
+    /// (idempotently), cut the final file back to what those commits leave,
+    /// and discard staged files of later, uncommitted epochs.
+    pub fn recover(
+        path: &Path,
+        format: FileFormat,
+        schema: SchemaRef,
+        direct: bool,
+        committed_len: u64,
+        sealed: &[EpochRecord],
+        next_epoch: u64,
+    ) -> Result<Self> {
+        Self::check_format(path, format)?;
+        let mut sink = Self::blank(path, format, schema, direct, next_epoch);
+        if !path.exists() {
+            return Err(io(
+                path,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the sink file of the recovered checkpoint is missing",
+                ),
+            ));
+        }
+        sink.sealed_len = committed_len;
+        if !direct {
+            for r in sealed {
+                sink.commit_one(r)?;
+            }
+            let end = sealed
+                .last()
+                .map_or(committed_len, |r| r.final_len_before + r.staged_len);
+            let f = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| io(path, e))?;
+            f.set_len(end).map_err(|e| io(path, e))?;
+            f.sync_all().map_err(|e| io(path, e))?;
+            sink.sealed_len = end;
+        } else {
+            sink.sealed_len = std::fs::metadata(path).map_err(|e| io(path, e))?.len();
+        }
+        sink.discard_orphans(next_epoch)?;
+        Ok(sink)
+    }
+
+    fn blank(path: &Path, format: FileFormat, schema: SchemaRef, direct: bool, epoch: u64) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            format,
+            schema,
+            direct,
+            epoch,
+            staged: None,
+            sealed_len: 0,
+            rows: 0,
+        }
+    }
+
+    fn staged_path(&self, epoch: u64) -> PathBuf {
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        self.path
+            .with_file_name(format!(".{name}.epoch-{epoch:012}"))
+    }
+
+    /// Remove staged files of epochs at or after `from` (never committed).
+    fn discard_orphans(&self, from: u64) -> Result<()> {
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let prefix = format!(".{name}.epoch-");
+        let entries = std::fs::read_dir(&dir).map_err(|e| io(&dir, e))?;
+        for entry in entries.flatten() {
+            let file = entry.file_name().to_string_lossy().to_string();
+            if let Some(n) = file
+                .strip_prefix(&prefix)
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                if n >= from {
+                    std::fs::remove_file(entry.path()).map_err(|e| io(&entry.path(), e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The final path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Rows written (staged or appended).
+    pub fn rows_written(&self) -> u64 {
+        self.rows
+    }
+
+    /// The epoch now receiving rows.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Final-file length once every sealed epoch is committed.
+    pub fn sealed_len(&self) -> u64 {
+        self.sealed_len
+    }
+
+    /// Write rows into the current epoch (or straight to the final file in direct mode).
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let batch =
+            RecordBatch::try_new(self.schema.clone(), batch.columns().to_vec()).map_err(|e| {
+                ConnectorError::schema(
+                    &self.path,
+                    format!("batch does not match the sink schema: {e}"),
+                )
+            })?;
+        let bytes = encode(self.format, &self.schema, &batch, false)?;
+        self.rows += batch.num_rows() as u64;
+        if self.direct {
+            let mut f = OpenOptions::new()
+                .append(true)
+                .open(&self.path)
+                .map_err(|e| io(&self.path, e))?;
+            f.write_all(&bytes).map_err(|e| io(&self.path, e))?;
+            self.sealed_len += bytes.len() as u64;
+            return Ok(());
+        }
+        if self.staged.is_none() {
+            let p = self.staged_path(self.epoch);
+            let f = File::create(&p).map_err(|e| io(&p, e))?;
+            self.staged = Some((p, f, 0));
+        }
+        if let Some((p, f, len)) = self.staged.as_mut() {
+            f.write_all(&bytes).map_err(|e| io(p, e))?;
+            *len += bytes.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Seal the current epoch durably; later rows go to the next epoch.
+    pub fn pre_commit(&mut self) -> Result<EpochRecord> {
+        let before = self.sealed_len;
+        let record = match self.staged.take() {
+            Some((p, f, len)) => {
+                f.sync_all().map_err(|e| io(&p, e))?;
+                sync_parent(&p)?;
+                EpochRecord {
+                    epoch: self.epoch,
+                    staged: Some(p),
+                    staged_len: len,
+                    final_len_before: before,
+                }
+            }
+            None => {
+                if self.direct {
+                    let f = File::open(&self.path).map_err(|e| io(&self.path, e))?;
+                    f.sync_all().map_err(|e| io(&self.path, e))?;
+                }
+                EpochRecord {
+                    epoch: self.epoch,
+                    staged: None,
+                    staged_len: 0,
+                    final_len_before: before,
+                }
+            }
+        };
+        self.sealed_len = before + record.staged_len;
+        self.epoch += 1;
+        Ok(record)
+    }
+
+    /// Make sealed epochs visible in the final file. Idempotent.
+    pub fn commit(&mut self, records: &[EpochRecord]) -> Result<()> {
+        for r in records {
+            self.commit_one(r)?;
+        }
+        Ok(())
+    }
+
+    fn commit_one(&self, r: &EpochRecord) -> Result<()> {
+        let Some(staged) = &r.staged else {
+            return Ok(());
+        };
+        let mut final_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| io(&self.path, e))?;
+        let len = final_file.metadata().map_err(|e| io(&self.path, e))?.len();
+        let mut data = Vec::with_capacity(r.staged_len as usize);
+        match File::open(staged) {
+            Ok(mut s) => {
+                s.read_to_end(&mut data).map_err(|e| io(staged, e))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Already committed and cleaned up, unless the final file is short.
+                if len >= r.final_len_before + r.staged_len {
+                    return Ok(());
+                }
+                return Err(io(staged, std::io::Error::other(format!(
+                    "staged rows of epoch {} are gone but the final file has only {len} of {} bytes",
+                    r.epoch,
+                    r.final_len_before + r.staged_len
+                ))));
+            }
+            Err(e) => return Err(io(staged, e)),
+        }
+        if data.len() as u64 != r.staged_len {
+            return Err(io(
+                staged,
+                std::io::Error::other(format!(
+                    "staged file of epoch {} has {} bytes, the checkpoint recorded {}",
+                    r.epoch,
+                    data.len(),
+                    r.staged_len
+                )),
+            ));
+        }
+        final_file
+            .set_len(r.final_len_before)
+            .map_err(|e| io(&self.path, e))?;
+        final_file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| io(&self.path, e))?;
+        final_file.write_all(&data).map_err(|e| io(&self.path, e))?;
+        final_file.sync_all().map_err(|e| io(&self.path, e))?;
+        std::fs::remove_file(staged).map_err(|e| io(staged, e))?;
+        Ok(())
+    }
+
+    /// Throw away the open epoch's rows (its staged file).
+    pub fn rollback_open_epoch(&mut self) -> Result<()> {
+        if let Some((p, f, _)) = self.staged.take() {
+            drop(f);
+            std::fs::remove_file(&p).map_err(|e| io(&p, e))?;
+        }
+        Ok(())
+    }
+}
+
+fn encode(
+    format: FileFormat,
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+    header: bool,
+) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let err = |e| ConnectorError::arrow("encoding sink rows".to_string(), e);
+    match format {
+        FileFormat::Csv => {
+            let mut w = arrow::csv::WriterBuilder::new()
+                .with_header(header)
+                .build(&mut buf);
+            if header {
+                let empty = RecordBatch::new_empty(schema.clone());
+                w.write(&empty).map_err(err)?;
+            } else {
+                w.write(batch).map_err(err)?;
+            }
+        }
+        FileFormat::JsonLines => {
+            if !header {
+                let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
+                w.write(batch).map_err(err)?;
+                w.finish().map_err(err)?;
+            }
+        }
+        FileFormat::Parquet => {}
+    }
+    Ok(buf)
+}
