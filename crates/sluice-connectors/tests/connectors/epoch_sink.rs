@@ -30,7 +30,7 @@ fn epochs_are_visible_only_after_commit() {
     sink.write(&batch(&[3])).unwrap();
     let e1 = sink.pre_commit().unwrap();
     assert_eq!(read(&path), "v\n");
-    sink.commit(&[e0.clone()]).unwrap();
+    sink.commit(std::slice::from_ref(&e0)).unwrap();
     assert_eq!(read(&path), "v\n1\n2\n");
     sink.commit(&[e0, e1]).unwrap();
     assert_eq!(read(&path), "v\n1\n2\n3\n", "re-committing is idempotent");
