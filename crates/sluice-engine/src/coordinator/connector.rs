@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::BooleanArray;
+use arrow::array::{Array, BooleanArray};
 use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
@@ -141,7 +141,7 @@ impl SourceIntake for ConnectorPipelineCallback {
             return Ok(Some(batch.clone()));
         };
         let wm = state.watermark.watermark();
-        if wm == i64::MIN || times.iter().all(|t| t.is_some_and(|t| t >= wm)) {
+        if times.null_count() == 0 && (wm == i64::MIN || times.values().iter().all(|t| *t >= wm)) {
             return Ok((batch.num_rows() > 0).then(|| batch.clone()));
         }
         // Null event times cannot be placed in time: they count as late.

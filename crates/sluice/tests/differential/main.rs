@@ -1,0 +1,18 @@
+//! Differential tests: Sluice's streaming results against the same queries
+//! answered in batch by DataFusion over the rows that were on time.
+//!
+//! Generated event streams (bounded disorder plus rows older than the
+//! watermark delay allows, split into random batches) are pushed through
+//! Sluice; the oracle applies the lateness rule per batch, drops the late
+//! rows, and computes the expected final result in batch. Deterministic tests
+//! cover late data, idleness, DROP while running and refused statements.
+
+mod changes;
+mod common;
+mod gen;
+mod late;
+mod liveness;
+mod oracle;
+mod refusals;
+mod relational;
+mod windows;
