@@ -18,5 +18,5 @@ mod source;
 pub use error::{ConnectorError, Result};
 pub use format::FileFormat;
 pub use reader::BatchReader;
-pub use sink::FileSinkWriter;
+pub use sink::{EpochFileSink, EpochRecord, FileSinkWriter};
 pub use source::{FileSourceConfig, FileSourceReader, OnError, SourcePosition};
