@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! sluice run [--state-dir DIR] [--set name=value]... FILE.sql
+//! sluice bench nexmark --query q5 --events 1000000 [--rate N] [--json]
 //! ```
 //!
 //! The binary is a thin shell over the `sluice` library: it reads the
@@ -13,6 +14,7 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+mod bench;
 mod error;
 mod progress;
 mod run;
@@ -39,6 +41,8 @@ struct Cli {
 enum Command {
     /// Execute a SQL script, read its file sources to the end, and publish its sinks.
     Run(RunArgs),
+    /// Benchmarks: Nexmark queries over generated events, and their CSV input.
+    Bench(bench::BenchArgs),
 }
 
 /// Arguments of `sluice run`.
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => match cli.command {
             Command::Run(args) => rt.block_on(run::run(args, &progress)),
+            Command::Bench(args) => rt.block_on(bench::bench(args)),
         },
         Err(e) => Err(CliError::io("starting the async runtime", e)),
     };

@@ -12,34 +12,51 @@ use crate::error::CliError;
 use crate::progress::{ProgressSlot, REFRESH};
 use crate::RunArgs;
 
+/// How many times a consistency fault is recovered from in one run.
+const MAX_RECOVERIES: u32 = 3;
+
 /// Run the script named by `args`. On failure the database is still shut
-/// down, so a halted pipeline discards its sink output.
+/// down, so a halted pipeline discards its sink output. A consistency fault
+/// (for example a checkpoint that failed under exactly-once delivery) is
+/// recovered from by reopening the database, which resumes from its last
+/// committed checkpoint.
 pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<(), CliError> {
     let started = Instant::now();
     let options = parse_sets(&args.set)?;
     let text = std::fs::read_to_string(&args.file)
         .map_err(|e| CliError::io(format!("cannot read {}", args.file.display()), e))?;
-
-    let mut builder = Database::builder().base_dir(script_dir(&args.file));
-    if let Some(dir) = &args.state_dir {
-        builder = builder.state_dir(dir);
-    }
-    for (name, value) in &options {
-        builder = builder.set(name, value)?;
-    }
-    let db = builder.open().await?;
-
-    let metrics = match execute_and_run(&db, &text, progress).await {
-        Ok(()) => db.shutdown().await?,
-        Err(e) => {
-            if let Err(shutdown) = db.abort().await {
-                // Usually the same halt reported a second time.
-                tracing::debug!(error = %shutdown, "shutdown after a failure");
-            }
-            return Err(e);
+    let mut recoveries = 0;
+    loop {
+        let mut builder = Database::builder().base_dir(script_dir(&args.file));
+        if let Some(dir) = &args.state_dir {
+            builder = builder.state_dir(dir);
         }
-    };
-    print_summary(&metrics, started.elapsed().as_secs_f64())
+        for (name, value) in &options {
+            builder = builder.set(name, value)?;
+        }
+        let db = builder.open().await?;
+        let outcome = match execute_and_run(&db, &text, progress).await {
+            Ok(()) => db.shutdown().await.map_err(CliError::from),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(metrics) => return print_summary(&metrics, started.elapsed().as_secs_f64()),
+            Err(e) => {
+                if let Err(shutdown) = db.abort().await {
+                    // Usually the same halt reported a second time.
+                    tracing::debug!(error = %shutdown, "shutdown after a failure");
+                }
+                let is_fault = matches!(&e, CliError::Sluice(sluice::Error::Fault(_)));
+                if is_fault && args.state_dir.is_some() && recoveries < MAX_RECOVERIES {
+                    recoveries += 1;
+                    tracing::warn!(error = %e, attempt = recoveries, "recovering from the last checkpoint");
+                    drop(db);
+                    continue;
+                }
+                return Err(e);
+            }
+        }
+    }
 }
 
 /// `--set name=value` pairs, in order.

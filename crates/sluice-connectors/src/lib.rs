@@ -11,12 +11,14 @@
 
 mod error;
 mod format;
+pub mod nexmark;
 mod reader;
 mod sink;
 mod source;
 
 pub use error::{ConnectorError, Result};
 pub use format::FileFormat;
+pub use nexmark::{NexmarkConfig, NexmarkReader, NexmarkStream};
 pub use reader::BatchReader;
 pub use sink::{EpochFileSink, EpochRecord, FileSinkWriter};
 pub use source::{FileSourceConfig, FileSourceReader, OnError, SourcePosition};

@@ -7,7 +7,10 @@ use std::time::Duration;
 use arrow::array::{ArrayRef, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use sluice_connectors::{BatchReader, FileFormat, FileSourceConfig, FileSourceReader};
+use sluice_connectors::{
+    BatchReader, FileFormat, FileSourceConfig, FileSourceReader, NexmarkConfig, NexmarkReader,
+    NexmarkStream,
+};
 use sluice_sql::{CreateSource, ObjectKind, PlanCatalog, StreamNode, StreamPlan, WatermarkSpec};
 
 use crate::error::{EngineError, Result};
@@ -22,6 +25,8 @@ pub enum SourceConnector {
     Push,
     /// Files read in order.
     File(FileSourceConfig),
+    /// A generated Nexmark stream (person, auction or bid).
+    Nexmark(NexmarkConfig),
 }
 
 impl SourceDef {
@@ -34,6 +39,13 @@ impl SourceDef {
                 let reader = match offset {
                     Some(o) => FileSourceReader::open_at_offset(cfg.clone(), o)?,
                     None => FileSourceReader::open(cfg.clone())?,
+                };
+                Some(Box::new(reader))
+            }
+            SourceConnector::Nexmark(cfg) => {
+                let reader = match offset {
+                    Some(o) => NexmarkReader::open_at_offset(cfg.clone(), o)?,
+                    None => NexmarkReader::open(cfg.clone())?,
                 };
                 Some(Box::new(reader))
             }
@@ -112,9 +124,30 @@ impl SourceDef {
                     on_error,
                 })
             }
+            Some("nexmark") => {
+                let in_context = |e: sluice_connectors::ConnectorError| {
+                    EngineError::Option(format!("{context}: {e}"))
+                };
+                let stream = with
+                    .require("stream", &context)?
+                    .parse::<NexmarkStream>()
+                    .map_err(in_context)?;
+                let mut cfg = NexmarkConfig::new(stream, Arc::clone(&stmt.schema))
+                    .map_err(|e| EngineError::Schema(format!("{context}: {e}")))?;
+                cfg.batch_size = opts.batch_size;
+                for name in sluice_connectors::nexmark::NEXMARK_OPTIONS {
+                    if let Some(v) = with.take(name) {
+                        cfg.set(name, &v).map_err(in_context)?;
+                    }
+                }
+                let mut known = vec!["connector", "stream", "idle_timeout"];
+                known.extend(sluice_connectors::nexmark::NEXMARK_OPTIONS);
+                with.finish(&context, &known)?;
+                SourceConnector::Nexmark(cfg)
+            }
             Some(other) => {
                 return Err(EngineError::Option(format!(
-                    "{context}: unknown connector '{other}' (known: file, push)"
+                    "{context}: unknown connector '{other}' (known: file, nexmark, push)"
                 )))
             }
         };
@@ -280,6 +313,53 @@ impl Catalog {
         out
     }
 
+    /// A fingerprint of the pipeline definition: a checkpoint restores only
+    /// into the pipeline that wrote it.
+    pub fn fingerprint(&self) -> String {
+        let mut text = String::new();
+        for s in &self.sources {
+            let connector = match &s.connector {
+                SourceConnector::Push => "push".to_string(),
+                SourceConnector::File(f) => format!("file:{}:{}", f.path, f.format.name()),
+                #[allow(unreachable_patterns)]
+                other => format!("{other:?}"),
+            };
+            text.push_str(&format!(
+                "source {} {:?} {:?} {:?} {connector}\n",
+                s.name,
+                s.schema
+                    .fields()
+                    .iter()
+                    .map(|f| (f.name(), f.data_type()))
+                    .collect::<Vec<_>>(),
+                s.watermark,
+                s.late_data_to
+            ));
+        }
+        for s in &self.streams {
+            match &s.kind {
+                StreamKind::Query(p) => {
+                    text.push_str(&format!("stream {} {}\n{}", s.name, s.materialized, p.root))
+                }
+                StreamKind::LateData { source } => {
+                    text.push_str(&format!("late {} {source}\n", s.name))
+                }
+            }
+        }
+        for s in &self.sinks {
+            let SinkConnector::File { path, format } = &s.connector;
+            let filter = s.filter.as_ref().map(|f| f.to_string()).unwrap_or_default();
+            text.push_str(&format!(
+                "sink {} {} {} {} {filter}\n",
+                s.name,
+                s.from,
+                path.display(),
+                format.name()
+            ));
+        }
+        format!("{:08x}-{}", crc32fast::hash(text.as_bytes()), text.len())
+    }
+
     /// `SHOW <kind>` as a table.
     pub fn show(&self, kind: ObjectKind) -> Result<RecordBatch> {
         let (names, details): (Vec<String>, Vec<String>) = match kind {
@@ -292,6 +372,7 @@ impl Catalog {
                         SourceConnector::File(f) => {
                             format!("file {} ({})", f.path, f.format.name())
                         }
+                        SourceConnector::Nexmark(n) => n.describe(),
                     };
                     (s.name.clone(), c)
                 })

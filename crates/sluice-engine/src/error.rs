@@ -34,6 +34,16 @@ pub enum EngineError {
     /// The pipeline stopped permanently.
     #[error("pipeline halted: {0}")]
     Halted(String),
+    /// A consistency fault: the pipeline stopped and must recover from its
+    /// last committed checkpoint (reopen the database and start again).
+    #[error("pipeline fault (recover from the last checkpoint): {0}")]
+    Fault(String),
+    /// A checkpoint did not complete.
+    #[error("checkpoint failed: {0}")]
+    Checkpoint(String),
+    /// Checkpoint storage failed.
+    #[error(transparent)]
+    Storage(#[from] sluice_storage::StorageError),
     /// The pipeline is not running (shut down or never started).
     #[error("pipeline is not running")]
     NotRunning,
@@ -55,6 +65,9 @@ impl EngineError {
             EngineError::Halted(_) => "SLC-ENG-005",
             EngineError::NotRunning => "SLC-ENG-006",
             EngineError::Internal(_) => "SLC-ENG-007",
+            EngineError::Fault(_) => "SLC-ENG-008",
+            EngineError::Checkpoint(_) => "SLC-ENG-009",
+            EngineError::Storage(e) => e.code(),
         }
     }
 

@@ -16,6 +16,10 @@ pub struct PipelineMetrics {
     output_store_ns: AtomicU64,
     sink_enqueue_ns: AtomicU64,
     cycle_errors: AtomicU64,
+    checkpoints: AtomicU64,
+    checkpoints_failed: AtomicU64,
+    checkpoints_abandoned: AtomicU64,
+    last_checkpoint: Mutex<Option<crate::coordinator::callback::CheckpointReport>>,
     watermark: AtomicI64,
     per_source: Mutex<BTreeMap<String, SourceCounters>>,
     per_output: Mutex<BTreeMap<String, u64>>,
@@ -51,6 +55,14 @@ pub struct MetricsSnapshot {
     pub sink_enqueue_ns: u64,
     /// Cycles that failed.
     pub cycle_errors: u64,
+    /// Checkpoints committed.
+    pub checkpoints: u64,
+    /// Checkpoint attempts that failed.
+    pub checkpoints_failed: u64,
+    /// Checkpoint attempts abandoned before capture.
+    pub checkpoints_abandoned: u64,
+    /// The last committed checkpoint.
+    pub last_checkpoint: Option<crate::coordinator::callback::CheckpointReport>,
     /// Current pipeline watermark (ms; i64::MIN before any).
     pub watermark: i64,
     /// Per source.
@@ -105,6 +117,22 @@ impl PipelineMetrics {
         self.cycle_errors.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Count a committed checkpoint.
+    pub fn record_checkpoint(&self, report: &crate::coordinator::callback::CheckpointReport) {
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        *self.last_checkpoint.lock() = Some(report.clone());
+    }
+
+    /// Count a failed checkpoint.
+    pub fn note_checkpoint_failed(&self) {
+        self.checkpoints_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count an abandoned checkpoint attempt.
+    pub fn note_checkpoint_abandoned(&self) {
+        self.checkpoints_abandoned.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Publish the pipeline watermark.
     pub fn set_watermark(&self, wm: i64) {
         self.watermark.store(wm, Ordering::Relaxed);
@@ -131,6 +159,10 @@ impl PipelineMetrics {
             output_store_ns: self.output_store_ns.load(Ordering::Relaxed),
             sink_enqueue_ns: self.sink_enqueue_ns.load(Ordering::Relaxed),
             cycle_errors: self.cycle_errors.load(Ordering::Relaxed),
+            checkpoints: self.checkpoints.load(Ordering::Relaxed),
+            checkpoints_failed: self.checkpoints_failed.load(Ordering::Relaxed),
+            checkpoints_abandoned: self.checkpoints_abandoned.load(Ordering::Relaxed),
+            last_checkpoint: self.last_checkpoint.lock().clone(),
             watermark: self.watermark.load(Ordering::Relaxed),
             sources: self.per_source.lock().clone(),
             rows_out: self.per_output.lock().clone(),

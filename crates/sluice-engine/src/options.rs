@@ -8,9 +8,28 @@ use sluice_sql::WithOptions;
 
 use crate::error::{EngineError, Result};
 
+/// The delivery guarantee of a checkpointed pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// After a crash every row is delivered at least once (replays may repeat rows).
+    AtLeastOnce,
+    /// After a crash the outputs are exactly those of an uninterrupted run.
+    ExactlyOnce,
+}
+
 /// Options of one pipeline. Every name is known; anything else is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PipelineOptions {
+    /// Time between periodic checkpoints (None: no periodic checkpoints).
+    pub checkpoint_interval: Option<Duration>,
+    /// Delivery guarantee when checkpointing.
+    pub delivery: Delivery,
+    /// Where checkpoints go (an object-store URL); default `<state dir>/checkpoints`.
+    pub checkpoint_store: Option<String>,
+    /// Committed checkpoints kept.
+    pub checkpoint_retain: usize,
+    /// How long sources may take to align on a checkpoint barrier before the attempt is abandoned.
+    pub checkpoint_alignment_timeout: Duration,
     /// Default time after which a quiet source stops holding the watermark.
     pub idle_timeout: Duration,
     /// Default maximum rows per batch read by file sources.
@@ -26,6 +45,11 @@ pub struct PipelineOptions {
 impl Default for PipelineOptions {
     fn default() -> Self {
         Self {
+            checkpoint_interval: None,
+            delivery: Delivery::AtLeastOnce,
+            checkpoint_store: None,
+            checkpoint_retain: 3,
+            checkpoint_alignment_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5),
             batch_size: 8192,
             channel_capacity: 16,
@@ -37,6 +61,11 @@ impl Default for PipelineOptions {
 
 /// Every option name [`PipelineOptions::set`] accepts.
 pub const PIPELINE_OPTIONS: &[&str] = &[
+    "checkpoint_interval",
+    "delivery",
+    "checkpoint_store",
+    "checkpoint_retain",
+    "checkpoint_alignment_timeout",
     "idle_timeout",
     "batch_size",
     "channel_capacity",
@@ -48,6 +77,28 @@ impl PipelineOptions {
     /// Set one option by name.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
         match name.to_ascii_lowercase().as_str() {
+            "checkpoint_interval" => {
+                self.checkpoint_interval = match value.trim() {
+                    "off" | "none" | "0" => None,
+                    v => Some(parse_duration(name, v)?),
+                }
+            }
+            "delivery" => {
+                self.delivery = match value.trim() {
+                    "at_least_once" => Delivery::AtLeastOnce,
+                    "exactly_once" => Delivery::ExactlyOnce,
+                    other => {
+                        return Err(EngineError::Option(format!(
+                            "option 'delivery': '{other}' is not one of at_least_once, exactly_once"
+                        )))
+                    }
+                }
+            }
+            "checkpoint_store" => self.checkpoint_store = Some(value.trim().to_string()),
+            "checkpoint_retain" => self.checkpoint_retain = parse_count(name, value)?,
+            "checkpoint_alignment_timeout" => {
+                self.checkpoint_alignment_timeout = parse_duration(name, value)?
+            }
             "idle_timeout" => self.idle_timeout = parse_duration(name, value)?,
             "batch_size" => self.batch_size = parse_count(name, value)?,
             "channel_capacity" => self.channel_capacity = parse_count(name, value)?,

@@ -4,6 +4,7 @@
 //! channel blocks the reader (or the pushing caller), which is the pipeline's
 //! backpressure.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -23,8 +24,19 @@ pub enum SourceEvent {
     Batch(RecordBatch),
     /// A hand-advanced watermark (ms).
     Watermark(i64),
-    /// No more rows.
-    Finished,
+    /// No more rows; `offset` is the reader's final replay position.
+    Finished {
+        /// Replay offset at the end.
+        offset: Option<String>,
+    },
+    /// The checkpoint barrier of `attempt`: every batch before it belongs
+    /// to the checkpoint, and `offset` is where a replay resumes.
+    Barrier {
+        /// Checkpoint attempt id.
+        attempt: u64,
+        /// Replay offset after the last batch before the barrier.
+        offset: Option<String>,
+    },
     /// The source failed; the pipeline halts with this message.
     Failed(String),
 }
@@ -38,31 +50,79 @@ pub struct SourceMessage {
     pub event: SourceEvent,
 }
 
+/// Lets the coordinator ask a reader thread for a checkpoint barrier and
+/// stop it.
+#[derive(Clone, Default)]
+pub struct SourceBarrierControl {
+    requested: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl SourceBarrierControl {
+    /// Ask for the barrier of `attempt` after the reader's current batch.
+    pub fn inject(&self, attempt: u64) {
+        self.requested.store(attempt, Ordering::Release);
+    }
+
+    /// Withdraw a barrier request (attempt abandoned).
+    pub fn withdraw(&self) {
+        self.requested.store(0, Ordering::Release);
+    }
+
+    /// Make the reader thread exit at its next step.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
 /// Drive a connector's reader on its own thread until the end of its input
-/// or until the coordinator goes away.
+/// or until the coordinator goes away. Between batches the thread answers
+/// barrier requests with a [`SourceEvent::Barrier`] carrying its offset.
 pub fn spawn_reader(
     name: Arc<str>,
     mut reader: Box<dyn BatchReader>,
     tx: mpsc::Sender<SourceMessage>,
     metrics: Arc<PipelineMetrics>,
+    control: SourceBarrierControl,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("sluice-source-{name}"))
-        .spawn(move || loop {
-            let event = match reader.next_batch() {
-                Ok(Some(b)) => SourceEvent::Batch(b),
-                Ok(None) => SourceEvent::Finished,
-                Err(e) => SourceEvent::Failed(format!("source '{name}': {e}")),
+        .spawn(move || {
+            let mut answered = 0u64;
+            let send = |event: SourceEvent| {
+                !control.stop.load(Ordering::Acquire)
+                    && tx
+                        .blocking_send(SourceMessage {
+                            source: Arc::clone(&name),
+                            event,
+                        })
+                        .is_ok()
             };
-            let skipped = reader.skipped_rows();
-            metrics.source(&name, |c| c.skipped_rows = skipped);
-            let last = !matches!(event, SourceEvent::Batch(_));
-            let msg = SourceMessage {
-                source: Arc::clone(&name),
-                event,
-            };
-            if tx.blocking_send(msg).is_err() || last {
-                return;
+            loop {
+                let wanted = control.requested.load(Ordering::Acquire);
+                if wanted != 0 && wanted != answered {
+                    answered = wanted;
+                    let offset = reader.offset();
+                    if !send(SourceEvent::Barrier {
+                        attempt: wanted,
+                        offset,
+                    }) {
+                        return;
+                    }
+                }
+                let event = match reader.next_batch() {
+                    Ok(Some(b)) => SourceEvent::Batch(b),
+                    Ok(None) => SourceEvent::Finished {
+                        offset: reader.offset(),
+                    },
+                    Err(e) => SourceEvent::Failed(format!("source '{name}': {e}")),
+                };
+                let skipped = reader.skipped_rows();
+                metrics.source(&name, |c| c.skipped_rows = skipped);
+                let last = !matches!(event, SourceEvent::Batch(_));
+                if !send(event) || last {
+                    return;
+                }
             }
         })
 }
@@ -113,6 +173,6 @@ impl PushSource {
 
     /// Declare that no more rows will come: the source stops holding the watermark.
     pub async fn finish(&self) -> Result<()> {
-        self.send(SourceEvent::Finished).await
+        self.send(SourceEvent::Finished { offset: None }).await
     }
 }

@@ -79,6 +79,14 @@ impl SourceWatermark {
         self.watermark = i64::MAX;
     }
 
+    /// Resume from a checkpoint's watermark.
+    pub fn restore(&mut self, watermark: i64, finished: bool) {
+        self.watermark = watermark;
+        if finished {
+            self.finish();
+        }
+    }
+
     /// Mark the source idle if it has been quiet past its timeout.
     /// Returns whether it just became idle.
     pub fn check_idle(&mut self, now: Instant) -> bool {

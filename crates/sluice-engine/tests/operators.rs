@@ -182,13 +182,12 @@ async fn tumble_with_offset_and_window_end() {
     );
 }
 
+/// Cycles to run: (rows, watermark) each.
+type Steps<'a> = &'a [(&'a [(i64, i64, i64)], i64)];
+
 /// Snapshot after `first`, restore into a fresh operator, feed `second` to
 /// both: the restored one must produce exactly what the original does.
-async fn assert_restores(
-    query: &str,
-    first: &[(&[(i64, i64, i64)], i64)],
-    second: &[(&[(i64, i64, i64)], i64)],
-) {
+async fn assert_restores(query: &str, first: Steps<'_>, second: Steps<'_>) {
     let mut original = compile(query).await;
     for (rows, wm) in first {
         run(&mut original, rows, *wm);
@@ -207,11 +206,11 @@ async fn assert_restores(
 
 #[tokio::test]
 async fn every_aggregation_survives_snapshot_and_restore() {
-    let first: &[(&[(i64, i64, i64)], i64)] = &[
+    let first: Steps<'_> = &[
         (&[(1, 5, 1), (2, 7, 3), (1, 9, 12)], 2),
         (&[(3, 1, 25), (1, 4, 8)], 9),
     ];
-    let second: &[(&[(i64, i64, i64)], i64)] = &[
+    let second: Steps<'_> = &[
         (&[(1, 2, 14), (2, 3, 30), (4, 4, 31)], 20),
         (&[(1, 6, 33)], 25),
         (&[], 1_000),

@@ -38,6 +38,10 @@ pub enum Statement {
         /// Option value as written, quotes removed.
         value: String,
     },
+    /// `CHECKPOINT`: take a checkpoint now.
+    Checkpoint,
+    /// `SHOW CHECKPOINTS`.
+    ShowCheckpoints,
     /// A one-shot query, answered from materialized views.
     Query(Box<sp::Query>),
 }

@@ -126,6 +126,7 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         .iter()
         .map(|t| t.token.clone())
         .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .filter(|t| *t != Token::EOF)
         .take(3)
         .collect();
     let lead = |i: usize, w: &str| words.get(i).is_some_and(|t| is_word(t, w));
@@ -149,8 +150,17 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     if lead(0, "DROP") {
         return parse_drop(&mut p);
     }
+    if lead(0, "SHOW") && lead(1, "CHECKPOINTS") && words.len() == 2 {
+        return Ok(Statement::ShowCheckpoints);
+    }
     if lead(0, "SHOW") {
         return parse_show(&mut p);
+    }
+    if lead(0, "CHECKPOINT") {
+        if words.len() != 1 {
+            return Err(SqlError::Syntax("CHECKPOINT takes no arguments".into()));
+        }
+        return Ok(Statement::Checkpoint);
     }
     if lead(0, "DESCRIBE") || lead(0, "DESC") {
         p.next_token();

@@ -115,7 +115,13 @@ impl Backend for LocalBackend {
     async fn delete(&self, key: &str) -> Result<()> {
         let path = self.root.join(key);
         match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // Folders of deleted checkpoints go too (fails harmlessly while not empty).
+                if let Some(dir) = path.parent().filter(|d| *d != self.root) {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                Ok(())
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io(&path, e)),
         }

@@ -15,5 +15,5 @@ mod store;
 
 pub use backend::{Backend, LocalBackend, ObjectStoreBackend};
 pub use error::{Result, StorageError};
-pub use manifest::{BlobRef, Manifest, SinkEpochRecord, SourceCheckpoint};
+pub use manifest::{BlobRef, Manifest, SinkCheckpoint, SinkEpochRecord, SourceCheckpoint};
 pub use store::{CheckpointInfo, CheckpointStore, LoadedCheckpoint};

@@ -42,6 +42,17 @@ pub struct SinkEpochRecord {
     pub final_len_before: u64,
 }
 
+/// A sink's transactional state at the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SinkCheckpoint {
+    /// Final file length before the first sealed epoch below.
+    pub committed_len: u64,
+    /// The epoch that receives rows after the checkpoint.
+    pub next_epoch: u64,
+    /// Sealed epochs that committing this checkpoint commits, in order.
+    pub epochs: Vec<SinkEpochRecord>,
+}
+
 /// The commit record of one checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -56,7 +67,7 @@ pub struct Manifest {
     /// Source progress by name.
     pub sources: BTreeMap<String, SourceCheckpoint>,
     /// Sink epochs by sink name.
-    pub sinks: BTreeMap<String, SinkEpochRecord>,
+    pub sinks: BTreeMap<String, SinkCheckpoint>,
     /// State blobs.
     pub blobs: Vec<BlobRef>,
 }

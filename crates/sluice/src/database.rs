@@ -12,17 +12,18 @@ use sluice_engine::catalog::{
     sink_path, Catalog, SinkConnector, SinkDef, SourceConnector, SourceDef, StreamDef, StreamKind,
 };
 use sluice_engine::coordinator::{
-    ConnectorPipelineCallback, ControlMsg, CoordinatorConfig, CoordinatorHandle, PipelineStatus,
-    SharedOutputs,
+    CheckpointConfig, CheckpointReport, ConnectorPipelineCallback, ControlMsg, CoordinatorConfig,
+    CoordinatorHandle, PipelineStatus, SharedOutputs,
 };
 use sluice_engine::metrics::{MetricsSnapshot, PipelineMetrics};
 use sluice_engine::operators::Operator;
-use sluice_engine::options::{take_format, PipelineOptions};
+use sluice_engine::options::{take_format, Delivery, PipelineOptions};
 use sluice_engine::output::mv::MaterializedView;
 use sluice_engine::output::sink::SinkRuntime;
 use sluice_engine::output::subscription::{Subscription, SubscriptionRegistry};
 use sluice_engine::sources::{PushSource, SourceMessage};
 use sluice_sql::{CreateSink, ObjectKind, Statement, StreamPlanner};
+use sluice_storage::{CheckpointInfo, CheckpointStore, LocalBackend, ObjectStoreBackend};
 use tokio::sync::{mpsc, Mutex};
 
 use crate::query::run_query;
@@ -30,6 +31,15 @@ use crate::{Error, Result};
 
 /// Options that size the pipeline and must be set before it starts.
 const OPEN_TIME_OPTIONS: &[&str] = &["channel_capacity", "max_batches_per_cycle"];
+
+/// Options read when the pipeline starts.
+const START_TIME_OPTIONS: &[&str] = &[
+    "checkpoint_interval",
+    "delivery",
+    "checkpoint_store",
+    "checkpoint_retain",
+    "checkpoint_alignment_timeout",
+];
 
 struct Running {
     coordinator: CoordinatorHandle,
@@ -48,6 +58,7 @@ struct State {
 struct Inner {
     state: Mutex<State>,
     base_dir: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
     _lock: Option<std::fs::File>,
     metrics: Arc<PipelineMetrics>,
     subscriptions: Arc<SubscriptionRegistry>,
@@ -103,6 +114,7 @@ impl DatabaseBuilder {
                     closed: false,
                 }),
                 base_dir: self.base_dir,
+                state_dir: self.state_dir,
                 _lock: lock,
                 metrics: Arc::new(PipelineMetrics::new()),
                 subscriptions: Arc::new(SubscriptionRegistry::default()),
@@ -205,6 +217,11 @@ impl Database {
                         "option '{name}' sizes the pipeline and must be set before the first CREATE"
                     )));
                 }
+                if state.started && START_TIME_OPTIONS.contains(&name.as_str()) {
+                    return Err(Error::Option(format!(
+                        "option '{name}' is read when the pipeline starts; set it before start"
+                    )));
+                }
                 state.options.set(&name, &value)?;
                 Ok(vec![])
             }
@@ -266,7 +283,7 @@ impl Database {
             }
             Statement::CreateSink(cs) => {
                 let def = self.sink_def(&state.catalog, cs).await?;
-                let runtime = SinkRuntime::open(&def)?;
+                let runtime = SinkRuntime::new(&def)?;
                 state.catalog.sinks.push(def);
                 let r = self.running(&mut state)?;
                 r.coordinator
@@ -330,6 +347,20 @@ impl Database {
                 Ok(vec![])
             }
             Statement::Show(kind) => Ok(vec![state.catalog.show(kind)?]),
+            Statement::Checkpoint => {
+                drop(state);
+                let r = self.checkpoint().await?;
+                checkpoint_rows(&[(r.id, 0, r.state_bytes, Some(r.duration.as_millis() as u64))])
+            }
+            Statement::ShowCheckpoints => {
+                drop(state);
+                let list = self.checkpoints().await?;
+                let rows: Vec<_> = list
+                    .iter()
+                    .map(|c| (c.id, c.created_ms, c.state_bytes, None))
+                    .collect();
+                checkpoint_rows(&rows)
+            }
             Statement::Describe(name) => Ok(vec![state.catalog.describe(&name)?]),
             Statement::Explain(inner) => {
                 let text = match *inner {
@@ -465,14 +496,116 @@ impl Database {
     }
 
     /// Start reading file sources (push sources are live from creation).
+    ///
+    /// With checkpointing on, this is where the delivery guarantee is
+    /// admitted (every source and sink must support it) and where the
+    /// pipeline resumes from its newest valid checkpoint.
     pub async fn start(&self) -> Result<()> {
         let mut state = self.inner.state.lock().await;
         if state.started {
             return Ok(());
         }
+        let config = self.checkpoint_config(&state)?;
+        let mut recovered = None;
+        if let Some(cfg) = &config {
+            if let Some(cp) = cfg.store.latest_valid().await? {
+                if cp.manifest.pipeline != cfg.fingerprint {
+                    return Err(Error::Catalog(format!(
+                        "checkpoint {} in {} was written by a different pipeline definition; \
+                         run the same statements, or use a new state directory",
+                        cp.manifest.id,
+                        cfg.store.describe()
+                    )));
+                }
+                recovered = Some(cp);
+            }
+        }
         state.started = true;
         let r = self.running(&mut state)?;
+        if let Some(cfg) = config {
+            r.coordinator
+                .control(ControlMsg::EnableCheckpoints(Box::new(cfg)))
+                .await?;
+        }
+        if let Some(cp) = recovered {
+            r.coordinator
+                .control(ControlMsg::Recover(Box::new(cp)))
+                .await?;
+        }
         r.coordinator.control(ControlMsg::Start).await
+    }
+
+    fn checkpoint_store(&self, options: &PipelineOptions) -> Result<Option<CheckpointStore>> {
+        let backend: Box<dyn sluice_storage::Backend> =
+            match (&options.checkpoint_store, &self.inner.state_dir) {
+                (Some(url), _) => Box::new(ObjectStoreBackend::from_url(url)?),
+                (None, Some(dir)) => Box::new(LocalBackend::new(dir.join("checkpoints"))?),
+                (None, None) => return Ok(None),
+            };
+        Ok(Some(CheckpointStore::new(backend)))
+    }
+
+    /// Checkpointing for this pipeline, or None when it is off; refuses a
+    /// delivery guarantee that a source or sink cannot honour.
+    fn checkpoint_config(&self, state: &State) -> Result<Option<CheckpointConfig>> {
+        let o = &state.options;
+        let enabled = o.checkpoint_interval.is_some() || o.delivery == Delivery::ExactlyOnce;
+        if !enabled {
+            return Ok(None);
+        }
+        let Some(store) = self.checkpoint_store(o)? else {
+            return Err(Error::Option(
+                "checkpointing (checkpoint_interval or delivery = 'exactly_once') needs a state directory (--state-dir, Database::open(dir)) or a checkpoint_store URL".into(),
+            ));
+        };
+        if o.delivery == Delivery::ExactlyOnce {
+            for s in &state.catalog.sources {
+                if !s.is_replayable() {
+                    return Err(Error::Option(format!(
+                        "delivery = 'exactly_once' needs replayable sources, but source '{}' is a push source and cannot replay after a crash; use delivery = 'at_least_once'",
+                        s.name
+                    )));
+                }
+            }
+            for s in &state.catalog.sinks {
+                let SinkConnector::File { format, .. } = &s.connector;
+                if *format == sluice_connectors::FileFormat::Parquet {
+                    return Err(Error::Option(format!(
+                        "delivery = 'exactly_once' needs transactional sinks, but sink '{}' writes parquet, which cannot commit epochs; use format = 'csv' or 'json'",
+                        s.name
+                    )));
+                }
+            }
+        }
+        Ok(Some(CheckpointConfig {
+            store,
+            interval: o.checkpoint_interval,
+            alignment_timeout: o.checkpoint_alignment_timeout,
+            retain: o.checkpoint_retain,
+            delivery: o.delivery,
+            fingerprint: state.catalog.fingerprint(),
+        }))
+    }
+
+    /// Take a checkpoint now (checkpointing must be on and the pipeline started).
+    pub async fn checkpoint(&self) -> Result<CheckpointReport> {
+        let state = self.inner.state.lock().await;
+        if !state.started {
+            return Err(Error::Checkpoint("the pipeline has not started".into()));
+        }
+        match &state.running {
+            Some(r) => r.coordinator.checkpoint().await,
+            None => Err(Error::NotRunning),
+        }
+    }
+
+    /// Committed checkpoints, oldest first.
+    pub async fn checkpoints(&self) -> Result<Vec<CheckpointInfo>> {
+        let state = self.inner.state.lock().await;
+        match self.checkpoint_store(&state.options)? {
+            Some(store) => Ok(store.list().await?),
+            None => Ok(vec![]),
+        }
     }
 
     /// Start, then wait until every source has finished (file sources at the
@@ -542,6 +675,25 @@ impl Database {
     }
 }
 
+fn checkpoint_rows(rows: &[(u64, i64, u64, Option<u64>)]) -> Result<Vec<RecordBatch>> {
+    use arrow::array::{Int64Array, UInt64Array};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::UInt64, false),
+        Field::new("created_ms", DataType::Int64, false),
+        Field::new("state_bytes", DataType::UInt64, false),
+        Field::new("duration_ms", DataType::UInt64, true),
+    ]));
+    Ok(vec![RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.3))),
+        ],
+    )?])
+}
+
 fn statement_name(s: &Statement) -> &'static str {
     match s {
         Statement::CreateSource(_) => "CREATE SOURCE",
@@ -552,6 +704,8 @@ fn statement_name(s: &Statement) -> &'static str {
         Statement::Describe(_) => "DESCRIBE",
         Statement::Explain(_) => "EXPLAIN",
         Statement::Set { .. } => "SET",
+        Statement::Checkpoint => "CHECKPOINT",
+        Statement::ShowCheckpoints => "SHOW CHECKPOINTS",
         Statement::Query(_) => "SELECT",
     }
 }

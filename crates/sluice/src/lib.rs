@@ -22,12 +22,14 @@ mod database;
 mod query;
 
 pub use database::{Database, DatabaseBuilder};
+pub use sluice_engine::coordinator::CheckpointReport;
 pub use sluice_engine::metrics::MetricsSnapshot;
-pub use sluice_engine::options::PipelineOptions;
+pub use sluice_engine::options::{Delivery, PipelineOptions};
 pub use sluice_engine::output::subscription::{ChangeBatch, ChangeKind, Subscription};
 pub use sluice_engine::sources::PushSource;
 pub use sluice_engine::EngineError as Error;
 pub use sluice_sql::CHANGE_COLUMN;
+pub use sluice_storage::CheckpointInfo;
 
 /// Result alias of the public API.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -51,6 +51,48 @@ pub struct CycleOutcome {
     pub results: BatchMap,
 }
 
+/// One checkpoint attempt; its id was reserved durably and is never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CheckpointAttempt {
+    /// The reserved checkpoint id.
+    pub id: u64,
+}
+
+/// Cluster assignment fence of an attempt. Single-node pipelines have none;
+/// passing one is refused until cluster execution exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointAssignmentFence {
+    /// Assignment generation.
+    pub generation: u64,
+}
+
+/// Checkpoint flag: triggered by hand (`CHECKPOINT`, `Database::checkpoint`).
+pub const FLAG_MANUAL: u64 = 1;
+/// Checkpoint flag: the final checkpoint of a clean shutdown.
+pub const FLAG_SHUTDOWN: u64 = 2;
+
+/// What a committed checkpoint cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// Checkpoint id.
+    pub id: u64,
+    /// From reservation to durable manifest and committed sinks.
+    pub duration: std::time::Duration,
+    /// Bytes of state written.
+    pub state_bytes: u64,
+}
+
+/// How a checkpoint attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BarrierOutcome {
+    /// Durable, sinks committed.
+    Committed(CheckpointReport),
+    /// Given up before capture (alignment timeout, shutdown); nothing to undo.
+    Aborted(String),
+    /// Failed during or after capture.
+    Failed(String),
+}
+
 /// A runtime DDL change, applied between cycles.
 pub enum ControlMsg {
     /// Register a source (and its late-data stream, if any).
@@ -70,6 +112,10 @@ pub enum ControlMsg {
     Drop(String),
     /// Start reading file sources.
     Start,
+    /// Turn checkpointing on (before `Start`).
+    EnableCheckpoints(Box<super::connector::CheckpointConfig>),
+    /// Restore every owner's state from a checkpoint (before `Start`).
+    Recover(Box<sluice_storage::LoadedCheckpoint>),
 }
 
 /// Taking source input: late rows, watermarks, idleness.
@@ -98,8 +144,8 @@ pub trait SourceIntake {
     ) -> Result<(), CycleError>;
     /// Advance a source's watermark by hand.
     fn advance_source_watermark(&mut self, source_name: &str, watermark: i64);
-    /// A source delivered all its data.
-    fn finish_source(&mut self, source_name: &str);
+    /// A source delivered all its data; `offset` is its final position.
+    fn finish_source(&mut self, source_name: &str, offset: Option<String>);
     /// Whether every registered source has finished.
     fn all_sources_finished(&self) -> bool;
     /// Current pipeline watermark.
@@ -194,13 +240,98 @@ pub trait RuntimeControl {
     }
 }
 
+/// The checkpoint lifecycle: reserve, align, capture, commit, or give up.
+pub trait CheckpointLifecycle {
+    /// Time between periodic checkpoints; None when checkpointing is off.
+    fn checkpoint_interval(&self) -> Option<std::time::Duration>;
+    /// How long sources may take to deliver their barriers.
+    fn alignment_timeout(&self) -> std::time::Duration;
+    /// Durably reserve the attempt's id before any barrier is injected.
+    fn reserve_checkpoint_attempt(
+        &mut self,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<CheckpointAttempt, String>> + Send;
+    /// Durably admit the attempt before barriers (cluster Prepare); single
+    /// node: refuses a fence, otherwise nothing to publish.
+    fn publish_checkpoint_prepare(
+        &mut self,
+        _attempt: CheckpointAttempt,
+        _attempt_started: Instant,
+        _deadline: Instant,
+        _flags: u64,
+        assignment_fence: Option<CheckpointAssignmentFence>,
+    ) -> impl Future<Output = Result<(), String>> + Send {
+        async move {
+            match assignment_fence {
+                None => Ok(()),
+                Some(f) => Err(format!(
+                    "assignment fence {} given, but this pipeline is not clustered",
+                    f.generation
+                )),
+            }
+        }
+    }
+    /// Ask every source for the attempt's barrier. Returns the sources whose
+    /// barrier must still arrive; the others are aligned already.
+    fn inject_source_barriers(&mut self, attempt: CheckpointAttempt) -> Vec<Arc<str>>;
+    /// Drain graph input belonging to the frozen cut (none is deferred here).
+    fn drain_checkpoint_edges_until(
+        &mut self,
+        _deadline: Instant,
+    ) -> impl Future<Output = Result<(), CycleError>> + Send {
+        async { Ok(()) }
+    }
+    /// All sources aligned: capture, persist, commit.
+    fn checkpoint_with_barrier(
+        &mut self,
+        source_checkpoints: FxHashMap<String, sluice_storage::SourceCheckpoint>,
+        attempt: CheckpointAttempt,
+        attempt_started: Instant,
+        deadline: Instant,
+        flags: u64,
+        assignment_fence: Option<CheckpointAssignmentFence>,
+    ) -> impl Future<Output = BarrierOutcome> + Send;
+    /// Give up a reserved attempt before capture; its id stays burned.
+    fn abandon_checkpoint_attempt(
+        &mut self,
+        attempt: CheckpointAttempt,
+        reason: &str,
+        flags: u64,
+        assignment_fence: Option<CheckpointAssignmentFence>,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+    /// Whether a clean shutdown takes a final checkpoint (to settle sink
+    /// epochs) before closing.
+    fn settles_on_shutdown(&self) -> bool {
+        false
+    }
+    /// A failure during or after capture, before the manifest was durable.
+    fn record_checkpoint_failure(&mut self, _checkpoint_id: u64, _reason: &str) {}
+    /// An invariant broke after the checkpoint became durable.
+    fn record_checkpoint_continuation_fault(&mut self, _attempt: CheckpointAttempt, _reason: &str) {
+    }
+    /// A failure before an attempt could be reserved.
+    fn record_checkpoint_admission_failure(&mut self, _reason: &str) {}
+}
+
 /// The whole seam: every role together.
 pub trait PipelineCallback:
-    SourceIntake + CycleExecution + OutputPublication + RuntimeControl + Send + 'static
+    SourceIntake
+    + CycleExecution
+    + OutputPublication
+    + RuntimeControl
+    + CheckpointLifecycle
+    + Send
+    + 'static
 {
 }
 
 impl<T> PipelineCallback for T where
-    T: SourceIntake + CycleExecution + OutputPublication + RuntimeControl + Send + 'static
+    T: SourceIntake
+        + CycleExecution
+        + OutputPublication
+        + RuntimeControl
+        + CheckpointLifecycle
+        + Send
+        + 'static
 {
 }

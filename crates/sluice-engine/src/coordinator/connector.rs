@@ -21,24 +21,32 @@ use crate::catalog::SourceDef;
 use crate::metrics::PipelineMetrics;
 use crate::operators::expr::event_time_ms;
 use crate::operators::Operator;
+use crate::options::Delivery;
 use crate::output::mv::MaterializedView;
-use crate::output::sink::SinkRuntime;
+use crate::output::sink::{SinkMode, SinkRuntime};
 use crate::output::subscription::SubscriptionRegistry;
-use crate::sources::{spawn_reader, SourceMessage};
+use crate::sources::{spawn_reader, SourceBarrierControl, SourceMessage};
 use crate::watermark::{combine, SourceWatermark};
+use sluice_storage::CheckpointStore;
 
-struct SourceState {
-    def: SourceDef,
-    watermark: SourceWatermark,
-    late_to: Option<Arc<str>>,
+pub(super) struct SourceState {
+    pub(super) def: SourceDef,
+    pub(super) watermark: SourceWatermark,
+    pub(super) late_to: Option<Arc<str>>,
     /// Opened reader waiting for `Start`.
-    pending_reader: Option<Box<dyn BatchReader>>,
+    pub(super) pending_reader: Option<Box<dyn BatchReader>>,
+    /// Barrier requests and stop signal for the reader thread.
+    pub(super) control: SourceBarrierControl,
+    /// Whether a reader thread runs.
+    pub(super) reading: bool,
+    /// Final offset, once finished.
+    pub(super) final_offset: Option<String>,
 }
 
-struct InstalledStream {
-    name: Arc<str>,
-    operator: Operator,
-    view: Option<Arc<MaterializedView>>,
+pub(super) struct InstalledStream {
+    pub(super) name: Arc<str>,
+    pub(super) operator: Operator,
+    pub(super) view: Option<Arc<MaterializedView>>,
 }
 
 /// Shared handles the callback publishes to.
@@ -52,20 +60,39 @@ pub struct SharedOutputs {
 
 /// The production [`super::callback::PipelineCallback`].
 pub struct ConnectorPipelineCallback {
-    sources: FxHashMap<Arc<str>, SourceState>,
-    streams: Vec<InstalledStream>,
-    sinks: Vec<SinkRuntime>,
-    late_stash: Mutex<BatchMap>,
-    watermark: i64,
-    halt: Option<String>,
-    started: bool,
-    source_tx: mpsc::Sender<SourceMessage>,
-    readers: Vec<std::thread::JoinHandle<()>>,
-    shared: SharedOutputs,
+    pub(super) sources: FxHashMap<Arc<str>, SourceState>,
+    pub(super) streams: Vec<InstalledStream>,
+    pub(super) sinks: Vec<SinkRuntime>,
+    pub(super) late_stash: Mutex<BatchMap>,
+    pub(super) watermark: i64,
+    pub(super) halt: Option<String>,
+    pub(super) started: bool,
+    pub(super) source_tx: mpsc::Sender<SourceMessage>,
+    pub(super) readers: Vec<std::thread::JoinHandle<()>>,
+    pub(super) shared: SharedOutputs,
+    pub(super) checkpoints: Option<CheckpointConfig>,
+    pub(super) sink_mode: SinkMode,
+    pub(super) fault: Option<String>,
+}
+
+/// Checkpointing of one pipeline.
+pub struct CheckpointConfig {
+    /// Where checkpoints go.
+    pub store: CheckpointStore,
+    /// Periodic interval (None: only manual and shutdown checkpoints).
+    pub interval: Option<std::time::Duration>,
+    /// Alignment timeout.
+    pub alignment_timeout: std::time::Duration,
+    /// Committed checkpoints kept.
+    pub retain: usize,
+    /// Delivery guarantee.
+    pub delivery: Delivery,
+    /// Fingerprint of the pipeline definition.
+    pub fingerprint: String,
 }
 
 impl ConnectorPipelineCallback {
-    /// A callback with nothing installed.
+    /// A callback with nothing installed; checkpointing starts off.
     pub fn new(source_tx: mpsc::Sender<SourceMessage>, shared: SharedOutputs) -> Self {
         Self {
             sources: FxHashMap::default(),
@@ -78,27 +105,38 @@ impl ConnectorPipelineCallback {
             source_tx,
             readers: Vec::new(),
             shared,
+            checkpoints: None,
+            sink_mode: SinkMode::Atomic,
+            fault: None,
         }
     }
 
-    fn start_reader(&mut self, name: &Arc<str>) {
+    pub(super) fn start_reader(&mut self, name: &Arc<str>) {
         let Some(state) = self.sources.get_mut(name) else {
             return;
         };
+        if state.watermark.is_finished() {
+            state.pending_reader = None;
+            return;
+        }
         if let Some(reader) = state.pending_reader.take() {
             match spawn_reader(
                 Arc::clone(name),
                 reader,
                 self.source_tx.clone(),
                 Arc::clone(&self.shared.metrics),
+                state.control.clone(),
             ) {
-                Ok(h) => self.readers.push(h),
+                Ok(h) => {
+                    state.reading = true;
+                    self.readers.push(h);
+                }
                 Err(e) => self.halt = Some(format!("source '{name}': cannot start reader: {e}")),
             }
         }
     }
 
-    fn recompute_watermark(&mut self) {
+    pub(super) fn recompute_watermark(&mut self) {
         self.watermark = combine(self.sources.values().map(|s| &s.watermark), self.watermark);
         self.shared.metrics.set_watermark(self.watermark);
     }
@@ -196,9 +234,11 @@ impl SourceIntake for ConnectorPipelineCallback {
         self.recompute_watermark();
     }
 
-    fn finish_source(&mut self, source_name: &str) {
+    fn finish_source(&mut self, source_name: &str, offset: Option<String>) {
         if let Some(s) = self.sources.get_mut(source_name) {
             s.watermark.finish();
+            s.reading = false;
+            s.final_offset = offset;
         }
         self.recompute_watermark();
     }
@@ -360,6 +400,9 @@ impl RuntimeControl for ConnectorPipelineCallback {
                     late_to: def.late_data_to.as_deref().map(Arc::from),
                     def: *def,
                     pending_reader,
+                    control: SourceBarrierControl::default(),
+                    reading: false,
+                    final_offset: None,
                 };
                 self.sources.insert(Arc::clone(&name), state);
                 if self.started {
@@ -375,9 +418,18 @@ impl RuntimeControl for ConnectorPipelineCallback {
                 operator: *operator,
                 view,
             }),
-            ControlMsg::AddSink(sink) => self.sinks.push(*sink),
+            ControlMsg::AddSink(mut sink) => {
+                if self.started {
+                    if let Err(e) = sink.begin(self.sink_mode, None) {
+                        self.halt = Some(e.to_string());
+                    }
+                }
+                self.sinks.push(*sink);
+            }
             ControlMsg::Drop(name) => {
-                self.sources.remove(name.as_str());
+                if let Some(s) = self.sources.remove(name.as_str()) {
+                    s.control.stop();
+                }
                 self.streams.retain(|s| &*s.name != name.as_str());
                 self.shared.subscriptions.close(&name);
                 let mut dropped: Vec<SinkRuntime> = Vec::new();
@@ -397,8 +449,29 @@ impl RuntimeControl for ConnectorPipelineCallback {
                 }
                 self.recompute_watermark();
             }
+            ControlMsg::EnableCheckpoints(config) => {
+                self.sink_mode = match config.delivery {
+                    Delivery::ExactlyOnce => SinkMode::Transactional,
+                    Delivery::AtLeastOnce => SinkMode::Direct,
+                };
+                self.checkpoints = Some(*config);
+            }
+            ControlMsg::Recover(checkpoint) => {
+                if let Err(e) = self.recover(&checkpoint) {
+                    self.halt = Some(format!(
+                        "recovering from checkpoint {} failed: {e}",
+                        checkpoint.manifest.id
+                    ));
+                }
+            }
             ControlMsg::Start => {
                 self.started = true;
+                let mode = self.sink_mode;
+                for sink in self.sinks.iter_mut().filter(|s| !s.is_open()) {
+                    if let Err(e) = sink.begin(mode, None) {
+                        self.halt = Some(e.to_string());
+                    }
+                }
                 let names: Vec<Arc<str>> = self.sources.keys().cloned().collect();
                 for n in names {
                     self.start_reader(&n);
@@ -409,5 +482,9 @@ impl RuntimeControl for ConnectorPipelineCallback {
 
     fn take_pipeline_halt(&mut self) -> Option<String> {
         self.halt.take()
+    }
+
+    fn take_pipeline_fault(&mut self) -> Option<String> {
+        self.fault.take()
     }
 }

@@ -9,27 +9,34 @@
 //! touches goes through the [`PipelineCallback`] seam.
 
 pub mod callback;
+mod checkpointing;
 pub mod connector;
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::{EngineError, Result};
 use crate::sources::{SourceEvent, SourceMessage};
 pub use callback::{
-    BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
-    PipelineCallback, RuntimeControl, SourceIntake,
+    BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
+    CheckpointReport, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
+    PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
 };
-pub use connector::{ConnectorPipelineCallback, SharedOutputs};
+pub use connector::{CheckpointConfig, ConnectorPipelineCallback, SharedOutputs};
 
 /// What the coordinator reports about the pipeline.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PipelineStatus {
     /// Every source finished and its data went through a final cycle.
     pub finished: bool,
-    /// Why the pipeline stopped, if it halted.
+    /// Why the pipeline stopped for good (deterministic failure), if it did.
     pub halted: Option<String>,
+    /// A consistency fault: intake stopped; recovery replays from the last
+    /// committed checkpoint.
+    pub fault: Option<String>,
     /// Cycles run so far.
     pub cycles: u64,
     /// Whether the coordinator has shut down.
@@ -40,6 +47,8 @@ pub struct PipelineStatus {
 pub enum Command {
     /// Apply DDL; acknowledged once applied.
     Control(ControlMsg, oneshot::Sender<()>),
+    /// Take a checkpoint now.
+    Checkpoint(oneshot::Sender<std::result::Result<CheckpointReport, String>>),
     /// Settle and close everything (or, with `discard`, throw away sink
     /// output), then stop.
     Shutdown {
@@ -66,7 +75,11 @@ pub struct StreamingCoordinator<C: PipelineCallback> {
     commands: mpsc::UnboundedReceiver<Command>,
     status: watch::Sender<PipelineStatus>,
     config: CoordinatorConfig,
-    halted: Option<String>,
+    /// Input held back during barrier alignment, replayed before new input.
+    held: VecDeque<SourceMessage>,
+    stopped_intake: bool,
+    /// Cycles run since the last committed checkpoint.
+    cycles_since_checkpoint: u64,
 }
 
 impl<C: PipelineCallback> StreamingCoordinator<C> {
@@ -84,21 +97,52 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             commands,
             status,
             config,
-            halted: None,
+            held: VecDeque::new(),
+            stopped_intake: false,
+            cycles_since_checkpoint: 0,
         }
     }
 
     /// Run until shut down.
     pub async fn run(mut self) {
-        let mut ticker = tokio::time::interval(self.config.idle_tick);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut idle = tokio::time::interval(self.config.idle_tick);
+        idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Created once checkpointing is enabled (at start).
+        let mut checkpoints: Option<tokio::time::Interval> = None;
         loop {
+            if checkpoints.is_none() {
+                if let Some(period) = self.callback.checkpoint_interval() {
+                    let mut i =
+                        tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                    i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    checkpoints = Some(i);
+                }
+            }
+            if !self.stopped_intake && !self.held.is_empty() {
+                let n = self.held.len().min(self.config.max_batches_per_cycle);
+                let batch: Vec<SourceMessage> = self.held.drain(..n).collect();
+                self.process(batch).await;
+                self.check_halt_and_fault();
+                continue;
+            }
             tokio::select! {
                 biased;
                 cmd = self.commands.recv() => match cmd {
                     Some(Command::Control(msg, ack)) => {
                         self.callback.apply_control(msg);
+                        // Recovered sources may all be finished already: one
+                        // cycle closes what remains and reports completion.
+                        if self.callback.all_sources_finished() && !self.status.borrow().finished {
+                            self.run_cycle(BatchMap::default(), 0, 0).await;
+                        }
                         let _ = ack.send(());
+                    }
+                    Some(Command::Checkpoint(reply)) => {
+                        let r = match self.run_checkpoint(FLAG_MANUAL).await {
+                            BarrierOutcome::Committed(report) => Ok(report),
+                            BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => Err(e),
+                        };
+                        let _ = reply.send(r);
                     }
                     Some(Command::Shutdown { reply, discard }) => {
                         let r = self.shutdown(discard).await;
@@ -110,12 +154,26 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         return;
                     }
                 },
-                msg = self.source_rx.recv(), if self.halted.is_none() => {
+                msg = self.source_rx.recv(), if !self.stopped_intake => {
                     if let Some(first) = msg {
-                        self.cycle(first).await;
+                        let batch = self.gather(first);
+                        self.process(batch).await;
                     }
                 }
-                _ = ticker.tick(), if self.halted.is_none() => {
+                _ = async {
+                    match checkpoints.as_mut() {
+                        Some(i) => {
+                            i.tick().await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                }, if !self.stopped_intake => {
+                    // Nothing changed since the last checkpoint: nothing to capture.
+                    if self.cycles_since_checkpoint > 0 {
+                        let _ = self.run_checkpoint(0).await;
+                    }
+                }
+                _ = idle.tick(), if !self.stopped_intake => {
                     let before = self.callback.current_watermark();
                     self.callback.tick_idle_watermark();
                     if self.callback.current_watermark() != before {
@@ -123,27 +181,50 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     }
                 }
             }
-            if let Some(reason) = self.callback.take_pipeline_halt() {
-                self.halt(reason);
-            }
+            self.check_halt_and_fault();
         }
     }
 
-    fn halt(&mut self, reason: String) {
-        if self.halted.is_some() {
+    fn check_halt_and_fault(&mut self) {
+        if let Some(reason) = self.callback.take_pipeline_halt() {
+            self.stop_intake(reason, false);
+        } else if let Some(reason) = self.callback.take_pipeline_fault() {
+            self.stop_intake(reason, true);
+        }
+    }
+
+    /// Stop taking input: a halt is permanent; a fault asks for recovery.
+    /// Either way nothing unpublished becomes visible.
+    fn stop_intake(&mut self, reason: String, fault: bool) {
+        if self.stopped_intake {
             return;
         }
-        tracing::info!(%reason, "pipeline halted");
+        if fault {
+            tracing::warn!(%reason, "consistency fault; intake stopped for recovery");
+        } else {
+            tracing::info!(%reason, "pipeline halted");
+        }
         self.callback.invalidate_subscriptions(&reason);
         if let Err(e) = self.callback.abort_sinks() {
             tracing::error!(error = %e, "discarding sink output failed");
         }
         self.source_rx.close();
-        self.halted = Some(reason.clone());
-        self.status.send_modify(|s| s.halted = Some(reason));
+        self.held.clear();
+        self.stopped_intake = true;
+        self.status.send_modify(|s| {
+            if fault {
+                s.fault = Some(reason);
+            } else {
+                s.halted = Some(reason);
+            }
+        });
     }
 
-    async fn cycle(&mut self, first: SourceMessage) {
+    fn halt(&mut self, reason: String) {
+        self.stop_intake(reason, false);
+    }
+
+    fn gather(&mut self, first: SourceMessage) -> Vec<SourceMessage> {
         let mut messages = vec![first];
         while messages.len() < self.config.max_batches_per_cycle {
             match self.source_rx.try_recv() {
@@ -151,6 +232,11 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 Err(_) => break,
             }
         }
+        messages
+    }
+
+    /// Fold source messages into one cycle, in arrival order.
+    async fn process(&mut self, messages: Vec<SourceMessage>) {
         let mut batches = BatchMap::default();
         let (mut events, mut count) = (0u64, 0u64);
         for m in messages {
@@ -172,7 +258,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     batches.entry(m.source).or_default().push(kept);
                 }
                 SourceEvent::Watermark(ts) => self.callback.advance_source_watermark(&m.source, ts),
-                SourceEvent::Finished => self.callback.finish_source(&m.source),
+                SourceEvent::Finished { offset } => self.callback.finish_source(&m.source, offset),
+                // A barrier outside alignment belongs to an abandoned attempt.
+                SourceEvent::Barrier { .. } => {}
                 SourceEvent::Failed(reason) => return self.halt(reason),
             }
         }
@@ -216,22 +304,154 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             ns(stored, done),
         );
         let finished = self.callback.all_sources_finished() && self.source_rx.is_empty();
+        self.cycles_since_checkpoint += 1;
         self.status.send_modify(|s| {
             s.cycles += 1;
             s.finished = finished;
         });
     }
 
+    /// One checkpoint: reserve, inject barriers, align (holding input that
+    /// follows a source's barrier), capture and commit, then replay held input.
+    async fn run_checkpoint(&mut self, flags: u64) -> BarrierOutcome {
+        let started = Instant::now();
+        let deadline = started + self.callback.alignment_timeout();
+        let attempt = match self.callback.reserve_checkpoint_attempt(deadline).await {
+            Ok(a) => a,
+            Err(e) => {
+                self.callback.record_checkpoint_admission_failure(&e);
+                return BarrierOutcome::Failed(e);
+            }
+        };
+        if let Err(e) = self
+            .callback
+            .publish_checkpoint_prepare(attempt, started, deadline, flags, None)
+            .await
+        {
+            return self.abandon(attempt, flags, e).await;
+        }
+        let mut waiting: FxHashSet<std::sync::Arc<str>> = self
+            .callback
+            .inject_source_barriers(attempt)
+            .into_iter()
+            .collect();
+        let mut offsets = FxHashMap::default();
+        let mut held = Vec::new();
+        while !waiting.is_empty() {
+            let next = match self.held.pop_front() {
+                Some(m) => Some(m),
+                None => {
+                    match tokio::time::timeout_at(deadline.into(), self.source_rx.recv()).await {
+                        Ok(m) => m,
+                        Err(_) => {
+                            self.held.extend(held);
+                            let names: Vec<String> =
+                                waiting.iter().map(|s| s.to_string()).collect();
+                            let reason = format!(
+                                "alignment timed out waiting for the barrier of {}",
+                                names.join(", ")
+                            );
+                            return self.abandon(attempt, flags, reason).await;
+                        }
+                    }
+                }
+            };
+            let Some(m) = next else {
+                self.held.extend(held);
+                return self
+                    .abandon(attempt, flags, "source input closed".into())
+                    .await;
+            };
+            if !waiting.contains(&m.source) {
+                // This source already delivered its barrier: its input waits.
+                held.push(m);
+                continue;
+            }
+            match m.event {
+                SourceEvent::Barrier { attempt: a, offset } if a == attempt.id => {
+                    waiting.remove(&m.source);
+                    let cp = sluice_storage::SourceCheckpoint {
+                        offset,
+                        ..Default::default()
+                    };
+                    offsets.insert(m.source.to_string(), cp);
+                }
+                SourceEvent::Finished { ref offset } => {
+                    let cp = sluice_storage::SourceCheckpoint {
+                        offset: offset.clone(),
+                        ..Default::default()
+                    };
+                    let name = m.source.clone();
+                    self.process(vec![m]).await;
+                    waiting.remove(&name);
+                    offsets.insert(name.to_string(), cp);
+                }
+                _ => self.process(vec![m]).await,
+            }
+            if self.stopped_intake {
+                return BarrierOutcome::Aborted("the pipeline stopped during alignment".into());
+            }
+        }
+        let outcome = match self.callback.drain_checkpoint_edges_until(deadline).await {
+            Err(e) => BarrierOutcome::Failed(e.to_string()),
+            Ok(()) => {
+                self.callback
+                    .checkpoint_with_barrier(offsets, attempt, started, deadline, flags, None)
+                    .await
+            }
+        };
+        match &outcome {
+            BarrierOutcome::Failed(reason) => {
+                self.callback.record_checkpoint_failure(attempt.id, reason)
+            }
+            BarrierOutcome::Committed(_) => self.cycles_since_checkpoint = 0,
+            BarrierOutcome::Aborted(_) => {}
+        }
+        // Held input follows the barrier: it is replayed before new input.
+        for m in held.into_iter().rev() {
+            self.held.push_front(m);
+        }
+        self.check_halt_and_fault();
+        outcome
+    }
+
+    async fn abandon(
+        &mut self,
+        attempt: CheckpointAttempt,
+        flags: u64,
+        reason: String,
+    ) -> BarrierOutcome {
+        if let Err(e) = self
+            .callback
+            .abandon_checkpoint_attempt(attempt, &reason, flags, None)
+            .await
+        {
+            self.callback.record_checkpoint_failure(attempt.id, &e);
+            return BarrierOutcome::Failed(e);
+        }
+        BarrierOutcome::Aborted(reason)
+    }
+
     async fn shutdown(&mut self, discard: bool) -> std::result::Result<(), String> {
+        let mut result = Ok(());
+        if !discard && !self.stopped_intake && self.callback.settles_on_shutdown() {
+            // The shutdown checkpoint settles every open sink epoch.
+            match self.run_checkpoint(FLAG_SHUTDOWN).await {
+                BarrierOutcome::Committed(_) => {}
+                BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => {
+                    result = Err(format!("the shutdown checkpoint did not commit: {e}"));
+                }
+            }
+        }
         self.source_rx.close();
-        let result = if discard || self.halted.is_some() {
+        let closed = if discard || self.stopped_intake || result.is_err() {
             self.callback.abort_sinks()
         } else {
             self.callback.close_sinks().await
         };
         self.callback.invalidate_subscriptions("shutdown");
         self.status.send_modify(|s| s.stopped = true);
-        result
+        result.and(closed)
     }
 }
 
@@ -253,7 +473,7 @@ impl CoordinatorHandle {
         let (status_tx, status_rx) = watch::channel(PipelineStatus::default());
         let coordinator = StreamingCoordinator::new(callback, source_rx, cmd_rx, status_tx, config);
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
+            .enable_all()
             .build()
             .map_err(|e| EngineError::Internal(format!("coordinator runtime: {e}")))?;
         let thread = std::thread::Builder::new()
@@ -281,6 +501,17 @@ impl CoordinatorHandle {
         self.status.borrow().clone()
     }
 
+    /// Take a checkpoint now and wait for its outcome.
+    pub async fn checkpoint(&self) -> Result<CheckpointReport> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Checkpoint(tx))
+            .map_err(|_| EngineError::NotRunning)?;
+        rx.await
+            .map_err(|_| EngineError::NotRunning)?
+            .map_err(EngineError::Checkpoint)
+    }
+
     /// A receiver of status updates.
     pub fn status_receiver(&self) -> watch::Receiver<PipelineStatus> {
         self.status.clone()
@@ -296,13 +527,14 @@ impl CoordinatorHandle {
 pub async fn wait_finished(mut rx: watch::Receiver<PipelineStatus>) -> Result<()> {
     {
         let s = rx
-            .wait_for(|s| s.finished || s.halted.is_some() || s.stopped)
+            .wait_for(|s| s.finished || s.halted.is_some() || s.fault.is_some() || s.stopped)
             .await
             .map_err(|_| EngineError::NotRunning)?
             .clone();
-        match s.halted {
-            Some(h) => Err(EngineError::Halted(h)),
-            None => Ok(()),
+        match (s.halted, s.fault) {
+            (Some(h), _) => Err(EngineError::Halted(h)),
+            (None, Some(f)) => Err(EngineError::Fault(f)),
+            (None, None) => Ok(()),
         }
     }
 }
@@ -323,11 +555,12 @@ impl CoordinatorHandle {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let halted = self.status.borrow().halted.clone();
-        match (r, halted) {
-            (_, Some(h)) => Err(EngineError::Halted(h)),
-            (Err(e), None) => Err(EngineError::Halted(format!("closing sinks failed: {e}"))),
-            (Ok(()), None) => Ok(()),
+        let status = self.status.borrow().clone();
+        match (r, status.halted, status.fault) {
+            (_, Some(h), _) => Err(EngineError::Halted(h)),
+            (_, None, Some(f)) => Err(EngineError::Fault(f)),
+            (Err(e), None, None) => Err(EngineError::Halted(format!("shutdown: {e}"))),
+            (Ok(()), None, None) => Ok(()),
         }
     }
 }

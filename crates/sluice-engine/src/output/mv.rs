@@ -94,6 +94,36 @@ impl MaterializedView {
         Ok(())
     }
 
+    /// The current rows as snapshot bytes (for checkpoints).
+    pub fn snapshot_bytes(&self) -> Result<bytes::Bytes> {
+        let mut w = crate::state::SnapshotWriter::default();
+        for b in self.snapshot()? {
+            w.push(&b)?;
+        }
+        w.finish()
+    }
+
+    /// Replace the contents with a checkpoint's.
+    pub fn restore_bytes(&self, bytes: &[u8]) -> Result<()> {
+        let snap = crate::state::SnapshotReader::new(bytes)?;
+        let mut state = self.state.write();
+        match &mut *state {
+            MvState::Append(batches) => {
+                *batches = snap.parts().to_vec();
+            }
+            MvState::Changelog { converter, counts } => {
+                counts.clear();
+                for b in snap.parts() {
+                    let rows = converter.convert_columns(b.columns())?;
+                    for row in rows.iter() {
+                        *counts.entry(row.owned()).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A copy of the current rows.
     pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
         let state = self.state.read();

@@ -1,45 +1,127 @@
 //! Sinks at run time: an optional filter, then a connector writer.
+//!
+//! A sink writes in one of three modes. Without checkpoints its file is
+//! published atomically at shutdown. With exactly-once delivery it is
+//! transactional: rows go to epochs that become visible when the checkpoint
+//! that seals them commits. With at-least-once delivery rows are appended
+//! as they come.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sluice_connectors::FileSinkWriter;
+use sluice_connectors::{EpochFileSink, EpochRecord, FileSinkWriter};
+use sluice_storage::{SinkCheckpoint, SinkEpochRecord};
 
 use crate::catalog::{SinkConnector, SinkDef};
 use crate::error::{EngineError, Result};
 use crate::operators::{CycleInputs, Operator};
 
-/// One open sink.
+/// How a sink makes its output visible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkMode {
+    /// One file, published at clean shutdown.
+    Atomic,
+    /// Two-phase epochs committed with checkpoints (exactly-once).
+    Transactional,
+    /// Appended as produced (at-least-once).
+    Direct,
+}
+
+enum Writer {
+    Atomic(FileSinkWriter),
+    Epoch(EpochFileSink),
+}
+
+/// One sink.
 pub struct SinkRuntime {
-    name: String,
+    def: SinkDef,
     from: Arc<str>,
     filter: Option<Operator>,
-    writer: Option<FileSinkWriter>,
-    path: PathBuf,
+    writer: Option<Writer>,
+    /// Sealed epochs not yet committed.
+    pending: Vec<EpochRecord>,
+    /// Final length before the first pending epoch.
+    committed_len: u64,
+}
+
+fn to_record(r: &EpochRecord) -> SinkEpochRecord {
+    SinkEpochRecord {
+        epoch: r.epoch,
+        staged: r.staged.as_ref().map(|p| p.display().to_string()),
+        staged_len: r.staged_len,
+        final_len_before: r.final_len_before,
+    }
+}
+
+fn from_record(r: &SinkEpochRecord) -> EpochRecord {
+    EpochRecord {
+        epoch: r.epoch,
+        staged: r.staged.as_ref().map(PathBuf::from),
+        staged_len: r.staged_len,
+        final_len_before: r.final_len_before,
+    }
 }
 
 impl SinkRuntime {
-    /// Open the sink's writer (a temp file until the sink is closed).
-    pub fn open(def: &SinkDef) -> Result<Self> {
-        let filter = def.filter.as_ref().map(Operator::compile).transpose()?;
-        match &def.connector {
-            SinkConnector::File { path, format } => {
-                let writer = FileSinkWriter::create(path, *format, Arc::clone(&def.schema))
-                    .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", def.name)))?;
-                Ok(Self {
-                    name: def.name.clone(),
-                    from: Arc::from(def.from.as_str()),
-                    filter,
-                    writer: Some(writer),
-                    path: path.clone(),
-                })
+    /// A sink that has not opened its output yet.
+    pub fn new(def: &SinkDef) -> Result<Self> {
+        Ok(Self {
+            filter: def.filter.as_ref().map(Operator::compile).transpose()?,
+            from: Arc::from(def.from.as_str()),
+            def: def.clone(),
+            writer: None,
+            pending: Vec::new(),
+            committed_len: 0,
+        })
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> EngineError {
+        EngineError::Catalog(format!("sink '{}': {e}", self.def.name))
+    }
+
+    /// Open the output in `mode`, resuming from `recovered` when given.
+    pub fn begin(&mut self, mode: SinkMode, recovered: Option<&SinkCheckpoint>) -> Result<()> {
+        let SinkConnector::File { path, format } = &self.def.connector;
+        let schema = Arc::clone(&self.def.schema);
+        let writer = match (mode, recovered) {
+            (SinkMode::Atomic, _) => Writer::Atomic(
+                FileSinkWriter::create(path, *format, schema).map_err(|e| self.err(e))?,
+            ),
+            (m, None) => Writer::Epoch(
+                EpochFileSink::create(path, *format, schema, m == SinkMode::Direct)
+                    .map_err(|e| self.err(e))?,
+            ),
+            (m, Some(cp)) => {
+                let sealed: Vec<EpochRecord> = cp.epochs.iter().map(from_record).collect();
+                Writer::Epoch(
+                    EpochFileSink::recover(
+                        path,
+                        *format,
+                        schema,
+                        m == SinkMode::Direct,
+                        cp.committed_len,
+                        &sealed,
+                        cp.next_epoch,
+                    )
+                    .map_err(|e| self.err(e))?,
+                )
             }
+        };
+        if let Writer::Epoch(e) = &writer {
+            self.committed_len = e.sealed_len();
         }
+        self.writer = Some(writer);
+        Ok(())
+    }
+
+    /// Whether the output is open.
+    pub fn is_open(&self) -> bool {
+        self.writer.is_some()
     }
 
     /// The sink's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.def.name
     }
 
     /// The stream or source it reads.
@@ -53,42 +135,67 @@ impl SinkRuntime {
             Some(f) => f.run(results, watermark)?,
             None => results.get(&self.from).cloned().unwrap_or_default(),
         };
-        let Some(writer) = self.writer.as_mut() else {
-            return Err(EngineError::Internal(format!(
-                "sink '{}' is closed",
-                self.name
-            )));
-        };
+        if batches.is_empty() {
+            return Ok(0);
+        }
         let mut rows = 0;
         for b in &batches {
-            writer
-                .write(b)
-                .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", self.name)))?;
+            let r = match self.writer.as_mut() {
+                Some(Writer::Atomic(w)) => w.write(b),
+                Some(Writer::Epoch(w)) => w.write(b),
+                None => return Err(self.err("the sink is not open")),
+            };
+            r.map_err(|e| self.err(e))?;
             rows += b.num_rows() as u64;
         }
         Ok(rows)
     }
 
-    /// Make the output visible under its final path.
+    /// Seal the open epoch for a checkpoint; the returned record goes into
+    /// the manifest. None for a sink without epochs.
+    pub fn pre_commit(&mut self) -> Result<Option<SinkCheckpoint>> {
+        let Some(Writer::Epoch(w)) = self.writer.as_mut() else {
+            return Ok(None);
+        };
+        let record = w
+            .pre_commit()
+            .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", self.def.name)))?;
+        let next_epoch = w.epoch();
+        self.pending.push(record);
+        Ok(Some(SinkCheckpoint {
+            committed_len: self.committed_len,
+            next_epoch,
+            epochs: self.pending.iter().map(to_record).collect(),
+        }))
+    }
+
+    /// The checkpoint is durable: make its sealed epochs visible.
+    pub fn commit(&mut self) -> Result<()> {
+        let Some(Writer::Epoch(w)) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        w.commit(&self.pending)
+            .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", self.def.name)))?;
+        self.committed_len = w.sealed_len();
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Clean shutdown: publish an atomic file. Epoch sinks are settled by
+    /// the shutdown checkpoint, so closing them only releases the file.
     pub fn close(&mut self) -> Result<u64> {
         match self.writer.take() {
-            Some(w) => w.finish().map_err(|e| {
-                EngineError::Catalog(format!(
-                    "sink '{}' ({}): {e}",
-                    self.name,
-                    self.path.display()
-                ))
-            }),
+            Some(Writer::Atomic(w)) => w.finish().map_err(|e| self.err(e)),
+            Some(Writer::Epoch(w)) => Ok(w.rows_written()),
             None => Ok(0),
         }
     }
 
-    /// Discard the output (the pipeline failed): nothing appears under the final path.
+    /// The pipeline failed: nothing unpublished becomes visible.
     pub fn abort(&mut self) -> Result<()> {
         match self.writer.take() {
-            Some(w) => w
-                .abort()
-                .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", self.name))),
+            Some(Writer::Atomic(w)) => w.abort().map_err(|e| self.err(e)),
+            Some(Writer::Epoch(mut w)) => w.rollback_open_epoch().map_err(|e| self.err(e)),
             None => Ok(()),
         }
     }

@@ -1,0 +1,204 @@
+//! Every query under `benches/nexmark/` on a fixed seed, through the real
+//! Nexmark connector, compared with the same query computed in batch by
+//! DataFusion over the same generated rows. Window bounds in the oracles are
+//! plain arithmetic on epoch milliseconds, independent of Sluice's window
+//! functions.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::datasource::MemTable;
+use datafusion::prelude::SessionContext;
+use sluice::Database;
+use sluice_bench::queries::QUERIES;
+use sluice_bench::workload::generate;
+use sluice_bench::Script;
+
+const SEED: u64 = 42;
+const DISORDER_MS: u64 = 2000;
+
+/// The batch oracle of each query, over table `bid`.
+fn oracle(query: &str) -> &'static str {
+    match query {
+        "q0" => "SELECT auction, bidder, price, date_time, extra FROM bid",
+        "q1" => "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid",
+        "q2" => "SELECT auction, price FROM bid WHERE auction % 123 = 0",
+        // Every hop window [s, s + 10 s) with s a multiple of 2 s containing t.
+        "q5" => {
+            "WITH t AS (SELECT auction, CAST(date_time AS BIGINT) AS ms FROM bid),
+                  w AS (SELECT auction, ms, ms - ms % 2000 - k * 2000 AS ws
+                        FROM t CROSS JOIN (VALUES (0), (1), (2), (3), (4)) AS h(k))
+             SELECT auction, ws AS window_start, ws + 10000 AS window_end, COUNT(*) AS num
+             FROM w WHERE ws + 10000 > ms GROUP BY auction, ws"
+        }
+        "q7" => {
+            "SELECT ms - ms % 10000 AS window_start, ms - ms % 10000 + 10000 AS window_end,
+                    MAX(price) AS maxprice
+             FROM (SELECT price, CAST(date_time AS BIGINT) AS ms FROM bid)
+             GROUP BY ms - ms % 10000"
+        }
+        "tumble_count" => {
+            "SELECT auction, ms - ms % 10000 AS window_start, ms - ms % 10000 + 10000 AS window_end,
+                    COUNT(*) AS bids, MAX(price) AS maxprice
+             FROM (SELECT auction, price, CAST(date_time AS BIGINT) AS ms FROM bid)
+             GROUP BY auction, ms - ms % 10000"
+        }
+        other => panic!("no oracle for {other}"),
+    }
+}
+
+/// Enough events for several windows of every windowed query (event time
+/// advances 1 s per 10,000 events), few for the stateless ones.
+fn events(query: &str) -> u64 {
+    match query {
+        "q0" | "q1" | "q2" => 5_000,
+        _ => 250_000,
+    }
+}
+
+/// Rows as sorted strings; timestamps as epoch milliseconds.
+fn normalized(batches: &[RecordBatch]) -> (Vec<String>, Vec<String>) {
+    let mut rows = Vec::new();
+    let mut names = Vec::new();
+    for b in batches {
+        names = b
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let cols: Vec<ArrayRef> = b
+            .columns()
+            .iter()
+            .map(|c| match c.data_type() {
+                DataType::Timestamp(_, _) => cast(c, &DataType::Int64).expect("cast"),
+                _ => Arc::clone(c),
+            })
+            .collect();
+        let opts = FormatOptions::default().with_null("NULL");
+        let fmts: Vec<ArrayFormatter> = cols
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).expect("formatter"))
+            .collect();
+        for r in 0..b.num_rows() {
+            let cells: Vec<String> = fmts.iter().map(|f| f.value(r).to_string()).collect();
+            rows.push(cells.join("|"));
+        }
+    }
+    rows.sort();
+    (names, rows)
+}
+
+fn overrides(query: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("events", events(query).to_string()),
+        ("seed", SEED.to_string()),
+        ("out_of_order_ms", DISORDER_MS.to_string()),
+    ]
+}
+
+async fn run_sluice(query: &str, text: &str) -> (Vec<RecordBatch>, u64) {
+    let script = Script::parse(text).expect("script parses");
+    let ovr = overrides(query);
+    let ddl = script.render(|s| s.nexmark_ddl(&ovr)).expect("render");
+    let db = Database::open_in_memory().await.expect("open");
+    db.execute(&ddl).await.expect("script runs");
+    let mut sub = db
+        .subscribe(script.output().expect("output"))
+        .await
+        .expect("subscribe");
+    let consumer = tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Some(b) = sub.next().await.expect("subscription") {
+            assert!(b.changes.is_none(), "queries are append-only");
+            out.push(b.data);
+        }
+        out
+    });
+    let metrics = db.run_to_completion().await.expect("run");
+    db.shutdown().await.expect("shutdown");
+    (consumer.await.expect("consumer"), metrics.late_rows())
+}
+
+async fn run_oracle(query: &str, text: &str) -> Vec<RecordBatch> {
+    let script = Script::parse(text).expect("script parses");
+    let src = script.nexmark_source().expect("source");
+    let cfg = src.nexmark_config(&overrides(query)).expect("config");
+    let generated = generate(cfg).expect("generate");
+    let schema = generated.batches[0].schema();
+    let table = MemTable::try_new(schema, vec![generated.batches]).expect("table");
+    let ctx = SessionContext::new();
+    ctx.register_table("bid", Arc::new(table))
+        .expect("register");
+    ctx.sql(oracle(query))
+        .await
+        .expect("oracle plans")
+        .collect()
+        .await
+        .expect("oracle runs")
+}
+
+async fn check(query: &str) {
+    let text = QUERIES
+        .iter()
+        .find(|(n, _)| *n == query)
+        .map(|(_, t)| *t)
+        .expect("query file");
+    let (got, late) = run_sluice(query, text).await;
+    let want = run_oracle(query, text).await;
+    assert_eq!(
+        late, 0,
+        "{query}: disorder stays within the watermark delay"
+    );
+    let (got_names, got_rows) = normalized(&got);
+    let (want_names, want_rows) = normalized(&want);
+    assert!(
+        !want_rows.is_empty(),
+        "{query}: the oracle returned no rows"
+    );
+    assert_eq!(got_names, want_names, "{query}: column names");
+    assert_eq!(got_rows.len(), want_rows.len(), "{query}: row count");
+    for (g, w) in got_rows.iter().zip(&want_rows) {
+        assert_eq!(g, w, "{query}: first differing row");
+    }
+}
+
+#[tokio::test]
+async fn q0_passthrough() {
+    check("q0").await;
+}
+
+#[tokio::test]
+async fn q1_currency_conversion() {
+    check("q1").await;
+}
+
+#[tokio::test]
+async fn q2_selection() {
+    check("q2").await;
+}
+
+#[tokio::test]
+async fn q5_hop_count_per_auction() {
+    check("q5").await;
+}
+
+#[tokio::test]
+async fn q7_tumble_max_price() {
+    check("q7").await;
+}
+
+#[tokio::test]
+async fn tumble_count_per_auction() {
+    check("tumble_count").await;
+}
+
+#[test]
+fn every_query_file_has_an_oracle() {
+    for (name, _) in QUERIES {
+        let _ = oracle(name);
+    }
+}

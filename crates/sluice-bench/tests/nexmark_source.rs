@@ -1,0 +1,127 @@
+//! The `connector = 'nexmark'` source through SQL: options, schema checks,
+//! SHOW SOURCES, and `sluice bench` end to end.
+
+use sluice::Database;
+use sluice_bench::{run_nexmark, BenchOptions};
+
+const BID: &str = "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
+                   date_time TIMESTAMP, extra VARCHAR";
+
+async fn create(columns: &str, with: &str) -> Result<Database, String> {
+    let db = Database::open_in_memory()
+        .await
+        .map_err(|e| e.to_string())?;
+    db.execute(&format!(
+        "CREATE SOURCE bid ({columns}) WITH (connector = 'nexmark', {with})"
+    ))
+    .await
+    .map_err(|e| e.to_string())?;
+    Ok(db)
+}
+
+#[tokio::test]
+async fn options_are_validated() {
+    let e = create(BID, "stream = 'bid', speed = '3'")
+        .await
+        .err()
+        .unwrap_or_default();
+    assert!(
+        e.contains("unknown option 'speed'") && e.contains("out_of_order_ms"),
+        "{e}"
+    );
+    let e = create(BID, "stream = 'bids'")
+        .await
+        .err()
+        .unwrap_or_default();
+    assert!(e.contains("unknown Nexmark stream 'bids'"), "{e}");
+    let e = create(BID, "events = '10'").await.err().unwrap_or_default();
+    assert!(e.contains("requires option 'stream'"), "{e}");
+    let e = create(BID, "stream = 'bid', rate = 'fast'")
+        .await
+        .err()
+        .unwrap_or_default();
+    assert!(e.contains("'rate'") && e.contains("'fast'"), "{e}");
+}
+
+#[tokio::test]
+async fn declared_columns_must_match_the_stream() {
+    let e = create("auction BIGINT, price INT", "stream = 'bid'")
+        .await
+        .err()
+        .unwrap_or_default();
+    assert!(e.contains("column 'price'") && e.contains("BIGINT"), "{e}");
+    let e = create("id BIGINT, nickname VARCHAR", "stream = 'person'")
+        .await
+        .err()
+        .unwrap_or_default();
+    assert!(e.contains("column 'nickname'"), "{e}");
+    // A subset of the columns, in any order, is fine.
+    let db = create(
+        "price BIGINT, auction BIGINT",
+        "stream = 'bid', events = '50'",
+    )
+    .await
+    .expect("subset");
+    let shown = db.execute("SHOW SOURCES").await.expect("show");
+    let text = sluice::arrow::util::pretty::pretty_format_batches(&shown)
+        .expect("format")
+        .to_string();
+    assert!(
+        text.contains("nexmark bid (50 events, unthrottled"),
+        "{text}"
+    );
+    db.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn all_three_streams_run_to_completion() {
+    let db = Database::open_in_memory().await.expect("open");
+    db.execute(
+        "CREATE SOURCE person (id BIGINT, name VARCHAR, date_time TIMESTAMP,
+             WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND)
+           WITH (connector = 'nexmark', stream = 'person', events = '10000', seed = '9', batch_size = '64');
+         CREATE SOURCE auction (id BIGINT, seller BIGINT, category BIGINT, date_time TIMESTAMP,
+             expires TIMESTAMP, WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND)
+           WITH (connector = 'nexmark', stream = 'auction', events = '10000', seed = '9');
+         CREATE MATERIALIZED VIEW people AS SELECT COUNT(*) AS n FROM person;
+         CREATE MATERIALIZED VIEW auctions AS SELECT category, COUNT(*) AS n FROM auction GROUP BY category;",
+    )
+    .await
+    .expect("script");
+    let m = db.run_to_completion().await.expect("run");
+    assert_eq!(m.rows_in(), 200 + 600);
+    let rows = db.execute("SELECT n FROM people").await.expect("select");
+    let n = sluice::arrow::util::pretty::pretty_format_batches(&rows)
+        .expect("format")
+        .to_string();
+    assert!(n.contains("200"), "{n}");
+    db.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn bench_reports_throughput_and_latency() {
+    let r = run_nexmark(&BenchOptions::new("q7", 20_000))
+        .await
+        .expect("bench q7");
+    assert_eq!(r.input_rows, 18_400);
+    // 20,000 events span two seconds of event time, and the first ones are
+    // up to 2 s early: two windows.
+    assert_eq!(r.output_rows, 2);
+    assert!(r.processing.rows_per_sec > 0.0 && r.rate.is_none());
+    assert!(r.to_text().contains("events/s"));
+
+    let mut opts = BenchOptions::new("q0", 4_000);
+    opts.rate = Some(20_000);
+    let r = run_nexmark(&opts).await.expect("bench q0 paced");
+    let rate = r.rate.as_ref().expect("rate section");
+    let lat = rate.latency.as_ref().expect("latency");
+    assert_eq!(lat.samples, 3_680, "every passthrough row is attributed");
+    assert!(lat.p50_us > 0.0 && lat.p50_us <= lat.p99_us && lat.p99_us <= lat.p999_us);
+    assert!(r.to_json().contains("\"p999_us\""));
+
+    let e = run_nexmark(&BenchOptions::new("q4", 10))
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert!(e.is_some_and(|e| e.contains("waits for joins")));
+}

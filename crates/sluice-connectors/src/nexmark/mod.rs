@@ -1,0 +1,357 @@
+//! The Nexmark source: the person, auction and bid streams of the Nexmark
+//! benchmark, generated deterministically.
+//!
+//! Event contents come from the [`nexmark`] crate (the Rust port of the
+//! Beam/Flink Nexmark generator): every event is a pure function of its
+//! event number, so a stream can be regenerated from any position. On top of
+//! it this module adds what a replayable streaming source needs:
+//!
+//! * **Event time from the event number, never the wall clock.** Global
+//!   event `g` happens at [`BASE_TIME_MS`] + `g` × 100 µs (Nexmark's default
+//!   10,000 events per second of event time), minus a seeded disorder of at
+//!   most `out_of_order_ms`, so event times are out of order by at most that
+//!   bound. `rate` only paces emission in wall-clock time; it never changes
+//!   the data, so a replay at another rate produces identical rows.
+//! * **A seed.** The crate seeds each event's random draws with its event
+//!   id; seed `s` starts the id space at `s` × [`SEED_STRIDE`], which reseeds
+//!   every draw. Seed 0 is the reference Nexmark stream (ids from 1000); with
+//!   another seed person and auction ids are offset by `s` × 2³².
+//! * **The 1:3:46 mix.** `events` counts events of the whole generator;
+//!   each stream emits only its share (the bid stream of 1,000 events has
+//!   920 rows), and the three streams of one seed are mutually consistent
+//!   (bids refer to auctions and persons of the same seed).
+//! * **Replay.** [`BatchReader::offset`](crate::BatchReader::offset) is the
+//!   number of rows of the stream already emitted; reopening there
+//!   regenerates the identical continuation.
+
+mod columns;
+mod reader;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use crate::error::{ConnectorError, Result};
+
+pub use reader::NexmarkReader;
+
+/// Event time of global event 0: 2024-01-01T00:00:00Z, in ms since the epoch.
+pub const BASE_TIME_MS: i64 = 1_704_067_200_000;
+
+/// Event-time spacing of consecutive global events, in microseconds.
+pub const EVENT_SPACING_US: i64 = 100;
+
+/// Distance between the event-id spaces of consecutive seeds.
+pub const SEED_STRIDE: u64 = 50 << 32;
+
+/// Largest accepted seed (keeps every id within BIGINT).
+pub const MAX_SEED: u64 = (1 << 20) - 1;
+
+/// Events per cycle of the generator's mix (1 person, 3 auctions, 46 bids).
+const MIX: u64 = 50;
+
+/// One of the three Nexmark streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NexmarkStream {
+    /// New people (1 in 50 events).
+    Person,
+    /// New auctions (3 in 50 events).
+    Auction,
+    /// Bids (46 in 50 events).
+    Bid,
+}
+
+impl NexmarkStream {
+    /// Every stream.
+    pub const ALL: [NexmarkStream; 3] = [
+        NexmarkStream::Person,
+        NexmarkStream::Auction,
+        NexmarkStream::Bid,
+    ];
+
+    /// Name as written in `stream = '...'`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NexmarkStream::Person => "person",
+            NexmarkStream::Auction => "auction",
+            NexmarkStream::Bid => "bid",
+        }
+    }
+
+    /// (events of this stream per 50, position of its first event in the 50).
+    fn share(self) -> (u64, u64) {
+        match self {
+            NexmarkStream::Person => (1, 0),
+            NexmarkStream::Auction => (3, 1),
+            NexmarkStream::Bid => (46, 4),
+        }
+    }
+
+    /// Global event number of this stream's `k`-th event (0-based).
+    pub fn global_event(self, k: u64) -> u64 {
+        let (share, first) = self.share();
+        (k / share) * MIX + first + k % share
+    }
+
+    /// How many of the first `total` global events belong to this stream.
+    pub fn rows_in(self, total: u64) -> u64 {
+        let (share, first) = self.share();
+        (total / MIX) * share + (total % MIX).saturating_sub(first).min(share)
+    }
+
+    /// Every column the stream produces, with the standard Nexmark names.
+    pub fn schema(self) -> SchemaRef {
+        let big = |n: &str| Field::new(n, DataType::Int64, false);
+        let text = |n: &str| Field::new(n, DataType::Utf8, false);
+        let time = |n: &str| Field::new(n, DataType::Timestamp(TimeUnit::Millisecond, None), false);
+        Arc::new(Schema::new(match self {
+            NexmarkStream::Person => vec![
+                big("id"),
+                text("name"),
+                text("email_address"),
+                text("credit_card"),
+                text("city"),
+                text("state"),
+                time("date_time"),
+                text("extra"),
+            ],
+            NexmarkStream::Auction => vec![
+                big("id"),
+                text("item_name"),
+                text("description"),
+                big("initial_bid"),
+                big("reserve"),
+                time("date_time"),
+                time("expires"),
+                big("seller"),
+                big("category"),
+                text("extra"),
+            ],
+            NexmarkStream::Bid => vec![
+                big("auction"),
+                big("bidder"),
+                big("price"),
+                text("channel"),
+                text("url"),
+                time("date_time"),
+                text("extra"),
+            ],
+        }))
+    }
+
+    fn event_type(self) -> nexmark::event::EventType {
+        match self {
+            NexmarkStream::Person => nexmark::event::EventType::Person,
+            NexmarkStream::Auction => nexmark::event::EventType::Auction,
+            NexmarkStream::Bid => nexmark::event::EventType::Bid,
+        }
+    }
+}
+
+impl fmt::Display for NexmarkStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for NexmarkStream {
+    type Err = ConnectorError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "person" => Ok(NexmarkStream::Person),
+            "auction" => Ok(NexmarkStream::Auction),
+            "bid" => Ok(NexmarkStream::Bid),
+            _ => Err(ConnectorError::invalid_option(
+                "stream",
+                format!("unknown Nexmark stream '{s}' (accepted: person, auction, bid)"),
+            )),
+        }
+    }
+}
+
+/// Everything needed to generate one Nexmark stream.
+#[derive(Debug, Clone)]
+pub struct NexmarkConfig {
+    /// Which stream.
+    pub stream: NexmarkStream,
+    /// Events of the whole generator (all three streams); `None` = unbounded.
+    pub events: Option<u64>,
+    /// Global events per second of wall-clock time; 0 = as fast as possible.
+    pub rate: u64,
+    /// Bound of the event-time disorder, in milliseconds.
+    pub out_of_order_ms: u64,
+    /// Selects one of many reproducible streams (0 = reference Nexmark).
+    pub seed: u64,
+    /// Maximum rows per batch.
+    pub batch_size: usize,
+    /// Declared columns: any of the stream's columns, by name, in any order.
+    pub schema: SchemaRef,
+    /// Index of each declared column in [`NexmarkStream::schema`].
+    projection: Vec<usize>,
+}
+
+/// Option names [`NexmarkConfig::set`] accepts.
+pub const NEXMARK_OPTIONS: &[&str] = &["events", "rate", "out_of_order_ms", "seed", "batch_size"];
+
+impl NexmarkConfig {
+    /// A configuration for `stream` producing the declared `schema`:
+    /// unbounded, unthrottled, in order, seed 0, batches of 8192 rows.
+    ///
+    /// Every declared column must be a column of the stream with the same
+    /// type; the error names the first one that is not.
+    pub fn new(stream: NexmarkStream, schema: SchemaRef) -> Result<Self> {
+        let projection = project(stream, &schema)?;
+        Ok(Self {
+            stream,
+            events: None,
+            rate: 0,
+            out_of_order_ms: 0,
+            seed: 0,
+            batch_size: 8192,
+            schema,
+            projection,
+        })
+    }
+
+    /// A configuration producing every column of `stream`.
+    pub fn full(stream: NexmarkStream) -> Self {
+        let schema = stream.schema();
+        Self {
+            projection: (0..schema.fields().len()).collect(),
+            stream,
+            events: None,
+            rate: 0,
+            out_of_order_ms: 0,
+            seed: 0,
+            batch_size: 8192,
+            schema,
+        }
+    }
+
+    /// Set an option from its SQL text (see [`NEXMARK_OPTIONS`]).
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        if !NEXMARK_OPTIONS.contains(&name) {
+            return Err(ConnectorError::invalid_option(
+                name,
+                format!(
+                    "not a Nexmark option (known: {})",
+                    NEXMARK_OPTIONS.join(", ")
+                ),
+            ));
+        }
+        let n = parse_u64(name, value)?;
+        match name {
+            "events" if n == 0 => {
+                return Err(ConnectorError::invalid_option(
+                    name,
+                    "must be positive (omit the option for an unbounded stream)",
+                ))
+            }
+            "events" => self.events = Some(n),
+            "rate" => self.rate = n,
+            "out_of_order_ms" => self.out_of_order_ms = n,
+            "seed" if n > MAX_SEED => {
+                return Err(ConnectorError::invalid_option(
+                    name,
+                    format!("'{value}' is larger than the largest seed, {MAX_SEED}"),
+                ))
+            }
+            "seed" => self.seed = n,
+            _ => {
+                self.batch_size = usize::try_from(n).ok().filter(|b| *b > 0).ok_or_else(|| {
+                    ConnectorError::invalid_option(name, format!("'{value}' must be positive"))
+                })?
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows this stream emits in total (`None` when unbounded).
+    pub fn total_rows(&self) -> Option<u64> {
+        self.events.map(|e| self.stream.rows_in(e))
+    }
+
+    /// Index of each declared column in the stream's full schema.
+    pub fn projection(&self) -> &[usize] {
+        &self.projection
+    }
+
+    /// One-line description for `SHOW SOURCES`.
+    pub fn describe(&self) -> String {
+        let events = match self.events {
+            Some(n) => format!("{n} events"),
+            None => "unbounded".to_string(),
+        };
+        let rate = match self.rate {
+            0 => "unthrottled".to_string(),
+            r => format!("{r} events/s"),
+        };
+        format!(
+            "nexmark {} ({events}, {rate}, out_of_order_ms {}, seed {})",
+            self.stream, self.out_of_order_ms, self.seed
+        )
+    }
+}
+
+fn parse_u64(name: &str, value: &str) -> Result<u64> {
+    value.trim().parse::<u64>().map_err(|_| {
+        ConnectorError::invalid_option(name, format!("'{value}' is not a non-negative integer"))
+    })
+}
+
+/// Map declared columns onto the stream's columns by name.
+fn project(stream: NexmarkStream, declared: &Schema) -> Result<Vec<usize>> {
+    let full = stream.schema();
+    let what = format!("nexmark {stream} stream");
+    declared
+        .fields()
+        .iter()
+        .map(|f| {
+            let (idx, have) = full.column_with_name(f.name()).ok_or_else(|| {
+                let names: Vec<&str> = full.fields().iter().map(|f| f.name().as_str()).collect();
+                ConnectorError::schema(
+                    &what,
+                    format!(
+                        "column '{}' is not a column of the Nexmark {stream} stream (its columns: {})",
+                        f.name(),
+                        names.join(", ")
+                    ),
+                )
+            })?;
+            let compatible = match (have.data_type(), f.data_type()) {
+                (
+                    DataType::Timestamp(TimeUnit::Millisecond, None),
+                    DataType::Timestamp(TimeUnit::Millisecond, _),
+                ) => true,
+                (a, b) => a == b,
+            };
+            if !compatible {
+                return Err(ConnectorError::schema(
+                    &what,
+                    format!(
+                        "column '{}' is declared {} but the Nexmark {stream} stream produces {} (declare it {})",
+                        f.name(),
+                        f.data_type(),
+                        have.data_type(),
+                        sql_type(have.data_type())
+                    ),
+                ));
+            }
+            Ok(idx)
+        })
+        .collect()
+}
+
+fn sql_type(t: &DataType) -> &'static str {
+    match t {
+        DataType::Int64 => "BIGINT",
+        DataType::Utf8 => "VARCHAR",
+        _ => "TIMESTAMP",
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,225 @@
+//! [`NexmarkReader`]: batches of one Nexmark stream, paced and replayable.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::ArrayRef;
+use arrow::compute::cast;
+use arrow::record_batch::RecordBatch;
+use nexmark::EventGenerator;
+
+use super::columns::Columns;
+use super::{NexmarkConfig, NexmarkStream, BASE_TIME_MS, EVENT_SPACING_US, SEED_STRIDE};
+use crate::error::{ConnectorError, Result};
+use crate::reader::BatchReader;
+
+/// Where a Nexmark reader stands: `produced` rows of `stream` were emitted.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct NexmarkPosition {
+    stream: String,
+    seed: u64,
+    produced: u64,
+}
+
+/// Wall-clock pacing of a throttled reader: global event `g` is due
+/// `(g - first) / rate` seconds after the first batch was asked for.
+#[derive(Debug)]
+struct Pacing {
+    rate: u64,
+    started: Option<(Instant, u64)>,
+}
+
+/// Reads one Nexmark stream as Arrow batches of the declared columns.
+pub struct NexmarkReader {
+    cfg: NexmarkConfig,
+    generator: EventGenerator,
+    produced: u64,
+    total: Option<u64>,
+    pacing: Option<Pacing>,
+}
+
+impl std::fmt::Debug for NexmarkReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NexmarkReader")
+            .field("stream", &self.cfg.stream)
+            .field("produced", &self.produced)
+            .field("total", &self.total)
+            .finish()
+    }
+}
+
+impl NexmarkReader {
+    /// A reader at the start of the stream.
+    pub fn open(cfg: NexmarkConfig) -> Result<Self> {
+        Ok(Self::open_at(cfg, 0))
+    }
+
+    /// Reopen at an offset produced by [`BatchReader::offset`]: the rows
+    /// that follow are identical to those the original reader emitted next.
+    pub fn open_at_offset(cfg: NexmarkConfig, offset: &str) -> Result<Self> {
+        let pos: NexmarkPosition = serde_json::from_str(offset).map_err(|e| {
+            ConnectorError::invalid_option(
+                "offset",
+                format!("checkpointed Nexmark offset '{offset}' is unreadable: {e}"),
+            )
+        })?;
+        if pos.stream != cfg.stream.name() || pos.seed != cfg.seed {
+            return Err(ConnectorError::invalid_option(
+                "offset",
+                format!(
+                    "checkpointed offset is for the {} stream with seed {}, but the source reads the {} stream with seed {}",
+                    pos.stream, pos.seed, cfg.stream, cfg.seed
+                ),
+            ));
+        }
+        Ok(Self::open_at(cfg, pos.produced))
+    }
+
+    fn open_at(cfg: NexmarkConfig, produced: u64) -> Self {
+        let mut base = nexmark::config::NexmarkConfig {
+            base_time: BASE_TIME_MS.unsigned_abs(),
+            first_rate: 10_000,
+            next_rate: 10_000,
+            ..Default::default()
+        };
+        base.first_event_id = usize::try_from(cfg.seed.saturating_mul(SEED_STRIDE)).unwrap_or(0);
+        let generator = EventGenerator::new(base)
+            .with_type_filter(cfg.stream.event_type())
+            .with_offset(produced);
+        let pacing = (cfg.rate > 0).then_some(Pacing {
+            rate: cfg.rate,
+            started: None,
+        });
+        Self {
+            total: cfg.total_rows(),
+            cfg,
+            generator,
+            produced,
+            pacing,
+        }
+    }
+
+    /// Rows of the stream emitted so far (including those before a reopen).
+    pub fn produced(&self) -> u64 {
+        self.produced
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &NexmarkConfig {
+        &self.cfg
+    }
+
+    /// Event time (ms since the epoch) of global event `g` under `cfg`.
+    pub fn event_time(cfg: &NexmarkConfig, g: u64) -> i64 {
+        let spacing = EVENT_SPACING_US.unsigned_abs();
+        let nominal = BASE_TIME_MS
+            .saturating_add(i64::try_from(g.saturating_mul(spacing) / 1000).unwrap_or(i64::MAX));
+        if cfg.out_of_order_ms == 0 {
+            return nominal;
+        }
+        let delay = mix(cfg.seed, g) % (cfg.out_of_order_ms + 1);
+        nominal.saturating_sub(i64::try_from(delay).unwrap_or(0))
+    }
+
+    /// Rows the next batch may hold once pacing allows (sleeping if needed).
+    fn due_rows(&mut self, wanted: u64) -> u64 {
+        let stream = self.cfg.stream;
+        let produced = self.produced;
+        let Some(p) = self.pacing.as_mut() else {
+            return wanted;
+        };
+        let (start, first) = *p
+            .started
+            .get_or_insert_with(|| (Instant::now(), stream.global_event(produced)));
+        loop {
+            let elapsed = start.elapsed().as_nanos();
+            let due_global = first.saturating_add(
+                u64::try_from(elapsed * u128::from(p.rate) / 1_000_000_000).unwrap_or(u64::MAX),
+            );
+            let due = stream.rows_in(due_global.saturating_add(1));
+            if due > produced {
+                return wanted.min(due - produced);
+            }
+            let next = stream.global_event(produced) - first;
+            let at = Duration::from_nanos(
+                u64::try_from(u128::from(next) * 1_000_000_000 / u128::from(p.rate))
+                    .unwrap_or(u64::MAX),
+            );
+            std::thread::sleep(
+                at.saturating_sub(start.elapsed())
+                    .max(Duration::from_micros(50)),
+            );
+        }
+    }
+
+    fn position(&self) -> NexmarkPosition {
+        NexmarkPosition {
+            stream: self.cfg.stream.name().to_string(),
+            seed: self.cfg.seed,
+            produced: self.produced,
+        }
+    }
+}
+
+/// A well-mixed 64-bit hash of (seed, event number) (splitmix64 finalizer).
+fn mix(seed: u64, g: u64) -> u64 {
+    let mut z = g ^ seed.rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl BatchReader for NexmarkReader {
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        let remaining = match self.total {
+            Some(t) => t.saturating_sub(self.produced),
+            None => u64::MAX,
+        };
+        if remaining == 0 {
+            return Ok(None);
+        }
+        let wanted = remaining.min(self.cfg.batch_size as u64);
+        let n = self.due_rows(wanted);
+        let stream: NexmarkStream = self.cfg.stream;
+        let what = format!("nexmark {stream} stream");
+        let mut cols = Columns::new(stream, usize::try_from(n).unwrap_or(0));
+        for _ in 0..n {
+            let g = stream.global_event(self.produced);
+            let event = self
+                .generator
+                .next()
+                .ok_or_else(|| ConnectorError::schema(&what, "the generator ended"))?;
+            if !cols.push(&event, Self::event_time(&self.cfg, g)) {
+                return Err(ConnectorError::schema(
+                    &what,
+                    format!("the generator produced a {:?} event", event.event_type()),
+                ));
+            }
+            self.produced += 1;
+        }
+        let full = cols.finish();
+        let columns = self
+            .cfg
+            .projection()
+            .iter()
+            .zip(self.cfg.schema.fields())
+            .map(|(i, field)| {
+                let col = Arc::clone(&full[*i]);
+                if col.data_type() == field.data_type() {
+                    Ok(col)
+                } else {
+                    cast(&col, field.data_type()).map_err(|e| {
+                        ConnectorError::arrow(format!("{what}: column '{}'", field.name()), e)
+                    })
+                }
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let batch = RecordBatch::try_new(Arc::clone(&self.cfg.schema), columns)
+            .map_err(|e| ConnectorError::arrow(format!("{what}: building a batch"), e))?;
+        Ok(Some(batch))
+    }
+
+    fn offset(&self) -> Option<String> {
+        serde_json::to_string(&self.position()).ok()
+    }
+}

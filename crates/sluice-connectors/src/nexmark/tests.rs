@@ -1,0 +1,220 @@
+use std::time::Instant;
+
+use arrow::array::{AsArray, Int64Array};
+use arrow::compute::concat_batches;
+use arrow::datatypes::{Int64Type, TimestampMillisecondType};
+
+use super::*;
+use crate::reader::BatchReader;
+
+fn config(stream: NexmarkStream, events: u64) -> NexmarkConfig {
+    let mut c = NexmarkConfig::full(stream);
+    c.events = Some(events);
+    c.batch_size = 97;
+    c
+}
+
+fn drain(mut r: NexmarkReader) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
+    while let Some(b) = r.next_batch().expect("generation") {
+        assert!(b.num_rows() > 0 && b.num_rows() <= 97);
+        out.push(b);
+    }
+    out
+}
+
+fn all(batches: &[RecordBatch]) -> RecordBatch {
+    concat_batches(&batches[0].schema(), batches).expect("concat")
+}
+
+use arrow::record_batch::RecordBatch;
+
+#[test]
+fn streams_split_the_mix_1_3_46() {
+    for (stream, rows) in [
+        (NexmarkStream::Person, 20),
+        (NexmarkStream::Auction, 60),
+        (NexmarkStream::Bid, 920),
+    ] {
+        let got: usize = drain(NexmarkReader::open(config(stream, 1000)).expect("open"))
+            .iter()
+            .map(RecordBatch::num_rows)
+            .sum();
+        assert_eq!(got as u64, rows, "{stream}");
+        assert_eq!(stream.rows_in(1000), rows);
+    }
+    // A partial cycle: events 0..7 are 1 person, 3 auctions, 3 bids.
+    assert_eq!(NexmarkStream::Person.rows_in(7), 1);
+    assert_eq!(NexmarkStream::Auction.rows_in(7), 3);
+    assert_eq!(NexmarkStream::Bid.rows_in(7), 3);
+    assert_eq!(NexmarkStream::Bid.global_event(0), 4);
+    assert_eq!(NexmarkStream::Bid.global_event(46), 54);
+    assert_eq!(NexmarkStream::Auction.global_event(4), 52);
+}
+
+#[test]
+fn same_seed_same_rows_other_seed_other_rows() {
+    let a = all(&drain(
+        NexmarkReader::open(config(NexmarkStream::Bid, 500)).expect("open"),
+    ));
+    let b = all(&drain(
+        NexmarkReader::open(config(NexmarkStream::Bid, 500)).expect("open"),
+    ));
+    assert_eq!(a, b);
+    let mut c = config(NexmarkStream::Bid, 500);
+    c.seed = 7;
+    let c = all(&drain(NexmarkReader::open(c).expect("open")));
+    assert_eq!(a.num_rows(), c.num_rows());
+    assert_ne!(a.column(2), c.column(2), "prices differ with the seed");
+    assert_eq!(
+        a.column(5),
+        c.column(5),
+        "event times do not depend on the seed"
+    );
+}
+
+#[test]
+fn reopening_at_an_offset_regenerates_the_continuation() {
+    let mut cfg = config(NexmarkStream::Bid, 2000);
+    cfg.out_of_order_ms = 300;
+    cfg.seed = 3;
+    let whole = all(&drain(NexmarkReader::open(cfg.clone()).expect("open")));
+    let mut first = NexmarkReader::open(cfg.clone()).expect("open");
+    let mut head = Vec::new();
+    for _ in 0..5 {
+        head.push(first.next_batch().expect("gen").expect("batch"));
+    }
+    let offset = first.offset().expect("offset");
+    assert!(offset.contains("\"produced\":485"), "{offset}");
+    let rest = drain(NexmarkReader::open_at_offset(cfg.clone(), &offset).expect("reopen"));
+    head.extend(rest);
+    assert_eq!(all(&head), whole);
+
+    let mut other = cfg.clone();
+    other.seed = 4;
+    let e = NexmarkReader::open_at_offset(other, &offset).expect_err("seed mismatch");
+    assert!(e.to_string().contains("seed 3"), "{e}");
+    assert!(NexmarkReader::open_at_offset(cfg, "garbage").is_err());
+}
+
+#[test]
+fn event_times_are_bounded_out_of_order() {
+    let mut cfg = config(NexmarkStream::Bid, 20_000);
+    cfg.out_of_order_ms = 250;
+    let b = all(&drain(NexmarkReader::open(cfg.clone()).expect("open")));
+    let times = b.column(5).as_primitive::<TimestampMillisecondType>();
+    let mut max = i64::MIN;
+    let mut disordered = 0;
+    for t in times.values().iter() {
+        assert!(*t >= BASE_TIME_MS - 250);
+        if *t < max {
+            disordered += 1;
+            assert!(max - *t <= 250, "disorder {} beyond the bound", max - *t);
+        }
+        max = max.max(*t);
+    }
+    assert!(disordered > 1000, "only {disordered} rows out of order");
+    // 20,000 events at 100 µs each span two seconds of event time.
+    assert!(
+        (BASE_TIME_MS + 1990..=BASE_TIME_MS + 2000).contains(&max),
+        "{max}"
+    );
+    cfg.out_of_order_ms = 0;
+    let b = all(&drain(NexmarkReader::open(cfg).expect("open")));
+    let t = b.column(5).as_primitive::<TimestampMillisecondType>();
+    assert!(t.values().windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[test]
+fn bids_refer_to_existing_auctions_and_people() {
+    let bids = all(&drain(
+        NexmarkReader::open(config(NexmarkStream::Bid, 5000)).expect("open"),
+    ));
+    let auction = bids.column(0).as_primitive::<Int64Type>();
+    assert!(auction
+        .values()
+        .iter()
+        .all(|a| (1000..1000 + 300 + 20).contains(a)));
+    let price: &Int64Array = bids.column(2).as_primitive();
+    assert!(price.values().iter().all(|p| *p > 0));
+}
+
+#[test]
+fn declared_columns_are_projected_and_checked_by_name() {
+    let declared = Arc::new(Schema::new(vec![
+        Field::new(
+            "date_time",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("price", DataType::Int64, true),
+    ]));
+    let mut cfg = NexmarkConfig::new(NexmarkStream::Bid, declared).expect("subset");
+    cfg.events = Some(100);
+    let b = NexmarkReader::open(cfg)
+        .expect("open")
+        .next_batch()
+        .expect("gen")
+        .expect("batch");
+    assert_eq!(b.num_columns(), 2);
+    assert_eq!(b.schema().field(1).name(), "price");
+
+    let wrong = Arc::new(Schema::new(vec![Field::new(
+        "price",
+        DataType::Int32,
+        true,
+    )]));
+    let e = NexmarkConfig::new(NexmarkStream::Bid, wrong).expect_err("type");
+    assert!(
+        e.to_string().contains("column 'price'") && e.to_string().contains("BIGINT"),
+        "{e}"
+    );
+    let unknown = Arc::new(Schema::new(vec![Field::new(
+        "bid_price",
+        DataType::Int64,
+        true,
+    )]));
+    let e = NexmarkConfig::new(NexmarkStream::Bid, unknown).expect_err("name");
+    assert!(e.to_string().contains("column 'bid_price'"), "{e}");
+    assert!(e.to_string().contains("auction, bidder, price"), "{e}");
+}
+
+#[test]
+fn options_are_parsed_or_refused() {
+    let mut c = NexmarkConfig::full(NexmarkStream::Person);
+    c.set("events", "10").expect("events");
+    c.set("rate", "0").expect("rate");
+    c.set("seed", "12").expect("seed");
+    assert!(c.set("events", "0").is_err());
+    assert!(c.set("rate", "-1").is_err());
+    assert!(c.set("seed", "99999999999").is_err());
+    assert!(c.set("batch_size", "0").is_err());
+    assert!(c
+        .set("speed", "1")
+        .expect_err("unknown")
+        .to_string()
+        .contains("known: events"));
+    assert!("bids".parse::<NexmarkStream>().is_err());
+    assert_eq!(
+        "Bid".parse::<NexmarkStream>().ok(),
+        Some(NexmarkStream::Bid)
+    );
+    assert!(c
+        .describe()
+        .contains("nexmark person (10 events, unthrottled"));
+}
+
+#[test]
+fn rate_paces_emission_in_wall_clock_time() {
+    let mut cfg = config(NexmarkStream::Bid, 1000);
+    cfg.rate = 10_000;
+    let started = Instant::now();
+    let rows: usize = drain(NexmarkReader::open(cfg).expect("open"))
+        .iter()
+        .map(RecordBatch::num_rows)
+        .sum();
+    let secs = started.elapsed().as_secs_f64();
+    assert_eq!(rows, 920);
+    // 1,000 events at 10,000 events/s: about 0.1 s.
+    assert!((0.08..2.0).contains(&secs), "{secs}");
+}

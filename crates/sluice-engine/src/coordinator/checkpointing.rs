@@ -1,0 +1,291 @@
+//! The checkpoint side of `ConnectorPipelineCallback`: barriers, capture,
+//! the durable manifest, two-phase sink commit, and recovery.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+use sluice_storage::{LoadedCheckpoint, Manifest, SourceCheckpoint};
+
+use super::callback::{
+    BarrierOutcome, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
+    CheckpointReport,
+};
+use super::connector::ConnectorPipelineCallback;
+use crate::error::{EngineError, Result};
+use crate::options::Delivery;
+
+fn view_blob(name: &str) -> String {
+    format!("view/{name}")
+}
+
+fn stream_blob(name: &str, i: usize) -> String {
+    format!("stream/{name}/{i}")
+}
+
+impl ConnectorPipelineCallback {
+    /// Restore operators, views, sources and sinks from a checkpoint.
+    pub(super) fn recover(&mut self, cp: &LoadedCheckpoint) -> Result<()> {
+        let m = &cp.manifest;
+        for s in self.streams.iter_mut() {
+            let mut parts: VecDeque<Bytes> = VecDeque::new();
+            let mut i = 0;
+            while let Some(b) = cp.blobs.get(&stream_blob(&s.name, i)) {
+                parts.push_back(b.clone());
+                i += 1;
+            }
+            s.operator.restore(&mut parts)?;
+            if !parts.is_empty() {
+                return Err(EngineError::Internal(format!(
+                    "checkpoint holds more state for stream '{}' than its plan",
+                    s.name
+                )));
+            }
+            if let Some(view) = &s.view {
+                if let Some(b) = cp.blobs.get(&view_blob(&s.name)) {
+                    view.restore_bytes(b)?;
+                }
+            }
+        }
+        for (name, state) in self.sources.iter_mut() {
+            let Some(sc) = m.sources.get(name.as_ref()) else {
+                return Err(EngineError::Catalog(format!(
+                    "checkpoint {} has no progress for source '{name}'",
+                    m.id
+                )));
+            };
+            state.watermark.restore(sc.watermark, sc.finished);
+            state.final_offset = sc.offset.clone();
+            state.pending_reader = if sc.finished {
+                None
+            } else {
+                state.def.open_reader(sc.offset.as_deref())?
+            };
+        }
+        let mode = self.sink_mode;
+        for sink in self.sinks.iter_mut() {
+            sink.begin(mode, m.sinks.get(sink.name()))?;
+        }
+        self.watermark = m.watermark;
+        self.shared.metrics.set_watermark(self.watermark);
+        tracing::info!(checkpoint = m.id, "recovered");
+        Ok(())
+    }
+
+    async fn capture(
+        &mut self,
+        attempt: CheckpointAttempt,
+        mut offsets: FxHashMap<String, SourceCheckpoint>,
+    ) -> Result<(Manifest, Vec<(String, Bytes)>)> {
+        let mut blobs = Vec::new();
+        for s in self.streams.iter_mut() {
+            let mut parts = Vec::new();
+            s.operator.snapshot(&mut parts)?;
+            for (i, p) in parts.into_iter().enumerate() {
+                blobs.push((stream_blob(&s.name, i), p));
+            }
+            if let Some(view) = &s.view {
+                blobs.push((view_blob(&s.name), view.snapshot_bytes()?));
+            }
+        }
+        let mut sources = BTreeMap::new();
+        for (name, state) in &self.sources {
+            let mut sc = offsets.remove(name.as_ref()).unwrap_or_default();
+            if state.watermark.is_finished() {
+                sc.offset = state.final_offset.clone();
+            }
+            sc.watermark = state.watermark.watermark();
+            sc.finished = state.watermark.is_finished();
+            sources.insert(name.to_string(), sc);
+        }
+        let mut sinks = BTreeMap::new();
+        for sink in self.sinks.iter_mut() {
+            if let Some(cp) = sink.pre_commit()? {
+                sinks.insert(sink.name().to_string(), cp);
+            }
+        }
+        let fingerprint = self
+            .checkpoints
+            .as_ref()
+            .map(|c| c.fingerprint.clone())
+            .unwrap_or_default();
+        let manifest = Manifest {
+            id: attempt.id,
+            created_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+            pipeline: fingerprint,
+            watermark: self.watermark,
+            sources,
+            sinks,
+            blobs: Vec::new(),
+        };
+        Ok((manifest, blobs))
+    }
+}
+
+impl CheckpointLifecycle for ConnectorPipelineCallback {
+    fn checkpoint_interval(&self) -> Option<std::time::Duration> {
+        self.checkpoints.as_ref().and_then(|c| c.interval)
+    }
+
+    fn settles_on_shutdown(&self) -> bool {
+        self.checkpoints.is_some()
+    }
+
+    fn alignment_timeout(&self) -> std::time::Duration {
+        self.checkpoints
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(10), |c| c.alignment_timeout)
+    }
+
+    async fn reserve_checkpoint_attempt(
+        &mut self,
+        _deadline: Instant,
+    ) -> std::result::Result<CheckpointAttempt, String> {
+        let Some(c) = &self.checkpoints else {
+            return Err("checkpointing is off (open the database on a state directory and set checkpoint_interval or delivery)".into());
+        };
+        let id = c.store.reserve().await.map_err(|e| e.to_string())?;
+        Ok(CheckpointAttempt { id })
+    }
+
+    fn inject_source_barriers(&mut self, attempt: CheckpointAttempt) -> Vec<Arc<str>> {
+        let mut waiting = Vec::new();
+        for (name, state) in &self.sources {
+            if state.reading && !state.watermark.is_finished() {
+                state.control.inject(attempt.id);
+                waiting.push(Arc::clone(name));
+            }
+        }
+        waiting
+    }
+
+    async fn checkpoint_with_barrier(
+        &mut self,
+        source_checkpoints: FxHashMap<String, SourceCheckpoint>,
+        attempt: CheckpointAttempt,
+        attempt_started: Instant,
+        _deadline: Instant,
+        _flags: u64,
+        assignment_fence: Option<CheckpointAssignmentFence>,
+    ) -> BarrierOutcome {
+        if let Some(f) = assignment_fence {
+            return BarrierOutcome::Aborted(format!(
+                "assignment fence {} given, but this pipeline is not clustered",
+                f.generation
+            ));
+        }
+        for s in self.sources.values() {
+            s.control.withdraw();
+        }
+        // Offsets of sources that were aligned without a barrier event.
+        let mut offsets = source_checkpoints;
+        for (name, state) in self.sources.iter() {
+            if !offsets.contains_key(name.as_ref()) {
+                if let Some(r) = &state.pending_reader {
+                    offsets.insert(
+                        name.to_string(),
+                        SourceCheckpoint {
+                            offset: r.offset(),
+                            ..Default::default()
+                        },
+                    );
+                }
+            }
+        }
+        let (mut manifest, blobs) = match self.capture(attempt, offsets).await {
+            Ok(c) => c,
+            Err(e) => return BarrierOutcome::Failed(format!("capturing state: {e}")),
+        };
+        let Some(c) = &self.checkpoints else {
+            return BarrierOutcome::Failed("checkpointing is off".into());
+        };
+        for (name, bytes) in blobs {
+            match c.store.write_blob(attempt.id, &name, bytes).await {
+                Ok(r) => manifest.blobs.push(r),
+                Err(e) => return BarrierOutcome::Failed(format!("writing state '{name}': {e}")),
+            }
+        }
+        if let Err(e) = c.store.commit(&manifest).await {
+            return BarrierOutcome::Failed(format!("writing the manifest: {e}"));
+        }
+        // Durable from here on: the sinks' sealed epochs must become visible.
+        for sink in self.sinks.iter_mut() {
+            if let Err(e) = sink.commit() {
+                let reason = format!("checkpoint {} is durable but committing {e}", attempt.id);
+                self.record_checkpoint_continuation_fault(attempt, &reason);
+                return BarrierOutcome::Failed(reason);
+            }
+        }
+        let retain = c.retain;
+        if let Err(e) = c.store.prune(retain).await {
+            tracing::warn!(error = %e, "pruning old checkpoints failed");
+        }
+        let report = CheckpointReport {
+            id: attempt.id,
+            duration: attempt_started.elapsed(),
+            state_bytes: manifest.state_bytes(),
+        };
+        self.shared.metrics.record_checkpoint(&report);
+        tracing::debug!(
+            id = report.id,
+            bytes = report.state_bytes,
+            "checkpoint committed"
+        );
+        BarrierOutcome::Committed(report)
+    }
+
+    async fn abandon_checkpoint_attempt(
+        &mut self,
+        attempt: CheckpointAttempt,
+        reason: &str,
+        _flags: u64,
+        _assignment_fence: Option<CheckpointAssignmentFence>,
+    ) -> std::result::Result<(), String> {
+        for s in self.sources.values() {
+            s.control.withdraw();
+        }
+        tracing::warn!(
+            checkpoint = attempt.id,
+            reason,
+            "checkpoint attempt abandoned"
+        );
+        self.shared.metrics.note_checkpoint_abandoned();
+        Ok(())
+    }
+
+    fn record_checkpoint_failure(&mut self, checkpoint_id: u64, reason: &str) {
+        self.shared.metrics.note_checkpoint_failed();
+        let exactly_once = self
+            .checkpoints
+            .as_ref()
+            .is_some_and(|c| c.delivery == Delivery::ExactlyOnce);
+        if exactly_once {
+            self.fault = Some(format!(
+                "checkpoint {checkpoint_id} failed: {reason}; recovery replays from the last committed checkpoint"
+            ));
+        } else {
+            tracing::warn!(
+                checkpoint = checkpoint_id,
+                reason,
+                "checkpoint failed; retrying at the next interval"
+            );
+        }
+    }
+
+    fn record_checkpoint_continuation_fault(&mut self, attempt: CheckpointAttempt, reason: &str) {
+        self.fault = Some(format!(
+            "after checkpoint {} became durable: {reason}; recovery re-commits it",
+            attempt.id
+        ));
+    }
+
+    fn record_checkpoint_admission_failure(&mut self, reason: &str) {
+        self.shared.metrics.note_checkpoint_failed();
+        tracing::warn!(reason, "could not reserve a checkpoint attempt");
+    }
+}
