@@ -38,6 +38,8 @@ pub struct PipelineOptions {
     pub channel_capacity: usize,
     /// Batches buffered per subscriber before it is disconnected as lagging.
     pub subscription_buffer: usize,
+    /// Committed epochs retained per stream for consumers that resume.
+    pub subscription_history: usize,
     /// Most source batches folded into one execution cycle.
     pub max_batches_per_cycle: usize,
 }
@@ -54,6 +56,7 @@ impl Default for PipelineOptions {
             batch_size: 8192,
             channel_capacity: 16,
             subscription_buffer: 1024,
+            subscription_history: 16,
             max_batches_per_cycle: 64,
         }
     }
@@ -70,6 +73,7 @@ pub const PIPELINE_OPTIONS: &[&str] = &[
     "batch_size",
     "channel_capacity",
     "subscription_buffer",
+    "subscription_history",
     "max_batches_per_cycle",
 ];
 
@@ -103,6 +107,7 @@ impl PipelineOptions {
             "batch_size" => self.batch_size = parse_count(name, value)?,
             "channel_capacity" => self.channel_capacity = parse_count(name, value)?,
             "subscription_buffer" => self.subscription_buffer = parse_count(name, value)?,
+            "subscription_history" => self.subscription_history = parse_count(name, value)?,
             "max_batches_per_cycle" => self.max_batches_per_cycle = parse_count(name, value)?,
             other => {
                 return Err(EngineError::Option(format!(

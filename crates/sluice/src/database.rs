@@ -20,7 +20,7 @@ use sluice_engine::operators::Operator;
 use sluice_engine::options::{take_format, Delivery, PipelineOptions};
 use sluice_engine::output::mv::MaterializedView;
 use sluice_engine::output::sink::SinkRuntime;
-use sluice_engine::output::subscription::{Subscription, SubscriptionRegistry};
+use sluice_engine::output::subscription::{ResumeFrom, Subscription, SubscriptionRegistry};
 use sluice_engine::sources::{PushSource, SourceMessage};
 use sluice_sql::{CreateSink, ObjectKind, Statement, StreamPlanner};
 use sluice_storage::{CheckpointInfo, CheckpointStore, LocalBackend, ObjectStoreBackend};
@@ -39,6 +39,7 @@ const START_TIME_OPTIONS: &[&str] = &[
     "checkpoint_store",
     "checkpoint_retain",
     "checkpoint_alignment_timeout",
+    "subscription_history",
 ];
 
 struct Running {
@@ -246,6 +247,14 @@ impl Database {
                         },
                     });
                 }
+                self.inner
+                    .subscriptions
+                    .register(&def.name, Arc::clone(&def.schema), false);
+                if let Some(late) = &def.late_data_to {
+                    self.inner
+                        .subscriptions
+                        .register(late, Arc::clone(&def.schema), false);
+                }
                 state.catalog.sources.push(def.clone());
                 let r = self.running(&mut state)?;
                 r.coordinator
@@ -264,6 +273,9 @@ impl Database {
                 } else {
                     None
                 };
+                self.inner
+                    .subscriptions
+                    .register(&plan.name, plan.data_schema(), plan.changelog);
                 state.catalog.streams.push(StreamDef {
                     name: plan.name.clone(),
                     schema: Arc::clone(&plan.schema),
@@ -477,22 +489,30 @@ impl Database {
     /// Subscribe to a stream, materialized view or source: every later output batch is delivered.
     pub async fn subscribe(&self, name: &str) -> Result<Subscription> {
         let state = self.inner.state.lock().await;
-        let (schema, changelog) =
-            if let Some(s) = state.catalog.streams.iter().find(|s| s.name == name) {
-                (s.data_schema(), s.changelog)
-            } else if let Some(s) = state.catalog.sources.iter().find(|s| s.name == name) {
-                (Arc::clone(&s.schema), false)
-            } else {
-                return Err(Error::Catalog(format!(
-                    "no stream, view or source named '{name}'"
-                )));
-            };
+        let (schema, changelog) = relation_for_subscription(&state, name)?;
         Ok(self.inner.subscriptions.subscribe(
             name,
             schema,
             changelog,
             state.options.subscription_buffer,
         ))
+    }
+
+    /// Subscribe to the committed output of a stream, view or source: each
+    /// batch arrives only after the checkpoint that covers it committed, tagged
+    /// with that checkpoint's id as its epoch. `from` resumes at an epoch that
+    /// is still retained (`subscription_history` epochs are); an epoch that is
+    /// no longer retained is an error.
+    pub async fn subscribe_committed(&self, name: &str, from: ResumeFrom) -> Result<Subscription> {
+        let state = self.inner.state.lock().await;
+        let (schema, changelog) = relation_for_subscription(&state, name)?;
+        self.inner.subscriptions.subscribe_committed(
+            name,
+            schema,
+            changelog,
+            state.options.subscription_buffer,
+            from,
+        )
     }
 
     /// Start reading file sources (push sources are live from creation).
@@ -584,6 +604,7 @@ impl Database {
             retain: o.checkpoint_retain,
             delivery: o.delivery,
             fingerprint: state.catalog.fingerprint(),
+            history_epochs: o.subscription_history,
         }))
     }
 
@@ -672,6 +693,21 @@ impl Database {
             r.coordinator.shutdown(discard).await?;
         }
         Ok(self.inner.metrics.snapshot())
+    }
+}
+
+fn relation_for_subscription(
+    state: &State,
+    name: &str,
+) -> Result<(arrow::datatypes::SchemaRef, bool)> {
+    if let Some(s) = state.catalog.streams.iter().find(|s| s.name == name) {
+        Ok((s.data_schema(), s.changelog))
+    } else if let Some(s) = state.catalog.sources.iter().find(|s| s.name == name) {
+        Ok((Arc::clone(&s.schema), false))
+    } else {
+        Err(Error::Catalog(format!(
+            "no stream, view or source named '{name}'"
+        )))
     }
 }
 

@@ -25,7 +25,7 @@ pub use database::{Database, DatabaseBuilder};
 pub use sluice_engine::coordinator::CheckpointReport;
 pub use sluice_engine::metrics::MetricsSnapshot;
 pub use sluice_engine::options::{Delivery, PipelineOptions};
-pub use sluice_engine::output::subscription::{ChangeBatch, ChangeKind, Subscription};
+pub use sluice_engine::output::subscription::{ChangeBatch, ChangeKind, ResumeFrom, Subscription};
 pub use sluice_engine::sources::PushSource;
 pub use sluice_engine::EngineError as Error;
 pub use sluice_sql::CHANGE_COLUMN;

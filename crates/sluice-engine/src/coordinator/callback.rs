@@ -176,8 +176,15 @@ pub trait CycleExecution {
     fn record_cycle_phases(&self, _execute_ns: u64, _output_store_ns: u64, _sink_enqueue_ns: u64) {}
     /// Count a failed cycle that was dropped.
     fn note_cycle_error(&self) {}
-    /// Whether a failed cycle should fault for recovery rather than halt or drop.
+    /// Whether a failed cycle should fault for recovery (exactly-once:
+    /// replay from the last committed cut) rather than be dropped.
     fn fault_on_cycle_error(&self) -> bool {
+        false
+    }
+    /// Whether a failed cycle is dropped and counted while the pipeline
+    /// carries on (at-least-once). When neither this nor
+    /// [`Self::fault_on_cycle_error`] holds, a failed cycle halts the pipeline.
+    fn drops_failed_cycles(&self) -> bool {
         false
     }
     /// Whether operators hold deferred input.
@@ -210,6 +217,16 @@ pub trait OutputPublication {
         results: &BatchMap,
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<(), CycleError>> + Send;
+    /// Cut every subscription log at the aligned checkpoint.
+    fn reserve_subscription_cut(&mut self, _attempt: CheckpointAttempt) -> Result<(), String> {
+        Ok(())
+    }
+    /// Discard an unresolved cut after the checkpoint failed.
+    fn abort_subscription_cut(&mut self, _attempt: CheckpointAttempt) {}
+    /// Publish the cut to committed-only consumers after durable commit.
+    fn publish_barrier(&mut self, _attempt: CheckpointAttempt) -> Result<(), String> {
+        Ok(())
+    }
     /// End provisional subscription delivery.
     fn invalidate_subscriptions(&self, _reason: &str) {}
     /// Close every sink; every sink is attempted and failures are aggregated.

@@ -89,6 +89,8 @@ pub struct CheckpointConfig {
     pub delivery: Delivery,
     /// Fingerprint of the pipeline definition.
     pub fingerprint: String,
+    /// Committed epochs retained per stream for resuming consumers.
+    pub history_epochs: usize,
 }
 
 impl ConnectorPipelineCallback {
@@ -299,6 +301,18 @@ impl CycleExecution for ConnectorPipelineCallback {
     fn note_cycle_error(&self) {
         self.shared.metrics.note_cycle_error();
     }
+
+    fn fault_on_cycle_error(&self) -> bool {
+        self.checkpoints
+            .as_ref()
+            .is_some_and(|c| c.delivery == Delivery::ExactlyOnce)
+    }
+
+    fn drops_failed_cycles(&self) -> bool {
+        self.checkpoints
+            .as_ref()
+            .is_some_and(|c| c.delivery == Delivery::AtLeastOnce)
+    }
 }
 
 impl OutputPublication for ConnectorPipelineCallback {
@@ -347,6 +361,28 @@ impl OutputPublication for ConnectorPipelineCallback {
                 .map_err(|e| CycleError::Output(format!("sink '{}': {e}", sink.name())))?;
         }
         Ok(())
+    }
+
+    fn reserve_subscription_cut(
+        &mut self,
+        attempt: super::callback::CheckpointAttempt,
+    ) -> Result<(), String> {
+        self.shared.subscriptions.reserve_cut(attempt.id);
+        Ok(())
+    }
+
+    fn abort_subscription_cut(&mut self, attempt: super::callback::CheckpointAttempt) {
+        self.shared.subscriptions.abort_cut(attempt.id);
+    }
+
+    fn publish_barrier(
+        &mut self,
+        attempt: super::callback::CheckpointAttempt,
+    ) -> Result<(), String> {
+        self.shared
+            .subscriptions
+            .publish_cut(attempt.id)
+            .map_err(|e| e.to_string())
     }
 
     fn invalidate_subscriptions(&self, reason: &str) {
@@ -454,6 +490,9 @@ impl RuntimeControl for ConnectorPipelineCallback {
                     Delivery::ExactlyOnce => SinkMode::Transactional,
                     Delivery::AtLeastOnce => SinkMode::Direct,
                 };
+                self.shared
+                    .subscriptions
+                    .set_history_epochs(config.history_epochs);
                 self.checkpoints = Some(*config);
             }
             ControlMsg::Recover(checkpoint) => {

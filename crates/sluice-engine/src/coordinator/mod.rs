@@ -277,6 +277,13 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             Ok(o) => o,
             Err(e) => {
                 self.callback.note_cycle_error();
+                if self.callback.fault_on_cycle_error() {
+                    return self.stop_intake(e.to_string(), true);
+                }
+                if self.callback.drops_failed_cycles() {
+                    tracing::warn!(error = %e, "cycle failed; dropped (at-least-once)");
+                    return;
+                }
                 return self.halt(e.to_string());
             }
         };
@@ -392,20 +399,31 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 return BarrierOutcome::Aborted("the pipeline stopped during alignment".into());
             }
         }
-        let outcome = match self.callback.drain_checkpoint_edges_until(deadline).await {
+        let mut outcome = match self.callback.drain_checkpoint_edges_until(deadline).await {
             Err(e) => BarrierOutcome::Failed(e.to_string()),
-            Ok(()) => {
-                self.callback
-                    .checkpoint_with_barrier(offsets, attempt, started, deadline, flags, None)
-                    .await
-            }
+            Ok(()) => match self.callback.reserve_subscription_cut(attempt) {
+                Err(e) => BarrierOutcome::Failed(format!("cutting subscription logs: {e}")),
+                Ok(()) => {
+                    self.callback
+                        .checkpoint_with_barrier(offsets, attempt, started, deadline, flags, None)
+                        .await
+                }
+            },
         };
         match &outcome {
-            BarrierOutcome::Failed(reason) => {
-                self.callback.record_checkpoint_failure(attempt.id, reason)
+            BarrierOutcome::Committed(_) => {
+                self.cycles_since_checkpoint = 0;
+                if let Err(e) = self.callback.publish_barrier(attempt) {
+                    self.callback
+                        .record_checkpoint_continuation_fault(attempt, &e);
+                    outcome = BarrierOutcome::Failed(e);
+                }
             }
-            BarrierOutcome::Committed(_) => self.cycles_since_checkpoint = 0,
-            BarrierOutcome::Aborted(_) => {}
+            BarrierOutcome::Failed(reason) => {
+                self.callback.abort_subscription_cut(attempt);
+                self.callback.record_checkpoint_failure(attempt.id, reason);
+            }
+            BarrierOutcome::Aborted(_) => self.callback.abort_subscription_cut(attempt),
         }
         // Held input follows the barrier: it is replayed before new input.
         for m in held.into_iter().rev() {

@@ -5,7 +5,7 @@
 //! told it lagged, so a slow consumer cannot grow memory without bound or
 //! stall the pipeline.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -34,6 +34,9 @@ pub struct ChangeBatch {
     pub data: RecordBatch,
     /// For a changelog, the kind of each row; None for append-only outputs.
     pub changes: Option<Arc<StringArray>>,
+    /// For a committed-only subscription, the checkpoint (epoch) whose
+    /// commit published these rows.
+    pub epoch: Option<u64>,
 }
 
 impl ChangeBatch {
@@ -52,7 +55,11 @@ impl ChangeBatch {
         } else {
             None
         };
-        Ok(Self { data, changes })
+        Ok(Self {
+            data,
+            changes,
+            epoch: None,
+        })
     }
 
     /// The kind of row `i` (always Insert for append-only outputs).
@@ -99,18 +106,71 @@ impl Subscription {
 struct Subscriber {
     tx: mpsc::Sender<ChangeBatch>,
     lagged: Arc<AtomicBool>,
+    /// Receives only output of committed checkpoints, tagged with the epoch.
+    committed: bool,
 }
+
+/// Output of one committed epoch.
+type Epoch = (u64, Vec<RecordBatch>);
 
 struct Topic {
     data_schema: SchemaRef,
     changelog: bool,
     subscribers: Vec<Subscriber>,
+    /// Output since the last checkpoint cut (only kept while checkpointing).
+    pending: Vec<RecordBatch>,
+    /// Output cut at a checkpoint attempt, published when it commits.
+    sealed: Vec<Epoch>,
+    /// The most recent committed epochs, for consumers that resume.
+    history: VecDeque<Epoch>,
+}
+
+impl Topic {
+    fn new(data_schema: SchemaRef, changelog: bool) -> Self {
+        Self {
+            data_schema,
+            changelog,
+            subscribers: Vec::new(),
+            pending: Vec::new(),
+            sealed: Vec::new(),
+            history: VecDeque::new(),
+        }
+    }
+
+    fn send(&mut self, batch: &ChangeBatch, committed: bool, name: &str) {
+        self.subscribers.retain(|s| {
+            if s.committed != committed {
+                return true;
+            }
+            match s.tx.try_send(batch.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::warn!(stream = name, "subscriber lagged; disconnecting it");
+                    s.lagged.store(true, Ordering::Release);
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+    }
+}
+
+/// Where a committed-only subscription starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResumeFrom {
+    /// With the next committed epoch.
+    #[default]
+    Next,
+    /// With this epoch (it must still be retained).
+    Epoch(u64),
 }
 
 /// All subscriptions, by stream name.
 #[derive(Default)]
 pub struct SubscriptionRegistry {
     topics: Mutex<HashMap<String, Topic>>,
+    /// Committed epochs retained per stream; 0 while checkpointing is off.
+    history_epochs: std::sync::atomic::AtomicUsize,
 }
 
 impl SubscriptionRegistry {
@@ -125,14 +185,13 @@ impl SubscriptionRegistry {
         let (tx, rx) = mpsc::channel(buffer.max(1));
         let lagged = Arc::new(AtomicBool::new(false));
         let mut topics = self.topics.lock();
-        let topic = topics.entry(name.to_string()).or_insert_with(|| Topic {
-            data_schema: Arc::clone(&data_schema),
-            changelog,
-            subscribers: Vec::new(),
-        });
+        let topic = topics
+            .entry(name.to_string())
+            .or_insert_with(|| Topic::new(Arc::clone(&data_schema), changelog));
         topic.subscribers.push(Subscriber {
             tx,
             lagged: Arc::clone(&lagged),
+            committed: false,
         });
         Subscription {
             rx,
@@ -149,27 +208,147 @@ impl SubscriptionRegistry {
             .is_some_and(|t| !t.subscribers.is_empty())
     }
 
-    /// Deliver output batches of `name`.
+    /// Deliver output batches of `name` to live subscribers, and keep them
+    /// for the next checkpoint cut when committed epochs are retained.
     pub fn publish(&self, name: &str, batches: &[RecordBatch]) -> Result<()> {
+        let keep = self.history_epochs.load(Ordering::Relaxed) > 0;
         let mut topics = self.topics.lock();
         let Some(topic) = topics.get_mut(name) else {
             return Ok(());
         };
         for b in batches {
-            let cb = ChangeBatch::from_output(b, &topic.data_schema, topic.changelog)?;
-            topic
-                .subscribers
-                .retain(|s| match s.tx.try_send(cb.clone()) {
-                    Ok(()) => true,
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        tracing::warn!(stream = name, "subscriber lagged; disconnecting it");
-                        s.lagged.store(true, Ordering::Release);
-                        false
-                    }
-                    Err(mpsc::error::TrySendError::Closed(_)) => false,
-                });
+            if topic.subscribers.iter().any(|s| !s.committed) {
+                let cb = ChangeBatch::from_output(b, &topic.data_schema, topic.changelog)?;
+                topic.send(&cb, false, name);
+            }
+            if keep {
+                topic.pending.push(b.clone());
+            }
         }
         Ok(())
+    }
+
+    /// Register a stream so its committed epochs are retained even before
+    /// anyone subscribes.
+    pub fn register(&self, name: &str, data_schema: SchemaRef, changelog: bool) {
+        self.topics
+            .lock()
+            .entry(name.to_string())
+            .or_insert_with(|| Topic::new(data_schema, changelog));
+    }
+
+    /// Retain this many committed epochs per stream (0: committed delivery off).
+    pub fn set_history_epochs(&self, epochs: usize) {
+        self.history_epochs.store(epochs, Ordering::Relaxed);
+    }
+
+    /// Cut every stream's pending output at checkpoint `epoch`.
+    pub fn reserve_cut(&self, epoch: u64) {
+        for topic in self.topics.lock().values_mut() {
+            let cut = std::mem::take(&mut topic.pending);
+            topic.sealed.push((epoch, cut));
+        }
+    }
+
+    /// The checkpoint failed: its cut output goes back in front of pending.
+    pub fn abort_cut(&self, epoch: u64) {
+        for topic in self.topics.lock().values_mut() {
+            if let Some(pos) = topic.sealed.iter().position(|(e, _)| *e == epoch) {
+                let (_, mut batches) = topic.sealed.remove(pos);
+                batches.append(&mut topic.pending);
+                topic.pending = batches;
+            }
+        }
+    }
+
+    /// The checkpoint committed: deliver its cut to committed-only
+    /// subscribers and retain it for consumers that resume.
+    pub fn publish_cut(&self, epoch: u64) -> Result<()> {
+        let retain = self.history_epochs.load(Ordering::Relaxed);
+        let mut topics = self.topics.lock();
+        for (name, topic) in topics.iter_mut() {
+            let Some(pos) = topic.sealed.iter().position(|(e, _)| *e == epoch) else {
+                continue;
+            };
+            let (_, batches) = topic.sealed.remove(pos);
+            for b in &batches {
+                let mut cb = ChangeBatch::from_output(b, &topic.data_schema, topic.changelog)?;
+                cb.epoch = Some(epoch);
+                topic.send(&cb, true, name);
+            }
+            topic.history.push_back((epoch, batches));
+            while topic.history.len() > retain {
+                topic.history.pop_front();
+            }
+        }
+        Ok(())
+    }
+
+    /// Subscribe to committed epochs only, starting at `from`. An epoch that
+    /// is no longer retained is an error, never a silent gap.
+    pub fn subscribe_committed(
+        &self,
+        name: &str,
+        data_schema: SchemaRef,
+        changelog: bool,
+        buffer: usize,
+        from: ResumeFrom,
+    ) -> Result<Subscription> {
+        if self.history_epochs.load(Ordering::Relaxed) == 0 {
+            return Err(EngineError::Option(
+                "committed-only subscriptions need checkpointing (a state directory and checkpoint_interval or delivery)".into(),
+            ));
+        }
+        let mut topics = self.topics.lock();
+        let topic = topics
+            .entry(name.to_string())
+            .or_insert_with(|| Topic::new(Arc::clone(&data_schema), changelog));
+        let replay: Vec<&Epoch> = match from {
+            ResumeFrom::Next => vec![],
+            ResumeFrom::Epoch(e) => {
+                let oldest = topic.history.front().map(|(id, _)| *id);
+                let newest = topic.history.back().map(|(id, _)| *id);
+                match (oldest, newest) {
+                    (Some(o), _) if e < o => {
+                        return Err(EngineError::Catalog(format!(
+                            "epoch {e} of '{name}' is no longer retained (oldest retained epoch: {o}); resume from {o} or later"
+                        )))
+                    }
+                    (None, _) if e > 0 => {
+                        return Err(EngineError::Catalog(format!(
+                            "epoch {e} of '{name}' is not retained (no committed epoch is)"
+                        )))
+                    }
+                    (_, Some(n)) if e > n + 1 => {
+                        return Err(EngineError::Catalog(format!(
+                            "epoch {e} of '{name}' has not been committed yet (newest: {n})"
+                        )))
+                    }
+                    _ => topic.history.iter().filter(|(id, _)| *id >= e).collect(),
+                }
+            }
+        };
+        let backlog: usize = replay.iter().map(|(_, b)| b.len()).sum();
+        let (tx, rx) = mpsc::channel((buffer + backlog).max(1));
+        for (epoch, batches) in replay {
+            for b in batches {
+                let mut cb = ChangeBatch::from_output(b, &topic.data_schema, topic.changelog)?;
+                cb.epoch = Some(*epoch);
+                tx.try_send(cb)
+                    .map_err(|_| EngineError::Internal("resume backlog overflow".into()))?;
+            }
+        }
+        let lagged = Arc::new(AtomicBool::new(false));
+        topic.subscribers.push(Subscriber {
+            tx,
+            lagged: Arc::clone(&lagged),
+            committed: true,
+        });
+        Ok(Subscription {
+            rx,
+            lagged,
+            schema: data_schema,
+        })
     }
 
     /// End every subscription of `name` (the stream was dropped).

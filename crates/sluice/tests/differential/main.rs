@@ -8,6 +8,7 @@
 //! cover late data, idleness, DROP while running and refused statements.
 
 mod changes;
+mod checkpointing;
 mod common;
 mod gen;
 mod late;
