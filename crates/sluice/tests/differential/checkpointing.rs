@@ -202,3 +202,32 @@ async fn exactly_once_is_refused_for_push_sources_and_parquet_sinks() {
     let err = no_dir.start().await.expect_err("refused").to_string();
     assert!(err.contains("needs a state directory"), "{err}");
 }
+
+#[tokio::test]
+async fn checkpoints_go_to_an_object_store_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/bucket", dir.path().display());
+    std::fs::create_dir_all(dir.path().join("bucket")).unwrap();
+    let db = Database::builder()
+        .set("checkpoint_interval", "1h")
+        .unwrap()
+        .set("checkpoint_store", &url)
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    db.execute("CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
+        .await
+        .unwrap();
+    db.start().await.unwrap();
+    let report = db.checkpoint().await.unwrap();
+    let listed: Vec<u64> = db.checkpoints().await.unwrap().iter().map(|c| c.id).collect();
+    assert_eq!(listed, vec![report.id]);
+    let manifest = dir
+        .path()
+        .join("bucket/checkpoints")
+        .join(format!("{:020}", report.id))
+        .join("MANIFEST");
+    assert!(manifest.exists(), "{} exists", manifest.display());
+    db.shutdown().await.unwrap();
+}
