@@ -154,12 +154,6 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         return;
                     }
                 },
-                msg = self.source_rx.recv(), if !self.stopped_intake => {
-                    if let Some(first) = msg {
-                        let batch = self.gather(first);
-                        self.process(batch).await;
-                    }
-                }
                 _ = async {
                     match checkpoints.as_mut() {
                         Some(i) => {
@@ -178,6 +172,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     self.callback.tick_idle_watermark();
                     if self.callback.current_watermark() != before {
                         self.run_cycle(BatchMap::default(), 0, 0).await;
+                    }
+                }
+                msg = self.source_rx.recv(), if !self.stopped_intake => {
+                    if let Some(first) = msg {
+                        let batch = self.gather(first);
+                        self.process(batch).await;
                     }
                 }
             }

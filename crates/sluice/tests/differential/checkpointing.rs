@@ -231,3 +231,30 @@ async fn checkpoints_go_to_an_object_store_url() {
     assert!(manifest.exists(), "{} exists", manifest.display());
     db.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn periodic_checkpoints_follow_new_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::builder()
+        .state_dir(dir.path())
+        .set("checkpoint_interval", "100ms")
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    db.execute("CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
+        .await
+        .unwrap();
+    db.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(db.metrics().checkpoints, 0, "no input, nothing to checkpoint");
+    db.source("s").await.unwrap().push(batch(&[1], &[1])).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while db.metrics().checkpoints == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(db.metrics().checkpoints, 1);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(db.metrics().checkpoints, 1, "no new input since");
+    db.shutdown().await.unwrap();
+}
