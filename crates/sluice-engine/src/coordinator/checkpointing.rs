@@ -214,16 +214,19 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             return BarrierOutcome::Failed(format!("writing the manifest: {e}"));
         }
         // Durable from here on: the sinks' sealed epochs must become visible.
+        // A sink that cannot commit now is a continuation fault; the
+        // checkpoint itself stays committed and recovery re-commits it.
         for sink in self.sinks.iter_mut() {
             if let Err(e) = sink.commit() {
                 let reason = format!("checkpoint {} is durable but committing {e}", attempt.id);
                 self.record_checkpoint_continuation_fault(attempt, &reason);
-                return BarrierOutcome::Failed(reason);
+                break;
             }
         }
-        let retain = c.retain;
-        if let Err(e) = c.store.prune(retain).await {
-            tracing::warn!(error = %e, "pruning old checkpoints failed");
+        if let Some(c) = &self.checkpoints {
+            if let Err(e) = c.store.prune(c.retain).await {
+                tracing::warn!(error = %e, "pruning old checkpoints failed");
+            }
         }
         let report = CheckpointReport {
             id: attempt.id,

@@ -239,6 +239,13 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     async fn process(&mut self, messages: Vec<SourceMessage>) {
         let mut batches = BatchMap::default();
         let (mut events, mut count) = (0u64, 0u64);
+        // Only stale barriers: nothing to run.
+        if messages
+            .iter()
+            .all(|m| matches!(m.event, SourceEvent::Barrier { .. }))
+        {
+            return;
+        }
         for m in messages {
             if let Err(reason) = self.callback.prepare_source_intake() {
                 return self.halt(reason);
@@ -345,6 +352,15 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         let mut offsets = FxHashMap::default();
         let mut held = Vec::new();
         while !waiting.is_empty() {
+            if Instant::now() >= deadline {
+                self.held.extend(held);
+                let names: Vec<String> = waiting.iter().map(|s| s.to_string()).collect();
+                let reason = format!(
+                    "alignment timed out waiting for the barrier of {}",
+                    names.join(", ")
+                );
+                return self.abandon(attempt, flags, reason).await;
+            }
             let next = match self.held.pop_front() {
                 Some(m) => Some(m),
                 None => {
@@ -396,7 +412,13 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 _ => self.process(vec![m]).await,
             }
             if self.stopped_intake {
-                return BarrierOutcome::Aborted("the pipeline stopped during alignment".into());
+                return self
+                    .abandon(
+                        attempt,
+                        flags,
+                        "the pipeline stopped during alignment".into(),
+                    )
+                    .await;
             }
         }
         let mut outcome = match self.callback.drain_checkpoint_edges_until(deadline).await {
