@@ -551,6 +551,9 @@ impl Database {
             r.coordinator
                 .control(ControlMsg::Recover(Box::new(cp)))
                 .await?;
+            if let Some(reason) = r.coordinator.status().halted {
+                return Err(Error::Halted(reason));
+            }
         }
         r.coordinator.control(ControlMsg::Start).await
     }

@@ -68,6 +68,11 @@ impl ConnectorPipelineCallback {
         for sink in self.sinks.iter_mut() {
             sink.begin(mode, m.sinks.get(sink.name()))?;
         }
+        for (name, bytes) in &cp.blobs {
+            if let Some(topic) = name.strip_prefix("subscription/") {
+                self.shared.subscriptions.restore_history(topic, bytes)?;
+            }
+        }
         self.watermark = m.watermark;
         self.shared.metrics.set_watermark(self.watermark);
         tracing::info!(checkpoint = m.id, "recovered");
@@ -99,6 +104,9 @@ impl ConnectorPipelineCallback {
             sc.watermark = state.watermark.watermark();
             sc.finished = state.watermark.is_finished();
             sources.insert(name.to_string(), sc);
+        }
+        for (name, bytes) in self.shared.subscriptions.snapshot_history(attempt.id)? {
+            blobs.push((format!("subscription/{name}"), bytes));
         }
         let mut sinks = BTreeMap::new();
         for sink in self.sinks.iter_mut() {

@@ -351,6 +351,62 @@ impl SubscriptionRegistry {
         })
     }
 
+    /// Each stream's retained committed epochs plus the cut being
+    /// checkpointed as `epoch`, encoded per stream (for the checkpoint, so
+    /// consumers can resume after the database restarts too).
+    pub fn snapshot_history(&self, epoch: u64) -> Result<Vec<(String, bytes::Bytes)>> {
+        let topics = self.topics.lock();
+        let mut out = Vec::new();
+        for (name, topic) in topics.iter() {
+            let mut w = crate::state::SnapshotWriter::default();
+            let mut ids = Vec::new();
+            let cut = topic.sealed.iter().filter(|(e, _)| *e == epoch);
+            for (id, batches) in topic.history.iter().chain(cut) {
+                ids.push(id.to_string());
+                for b in batches {
+                    let meta = HashMap::from([("epoch".to_string(), id.to_string())]);
+                    let schema = b.schema().as_ref().clone().with_metadata(meta);
+                    w.push(&b.clone().with_schema(Arc::new(schema))?)?;
+                }
+            }
+            w.set("epochs", ids.join(","));
+            out.push((name.clone(), w.finish()?));
+        }
+        Ok(out)
+    }
+
+    /// Restore a stream's retained epochs from [`Self::snapshot_history`].
+    pub fn restore_history(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        let snap = crate::state::SnapshotReader::new(bytes)?;
+        let ids: String = snap.get("epochs")?;
+        let mut history: VecDeque<Epoch> = ids
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| s.parse().ok())
+            .map(|id| (id, Vec::new()))
+            .collect();
+        for b in snap.parts() {
+            let epoch: Option<u64> = b
+                .schema()
+                .metadata()
+                .get("epoch")
+                .and_then(|e| e.parse().ok());
+            if let Some(slot) = history.iter_mut().find(|(id, _)| Some(*id) == epoch) {
+                let plain = b.schema().as_ref().clone().with_metadata(HashMap::new());
+                slot.1
+                    .push(RecordBatch::try_new(Arc::new(plain), b.columns().to_vec())?);
+            }
+        }
+        let retain = self.history_epochs.load(Ordering::Relaxed);
+        while history.len() > retain {
+            history.pop_front();
+        }
+        if let Some(topic) = self.topics.lock().get_mut(name) {
+            topic.history = history;
+        }
+        Ok(())
+    }
+
     /// End every subscription of `name` (the stream was dropped).
     pub fn close(&self, name: &str) {
         self.topics.lock().remove(name);

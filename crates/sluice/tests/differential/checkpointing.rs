@@ -221,7 +221,13 @@ async fn checkpoints_go_to_an_object_store_url() {
         .unwrap();
     db.start().await.unwrap();
     let report = db.checkpoint().await.unwrap();
-    let listed: Vec<u64> = db.checkpoints().await.unwrap().iter().map(|c| c.id).collect();
+    let listed: Vec<u64> = db
+        .checkpoints()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
     assert_eq!(listed, vec![report.id]);
     let manifest = dir
         .path()
@@ -247,8 +253,17 @@ async fn periodic_checkpoints_follow_new_input() {
         .unwrap();
     db.start().await.unwrap();
     tokio::time::sleep(Duration::from_millis(350)).await;
-    assert_eq!(db.metrics().checkpoints, 0, "no input, nothing to checkpoint");
-    db.source("s").await.unwrap().push(batch(&[1], &[1])).await.unwrap();
+    assert_eq!(
+        db.metrics().checkpoints,
+        0,
+        "no input, nothing to checkpoint"
+    );
+    db.source("s")
+        .await
+        .unwrap()
+        .push(batch(&[1], &[1]))
+        .await
+        .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while db.metrics().checkpoints == 0 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -257,4 +272,31 @@ async fn periodic_checkpoints_follow_new_input() {
     tokio::time::sleep(Duration::from_millis(350)).await;
     assert_eq!(db.metrics().checkpoints, 1, "no new input since");
     db.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn retained_epochs_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path(), "4").await;
+    db.start().await.unwrap();
+    let mut live = db.subscribe("keys").await.unwrap();
+    db.source("s")
+        .await
+        .unwrap()
+        .push(batch(&[7], &[1]))
+        .await
+        .unwrap();
+    assert_eq!(keys(&next(&mut live).await), vec![7]);
+    let id = db.checkpoint().await.unwrap().id;
+    db.abort().await.unwrap();
+    drop(db);
+    let again = open(dir.path(), "4").await;
+    again.start().await.unwrap();
+    let mut sub = again
+        .subscribe_committed("keys", ResumeFrom::Epoch(id))
+        .await
+        .unwrap();
+    let got = next(&mut sub).await;
+    assert_eq!((keys(&got), got.epoch), (vec![7], Some(id)));
+    again.abort().await.unwrap();
 }
