@@ -137,7 +137,18 @@ fn crash_and_compare(delivery: &str, exact: bool) {
         let child = sluice(&crashed, &[&args[..], &[delivery_arg.as_str()]].concat())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(20 + rng.next() % window));
+        if i % 2 == 0 {
+            // Kill at a random moment.
+            std::thread::sleep(Duration::from_millis(20 + rng.next() % window));
+        } else {
+            // Kill shortly after a new checkpoint, so recovery starts mid-stream.
+            let before = newest_checkpoint(&state);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while newest_checkpoint(&state) == before && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(rng.next() % 60));
+        }
         if newest_checkpoint(&state).is_some() {
             killed_after_checkpoint += 1;
         }

@@ -207,6 +207,11 @@ impl EpochFileSink {
         self.rows
     }
 
+    /// Whether the open epoch has staged rows not yet sealed.
+    pub fn has_open_rows(&self) -> bool {
+        self.staged.as_ref().is_some_and(|(_, _, len)| *len > 0)
+    }
+
     /// The epoch now receiving rows.
     pub fn epoch(&self) -> u64 {
         self.epoch

@@ -321,6 +321,22 @@ pub trait CheckpointLifecycle {
     fn settles_on_shutdown(&self) -> bool {
         false
     }
+    /// Withdraw the barrier requests of an attempt at the sources (before
+    /// capture), so no source answers a barrier nobody waits for.
+    fn cancel_source_barrier_attempt(
+        &mut self,
+        _attempt: CheckpointAttempt,
+        _reason: &str,
+    ) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
+    }
+    /// After the shutdown checkpoint: confirm every checkpoint-committable
+    /// sink epoch is resolved. An error leaves the sinks open.
+    fn settle_sink_epoch_for_shutdown(
+        &mut self,
+    ) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
+    }
     /// A failure during or after capture, before the manifest was durable.
     fn record_checkpoint_failure(&mut self, _checkpoint_id: u64, _reason: &str) {}
     /// An invariant broke after the checkpoint became durable.

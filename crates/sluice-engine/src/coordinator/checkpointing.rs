@@ -269,6 +269,32 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         Ok(())
     }
 
+    async fn cancel_source_barrier_attempt(
+        &mut self,
+        attempt: CheckpointAttempt,
+        reason: &str,
+    ) -> std::result::Result<(), String> {
+        for s in self.sources.values() {
+            s.control.withdraw();
+        }
+        tracing::debug!(checkpoint = attempt.id, reason, "source barriers withdrawn");
+        Ok(())
+    }
+
+    async fn settle_sink_epoch_for_shutdown(&mut self) -> std::result::Result<(), String> {
+        let open: Vec<&str> = self
+            .sinks
+            .iter()
+            .filter(|s| s.has_unsettled_epochs())
+            .map(|s| s.name())
+            .collect();
+        if open.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("sinks with unsettled epochs: {}", open.join(", ")))
+        }
+    }
+
     fn record_checkpoint_failure(&mut self, checkpoint_id: u64, reason: &str) {
         self.shared.metrics.note_checkpoint_failed();
         let exactly_once = self

@@ -463,6 +463,13 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     ) -> BarrierOutcome {
         if let Err(e) = self
             .callback
+            .cancel_source_barrier_attempt(attempt, &reason)
+            .await
+        {
+            tracing::warn!(error = %e, "cancelling source barriers failed");
+        }
+        if let Err(e) = self
+            .callback
             .abandon_checkpoint_attempt(attempt, &reason, flags, None)
             .await
         {
@@ -477,7 +484,11 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         if !discard && !self.stopped_intake && self.callback.settles_on_shutdown() {
             // The shutdown checkpoint settles every open sink epoch.
             match self.run_checkpoint(FLAG_SHUTDOWN).await {
-                BarrierOutcome::Committed(_) => {}
+                BarrierOutcome::Committed(_) => {
+                    if let Err(e) = self.callback.settle_sink_epoch_for_shutdown().await {
+                        result = Err(format!("settling sink epochs: {e}"));
+                    }
+                }
                 BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => {
                     result = Err(format!("the shutdown checkpoint did not commit: {e}"));
                 }

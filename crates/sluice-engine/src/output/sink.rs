@@ -181,6 +181,14 @@ impl SinkRuntime {
         Ok(())
     }
 
+    /// Whether sealed epochs await commit, or the open epoch holds rows.
+    pub fn has_unsettled_epochs(&self) -> bool {
+        match &self.writer {
+            Some(Writer::Epoch(w)) => !self.pending.is_empty() || w.has_open_rows(),
+            _ => false,
+        }
+    }
+
     /// Clean shutdown: publish an atomic file. Epoch sinks are settled by
     /// the shutdown checkpoint, so closing them only releases the file.
     pub fn close(&mut self) -> Result<u64> {
