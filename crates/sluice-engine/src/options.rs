@@ -40,6 +40,8 @@ pub struct PipelineOptions {
     pub subscription_buffer: usize,
     /// Committed epochs retained per stream for consumers that resume.
     pub subscription_history: usize,
+    /// Bytes of committed output retained per stream for consumers that resume.
+    pub subscription_history_bytes: usize,
     /// Most source batches folded into one execution cycle.
     pub max_batches_per_cycle: usize,
 }
@@ -57,6 +59,7 @@ impl Default for PipelineOptions {
             channel_capacity: 16,
             subscription_buffer: 1024,
             subscription_history: 16,
+            subscription_history_bytes: 64 << 20,
             max_batches_per_cycle: 64,
         }
     }
@@ -74,6 +77,7 @@ pub const PIPELINE_OPTIONS: &[&str] = &[
     "channel_capacity",
     "subscription_buffer",
     "subscription_history",
+    "subscription_history_bytes",
     "max_batches_per_cycle",
 ];
 
@@ -108,6 +112,9 @@ impl PipelineOptions {
             "channel_capacity" => self.channel_capacity = parse_count(name, value)?,
             "subscription_buffer" => self.subscription_buffer = parse_count(name, value)?,
             "subscription_history" => self.subscription_history = parse_count(name, value)?,
+            "subscription_history_bytes" => {
+                self.subscription_history_bytes = parse_count(name, value)?
+            }
             "max_batches_per_cycle" => self.max_batches_per_cycle = parse_count(name, value)?,
             other => {
                 return Err(EngineError::Option(format!(

@@ -40,6 +40,7 @@ const START_TIME_OPTIONS: &[&str] = &[
     "checkpoint_retain",
     "checkpoint_alignment_timeout",
     "subscription_history",
+    "subscription_history_bytes",
 ];
 
 struct Running {
@@ -608,6 +609,7 @@ impl Database {
             delivery: o.delivery,
             fingerprint: state.catalog.fingerprint(),
             history_epochs: o.subscription_history,
+            history_bytes: o.subscription_history_bytes,
         }))
     }
 

@@ -91,6 +91,8 @@ pub struct CheckpointConfig {
     pub fingerprint: String,
     /// Committed epochs retained per stream for resuming consumers.
     pub history_epochs: usize,
+    /// Bytes of committed output retained per stream.
+    pub history_bytes: usize,
 }
 
 impl ConnectorPipelineCallback {
@@ -492,7 +494,7 @@ impl RuntimeControl for ConnectorPipelineCallback {
                 };
                 self.shared
                     .subscriptions
-                    .set_history_epochs(config.history_epochs);
+                    .set_history(config.history_epochs, config.history_bytes);
                 self.checkpoints = Some(*config);
             }
             ControlMsg::Recover(checkpoint) => {

@@ -123,6 +123,9 @@ struct Topic {
     sealed: Vec<Epoch>,
     /// The most recent committed epochs, for consumers that resume.
     history: VecDeque<Epoch>,
+    /// Whether committed epochs are kept: from the first committed-only
+    /// subscription on (so high-volume outputs nobody resumes cost nothing).
+    retained: bool,
 }
 
 impl Topic {
@@ -134,6 +137,18 @@ impl Topic {
             pending: Vec::new(),
             sealed: Vec::new(),
             history: VecDeque::new(),
+            retained: false,
+        }
+    }
+
+    /// Drop the oldest epochs beyond `epochs` or `bytes`.
+    fn trim(&mut self, epochs: usize, bytes: usize) {
+        let size = |e: &Epoch| e.1.iter().map(|b| b.get_array_memory_size()).sum::<usize>();
+        let mut total: usize = self.history.iter().map(size).sum();
+        while self.history.len() > epochs || (total > bytes && !self.history.is_empty()) {
+            if let Some(e) = self.history.pop_front() {
+                total -= size(&e);
+            }
         }
     }
 
@@ -171,6 +186,8 @@ pub struct SubscriptionRegistry {
     topics: Mutex<HashMap<String, Topic>>,
     /// Committed epochs retained per stream; 0 while checkpointing is off.
     history_epochs: std::sync::atomic::AtomicUsize,
+    /// Bytes of committed output retained per stream.
+    history_bytes: std::sync::atomic::AtomicUsize,
 }
 
 impl SubscriptionRegistry {
@@ -221,7 +238,7 @@ impl SubscriptionRegistry {
                 let cb = ChangeBatch::from_output(b, &topic.data_schema, topic.changelog)?;
                 topic.send(&cb, false, name);
             }
-            if keep {
+            if keep && topic.retained {
                 topic.pending.push(b.clone());
             }
         }
@@ -237,9 +254,11 @@ impl SubscriptionRegistry {
             .or_insert_with(|| Topic::new(data_schema, changelog));
     }
 
-    /// Retain this many committed epochs per stream (0: committed delivery off).
-    pub fn set_history_epochs(&self, epochs: usize) {
+    /// Retain up to `epochs` committed epochs and `bytes` of their output
+    /// per stream (0 epochs: committed delivery off).
+    pub fn set_history(&self, epochs: usize, bytes: usize) {
         self.history_epochs.store(epochs, Ordering::Relaxed);
+        self.history_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// Cut every stream's pending output at checkpoint `epoch`.
@@ -277,9 +296,7 @@ impl SubscriptionRegistry {
                 topic.send(&cb, true, name);
             }
             topic.history.push_back((epoch, batches));
-            while topic.history.len() > retain {
-                topic.history.pop_front();
-            }
+            topic.trim(retain, self.history_bytes.load(Ordering::Relaxed));
         }
         Ok(())
     }
@@ -303,6 +320,7 @@ impl SubscriptionRegistry {
         let topic = topics
             .entry(name.to_string())
             .or_insert_with(|| Topic::new(Arc::clone(&data_schema), changelog));
+        topic.retained = true;
         let replay: Vec<&Epoch> = match from {
             ResumeFrom::Next => vec![],
             ResumeFrom::Epoch(e) => {
@@ -357,7 +375,7 @@ impl SubscriptionRegistry {
     pub fn snapshot_history(&self, epoch: u64) -> Result<Vec<(String, bytes::Bytes)>> {
         let topics = self.topics.lock();
         let mut out = Vec::new();
-        for (name, topic) in topics.iter() {
+        for (name, topic) in topics.iter().filter(|(_, t)| t.retained) {
             let mut w = crate::state::SnapshotWriter::default();
             let mut ids = Vec::new();
             let cut = topic.sealed.iter().filter(|(e, _)| *e == epoch);
@@ -397,12 +415,13 @@ impl SubscriptionRegistry {
                     .push(RecordBatch::try_new(Arc::new(plain), b.columns().to_vec())?);
             }
         }
-        let retain = self.history_epochs.load(Ordering::Relaxed);
-        while history.len() > retain {
-            history.pop_front();
-        }
         if let Some(topic) = self.topics.lock().get_mut(name) {
+            topic.retained = !history.is_empty();
             topic.history = history;
+            topic.trim(
+                self.history_epochs.load(Ordering::Relaxed),
+                self.history_bytes.load(Ordering::Relaxed),
+            );
         }
         Ok(())
     }

@@ -94,6 +94,11 @@ async fn resume_replays_retained_epochs_and_refuses_dropped_ones() {
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path(), "2").await;
     db.start().await.unwrap();
+    // Committed epochs are retained from the first committed-only subscription on.
+    let _first = db
+        .subscribe_committed("keys", ResumeFrom::Next)
+        .await
+        .unwrap();
     let src = db.source("s").await.unwrap();
     let mut ids = Vec::new();
     for k in 1..=3 {
@@ -279,6 +284,10 @@ async fn retained_epochs_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path(), "4").await;
     db.start().await.unwrap();
+    let _committed = db
+        .subscribe_committed("keys", ResumeFrom::Next)
+        .await
+        .unwrap();
     let mut live = db.subscribe("keys").await.unwrap();
     db.source("s")
         .await
