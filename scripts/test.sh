@@ -25,3 +25,5 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== benchmark smoke (tiny event counts, no peers)"
+bash benches/smoke.sh

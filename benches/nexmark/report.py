@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Run every Nexmark query through the release `sluice` binary and write the
+tables into BENCHMARKS.md (between the nexmark markers).
+
+    benches/nexmark/run.sh            # builds, then runs this
+
+* throughput: `sluice bench nexmark --query Q --events EVENTS --json`
+  (generation excluded, processing only, one subscriber);
+* latency: the same at RATE rows/s (`--rate`), push-to-subscriber;
+* memory: peak RSS of `sluice run` on q5 reading the Nexmark connector
+  directly (no input held in memory) for EVENTS and 10 x EVENTS events.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+QUERIES = ["q0", "q1", "q2", "q5", "q7", "tumble_count"]
+
+
+def bench(sluice, args):
+    out = subprocess.run([sluice, "bench", "nexmark", *args, "--json"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def run_peak_rss(sluice, root, query, events):
+    """Peak RSS of one `sluice run` of `query` with `events` events."""
+    with open(os.path.join(root, "benches", "nexmark", f"{query}.sql")) as f:
+        text = f.read()
+    text, n = re.subn(r"events = '\d+'", f"events = '{events}'", text)
+    assert n == 1
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "q.sql")
+        with open(script, "w") as f:
+            f.write(text)
+        with open(os.path.join(tmp, "out"), "w+") as out:
+            started = time.perf_counter()
+            child = subprocess.Popen([sluice, "run", script], stdout=out, stderr=out)
+            _, status, usage = os.wait4(child.pid, 0)
+            secs = time.perf_counter() - started
+            child.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0)
+            printed = out.read()
+    if child.returncode != 0:
+        raise RuntimeError(f"sluice run failed: {printed}")
+    # ru_maxrss is in KiB on Linux.
+    return {"events": events, "peak_mib": usage.ru_maxrss / 1024, "secs": secs,
+            "summary": printed.strip().splitlines()[-1]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--rate", type=int, default=100_000)
+    ap.add_argument("--latency-events", type=int, default=1_000_000)
+    ap.add_argument("--markdown-into")
+    args = ap.parse_args()
+
+    rows = []
+    for q in QUERIES:
+        print(f"throughput {q}", file=sys.stderr, flush=True)
+        t = bench(args.sluice, ["--query", q, "--events", str(args.events)])
+        print(f"latency {q}", file=sys.stderr, flush=True)
+        lat = bench(args.sluice, ["--query", q, "--events", str(args.latency_events),
+                                  "--rate", str(args.rate)])
+        rows.append((q, t, lat))
+
+    print("memory q5 (sluice run)", file=sys.stderr, flush=True)
+    small = run_peak_rss(args.sluice, args.root, "q5", args.events)
+    large = run_peak_rss(args.sluice, args.root, "q5", args.events * 10)
+
+    t0 = rows[0][1]
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {t0['build']} build, "
+        f"{t0['machine']['cpus']} CPUs ({t0['machine']['cpu_model']}), load average "
+        f"{os.getloadavg()[0]:.1f} at the end; seed 0, "
+        f"{t0['out_of_order_ms']} ms disorder, batches of {t0['batch_size']} rows.",
+        "",
+        f"Throughput: {args.events:,} generator events ({t0['input_rows']:,} bids) generated "
+        "in memory first, then pushed; events/s of processing only, until the last window "
+        "closed and the subscriber had every output row.",
+        "",
+        "| query | generation rows/s (excluded) | processing events/s | output rows | peak RSS (input included) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for q, t, _ in rows:
+        lines.append(
+            f"| {q} | {t['generation']['rows_per_sec']:,.0f} | {t['processing']['rows_per_sec']:,.0f} | "
+            f"{t['output_rows']:,} | {t['memory']['peak_rss_mib']:.0f} MiB |")
+    lines += [
+        "",
+        f"Latency: {args.latency_events:,} events pushed at {args.rate:,} rows/s in batches of "
+        f"{rows[0][2]['batch_size']} rows; push to subscriber delivery, per output row.",
+        "",
+        "| query | p50 | p99 | p99.9 | max | rows measured |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for q, _, lat in rows:
+        l = (lat.get("rate") or {}).get("latency")
+        if not l:
+            lines.append(f"| {q} | n/a | n/a | n/a | n/a | 0 |")
+            continue
+        lines.append(
+            f"| {q} | {l['p50_us']:,.0f} us | {l['p99_us']:,.0f} us | {l['p999_us']:,.0f} us | "
+            f"{l['max_us']:,.0f} us | {l['samples']:,} |")
+    lines += [
+        "",
+        "Memory over a longer stream: peak RSS of `sluice run benches/nexmark/q5.sql` "
+        "(the Nexmark connector generating on the fly, nothing held in memory but state):",
+        "",
+        "| events | peak RSS | wall time |",
+        "|---:|---:|---:|",
+        f"| {small['events']:,} | {small['peak_mib']:.0f} MiB | {small['secs']:.1f} s |",
+        f"| {large['events']:,} | {large['peak_mib']:.0f} MiB | {large['secs']:.1f} s |",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown_into:
+        begin, end = "<!-- nexmark:begin -->", "<!-- nexmark:end -->"
+        with open(args.markdown_into) as f:
+            doc = f.read()
+        head, rest = doc.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        with open(args.markdown_into, "w") as f:
+            f.write(head + begin + "\n" + text + "\n" + end + tail)
+
+
+if __name__ == "__main__":
+    main()

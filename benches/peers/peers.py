@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""Side-by-side: Sluice, LaminarDB and Apache Flink on the same generated bids.
+
+Run through ``benches/peers/run.sh``, which builds Sluice, installs the peers,
+and writes the bids CSV once. This driver then measures, in one run:
+
+* Sluice, in-memory Arrow batches: ``sluice bench nexmark --json`` (the
+  same generator, seed and disorder as the CSV, so the very same rows),
+  processing only.
+* Sluice, from the CSV file: ``sluice run`` with a file source, parsing
+  included; the seconds are the ones ``sluice run`` reports (process start
+  and script parsing included, a few milliseconds).
+* LaminarDB, in-memory Arrow batches: the CSV is loaded into pyarrow
+  batches of 8,192 rows first (not timed), then ``Connection.insert`` of
+  every batch until the subscriber has received the expected rows.
+* Flink (PyFlink, local mini-cluster, parallelism 1): a filesystem CSV
+  source into a blackhole sink; the job's net runtime (JVM and mini-cluster
+  startup excluded, task deployment and CSV parsing included).
+
+Expected output row counts come from Sluice's run, whose results the query
+tests check against DataFusion; a peer returning another count is flagged.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+QUERIES = ["q0", "q1", "q2", "tumble_count"]
+
+BID_COLUMNS = [
+    ("auction", "BIGINT"),
+    ("bidder", "BIGINT"),
+    ("price", "BIGINT"),
+    ("channel", "VARCHAR"),
+    ("url", "VARCHAR"),
+    ("date_time", "TIMESTAMP"),
+    ("extra", "VARCHAR"),
+]
+
+# The queries of benches/nexmark/*.sql in each peer's dialect.
+LAMINAR_SQL = {
+    "q0": "SELECT auction, bidder, price, date_time, extra FROM bid",
+    "q1": "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid",
+    "q2": "SELECT auction, price FROM bid WHERE auction % 123 = 0",
+    "tumble_count": "SELECT auction, COUNT(*) AS bids, MAX(price) AS maxprice FROM bid "
+    "GROUP BY auction, TUMBLE(date_time, INTERVAL '10' SECOND)",
+}
+
+FLINK_SQL = {
+    "q0": ("auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3), extra STRING",
+           "SELECT auction, bidder, price, date_time, extra FROM bid"),
+    "q1": ("auction BIGINT, bidder BIGINT, price DECIMAL(23, 3), date_time TIMESTAMP(3), extra STRING",
+           "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid"),
+    "q2": ("auction BIGINT, price BIGINT",
+           "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0"),
+    "tumble_count": (
+        "auction BIGINT, window_start TIMESTAMP(3), window_end TIMESTAMP(3), bids BIGINT, maxprice BIGINT",
+        "SELECT auction, window_start, window_end, COUNT(*) AS bids, MAX(price) AS maxprice "
+        "FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) "
+        "GROUP BY auction, window_start, window_end"),
+}
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------- Sluice
+
+def sluice_memory(sluice, query, events, disorder):
+    out = subprocess.run(
+        [sluice, "bench", "nexmark", "--query", query, "--events", str(events),
+         "--out-of-order-ms", str(disorder), "--seed", "0", "--json"],
+        check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    return {"rows": r["input_rows"], "secs": r["processing"]["secs"],
+            "eps": r["processing"]["rows_per_sec"], "out_rows": r["output_rows"],
+            "peak_rss_mib": r["memory"]["peak_rss_mib"]}
+
+
+def sluice_csv(sluice, root, query, csv_path):
+    with open(os.path.join(root, "benches", "nexmark", f"{query}.sql")) as f:
+        text = f.read()
+    file_source = f"WITH (connector = 'file', path = '{csv_path}', format = 'csv');"
+    text, n = re.subn(r"WITH \(connector = 'nexmark'.*?\);", file_source, text, flags=re.S)
+    assert n == 1, f"{query}.sql: expected one Nexmark source"
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+        f.write(text)
+        script = f.name
+    try:
+        out = subprocess.run([sluice, "run", script], check=True, capture_output=True,
+                             text=True).stdout
+    finally:
+        os.unlink(script)
+    m = re.search(r"sluice: (\d+) rows in, (\d+) rows out, (\d+) late rows dropped, ([\d.]+)s", out)
+    if not m:
+        raise RuntimeError(f"unexpected sluice run output: {out}")
+    rows, out_rows, secs = int(m.group(1)), int(m.group(2)), float(m.group(4))
+    return {"rows": rows, "secs": secs, "eps": rows / secs if secs else 0.0, "out_rows": out_rows}
+
+
+# ------------------------------------------------------------------ LaminarDB
+
+def load_batches(csv_path, ts_unit):
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    types = {name: (pa.int64() if t == "BIGINT" else pa.string()) for name, t in BID_COLUMNS}
+    types["date_time"] = pa.timestamp("ms")
+    table = pcsv.read_csv(csv_path, convert_options=pcsv.ConvertOptions(column_types=types))
+    table = table.set_column(table.schema.get_field_index("date_time"), "date_time",
+                             table.column("date_time").cast(pa.timestamp(ts_unit)))
+    return table.to_batches(max_chunksize=8192)
+
+
+def laminar(query, batches, expected_rows, watermark, idle_timeout=10.0):
+    import laminardb
+    conn = laminardb.open(":memory:")
+    cols = ", ".join(f"{n} {t}" for n, t in BID_COLUMNS)
+    if watermark:
+        cols += ", WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND"
+    conn.execute(f"CREATE SOURCE bid ({cols})")
+    conn.execute(f"CREATE STREAM out AS {LAMINAR_SQL[query]}")
+    sub = conn.subscribe_stream("out")
+    conn.start()
+    rows = sum(b.num_rows for b in batches)
+    got = 0
+    started = time.perf_counter()
+    for b in batches:
+        conn.insert("bid", b)
+    last = time.perf_counter()
+    done = started
+    while got < expected_rows and time.perf_counter() - last < idle_timeout:
+        try:
+            r = sub.next_timeout(100)
+        except laminardb.SubscriptionError:
+            continue
+        if r is not None and r.num_rows:
+            got += r.num_rows
+            last = done = time.perf_counter()
+    if got < expected_rows:
+        # Count what else trickles in, for the report.
+        while True:
+            try:
+                r = sub.next_timeout(500)
+            except laminardb.SubscriptionError:
+                break
+            got += r.num_rows
+    secs = done - started
+    conn.close()
+    return {"rows": rows, "secs": secs, "eps": rows / secs if secs > 0 else 0.0,
+            "out_rows": got}
+
+
+# ---------------------------------------------------------------------- Flink
+
+def flink_env(batch=False):
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+    mode = EnvironmentSettings.in_batch_mode() if batch else EnvironmentSettings.in_streaming_mode()
+    env = TableEnvironment.create(mode)
+    env.get_config().set("parallelism.default", "1")
+    env.get_config().set("table.exec.resource.default-parallelism", "1")
+    return env
+
+
+def flink_source(env, headerless_csv):
+    env.execute_sql("DROP TEMPORARY TABLE IF EXISTS bid")
+    env.execute_sql(f"""
+        CREATE TEMPORARY TABLE bid (
+            auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING,
+            date_time TIMESTAMP(3), extra STRING,
+            WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND
+        ) WITH ('connector' = 'filesystem', 'path' = '{headerless_csv}', 'format' = 'csv')""")
+
+
+def flink(env, count_env, query, headerless_csv, rows):
+    """Timed streaming job into a blackhole sink, then an untimed batch
+    job counting the query's rows."""
+    schema, sql = FLINK_SQL[query]
+    flink_source(env, headerless_csv)
+    env.execute_sql("DROP TEMPORARY TABLE IF EXISTS sink_t")
+    env.execute_sql(f"CREATE TEMPORARY TABLE sink_t ({schema}) WITH ('connector' = 'blackhole')")
+    wall = time.perf_counter()
+    result = env.execute_sql(f"INSERT INTO sink_t {sql}")
+    job = result.get_job_client().get_job_execution_result().result()
+    wall = time.perf_counter() - wall
+    secs = job.get_net_runtime() / 1000.0
+    flink_source(count_env, headerless_csv)
+    with count_env.execute_sql(f"SELECT COUNT(*) FROM ({sql})").collect() as it:
+        out_rows = [row[0] for row in it][-1]
+    return {"rows": rows, "secs": secs, "wall_secs": wall, "eps": rows / secs if secs else 0.0,
+            "out_rows": out_rows}
+
+
+# --------------------------------------------------------------------- report
+
+def fmt_eps(r):
+    return f"{r['eps']:,.0f}" if r and r.get("eps") else "n/a"
+
+
+def ratio(a, b):
+    if not a or not b or not a.get("eps") or not b.get("eps"):
+        return "n/a"
+    return f"{a['eps'] / b['eps']:.1f}x"
+
+
+def check(r, expected):
+    if r is None:
+        return "not run"
+    if r.get("error"):
+        return "error: " + r["error"]
+    if r.get("out_rows") is None:
+        return "not checked"
+    if r["out_rows"] == expected:
+        return "ok"
+    return f"differs: {r['out_rows']:,} rows, expected {expected:,}"
+
+
+def machine():
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    load = os.getloadavg()[0]
+    return f"{os.cpu_count()} CPUs ({model}), load average {load:.1f} at the end"
+
+
+def markdown(results, args, versions):
+    lines = []
+    lines.append(f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; "
+                 f"{args.events:,} generator events = {results['rows']:,} bids "
+                 f"(seed 0, {args.disorder} ms disorder, 2 s watermark delay); {versions}.")
+    lines.append("")
+    lines.append("In-memory Arrow batches (input already in memory; events/s of input rows, "
+                 "until the subscriber received the last output row):")
+    lines.append("")
+    lines.append("| query | Sluice | LaminarDB, no WATERMARK | Sluice/LaminarDB | its output "
+                 "| LaminarDB, WATERMARK | its output |")
+    lines.append("|---|---:|---:|---:|---|---:|---|")
+    for q in QUERIES:
+        r = results[q]
+        lines.append(f"| {q} | {fmt_eps(r['sluice_mem'])} | {fmt_eps(r.get('laminar'))} | "
+                     f"{ratio(r['sluice_mem'], r.get('laminar'))} | {check(r.get('laminar'), r['expected'])} "
+                     f"| {fmt_eps(r.get('laminar_wm'))} | {check(r.get('laminar_wm'), r['expected'])} |")
+    lines.append("")
+    lines.append("From the CSV file, parsing included, parallelism 1 "
+                 "(Flink: job net runtime, JVM and mini-cluster startup excluded):")
+    lines.append("")
+    lines.append("| query | Sluice | Flink | Sluice/Flink | Flink output |")
+    lines.append("|---|---:|---:|---:|---|")
+    for q in QUERIES:
+        r = results[q]
+        lines.append(f"| {q} | {fmt_eps(r['sluice_csv'])} | {fmt_eps(r.get('flink'))} | "
+                     f"{ratio(r['sluice_csv'], r.get('flink'))} | {check(r.get('flink'), r['expected'])} |")
+    return "\n".join(lines)
+
+
+def write_between_markers(path, text):
+    begin, end = "<!-- peers:begin -->", "<!-- peers:end -->"
+    with open(path) as f:
+        doc = f.read()
+    if begin not in doc or end not in doc:
+        raise RuntimeError(f"{path} lacks the {begin} / {end} markers")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(path, "w") as f:
+        f.write(head + begin + "\n" + text + "\n" + end + tail)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sluice", required=True)
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--csv", required=True)
+    ap.add_argument("--headerless-csv", required=True)
+    ap.add_argument("--events", type=int, required=True)
+    ap.add_argument("--disorder", type=int, default=2000)
+    ap.add_argument("--skip", action="append", default=[], choices=["laminardb", "flink"])
+    ap.add_argument("--markdown-into")
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+
+    results = {}
+    versions = []
+    for q in QUERIES:
+        log(f"sluice {q} (in memory)")
+        mem = sluice_memory(args.sluice, q, args.events, args.disorder)
+        log(f"sluice {q} (csv)")
+        csv = sluice_csv(args.sluice, args.root, q, args.csv)
+        results[q] = {"sluice_mem": mem, "sluice_csv": csv, "expected": mem["out_rows"]}
+        results["rows"] = mem["rows"]
+        if csv["out_rows"] != mem["out_rows"]:
+            log(f"warning: {q}: sluice run gave {csv['out_rows']} rows, bench {mem['out_rows']}")
+
+    if "laminardb" not in args.skip:
+        import laminardb
+        versions.append(f"laminardb {laminardb.__version__}")
+        log("loading the CSV into pyarrow batches (not timed)")
+        batches = load_batches(args.csv, "us")
+        for q in QUERIES:
+            for key, wm in (("laminar", False), ("laminar_wm", True)):
+                log(f"laminardb {q} ({'with' if wm else 'without'} WATERMARK)")
+                try:
+                    results[q][key] = laminar(q, batches, results[q]["expected"], wm)
+                except Exception as e:  # report, do not hide
+                    results[q][key] = {"error": str(e).splitlines()[0][:120], "eps": 0}
+        del batches
+
+    if "flink" not in args.skip:
+        import importlib.metadata
+        versions.append(f"apache-flink {importlib.metadata.version('apache-flink')}")
+        log("starting PyFlink (JVM + local mini-cluster)")
+        env = flink_env()
+        count_env = flink_env(batch=True)
+        log("flink warm-up job (untimed)")
+        flink(env, count_env, "q2", args.headerless_csv, results["rows"])
+        for q in QUERIES:
+            log(f"flink {q}")
+            try:
+                results[q]["flink"] = flink(env, count_env, q, args.headerless_csv, results["rows"])
+            except Exception as e:
+                results[q]["flink"] = {"error": str(e).splitlines()[0][:120], "eps": 0}
+
+    versions.insert(0, "Sluice release build")
+    text = markdown(results, args, ", ".join(versions))
+    print(text)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(results, f, indent=2)
+    if args.markdown_into:
+        write_between_markers(args.markdown_into, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: Sluice vs LaminarDB (PyPI `laminardb`) vs Apache
+# Flink (PyPI `apache-flink`) on the same generated Nexmark bids, in one run.
+#
+#   benches/peers/run.sh                 # 2,000,000 events, all peers
+#   EVENTS=500000 benches/peers/run.sh   # smaller
+#   SKIP=flink benches/peers/run.sh      # only LaminarDB (or SKIP=laminardb)
+#   NO_WRITE=1 benches/peers/run.sh      # print the tables, leave BENCHMARKS.md alone
+#
+# Builds the release `sluice` binary, installs the peers into a virtualenv
+# ($PEERS_VENV, default ~/.cache/sluice/peers-venv) if missing, writes the
+# bids CSV once (reused while the parameters are the same), runs every
+# query on every engine, prints the tables and writes them into
+# BENCHMARKS.md between the peers markers. Needs Python >= 3.11 and, for
+# Flink, Java 11 or 17.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+EVENTS=${EVENTS:-2000000}
+DISORDER=${DISORDER:-2000}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}
+VENV=${PEERS_VENV:-$HOME/.cache/sluice/peers-venv}
+WORK=${PEERS_WORK:-$HOME/.cache/sluice/peers}
+mkdir -p "$WORK"
+
+echo "== building sluice (release)" >&2
+(cd "$ROOT" && cargo build --release -p sluice-cli)
+SLUICE=$CARGO_TARGET_DIR/release/sluice
+
+echo "== python environment $VENV" >&2
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -c "import pyarrow" 2>/dev/null || "$VENV/bin/pip" install -q pyarrow
+if [[ "${SKIP:-}" != *laminardb* ]]; then
+  "$VENV/bin/python" -c "import laminardb" 2>/dev/null || "$VENV/bin/pip" install -q laminardb
+fi
+if [[ "${SKIP:-}" != *flink* ]]; then
+  "$VENV/bin/python" -c "import pyflink" 2>/dev/null || "$VENV/bin/pip" install -q apache-flink
+fi
+
+CSV=$WORK/bids-$EVENTS-$DISORDER.csv
+if [ ! -s "$CSV" ]; then
+  echo "== writing $CSV" >&2
+  "$SLUICE" bench csv --stream bid --events "$EVENTS" --out-of-order-ms "$DISORDER" --seed 0 --out "$CSV.tmp" >&2
+  mv "$CSV.tmp" "$CSV"
+fi
+# Flink's csv format reads no header line.
+HEADERLESS=$WORK/bids-$EVENTS-$DISORDER.noheader.csv
+[ -s "$HEADERLESS" ] || tail -n +2 "$CSV" > "$HEADERLESS"
+
+ARGS=(--sluice "$SLUICE" --root "$ROOT" --csv "$CSV" --headerless-csv "$HEADERLESS"
+      --events "$EVENTS" --disorder "$DISORDER" --json-out "$WORK/peers.json")
+[[ "${SKIP:-}" == *laminardb* ]] && ARGS+=(--skip laminardb)
+[[ "${SKIP:-}" == *flink* ]] && ARGS+=(--skip flink)
+[ -n "${NO_WRITE:-}" ] || ARGS+=(--markdown-into "$ROOT/BENCHMARKS.md")
+"$VENV/bin/python" "$ROOT/benches/peers/peers.py" "${ARGS[@]}"

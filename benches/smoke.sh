@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Benchmark smoke test for CI: every Nexmark query for 2,000 events through
+# `sluice bench` (debug build), a paced run, the CSV writer, the query tests
+# (each query against its DataFusion oracle), the Nexmark connector's tests,
+# and one pass of every criterion micro-benchmark. No peers. Well under a
+# minute once the debug build is cached.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}
+cargo build -q -p sluice-cli
+SLUICE=$CARGO_TARGET_DIR/debug/sluice
+for q in q0 q1 q2 q5 q7 tumble_count; do
+  "$SLUICE" bench nexmark --query "$q" --events 2000 --json > /dev/null
+done
+"$SLUICE" bench nexmark --query q5 --events 2000 --rate 20000 > /dev/null
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+"$SLUICE" bench csv --events 2000 --out "$TMP/bids.csv" > /dev/null
+test "$(wc -l < "$TMP/bids.csv")" -eq 1841
+cargo test -q -p sluice-connectors --lib nexmark
+cargo test -q -p sluice-bench
+# One iteration of each micro-benchmark, in the test profile.
+cargo test -q -p sluice-bench --benches
+echo "bench smoke: ok"
