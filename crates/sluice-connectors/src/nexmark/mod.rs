@@ -15,7 +15,7 @@
 //! * **A seed.** The crate seeds each event's random draws with its event
 //!   id; seed `s` starts the id space at `s` × [`SEED_STRIDE`], which reseeds
 //!   every draw. Seed 0 is the reference Nexmark stream (ids from 1000); with
-//!   another seed person and auction ids are offset by `s` × 2³².
+//!   another seed, person ids are offset by `s` × 2³² and auction ids by 3`s` × 2³².
 //! * **The 1:3:46 mix.** `events` counts events of the whole generator;
 //!   each stream emits only its share (the bid stream of 1,000 events has
 //!   920 rows), and the three streams of one seed are mutually consistent

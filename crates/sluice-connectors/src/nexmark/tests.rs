@@ -66,6 +66,15 @@ fn same_seed_same_rows_other_seed_other_rows() {
     let c = all(&drain(NexmarkReader::open(c).expect("open")));
     assert_eq!(a.num_rows(), c.num_rows());
     assert_ne!(a.column(2), c.column(2), "prices differ with the seed");
+    let auctions = c.column(0).as_primitive::<Int64Type>();
+    let offset = 3 * 7 * (1i64 << 32);
+    assert!(
+        auctions
+            .values()
+            .iter()
+            .all(|a| (offset - 100..offset + 2000).contains(a)),
+        "auction ids of seed 7 start near 3 x 7 x 2^32"
+    );
     assert_eq!(
         a.column(5),
         c.column(5),
