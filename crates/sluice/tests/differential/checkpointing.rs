@@ -24,16 +24,27 @@ fn batch(ks: &[i64], ts: &[i64]) -> RecordBatch {
     .unwrap()
 }
 
+/// A database with these options, on `dir` when given.
+async fn open_with(dir: Option<&std::path::Path>, options: &[(&str, &str)]) -> Database {
+    let mut b = Database::builder();
+    if let Some(d) = dir {
+        b = b.state_dir(d);
+    }
+    for (k, v) in options {
+        b = b.set(k, v).unwrap();
+    }
+    b.open().await.unwrap()
+}
+
 async fn open(dir: &std::path::Path, history: &str) -> Database {
-    let db = Database::builder()
-        .state_dir(dir)
-        .set("checkpoint_interval", "1h")
-        .unwrap()
-        .set("subscription_history", history)
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
+    let db = open_with(
+        Some(dir),
+        &[
+            ("checkpoint_interval", "1h"),
+            ("subscription_history", history),
+        ],
+    )
+    .await;
     db.execute(
         "CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);
          CREATE STREAM keys AS SELECT k FROM s WHERE k > 0;",
@@ -129,15 +140,11 @@ async fn resume_replays_retained_epochs_and_refuses_dropped_ones() {
 #[tokio::test]
 async fn checkpoint_statement_listing_and_retention() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::builder()
-        .state_dir(dir.path())
-        .set("checkpoint_interval", "1h")
-        .unwrap()
-        .set("checkpoint_retain", "2")
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
+    let db = open_with(
+        Some(dir.path()),
+        &[("checkpoint_interval", "1h"), ("checkpoint_retain", "2")],
+    )
+    .await;
     db.execute("CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
         .await
         .unwrap();
@@ -162,13 +169,7 @@ async fn checkpoint_statement_listing_and_retention() {
 #[tokio::test]
 async fn exactly_once_is_refused_for_push_sources_and_parquet_sinks() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::builder()
-        .state_dir(dir.path())
-        .set("delivery", "exactly_once")
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
+    let db = open_with(Some(dir.path()), &[("delivery", "exactly_once")]).await;
     db.execute("CREATE SOURCE pushed (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
         .await
         .unwrap();
@@ -180,13 +181,11 @@ async fn exactly_once_is_refused_for_push_sources_and_parquet_sinks() {
 
     let data = dir.path().join("in.csv");
     std::fs::write(&data, "k,ts\n1,1\n").unwrap();
-    let db2 = Database::builder()
-        .state_dir(dir.path().join("two"))
-        .set("delivery", "exactly_once")
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
+    let db2 = open_with(
+        Some(&dir.path().join("two")),
+        &[("delivery", "exactly_once")],
+    )
+    .await;
     db2.execute(&format!(
         "CREATE SOURCE f (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (connector = 'file', path = '{}');
          CREATE SINK p FROM f WITH (connector = 'file', path = '{}');",
@@ -197,12 +196,7 @@ async fn exactly_once_is_refused_for_push_sources_and_parquet_sinks() {
     .unwrap();
     let err = db2.start().await.expect_err("refused").to_string();
     assert!(err.contains("sink 'p'") && err.contains("parquet"), "{err}");
-    let no_dir = Database::builder()
-        .set("checkpoint_interval", "1s")
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
+    let no_dir = open_with(None, &[("checkpoint_interval", "1s")]).await;
     no_dir.execute("CREATE SOURCE s (k BIGINT)").await.unwrap();
     let err = no_dir.start().await.expect_err("refused").to_string();
     assert!(err.contains("needs a state directory"), "{err}");
@@ -213,14 +207,11 @@ async fn checkpoints_go_to_an_object_store_url() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}/bucket", dir.path().display());
     std::fs::create_dir_all(dir.path().join("bucket")).unwrap();
-    let db = Database::builder()
-        .set("checkpoint_interval", "1h")
-        .unwrap()
-        .set("checkpoint_store", &url)
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
+    let db = open_with(
+        None,
+        &[("checkpoint_interval", "1h"), ("checkpoint_store", &url)],
+    )
+    .await;
     db.execute("CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
         .await
         .unwrap();
@@ -246,13 +237,7 @@ async fn checkpoints_go_to_an_object_store_url() {
 #[tokio::test]
 async fn periodic_checkpoints_follow_new_input() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::builder()
-        .state_dir(dir.path())
-        .set("checkpoint_interval", "100ms")
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
+    let db = open_with(Some(dir.path()), &[("checkpoint_interval", "100ms")]).await;
     db.execute("CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
         .await
         .unwrap();
