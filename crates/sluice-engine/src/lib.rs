@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod operators;
 pub mod options;
 pub mod output;
+pub mod process;
 pub mod sources;
 pub mod state;
 pub mod watermark;

@@ -1,0 +1,165 @@
+//! All-or-nothing validation of one handler call.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use thiserror::Error;
+
+use super::types::{
+    ProcessActivation, ProcessActivationResult, ProcessFunctionDescriptor, TimerOperation,
+};
+
+/// A rejected call: nothing of it was applied.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("process function '{function}' v{version}, key {key}: {reason}")]
+pub struct ProcessError {
+    /// Function name.
+    pub function: String,
+    /// Function version.
+    pub version: u32,
+    /// Hex of the canonical key concerned (or `-` for the whole call).
+    pub key: String,
+    /// The rule or limit broken.
+    pub reason: String,
+}
+
+fn hex(key: &[u8]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Check a complete response before any of it is applied. `timers` holds
+/// each key's currently set timer names.
+pub fn validate_call(
+    d: &ProcessFunctionDescriptor,
+    activations: &[ProcessActivation],
+    results: &[ProcessActivationResult],
+    timers: &BTreeMap<Vec<u8>, BTreeSet<String>>,
+) -> Result<(), ProcessError> {
+    let err = |key: &str, reason: String| ProcessError {
+        function: d.name.clone(),
+        version: d.version,
+        key: key.to_string(),
+        reason,
+    };
+    let l = &d.limits;
+    if activations.len() > l.max_activations_per_call {
+        return Err(err(
+            "-",
+            format!(
+                "{} activations exceed max_activations_per_call = {}",
+                activations.len(),
+                l.max_activations_per_call
+            ),
+        ));
+    }
+    if results.len() != activations.len() {
+        return Err(err(
+            "-",
+            format!(
+                "{} results for {} activations (one result per activation is required)",
+                results.len(),
+                activations.len()
+            ),
+        ));
+    }
+    let mut total_rows = 0usize;
+    for (a, r) in activations.iter().zip(results) {
+        let key = hex(&a.key);
+        if r.activation_id != a.id {
+            return Err(err(
+                &key,
+                format!(
+                    "result for activation {} where activation {} was expected",
+                    r.activation_id, a.id
+                ),
+            ));
+        }
+        if let Some(out) = &r.output {
+            let got = out.schema();
+            let same = got.fields().len() == d.output_schema.fields().len()
+                && got
+                    .fields()
+                    .iter()
+                    .zip(d.output_schema.fields())
+                    .all(|(g, w)| g.name() == w.name() && g.data_type() == w.data_type());
+            if !same {
+                return Err(err(
+                    &key,
+                    format!(
+                        "output schema {:?} does not match the declared {:?}",
+                        got.fields()
+                            .iter()
+                            .map(|f| (f.name(), f.data_type()))
+                            .collect::<Vec<_>>(),
+                        d.output_schema
+                            .fields()
+                            .iter()
+                            .map(|f| (f.name(), f.data_type()))
+                            .collect::<Vec<_>>()
+                    ),
+                ));
+            }
+            if out.num_rows() > l.max_output_rows_per_activation {
+                return Err(err(
+                    &key,
+                    format!(
+                        "{} output rows exceed max_output_rows_per_activation = {}",
+                        out.num_rows(),
+                        l.max_output_rows_per_activation
+                    ),
+                ));
+            }
+            total_rows += out.num_rows();
+        }
+        if r.mutations.len() > l.max_state_changes_per_activation {
+            return Err(err(
+                &key,
+                format!(
+                    "{} state changes exceed max_state_changes_per_activation = {}",
+                    r.mutations.len(),
+                    l.max_state_changes_per_activation
+                ),
+            ));
+        }
+        let mut names = timers.get(&a.key).cloned().unwrap_or_default();
+        for t in &r.timers {
+            match t {
+                TimerOperation::Set { name, .. } => {
+                    if name.len() > l.max_timer_name_len {
+                        return Err(err(
+                            &key,
+                            format!(
+                                "timer name of {} bytes exceeds max_timer_name_len = {}",
+                                name.len(),
+                                l.max_timer_name_len
+                            ),
+                        ));
+                    }
+                    names.insert(name.clone());
+                }
+                TimerOperation::Delete { name } => {
+                    names.remove(name);
+                }
+            }
+        }
+        if names.len() > l.max_timers_per_key {
+            return Err(err(
+                &key,
+                format!(
+                    "{} timers exceed max_timers_per_key = {}",
+                    names.len(),
+                    l.max_timers_per_key
+                ),
+            ));
+        }
+    }
+    if total_rows > l.max_output_rows_per_call {
+        return Err(err(
+            "-",
+            format!(
+                "{total_rows} output rows exceed max_output_rows_per_call = {}",
+                l.max_output_rows_per_call
+            ),
+        ));
+    }
+    Ok(())
+}
