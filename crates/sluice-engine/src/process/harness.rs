@@ -49,6 +49,8 @@ pub struct ProcessFunctionTestHarness<F: NativeProcessFunction> {
     snap: HarnessSnapshot,
     outputs: Vec<RecordBatch>,
     log: Vec<(u64, Vec<u8>, String)>,
+    /// Every set timer as (time, key, name): the firing order.
+    due: BTreeSet<(i64, Vec<u8>, String)>,
 }
 
 impl<F: NativeProcessFunction> ProcessFunctionTestHarness<F> {
@@ -78,6 +80,7 @@ impl<F: NativeProcessFunction> ProcessFunctionTestHarness<F> {
             },
             outputs: Vec::new(),
             log: Vec::new(),
+            due: BTreeSet::new(),
         })
     }
 
@@ -155,24 +158,24 @@ impl<F: NativeProcessFunction> ProcessFunctionTestHarness<F> {
     pub fn advance_watermark(&mut self, watermark: i64) -> Result<(), ProcessError> {
         self.snap.watermark = self.snap.watermark.max(watermark);
         loop {
-            let mut due: Vec<(i64, Vec<u8>, String)> = Vec::new();
-            for (key, timers) in &self.snap.timers {
-                for (name, at) in timers {
-                    if *at <= self.snap.watermark {
-                        due.push((*at, key.clone(), name.clone()));
-                    }
-                }
-            }
-            if due.is_empty() {
-                return Ok(());
-            }
-            due.sort();
             let mut seen = BTreeSet::new();
             let mut wave = Vec::new();
-            for (at, key, name) in due {
-                if seen.insert(key.clone()) {
-                    wave.push((key, ProcessCallback::Timer { name, at_ms: at }));
+            for (at, key, name) in self.due.iter() {
+                if *at > self.snap.watermark {
+                    break;
                 }
+                if seen.insert(key.clone()) {
+                    wave.push((
+                        key.clone(),
+                        ProcessCallback::Timer {
+                            name: name.clone(),
+                            at_ms: *at,
+                        },
+                    ));
+                }
+            }
+            if wave.is_empty() {
+                return Ok(());
             }
             self.run(wave)?;
         }
@@ -189,16 +192,18 @@ impl<F: NativeProcessFunction> ProcessFunctionTestHarness<F> {
     }
 
     fn call(&mut self, items: Vec<(Vec<u8>, ProcessCallback)>) -> Result<(), ProcessError> {
-        // Timers fire once: a fired timer is gone unless the result sets it again.
-        let mut timers = self.snap.timers.clone();
+        // The timers of the call's keys, as the call will leave them; a fired
+        // timer is gone unless the result sets it again.
+        let mut timers: BTreeMap<Vec<u8>, BTreeMap<String, i64>> = BTreeMap::new();
         let activations: Vec<ProcessActivation> = items
             .into_iter()
             .enumerate()
             .map(|(i, (key, callback))| {
+                let t = timers
+                    .entry(key.clone())
+                    .or_insert_with(|| self.snap.timers.get(&key).cloned().unwrap_or_default());
                 if let ProcessCallback::Timer { name, .. } = &callback {
-                    if let Some(t) = timers.get_mut(&key) {
-                        t.remove(name);
-                    }
+                    t.remove(name);
                 }
                 ProcessActivation {
                     id: self.snap.next_id + i as u64,
@@ -223,9 +228,28 @@ impl<F: NativeProcessFunction> ProcessFunctionTestHarness<F> {
         for (a, r) in activations.iter().zip(results) {
             self.apply(a, r, &mut timers);
         }
-        self.snap.timers = timers.into_iter().filter(|(_, t)| !t.is_empty()).collect();
+        for (key, t) in timers {
+            self.set_timers(key, t);
+        }
         self.snap.next_id += activations.len() as u64;
         Ok(())
+    }
+
+    /// Replace a key's timers, keeping the due-time index in step.
+    fn set_timers(&mut self, key: Vec<u8>, timers: BTreeMap<String, i64>) {
+        if let Some(old) = self.snap.timers.get(&key) {
+            for (name, at) in old {
+                self.due.remove(&(*at, key.clone(), name.clone()));
+            }
+        }
+        for (name, at) in &timers {
+            self.due.insert((*at, key.clone(), name.clone()));
+        }
+        if timers.is_empty() {
+            self.snap.timers.remove(&key);
+        } else {
+            self.snap.timers.insert(key, timers);
+        }
     }
 
     fn apply(
@@ -282,6 +306,11 @@ impl<F: NativeProcessFunction> ProcessFunctionTestHarness<F> {
                 ),
             ));
         }
+        self.due = snap
+            .timers
+            .iter()
+            .flat_map(|(k, t)| t.iter().map(move |(n, at)| (*at, k.clone(), n.clone())))
+            .collect();
         self.snap = snap;
         Ok(())
     }

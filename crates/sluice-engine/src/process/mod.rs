@@ -9,6 +9,7 @@
 //! encoding, call validation and a test harness for native handlers; binding
 //! functions into pipelines from SQL comes next.
 
+pub mod benchmark;
 mod harness;
 mod key;
 mod types;

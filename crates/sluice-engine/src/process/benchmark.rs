@@ -1,0 +1,132 @@
+//! Benchmark fixtures for native process functions.
+//!
+//! Two handlers used by benchmarks and tests: a per-key counter, and a
+//! fraud-style detector that arms a timer on a suspicious amount and flags
+//! the key if a second suspicious amount arrives before the timer fires.
+
+use std::sync::Arc;
+
+use arrow::array::{AsArray, Int64Array};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+
+use super::types::{
+    NativeProcessFunction, ProcessActivation, ProcessActivationResult, ProcessCallback,
+    ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionLimits, ProcessRuntime,
+    TimerOperation, ValueMutation, ValueState,
+};
+
+/// Input of the fixtures: `(key BIGINT, amount BIGINT)`.
+pub fn input_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("key", DataType::Int64, false),
+        Field::new("amount", DataType::Int64, false),
+    ]))
+}
+
+/// Output of the fixtures: one BIGINT column `value`.
+pub fn output_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "value",
+        DataType::Int64,
+        false,
+    )]))
+}
+
+/// A descriptor for a fixture.
+pub fn descriptor(name: &str) -> ProcessFunctionDescriptor {
+    ProcessFunctionDescriptor {
+        name: name.into(),
+        version: 1,
+        input_schema: input_schema(),
+        key_columns: vec!["key".into()],
+        output_schema: output_schema(),
+        initial_state: None,
+        limits: ProcessFunctionLimits {
+            max_activations_per_call: 65_536,
+            ..ProcessFunctionLimits::default()
+        },
+        determinism: ProcessDeterminism::ReplaySafe,
+        runtime: ProcessRuntime::Native,
+    }
+}
+
+fn value(v: i64) -> Option<RecordBatch> {
+    RecordBatch::try_new(output_schema(), vec![Arc::new(Int64Array::from(vec![v]))]).ok()
+}
+
+/// Counts activations per key in engine-owned state; emits nothing.
+#[derive(Debug, Default)]
+pub struct KeyedCounter;
+
+impl NativeProcessFunction for KeyedCounter {
+    fn process(
+        &mut self,
+        activations: &[ProcessActivation],
+    ) -> Result<Vec<ProcessActivationResult>, String> {
+        Ok(activations
+            .iter()
+            .map(|a| ProcessActivationResult {
+                activation_id: a.id,
+                mutations: vec![ValueMutation::Set(Some(match a.state {
+                    ValueState::Int64(n) => n + 1,
+                    _ => 1,
+                }))],
+                ..Default::default()
+            })
+            .collect())
+    }
+}
+
+/// Flags a key whose second amount of at least `threshold` arrives within
+/// `window_ms` of the first: the first arms a timer and remembers itself in
+/// state; the timer forgets it.
+#[derive(Debug)]
+pub struct FraudDetector {
+    /// Suspicious amount.
+    pub threshold: i64,
+    /// How long a first suspicious amount is remembered.
+    pub window_ms: i64,
+}
+
+impl NativeProcessFunction for FraudDetector {
+    fn process(
+        &mut self,
+        activations: &[ProcessActivation],
+    ) -> Result<Vec<ProcessActivationResult>, String> {
+        let mut out = Vec::with_capacity(activations.len());
+        for a in activations {
+            let mut r = ProcessActivationResult {
+                activation_id: a.id,
+                ..Default::default()
+            };
+            match &a.callback {
+                ProcessCallback::Input(row) => {
+                    let amount = row
+                        .column(1)
+                        .as_primitive_opt::<Int64Type>()
+                        .ok_or("amount is not BIGINT")?
+                        .value(0);
+                    if amount >= self.threshold {
+                        if matches!(a.state, ValueState::Int64(_)) {
+                            r.output = value(amount);
+                            r.mutations.push(ValueMutation::Clear);
+                            r.timers.push(TimerOperation::Delete {
+                                name: "forget".into(),
+                            });
+                        } else {
+                            r.mutations.push(ValueMutation::Set(Some(amount)));
+                            r.timers.push(TimerOperation::Set {
+                                name: "forget".into(),
+                                at_ms: a.watermark.max(0) + self.window_ms,
+                            });
+                        }
+                    }
+                }
+                ProcessCallback::Timer { .. } => r.mutations.push(ValueMutation::Clear),
+            }
+            out.push(r);
+        }
+        Ok(out)
+    }
+}
