@@ -14,9 +14,7 @@ use sluice_connectors::{
 use sluice_sql::{CreateSource, ObjectKind, PlanCatalog, StreamNode, StreamPlan, WatermarkSpec};
 
 use crate::error::{EngineError, Result};
-use crate::options::{
-    parse_count, parse_duration, resolve_path, take_format, take_on_error, PipelineOptions,
-};
+use crate::options::{parse_count, parse_duration, take_format, take_on_error, PipelineOptions};
 
 /// How a source gets its rows.
 #[derive(Debug, Clone)]
@@ -321,8 +319,7 @@ impl Catalog {
             let connector = match &s.connector {
                 SourceConnector::Push => "push".to_string(),
                 SourceConnector::File(f) => format!("file:{}:{}", f.path, f.format.name()),
-                #[allow(unreachable_patterns)]
-                other => format!("{other:?}"),
+                SourceConnector::Nexmark(n) => format!("nexmark:{}", n.describe()),
             };
             text.push_str(&format!(
                 "source {} {:?} {:?} {:?} {connector}\n",
@@ -437,9 +434,4 @@ fn two_columns(a: (&str, Vec<String>), b: (&str, Vec<String>)) -> Result<RecordB
         Arc::new(StringArray::from(b.1)),
     ];
     Ok(RecordBatch::try_new(schema, cols)?)
-}
-
-/// Base directory resolution for sinks (re-exported for the facade).
-pub fn sink_path(base: Option<&Path>, path: &str) -> PathBuf {
-    resolve_path(base, path)
 }

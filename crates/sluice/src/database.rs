@@ -9,7 +9,7 @@ use arrow::array::StringArray;
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use sluice_engine::catalog::{
-    sink_path, Catalog, SinkConnector, SinkDef, SourceConnector, SourceDef, StreamDef, StreamKind,
+    Catalog, SinkConnector, SinkDef, SourceConnector, SourceDef, StreamDef, StreamKind,
 };
 use sluice_engine::coordinator::{
     CheckpointConfig, CheckpointReport, ConnectorPipelineCallback, ControlMsg, CoordinatorConfig,
@@ -17,7 +17,7 @@ use sluice_engine::coordinator::{
 };
 use sluice_engine::metrics::{MetricsSnapshot, PipelineMetrics};
 use sluice_engine::operators::Operator;
-use sluice_engine::options::{take_format, Delivery, PipelineOptions};
+use sluice_engine::options::{resolve_path, take_format, Delivery, PipelineOptions};
 use sluice_engine::output::mv::MaterializedView;
 use sluice_engine::output::sink::SinkRuntime;
 use sluice_engine::output::subscription::{ResumeFrom, Subscription, SubscriptionRegistry};
@@ -440,7 +440,7 @@ impl Database {
                 let format = take_format(&mut with, &path, &context)?;
                 with.finish(&context, &["connector", "path", "format"])?;
                 SinkConnector::File {
-                    path: sink_path(self.inner.base_dir.as_deref(), &path),
+                    path: resolve_path(self.inner.base_dir.as_deref(), &path),
                     format,
                 }
             }

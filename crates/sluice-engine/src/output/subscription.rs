@@ -217,14 +217,6 @@ impl SubscriptionRegistry {
         }
     }
 
-    /// Whether anyone listens to `name`.
-    pub fn has_subscribers(&self, name: &str) -> bool {
-        self.topics
-            .lock()
-            .get(name)
-            .is_some_and(|t| !t.subscribers.is_empty())
-    }
-
     /// Deliver output batches of `name` to live subscribers, and keep them
     /// for the next checkpoint cut when committed epochs are retained.
     pub fn publish(&self, name: &str, batches: &[RecordBatch]) -> Result<()> {
