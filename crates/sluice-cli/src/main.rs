@@ -15,6 +15,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod bench;
+mod builtins;
 mod error;
 mod progress;
 mod run;

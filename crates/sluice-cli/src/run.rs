@@ -35,6 +35,7 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<(), CliError>
             builder = builder.set(name, value)?;
         }
         let db = builder.open().await?;
+        crate::builtins::register(&db).await?;
         let outcome = match execute_and_run(&db, &text, progress).await {
             Ok(()) => db.shutdown().await.map_err(CliError::from),
             Err(e) => Err(e),

@@ -15,6 +15,9 @@ use sluice_sql::{CreateSource, ObjectKind, PlanCatalog, StreamNode, StreamPlan, 
 
 use crate::error::{EngineError, Result};
 use crate::options::{parse_count, parse_duration, take_format, take_on_error, PipelineOptions};
+use crate::process::{
+    ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionInfo, ProcessRuntime, ValueState,
+};
 
 /// How a source gets its rows.
 #[derive(Debug, Clone)]
@@ -175,6 +178,8 @@ pub enum StreamKind {
         /// The source.
         source: String,
     },
+    /// The output of a bound process function.
+    Process(Box<ProcessFunctionInfo>),
 }
 
 /// A declared stream or materialized view.
@@ -203,6 +208,7 @@ impl StreamDef {
         match &self.kind {
             StreamKind::Query(p) => p.inputs(),
             StreamKind::LateData { source } => vec![source.clone()],
+            StreamKind::Process(info) => vec![info.input.clone()],
         }
     }
 }
@@ -243,6 +249,8 @@ pub struct Catalog {
     pub streams: Vec<StreamDef>,
     /// Sinks.
     pub sinks: Vec<SinkDef>,
+    /// Registered process functions (bound or not), by registration order.
+    pub functions: Vec<ProcessFunctionDescriptor>,
 }
 
 impl PlanCatalog for Catalog {
@@ -341,6 +349,12 @@ impl Catalog {
                 StreamKind::LateData { source } => {
                     text.push_str(&format!("late {} {source}\n", s.name))
                 }
+                // The descriptor's binding hash is checked when its state is
+                // restored, so a changed version gets that specific error.
+                StreamKind::Process(info) => text.push_str(&format!(
+                    "process {} {} {} {}\n",
+                    s.name, s.materialized, info.descriptor.name, info.input
+                )),
             }
         }
         for s in &self.sinks {
@@ -383,6 +397,10 @@ impl Catalog {
                         StreamKind::Query(_) if s.changelog => "changelog".to_string(),
                         StreamKind::Query(_) => "append-only".to_string(),
                         StreamKind::LateData { source } => format!("late rows of {source}"),
+                        StreamKind::Process(info) => format!(
+                            "process function {} v{} over {}",
+                            info.descriptor.name, info.descriptor.version, info.input
+                        ),
                     };
                     (s.name.clone(), d)
                 })
@@ -410,6 +428,8 @@ impl Catalog {
             Arc::clone(&s.schema)
         } else if let Some(s) = self.sinks.iter().find(|s| s.name == name) {
             Arc::clone(&s.schema)
+        } else if let Some(d) = self.functions.iter().find(|d| d.name == name) {
+            return self.describe_function(d);
         } else {
             return Err(EngineError::Catalog(format!(
                 "nothing named '{name}' to describe"
@@ -421,6 +441,147 @@ impl Catalog {
             .map(|f| (f.name().clone(), f.data_type().to_string()))
             .unzip();
         two_columns(("column", names), ("type", types))
+    }
+}
+
+impl Catalog {
+    /// Streams that bind `function`.
+    pub fn bindings_of(&self, function: &str) -> Vec<&ProcessFunctionInfo> {
+        self.streams
+            .iter()
+            .filter_map(|s| match &s.kind {
+                StreamKind::Process(info) if info.descriptor.name == function => {
+                    Some(info.as_ref())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The source a stream's rows come from batch by batch (the relation
+    /// itself for a source, or through filters and projections), if any.
+    pub fn batchwise_origin(&self, name: &str) -> Option<&str> {
+        if let Some(s) = self.sources.iter().find(|s| s.name == name) {
+            return Some(&s.name);
+        }
+        match &self.streams.iter().find(|s| s.name == name)?.kind {
+            StreamKind::Query(plan) => self.batchwise_origin(plan.root.batchwise_input()?),
+            StreamKind::LateData { .. } | StreamKind::Process(_) => None,
+        }
+    }
+
+    /// `SHOW PROCESS FUNCTIONS`: one row per binding, and one per function
+    /// that is registered but not bound.
+    pub fn show_process_functions(&self) -> Result<RecordBatch> {
+        let mut cols: [Vec<Option<String>>; 8] = Default::default();
+        for d in &self.functions {
+            let bindings = self.bindings_of(&d.name);
+            let rows: Vec<Option<&ProcessFunctionInfo>> = if bindings.is_empty() {
+                vec![None]
+            } else {
+                bindings.into_iter().map(Some).collect()
+            };
+            for b in rows {
+                let values = [
+                    Some(d.name.clone()),
+                    Some(d.version.to_string()),
+                    Some(runtime_name(&d.runtime).to_string()),
+                    Some(determinism_name(d.determinism).to_string()),
+                    Some(d.key_columns.join(", ")),
+                    Some(d.binding_hash()),
+                    b.map(|b| b.input.clone()),
+                    b.map(|b| b.output.clone()),
+                ];
+                for (c, v) in cols.iter_mut().zip(values) {
+                    c.push(v);
+                }
+            }
+        }
+        let names = [
+            "name",
+            "version",
+            "runtime",
+            "determinism",
+            "key_columns",
+            "binding_hash",
+            "input",
+            "output",
+        ];
+        let schema = Arc::new(Schema::new(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Field::new(*n, DataType::Utf8, i >= 6))
+                .collect::<Vec<_>>(),
+        ));
+        let arrays: Vec<ArrayRef> = cols
+            .into_iter()
+            .map(|c| Arc::new(StringArray::from(c)) as ArrayRef)
+            .collect();
+        Ok(RecordBatch::try_new(schema, arrays)?)
+    }
+
+    fn describe_function(&self, d: &ProcessFunctionDescriptor) -> Result<RecordBatch> {
+        let columns = |s: &SchemaRef| {
+            s.fields()
+                .iter()
+                .map(|f| format!("{} {}", f.name(), f.data_type()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let l = &d.limits;
+        let mut rows = vec![
+            ("name", d.name.clone()),
+            ("version", d.version.to_string()),
+            ("runtime", runtime_name(&d.runtime).to_string()),
+            ("determinism", determinism_name(d.determinism).to_string()),
+            ("input_columns", columns(&d.input_schema)),
+            ("key_columns", d.key_columns.join(", ")),
+            ("output_columns", columns(&d.output_schema)),
+            (
+                "initial_state",
+                match d.initial_state {
+                    None | Some(ValueState::Absent) => "absent".to_string(),
+                    Some(ValueState::Null) => "null".to_string(),
+                    Some(ValueState::Int64(v)) => v.to_string(),
+                },
+            ),
+            (
+                "limits",
+                format!(
+                    "activations/call {}, rows/activation {}, rows/call {}, timers/key {}, timer name {} bytes, state changes/activation {}",
+                    l.max_activations_per_call,
+                    l.max_output_rows_per_activation,
+                    l.max_output_rows_per_call,
+                    l.max_timers_per_key,
+                    l.max_timer_name_len,
+                    l.max_state_changes_per_activation
+                ),
+            ),
+            ("binding_hash", d.binding_hash()),
+        ];
+        for b in self.bindings_of(&d.name) {
+            rows.push(("bound", format!("{} -> {}", b.input, b.output)));
+        }
+        let (props, values) = rows.into_iter().map(|(p, v)| (p.to_string(), v)).unzip();
+        two_columns(("property", props), ("value", values))
+    }
+}
+
+/// How `SHOW` and `DESCRIBE` name a runtime.
+pub fn runtime_name(r: &ProcessRuntime) -> &'static str {
+    match r {
+        ProcessRuntime::Native => "native",
+        ProcessRuntime::RemoteRust => "remote_rust",
+        ProcessRuntime::Python(_) => "python",
+    }
+}
+
+/// How `SHOW` and `DESCRIBE` name a determinism contract.
+pub fn determinism_name(d: ProcessDeterminism) -> &'static str {
+    match d {
+        ProcessDeterminism::ReplaySafe => "replay_safe",
+        ProcessDeterminism::NonDeterministic => "non_deterministic",
     }
 }
 

@@ -47,6 +47,10 @@ pub enum EngineError {
     /// The pipeline is not running (shut down or never started).
     #[error("pipeline is not running")]
     NotRunning,
+    /// A process function's call was rejected (limit, handler error or
+    /// panic), or its binding or state does not fit.
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
     /// An internal invariant broke; a bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -68,6 +72,7 @@ impl EngineError {
             EngineError::Fault(_) => "SLC-ENG-008",
             EngineError::Checkpoint(_) => "SLC-ENG-009",
             EngineError::Storage(e) => e.code(),
+            EngineError::Process(_) => "SLC-ENG-010",
         }
     }
 

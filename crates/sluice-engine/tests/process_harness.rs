@@ -184,10 +184,10 @@ fn one_activation_per_key_per_call_in_arrival_order() {
         .unwrap();
     // Calls: [a#1, b#1, c#1], [a#2], [a#3].
     assert_eq!(
-        h.activation_log().iter().map(|l| l.0).collect::<Vec<_>>(),
+        h.activation_log().iter().map(|l| l.id).collect::<Vec<_>>(),
         vec![0, 1, 2, 3, 4]
     );
-    let keys: Vec<Vec<u8>> = h.activation_log().iter().map(|l| l.1.clone()).collect();
+    let keys: Vec<Vec<u8>> = h.activation_log().iter().map(|l| l.key.clone()).collect();
     assert_eq!(keys, vec![key("a"), key("b"), key("c"), key("a"), key("a")]);
     assert_eq!(counts(&h), vec![1, 1, 1, 2, 3]);
     assert_eq!(h.state(&key("a")), ValueState::Int64(3));
@@ -203,10 +203,14 @@ fn timers_fire_at_the_watermark_in_time_key_name_order_and_once() {
     h.advance_watermark(9).unwrap();
     assert_eq!(counts(&h), vec![1, 1], "not due yet");
     h.advance_watermark(10).unwrap();
-    let log: Vec<String> = h.activation_log().iter().map(|l| l.2.clone()).collect();
+    let log: Vec<String> = h
+        .activation_log()
+        .iter()
+        .map(|l| l.callback.clone())
+        .collect();
     assert_eq!(log, vec!["input", "input", "timer:review", "timer:review"]);
     // Same time: key order decides ("a" < "b").
-    assert_eq!(h.activation_log()[2].1, key("a"));
+    assert_eq!(h.activation_log()[2].key, key("a"));
     assert_eq!(counts(&h), vec![1, 1, -1, -1]);
     assert_eq!(
         h.state(&key("a")),
@@ -344,9 +348,102 @@ fn restore_replays_identically_and_refuses_another_binding() {
     d.version = 2;
     let mut other = ProcessFunctionTestHarness::new(d, Counter::default()).unwrap();
     let err = other.restore(snap).unwrap_err().to_string();
-    assert!(err.contains("belongs to binding"), "{err}");
+    assert!(
+        err.contains("belongs to 'counter' v1") && err.contains("now bound as 'counter' v2"),
+        "{err}"
+    );
     assert!(straight
         .outputs()
         .iter()
         .all(|b| b.column(0).null_count() == 0));
+}
+
+/// Sets a present null, a value or nothing by amount, and a timer per row.
+struct Mixed;
+
+impl NativeProcessFunction for Mixed {
+    fn process(
+        &mut self,
+        activations: &[ProcessActivation],
+    ) -> Result<Vec<ProcessActivationResult>, String> {
+        Ok(activations
+            .iter()
+            .map(|a| {
+                let mut r = ProcessActivationResult {
+                    activation_id: a.id,
+                    output: RecordBatch::try_new(
+                        out_schema(),
+                        vec![Arc::new(Int64Array::from(vec![a.id as i64]))],
+                    )
+                    .ok(),
+                    ..Default::default()
+                };
+                if let ProcessCallback::Input(row) = &a.callback {
+                    let amount = row.column(1).as_primitive::<Int64Type>().value(0);
+                    r.mutations.push(match amount % 3 {
+                        0 => ValueMutation::Set(None),
+                        1 => ValueMutation::Set(Some(amount)),
+                        _ => ValueMutation::Clear,
+                    });
+                    r.timers.push(TimerOperation::Set {
+                        name: format!("t{}", amount % 2),
+                        at_ms: amount,
+                    });
+                }
+                r
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn the_pipeline_operator_checkpoints_state_timers_and_ids_exactly() {
+    use sluice_engine::process::{ProcessFunctionInfo, ProcessOperator};
+    let info = ProcessFunctionInfo {
+        descriptor: descriptor(limits()),
+        input: "events".into(),
+        output: "out".into(),
+    };
+    let schema = input(&[], &[]).schema();
+    let op = || ProcessOperator::new(info.clone(), &schema, Box::new(Mixed)).unwrap();
+    let b1 = input(&["a", "b", "c", "a"], &[3, 4, 5, 40]);
+    let b2 = input(&["b", "d"], &[9, 2]);
+    let ids = |batches: Vec<RecordBatch>| -> Vec<i64> {
+        batches
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect()
+    };
+    let mut straight = op();
+    let first = ids(straight.run(std::slice::from_ref(&b1), Some(&[(1, 4)]), 4).unwrap());
+    let second = ids(straight.run(std::slice::from_ref(&b2), Some(&[(1, 10)]), 10).unwrap());
+    // Inputs a, b, c then a again, then the timers due at 4: a's t1 (3),
+    // b's t0 (4); then b, d and the timers due at 10.
+    assert_eq!(first, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(second.first(), Some(&6));
+
+    let mut before = op();
+    before.run(&[b1], Some(&[(1, 4)]), 4).unwrap();
+    let bytes = before.snapshot().unwrap();
+    let mut resumed = op();
+    resumed.restore(&bytes).unwrap();
+    assert_eq!(resumed.snapshot().unwrap(), bytes, "restore is exact");
+    assert_eq!(
+        ids(resumed.run(&[b2], Some(&[(1, 10)]), 10).unwrap()),
+        second
+    );
+    assert_eq!(resumed.snapshot().unwrap(), straight.snapshot().unwrap());
+
+    let mut d = descriptor(limits());
+    d.name = "other".into();
+    let other = ProcessFunctionInfo {
+        descriptor: d,
+        ..info.clone()
+    };
+    let mut renamed = ProcessOperator::new(other, &schema, Box::new(Mixed)).unwrap();
+    let e = renamed.restore(&bytes).unwrap_err().to_string();
+    assert!(
+        e.contains("belongs to 'counter' v1") && e.contains("now bound as 'other' v1"),
+        "{e}"
+    );
 }

@@ -14,6 +14,8 @@ pub enum Statement {
     CreateSource(CreateSource),
     /// `CREATE STREAM` or `CREATE MATERIALIZED VIEW`.
     CreateStream(CreateStream),
+    /// `CREATE STREAM name AS PROCESS function [VERSION n] FROM input`.
+    CreateProcessStream(CreateProcessStream),
     /// `CREATE SINK`.
     CreateSink(CreateSink),
     /// `DROP <kind> [IF EXISTS] name`.
@@ -42,6 +44,8 @@ pub enum Statement {
     Checkpoint,
     /// `SHOW CHECKPOINTS`.
     ShowCheckpoints,
+    /// `SHOW PROCESS FUNCTIONS`.
+    ShowProcessFunctions,
     /// A one-shot query, answered from materialized views.
     Query(Box<sp::Query>),
 }
@@ -114,6 +118,22 @@ pub struct CreateStream {
     pub query: Box<sp::Query>,
     /// The `EMIT` clause, if written.
     pub emit: Option<EmitMode>,
+}
+
+/// `CREATE STREAM name AS PROCESS function [VERSION n] FROM input`: bind a
+/// registered process function to an input; its output is the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateProcessStream {
+    /// Output stream name.
+    pub name: String,
+    /// Whether the output is kept queryable (`CREATE MATERIALIZED VIEW`).
+    pub materialized: bool,
+    /// The registered function.
+    pub function: String,
+    /// The version the statement expects, if written.
+    pub version: Option<u32>,
+    /// The source or stream it reads.
+    pub input: String,
 }
 
 /// `CREATE SINK name FROM stream [WHERE ...] WITH (...)`.

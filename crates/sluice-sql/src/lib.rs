@@ -20,8 +20,8 @@ pub mod types;
 pub mod window_udf;
 
 pub use ast::{
-    CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement, WatermarkSpec,
-    WithOptions,
+    CreateProcessStream, CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement,
+    WatermarkSpec, WithOptions,
 };
 pub use error::{Result, SqlError};
 pub use parser::parse_sql;

@@ -16,8 +16,8 @@ use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 
 use crate::ast::{
-    CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement, WatermarkSpec,
-    WithOptions,
+    CreateProcessStream, CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement,
+    WatermarkSpec, WithOptions,
 };
 use crate::error::{Result, SqlError};
 use crate::types::arrow_type;
@@ -127,7 +127,7 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         .map(|t| t.token.clone())
         .filter(|t| !matches!(t, Token::Whitespace(_)))
         .filter(|t| *t != Token::EOF)
-        .take(3)
+        .take(4)
         .collect();
     let lead = |i: usize, w: &str| words.get(i).is_some_and(|t| is_word(t, w));
 
@@ -152,6 +152,12 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     }
     if lead(0, "SHOW") && lead(1, "CHECKPOINTS") && words.len() == 2 {
         return Ok(Statement::ShowCheckpoints);
+    }
+    if lead(0, "SHOW") && lead(1, "PROCESS") {
+        if !(lead(2, "FUNCTIONS") && words.len() == 3) {
+            return Err(SqlError::Syntax("expected SHOW PROCESS FUNCTIONS".into()));
+        }
+        return Ok(Statement::ShowProcessFunctions);
     }
     if lead(0, "SHOW") {
         return parse_show(&mut p);
@@ -178,7 +184,7 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     }
     let first = words.first().map(|t| t.to_string()).unwrap_or_default();
     Err(SqlError::Unsupported(format!(
-        "statement starting with '{first}' (supported: CREATE SOURCE | STREAM | MATERIALIZED VIEW | SINK, DROP, SHOW, DESCRIBE, EXPLAIN, SET, SELECT)"
+        "statement starting with '{first}' (supported: CREATE SOURCE | STREAM | MATERIALIZED VIEW | SINK, DROP, SHOW, DESCRIBE, EXPLAIN, SET, SELECT, CHECKPOINT)"
     )))
 }
 
@@ -255,6 +261,14 @@ fn parse_create_stream(p: &mut Parser<'_>, emit: Option<EmitMode>) -> Result<Sta
             "expected AS after CREATE ... {name}"
         )));
     }
+    if parse_word(p, "PROCESS") {
+        if emit.is_some() {
+            return Err(SqlError::Syntax(format!(
+                "'{name}': EMIT does not apply to AS PROCESS (a process function emits what its handler returns)"
+            )));
+        }
+        return parse_process_binding(p, name, materialized);
+    }
     let query = p.parse_query()?;
     expect_end(p, "the query")?;
     Ok(Statement::CreateStream(CreateStream {
@@ -262,6 +276,44 @@ fn parse_create_stream(p: &mut Parser<'_>, emit: Option<EmitMode>) -> Result<Sta
         materialized,
         query,
         emit,
+    }))
+}
+
+/// `PROCESS function [VERSION n] FROM input`, after `CREATE STREAM name AS`.
+fn parse_process_binding(
+    p: &mut Parser<'_>,
+    name: String,
+    materialized: bool,
+) -> Result<Statement> {
+    let function = ident(p)?;
+    let version = if parse_word(p, "VERSION") {
+        let t = p.next_token();
+        let v = match &t.token {
+            Token::Number(n, _) => n.parse::<u32>().ok(),
+            _ => None,
+        };
+        Some(v.ok_or_else(|| {
+            SqlError::Syntax(format!(
+                "'{name}': expected a version number after VERSION, found {}",
+                t.token
+            ))
+        })?)
+    } else {
+        None
+    };
+    if !p.parse_keyword(Keyword::FROM) {
+        return Err(SqlError::Syntax(format!(
+            "'{name}': expected FROM <input> after PROCESS {function}"
+        )));
+    }
+    let input = ident(p)?;
+    expect_end(p, "CREATE STREAM ... AS PROCESS function FROM input")?;
+    Ok(Statement::CreateProcessStream(CreateProcessStream {
+        name,
+        materialized,
+        function,
+        version,
+        input,
     }))
 }
 
@@ -607,6 +659,51 @@ mod tests {
         let e =
             parse_sql("CREATE SOURCE s (ts TIMESTAMP, WATERMARK FOR ts AS ts * 2)").unwrap_err();
         assert!(e.to_string().contains("watermark expression"), "{e}");
+    }
+
+    #[test]
+    fn parses_process_bindings() {
+        let s = parse_sql("CREATE STREAM alerts AS PROCESS fraud VERSION 2 FROM bids").unwrap();
+        let Statement::CreateProcessStream(p) = &s[0] else {
+            panic!("{s:?}")
+        };
+        assert_eq!(
+            p,
+            &CreateProcessStream {
+                name: "alerts".into(),
+                materialized: false,
+                function: "fraud".into(),
+                version: Some(2),
+                input: "bids".into(),
+            }
+        );
+        let s = parse_sql("CREATE MATERIALIZED VIEW v AS PROCESS f FROM t").unwrap();
+        assert!(
+            matches!(&s[0], Statement::CreateProcessStream(p) if p.materialized && p.version.is_none())
+        );
+        assert!(matches!(
+            parse_sql("SHOW PROCESS FUNCTIONS").unwrap()[0],
+            Statement::ShowProcessFunctions
+        ));
+        for (sql, needle) in [
+            (
+                "CREATE STREAM a AS PROCESS f VERSION x FROM t",
+                "version number",
+            ),
+            ("CREATE STREAM a AS PROCESS f t", "expected FROM"),
+            (
+                "CREATE STREAM a AS PROCESS f FROM t EMIT CHANGES",
+                "EMIT does not apply",
+            ),
+            (
+                "CREATE STREAM a AS PROCESS f FROM t WHERE x",
+                "unexpected WHERE",
+            ),
+            ("SHOW PROCESS FUNCTIONS now", "SHOW PROCESS FUNCTIONS"),
+        ] {
+            let e = parse_sql(sql).unwrap_err().to_string();
+            assert!(e.contains(needle), "{sql}: {e}");
+        }
     }
 
     #[test]

@@ -203,6 +203,19 @@ impl StreamNode {
         }
     }
 
+    /// The one input this node reads batch by batch, when it is a chain of
+    /// filters and projections over a single scan: each output batch then
+    /// comes from exactly one input batch. None for aggregates and unions.
+    pub fn batchwise_input(&self) -> Option<&str> {
+        match self {
+            StreamNode::Scan { input, .. } => Some(input),
+            StreamNode::Filter { input, .. } | StreamNode::Project { input, .. } => {
+                input.batchwise_input()
+            }
+            _ => None,
+        }
+    }
+
     fn collect_inputs(&self, out: &mut Vec<String>) {
         match self {
             StreamNode::Scan { input, .. } => out.push(input.clone()),

@@ -13,7 +13,7 @@ use sluice_engine::catalog::{
 };
 use sluice_engine::coordinator::{
     CheckpointConfig, CheckpointReport, ConnectorPipelineCallback, ControlMsg, CoordinatorConfig,
-    CoordinatorHandle, PipelineStatus, SharedOutputs,
+    CoordinatorHandle, PipelineStatus, SharedOutputs, StreamProducer,
 };
 use sluice_engine::metrics::{MetricsSnapshot, PipelineMetrics};
 use sluice_engine::operators::Operator;
@@ -28,6 +28,10 @@ use tokio::sync::{mpsc, Mutex};
 
 use crate::query::run_query;
 use crate::{Error, Result};
+
+mod process;
+pub use process::HandlerFactory;
+use process::RegisteredFunction;
 
 /// Options that size the pipeline and must be set before it starts.
 const OPEN_TIME_OPTIONS: &[&str] = &["channel_capacity", "max_batches_per_cycle"];
@@ -52,6 +56,7 @@ struct State {
     catalog: Catalog,
     options: PipelineOptions,
     views: HashMap<String, Arc<MaterializedView>>,
+    functions: HashMap<String, RegisteredFunction>,
     running: Option<Running>,
     started: bool,
     closed: bool,
@@ -111,6 +116,7 @@ impl DatabaseBuilder {
                     catalog: Catalog::default(),
                     options: self.options,
                     views: HashMap::new(),
+                    functions: HashMap::new(),
                     running: None,
                     started: false,
                     closed: false,
@@ -266,7 +272,7 @@ impl Database {
             Statement::CreateStream(cs) => {
                 state.catalog.check_free(&cs.name)?;
                 let plan = StreamPlanner::plan_stream(&state.catalog, &cs).await?;
-                let operator = Operator::compile(&plan.root)?;
+                let operator = StreamProducer::Query(Operator::compile(&plan.root)?);
                 let view = if plan.materialized {
                     let v = MaterializedView::new(plan.data_schema(), plan.changelog)?;
                     state.views.insert(plan.name.clone(), Arc::clone(&v));
@@ -288,12 +294,17 @@ impl Database {
                 r.coordinator
                     .control(ControlMsg::AddStream {
                         name: plan.name,
-                        operator: Box::new(operator),
+                        producer: Box::new(operator),
                         view,
                     })
                     .await?;
                 Ok(vec![])
             }
+            Statement::CreateProcessStream(b) => {
+                self.bind(&mut state, b).await?;
+                Ok(vec![])
+            }
+            Statement::ShowProcessFunctions => Ok(vec![state.catalog.show_process_functions()?]),
             Statement::CreateSink(cs) => {
                 let def = self.sink_def(&state.catalog, cs).await?;
                 let runtime = SinkRuntime::new(&def)?;
@@ -382,6 +393,19 @@ impl Database {
                         let kind = if plan.changelog { "changelog" } else { "append-only" };
                         format!("{} ({kind})\n{}", plan.name, plan.root)
                     }
+                    Statement::CreateProcessStream(b) => {
+                        let (info, _) = Self::plan_binding(&state, &b)?;
+                        let d = &info.descriptor;
+                        format!(
+                            "{} (append-only)\nProcess: {} v{} over {} keyed by ({}), binding {}",
+                            info.output,
+                            d.name,
+                            d.version,
+                            info.input,
+                            d.key_columns.join(", "),
+                            d.binding_hash()
+                        )
+                    }
                     Statement::CreateSink(cs) => {
                         let def = self.sink_def(&state.catalog, cs).await?;
                         match def.filter {
@@ -391,7 +415,7 @@ impl Database {
                     }
                     other => {
                         return Err(Error::Sql(sluice_sql::SqlError::Unsupported(format!(
-                            "EXPLAIN of {} (EXPLAIN supports CREATE STREAM, CREATE MATERIALIZED VIEW and CREATE SINK)",
+                            "EXPLAIN of {} (EXPLAIN supports CREATE STREAM, CREATE MATERIALIZED VIEW, AS PROCESS bindings and CREATE SINK)",
                             statement_name(&other)
                         ))))
                     }
@@ -582,6 +606,7 @@ impl Database {
                 "checkpointing (checkpoint_interval or delivery = 'exactly_once') needs a state directory (--state-dir, Database::open(dir)) or a checkpoint_store URL".into(),
             ));
         };
+        sluice_engine::process::admission::admit(&state.catalog, o.delivery)?;
         if o.delivery == Delivery::ExactlyOnce {
             for s in &state.catalog.sources {
                 if !s.is_replayable() {
@@ -739,6 +764,8 @@ fn statement_name(s: &Statement) -> &'static str {
     match s {
         Statement::CreateSource(_) => "CREATE SOURCE",
         Statement::CreateStream(_) => "CREATE STREAM",
+        Statement::CreateProcessStream(_) => "CREATE STREAM ... AS PROCESS",
+        Statement::ShowProcessFunctions => "SHOW PROCESS FUNCTIONS",
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop { .. } => "DROP",
         Statement::Show(_) => "SHOW",

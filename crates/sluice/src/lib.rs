@@ -21,12 +21,24 @@
 mod database;
 mod query;
 
-pub use database::{Database, DatabaseBuilder};
+pub use database::{Database, DatabaseBuilder, HandlerFactory};
 pub use sluice_engine::coordinator::CheckpointReport;
 pub use sluice_engine::metrics::MetricsSnapshot;
 pub use sluice_engine::options::{Delivery, PipelineOptions};
 pub use sluice_engine::output::subscription::{ChangeBatch, ChangeKind, ResumeFrom, Subscription};
 pub use sluice_engine::sources::PushSource;
+
+/// Keyed process functions: the contract types, the test harness and the
+/// benchmark fixtures (see `sluice_engine::process`).
+pub mod process {
+    pub use sluice_engine::process::{
+        benchmark, decode_int64_key, encode_key, LoggedActivation, NativeProcessFunction,
+        ProcessActivation, ProcessActivationResult, ProcessCallback, ProcessDeterminism,
+        ProcessError, ProcessFunctionDescriptor, ProcessFunctionInfo, ProcessFunctionLimits,
+        ProcessFunctionTestHarness, ProcessRuntime, ProcessSnapshot, PythonEnvironmentBinding,
+        TimerOperation, ValueMutation, ValueState,
+    };
+}
 pub use sluice_engine::EngineError as Error;
 pub use sluice_sql::CHANGE_COLUMN;
 pub use sluice_storage::CheckpointInfo;

@@ -15,7 +15,6 @@ use rustc_hash::FxHashMap;
 use thiserror::Error;
 
 use crate::catalog::SourceDef;
-use crate::operators::Operator;
 use crate::output::mv::MaterializedView;
 use crate::output::sink::SinkRuntime;
 
@@ -36,6 +35,12 @@ pub enum CycleError {
     /// An operator failed.
     #[error("{0}")]
     Execution(String),
+    /// A process function's call was rejected (a limit, a handler error or
+    /// a panic). Nothing of the call applied, but earlier calls of the cycle
+    /// did, so the cycle is never dropped: it faults for replay when
+    /// checkpointing is on, and halts otherwise.
+    #[error("{0}")]
+    Process(String),
     /// Output could not be published.
     #[error("output: {0}")]
     Output(String),
@@ -101,8 +106,8 @@ pub enum ControlMsg {
     AddStream {
         /// Stream name.
         name: String,
-        /// Its operators.
-        operator: Box<Operator>,
+        /// What computes it.
+        producer: Box<super::streams::StreamProducer>,
         /// Its store, for a materialized view.
         view: Option<Arc<MaterializedView>>,
     },

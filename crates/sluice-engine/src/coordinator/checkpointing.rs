@@ -36,7 +36,7 @@ impl ConnectorPipelineCallback {
                 parts.push_back(b.clone());
                 i += 1;
             }
-            s.operator.restore(&mut parts)?;
+            s.restore(&mut parts)?;
             if !parts.is_empty() {
                 return Err(EngineError::Internal(format!(
                     "checkpoint holds more state for stream '{}' than its plan",
@@ -87,7 +87,7 @@ impl ConnectorPipelineCallback {
         let mut blobs = Vec::new();
         for s in self.streams.iter_mut() {
             let mut parts = Vec::new();
-            s.operator.snapshot(&mut parts)?;
+            s.snapshot(&mut parts)?;
             for (i, p) in parts.into_iter().enumerate() {
                 blobs.push((stream_blob(&s.name, i), p));
             }

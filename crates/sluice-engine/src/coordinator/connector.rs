@@ -17,12 +17,11 @@ use super::callback::{
     BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
     RuntimeControl, SourceIntake,
 };
+use super::streams::{InstalledStream, MarkMap, StreamFailure};
 use crate::catalog::SourceDef;
 use crate::metrics::PipelineMetrics;
 use crate::operators::expr::event_time_ms;
-use crate::operators::Operator;
 use crate::options::Delivery;
-use crate::output::mv::MaterializedView;
 use crate::output::sink::{SinkMode, SinkRuntime};
 use crate::output::subscription::SubscriptionRegistry;
 use crate::sources::{spawn_reader, SourceBarrierControl, SourceMessage};
@@ -43,12 +42,6 @@ pub(super) struct SourceState {
     pub(super) final_offset: Option<String>,
 }
 
-pub(super) struct InstalledStream {
-    pub(super) name: Arc<str>,
-    pub(super) operator: Operator,
-    pub(super) view: Option<Arc<MaterializedView>>,
-}
-
 /// Shared handles the callback publishes to.
 #[derive(Clone)]
 pub struct SharedOutputs {
@@ -64,6 +57,9 @@ pub struct ConnectorPipelineCallback {
     pub(super) streams: Vec<InstalledStream>,
     pub(super) sinks: Vec<SinkRuntime>,
     pub(super) late_stash: Mutex<BatchMap>,
+    /// The pipeline watermark after each batch taken in since the last
+    /// cycle, per source, in arrival order (see [`super::streams`]).
+    pub(super) cycle_marks: MarkMap,
     pub(super) watermark: i64,
     pub(super) halt: Option<String>,
     pub(super) started: bool,
@@ -103,6 +99,7 @@ impl ConnectorPipelineCallback {
             streams: Vec::new(),
             sinks: Vec::new(),
             late_stash: Mutex::new(FxHashMap::default()),
+            cycle_marks: FxHashMap::default(),
             watermark: i64::MIN,
             halt: None,
             started: false,
@@ -228,6 +225,15 @@ impl SourceIntake for ConnectorPipelineCallback {
                 .observe(max, admission_floor, Instant::now());
         }
         self.recompute_watermark();
+        // One mark per batch taken in: after the n-th, the watermark was wm.
+        let wm = self.watermark;
+        match self.cycle_marks.get_mut(source_name) {
+            Some(m) => m.push((m.len() + 1, wm)),
+            None => {
+                self.cycle_marks
+                    .insert(Arc::from(source_name), vec![(1, wm)]);
+            }
+        }
         Ok(())
     }
 
@@ -276,14 +282,13 @@ impl CycleExecution for ConnectorPipelineCallback {
         for (k, v) in std::mem::take(&mut *self.late_stash.lock()) {
             data.entry(k).or_default().extend(v);
         }
+        let mut marks = std::mem::take(&mut self.cycle_marks);
         for s in self.streams.iter_mut() {
-            let out = s
-                .operator
-                .run(&data, watermark)
-                .map_err(|e| CycleError::Execution(format!("stream '{}': {e}", s.name)))?;
-            if !out.is_empty() {
-                data.entry(Arc::clone(&s.name)).or_default().extend(out);
-            }
+            s.run(&mut data, &mut marks, watermark)
+                .map_err(|f| match f {
+                    StreamFailure::Process(m) => CycleError::Process(m),
+                    StreamFailure::Other(m) => CycleError::Execution(m),
+                })?;
         }
         Ok(CycleOutcome { results: data })
     }
@@ -358,6 +363,12 @@ impl OutputPublication for ConnectorPipelineCallback {
                     "writing sink '{}'",
                     sink.name()
                 )));
+            }
+            // Pushed rows can arrive before `start`: open the sink for them
+            // in the mode known so far (atomic unless checkpointing is on).
+            if !sink.is_open() {
+                sink.begin(self.sink_mode, None)
+                    .map_err(|e| CycleError::Output(format!("sink '{}': {e}", sink.name())))?;
             }
             sink.write(results, wm)
                 .map_err(|e| CycleError::Output(format!("sink '{}': {e}", sink.name())))?;
@@ -449,11 +460,11 @@ impl RuntimeControl for ConnectorPipelineCallback {
             }
             ControlMsg::AddStream {
                 name,
-                operator,
+                producer,
                 view,
             } => self.streams.push(InstalledStream {
                 name: Arc::from(name.as_str()),
-                operator: *operator,
+                producer: *producer,
                 view,
             }),
             ControlMsg::AddSink(mut sink) => {

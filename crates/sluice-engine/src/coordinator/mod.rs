@@ -11,6 +11,7 @@
 pub mod callback;
 mod checkpointing;
 pub mod connector;
+pub mod streams;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -26,6 +27,7 @@ pub use callback::{
     PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
 };
 pub use connector::{CheckpointConfig, ConnectorPipelineCallback, SharedOutputs};
+pub use streams::StreamProducer;
 
 /// What the coordinator reports about the pipeline.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -284,7 +286,10 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             Ok(o) => o,
             Err(e) => {
                 self.callback.note_cycle_error();
-                if self.callback.fault_on_cycle_error() {
+                let replayable = self.callback.drops_failed_cycles();
+                if self.callback.fault_on_cycle_error()
+                    || (replayable && matches!(e, CycleError::Process(_)))
+                {
                     return self.stop_intake(e.to_string(), true);
                 }
                 if self.callback.drops_failed_cycles() {

@@ -147,6 +147,18 @@ impl Operator {
         })
     }
 
+    /// The one input this tree reads batch by batch (a chain of filters and
+    /// projections over one scan), if it is such a chain.
+    pub fn batchwise_input(&self) -> Option<&Arc<str>> {
+        match self {
+            Operator::Scan { input } => Some(input),
+            Operator::Filter { input, .. } | Operator::Project { input, .. } => {
+                input.batchwise_input()
+            }
+            _ => None,
+        }
+    }
+
     /// Run one cycle: consume this cycle's inputs, return this cycle's output.
     pub fn run(&mut self, inputs: &CycleInputs, watermark: i64) -> Result<Vec<RecordBatch>> {
         match self {

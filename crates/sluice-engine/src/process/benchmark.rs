@@ -130,3 +130,82 @@ impl NativeProcessFunction for FraudDetector {
         Ok(out)
     }
 }
+
+/// Output of [`ActivationLog`]: one row per activation.
+pub fn activation_log_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("activation_id", DataType::Int64, false),
+        Field::new("key", DataType::Int64, false),
+        Field::new("callback", DataType::Utf8, false),
+        Field::new("count", DataType::Int64, false),
+        Field::new("watermark", DataType::Int64, false),
+    ]))
+}
+
+/// A descriptor for [`ActivationLog`].
+pub fn activation_log_descriptor(name: &str) -> ProcessFunctionDescriptor {
+    ProcessFunctionDescriptor {
+        output_schema: activation_log_schema(),
+        ..descriptor(name)
+    }
+}
+
+/// Writes its own activation log as output: every activation emits
+/// `(activation_id, key, callback, count, watermark)`. An input counts the
+/// key's rows in state and (re)arms a `flush` timer `window_ms` after the
+/// watermark; the timer reports the count and clears it. Replay tests
+/// compare this output across crashes.
+#[derive(Debug)]
+pub struct ActivationLog {
+    /// How long after the watermark a key's `flush` timer fires.
+    pub window_ms: i64,
+}
+
+impl NativeProcessFunction for ActivationLog {
+    fn process(
+        &mut self,
+        activations: &[ProcessActivation],
+    ) -> Result<Vec<ProcessActivationResult>, String> {
+        let mut out = Vec::with_capacity(activations.len());
+        for a in activations {
+            let key = super::key::decode_int64_key(&a.key).ok_or("key is not one BIGINT")?;
+            let before = match a.state {
+                ValueState::Int64(n) => n,
+                _ => 0,
+            };
+            let mut r = ProcessActivationResult {
+                activation_id: a.id,
+                ..Default::default()
+            };
+            let (callback, count) = match &a.callback {
+                ProcessCallback::Input(_) => {
+                    r.mutations.push(ValueMutation::Set(Some(before + 1)));
+                    r.timers.push(TimerOperation::Set {
+                        name: "flush".into(),
+                        at_ms: a.watermark.max(0).saturating_add(self.window_ms),
+                    });
+                    ("input".to_string(), before + 1)
+                }
+                ProcessCallback::Timer { name, .. } => {
+                    r.mutations.push(ValueMutation::Clear);
+                    (format!("timer:{name}"), before)
+                }
+            };
+            r.output = Some(
+                RecordBatch::try_new(
+                    activation_log_schema(),
+                    vec![
+                        Arc::new(Int64Array::from(vec![a.id as i64])),
+                        Arc::new(Int64Array::from(vec![key])),
+                        Arc::new(arrow::array::StringArray::from(vec![callback])),
+                        Arc::new(Int64Array::from(vec![count])),
+                        Arc::new(Int64Array::from(vec![a.watermark])),
+                    ],
+                )
+                .map_err(|e| e.to_string())?,
+            );
+            out.push(r);
+        }
+        Ok(out)
+    }
+}

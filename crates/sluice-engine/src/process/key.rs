@@ -20,13 +20,29 @@ use arrow::datatypes::{DataType, Int64Type, UInt64Type};
 
 /// Encode the key of `row` from the key columns.
 pub fn encode_key(columns: &[ArrayRef], row: usize) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(9 * columns.len());
+    let sliced: Vec<ArrayRef> = columns.iter().map(|c| c.slice(row, 1)).collect();
+    let mut keys = encode_keys(&sliced, 1)?;
+    Ok(keys.pop().unwrap_or_default())
+}
+
+/// Encode the keys of every row of the key columns at once: each column is
+/// cast once and appended row by row.
+pub fn encode_keys(columns: &[ArrayRef], rows: usize) -> Result<Vec<Vec<u8>>, String> {
+    let mut out: Vec<Vec<u8>> = (0..rows)
+        .map(|_| Vec::with_capacity(9 * columns.len()))
+        .collect();
     for c in columns {
-        if c.is_null(row) {
-            out.push(0);
-            continue;
+        if c.len() != rows {
+            return Err(format!(
+                "key column has {} rows where {rows} were expected",
+                c.len()
+            ));
         }
-        out.push(1);
+        let present = |r: usize, key: &mut Vec<u8>| {
+            let valid = !c.is_null(r);
+            key.push(u8::from(valid));
+            valid
+        };
         match c.data_type() {
             DataType::Int8
             | DataType::Int16
@@ -34,23 +50,54 @@ pub fn encode_key(columns: &[ArrayRef], row: usize) -> Result<Vec<u8>, String> {
             | DataType::Int64
             | DataType::Date32
             | DataType::Timestamp(_, _) => {
-                let v = cast(&c.slice(row, 1), &DataType::Int64).map_err(|e| e.to_string())?;
-                out.extend_from_slice(&v.as_primitive::<Int64Type>().value(0).to_be_bytes());
+                let v = cast(c, &DataType::Int64).map_err(|e| e.to_string())?;
+                let v = v.as_primitive::<Int64Type>();
+                for (r, key) in out.iter_mut().enumerate() {
+                    if present(r, key) {
+                        key.extend_from_slice(&v.value(r).to_be_bytes());
+                    }
+                }
             }
             DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
-                let v = cast(&c.slice(row, 1), &DataType::UInt64).map_err(|e| e.to_string())?;
-                out.extend_from_slice(&v.as_primitive::<UInt64Type>().value(0).to_be_bytes());
+                let v = cast(c, &DataType::UInt64).map_err(|e| e.to_string())?;
+                let v = v.as_primitive::<UInt64Type>();
+                for (r, key) in out.iter_mut().enumerate() {
+                    if present(r, key) {
+                        key.extend_from_slice(&v.value(r).to_be_bytes());
+                    }
+                }
             }
-            DataType::Boolean => out.push(u8::from(c.as_boolean().value(row))),
+            DataType::Boolean => {
+                let v = c.as_boolean();
+                for (r, key) in out.iter_mut().enumerate() {
+                    if present(r, key) {
+                        key.push(u8::from(v.value(r)));
+                    }
+                }
+            }
             DataType::Utf8 => {
-                let s = c.as_string::<i32>().value(row).as_bytes();
-                out.extend_from_slice(&(s.len() as u32).to_be_bytes());
-                out.extend_from_slice(s);
+                let v = c.as_string::<i32>();
+                for (r, key) in out.iter_mut().enumerate() {
+                    if present(r, key) {
+                        let s = v.value(r).as_bytes();
+                        key.extend_from_slice(&(s.len() as u32).to_be_bytes());
+                        key.extend_from_slice(s);
+                    }
+                }
             }
             other => return Err(format!("key columns of type {other} are not supported")),
         }
     }
     Ok(out)
+}
+
+/// The single BIGINT of a key encoded from one non-null integer column, as
+/// handlers that key by one integer read it back.
+pub fn decode_int64_key(key: &[u8]) -> Option<i64> {
+    match key {
+        [1, rest @ ..] => rest.try_into().ok().map(i64::from_be_bytes),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -72,5 +119,15 @@ mod tests {
             vec![1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe, 1, 0, 0, 0, 2, b'a', b'b']
         );
         assert_eq!(encode_key(&cols, 1).unwrap(), vec![0, 1, 0, 0, 0, 0]);
+        let all = encode_keys(&cols, 2).unwrap();
+        assert_eq!(all[0], encode_key(&cols, 0).unwrap());
+        assert_eq!(all[1], encode_key(&cols, 1).unwrap());
+    }
+
+    #[test]
+    fn int64_keys_decode() {
+        let cols: Vec<ArrayRef> = vec![Arc::new(arrow::array::Int64Array::from(vec![-7]))];
+        assert_eq!(decode_int64_key(&encode_key(&cols, 0).unwrap()), Some(-7));
+        assert_eq!(decode_int64_key(&[0]), None);
     }
 }

@@ -5,18 +5,27 @@
 //! [`ProcessActivationResult`] per activation; the engine validates the
 //! complete response of a call against the function's
 //! [`ProcessFunctionLimits`] before applying any of it, so a rejected call
-//! changes nothing. This first slice provides the contract, the canonical key
-//! encoding, call validation and a test harness for native handlers; binding
-//! functions into pipelines from SQL comes next.
+//! changes nothing.
+//!
+//! * [`keyed`] owns state, timers, the activation sequence and the ordering
+//!   rules; the pipeline [`ProcessOperator`] and the
+//!   [`ProcessFunctionTestHarness`] both drive handlers through it.
+//! * [`key`] documents the canonical key encoding (a stable byte format).
+//! * [`admission`] holds the delivery-guarantee rules checked at start.
 
+pub mod admission;
 pub mod benchmark;
 mod harness;
-mod key;
+pub mod key;
+pub mod keyed;
+mod operator;
 mod types;
 mod validate;
 
 pub use harness::ProcessFunctionTestHarness;
-pub use key::encode_key;
+pub use key::{decode_int64_key, encode_key, encode_keys};
+pub use keyed::{KeyedProcessor, LoggedActivation, ProcessSnapshot};
+pub use operator::{input_projection, ProcessOperator};
 pub use types::{
     NativeProcessFunction, ProcessActivation, ProcessActivationResult, ProcessCallback,
     ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionInfo, ProcessFunctionLimits,

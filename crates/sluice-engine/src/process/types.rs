@@ -220,3 +220,12 @@ pub trait NativeProcessFunction: Send {
         activations: &[ProcessActivation],
     ) -> Result<Vec<ProcessActivationResult>, String>;
 }
+
+impl NativeProcessFunction for Box<dyn NativeProcessFunction> {
+    fn process(
+        &mut self,
+        activations: &[ProcessActivation],
+    ) -> Result<Vec<ProcessActivationResult>, String> {
+        (**self).process(activations)
+    }
+}

@@ -10,7 +10,7 @@ use super::types::{
 
 /// A rejected call: nothing of it was applied.
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("process function '{function}' v{version}, key {key}: {reason}")]
+#[error("process function '{function}' v{version}{}: {reason}", key_part(.key))]
 pub struct ProcessError {
     /// Function name.
     pub function: String,
@@ -22,17 +22,26 @@ pub struct ProcessError {
     pub reason: String,
 }
 
+fn key_part(key: &str) -> String {
+    if key == "-" {
+        String::new()
+    } else {
+        format!(", key {key}")
+    }
+}
+
 fn hex(key: &[u8]) -> String {
     key.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Check a complete response before any of it is applied. `timers` holds
-/// each key's currently set timer names.
-pub fn validate_call(
+/// Check a complete response before any of it is applied. `timers` gives
+/// each key's timers as they stand before the results apply (a timer that
+/// fired in this call is already removed).
+pub fn validate_call<'t>(
     d: &ProcessFunctionDescriptor,
     activations: &[ProcessActivation],
     results: &[ProcessActivationResult],
-    timers: &BTreeMap<Vec<u8>, BTreeSet<String>>,
+    timers: impl Fn(&[u8]) -> Option<&'t BTreeMap<String, i64>>,
 ) -> Result<(), ProcessError> {
     let err = |key: &str, reason: String| ProcessError {
         function: d.name.clone(),
@@ -98,6 +107,22 @@ pub fn validate_call(
                     ),
                 ));
             }
+            if let Some(f) = d
+                .output_schema
+                .fields()
+                .iter()
+                .zip(out.columns())
+                .find(|(f, c)| !f.is_nullable() && c.null_count() > 0)
+                .map(|(f, _)| f)
+            {
+                return Err(err(
+                    &key,
+                    format!(
+                        "output column '{}' is declared NOT NULL but holds nulls",
+                        f.name()
+                    ),
+                ));
+            }
             if out.num_rows() > l.max_output_rows_per_activation {
                 return Err(err(
                     &key,
@@ -120,7 +145,12 @@ pub fn validate_call(
                 ),
             ));
         }
-        let mut names = timers.get(&a.key).cloned().unwrap_or_default();
+        if r.timers.is_empty() {
+            continue;
+        }
+        let mut names: BTreeSet<&str> = timers(&a.key)
+            .map(|t| t.keys().map(String::as_str).collect())
+            .unwrap_or_default();
         for t in &r.timers {
             match t {
                 TimerOperation::Set { name, .. } => {
@@ -134,10 +164,10 @@ pub fn validate_call(
                             ),
                         ));
                     }
-                    names.insert(name.clone());
+                    names.insert(name);
                 }
                 TimerOperation::Delete { name } => {
-                    names.remove(name);
+                    names.remove(name.as_str());
                 }
             }
         }

@@ -1,0 +1,142 @@
+//! The streams installed in a running pipeline and how a cycle runs them.
+//!
+//! A stream is produced either by a compiled continuous query or by a bound
+//! process function. Process functions need the *marks* of their input: the
+//! pipeline watermark right after each source batch was taken in, as a
+//! position in the input's batches. Sources get their marks as batches
+//! arrive; a query that is a chain of filters and projections over one input
+//! runs batch by batch, so each mark keeps its place among the output
+//! batches even when a filter removes a whole batch.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+
+use crate::error::{EngineError, Result};
+use crate::operators::Operator;
+use crate::output::mv::MaterializedView;
+use crate::process::ProcessOperator;
+
+/// A watermark cut among an input's batches of one cycle: after the first
+/// `.0` batches, the pipeline watermark was `.1`.
+pub type Mark = (usize, i64);
+
+/// Per input name, its marks of this cycle in order.
+pub type MarkMap = FxHashMap<Arc<str>, Vec<Mark>>;
+
+/// What computes a stream.
+#[derive(Debug)]
+pub enum StreamProducer {
+    /// A compiled continuous query.
+    Query(Operator),
+    /// A bound process function.
+    Process(Box<ProcessOperator>),
+}
+
+/// One installed stream.
+pub(super) struct InstalledStream {
+    pub(super) name: Arc<str>,
+    pub(super) producer: StreamProducer,
+    pub(super) view: Option<Arc<MaterializedView>>,
+}
+
+/// A cycle's failure inside one stream.
+pub(super) enum StreamFailure {
+    /// A process function's call was rejected: nothing of it applied.
+    Process(String),
+    /// Anything else.
+    Other(String),
+}
+
+impl InstalledStream {
+    /// Run this stream for one cycle, adding its output (and, when known,
+    /// its marks) to `data` and `marks`.
+    pub(super) fn run(
+        &mut self,
+        data: &mut FxHashMap<Arc<str>, Vec<RecordBatch>>,
+        marks: &mut MarkMap,
+        watermark: i64,
+    ) -> std::result::Result<(), StreamFailure> {
+        let context = |e: EngineError| format!("stream '{}': {e}", self.name);
+        let (out, out_marks) = match &mut self.producer {
+            StreamProducer::Query(op) => {
+                let batchwise = op.batchwise_input().cloned().and_then(|input| {
+                    let m = marks.get(&input)?.clone();
+                    let b = data.get(&input)?.clone();
+                    Some((input, b, m))
+                });
+                match batchwise {
+                    Some((input, batches, in_marks)) => {
+                        let mut out = Vec::new();
+                        let mut out_marks = Vec::new();
+                        let mut pending = in_marks.iter().peekable();
+                        let mut one: FxHashMap<Arc<str>, Vec<RecordBatch>> = FxHashMap::default();
+                        for (i, b) in batches.into_iter().enumerate() {
+                            one.insert(Arc::clone(&input), vec![b]);
+                            out.extend(
+                                op.run(&one, watermark)
+                                    .map_err(|e| StreamFailure::Other(context(e)))?,
+                            );
+                            while let Some((_, w)) = pending.next_if(|(n, _)| *n <= i + 1) {
+                                out_marks.push((out.len(), *w));
+                            }
+                        }
+                        (out, Some(out_marks))
+                    }
+                    None => (
+                        op.run(data, watermark)
+                            .map_err(|e| StreamFailure::Other(context(e)))?,
+                        None,
+                    ),
+                }
+            }
+            StreamProducer::Process(p) => {
+                let input = Arc::clone(p.input());
+                let batches = data.get(&input).map(Vec::as_slice).unwrap_or_default();
+                let in_marks = marks.get(&input).map(Vec::as_slice);
+                let out = p.run(batches, in_marks, watermark).map_err(|e| match e {
+                    EngineError::Process(_) => StreamFailure::Process(context(e)),
+                    e => StreamFailure::Other(context(e)),
+                })?;
+                (out, None)
+            }
+        };
+        if let Some(m) = out_marks {
+            marks.insert(Arc::clone(&self.name), m);
+        }
+        if !out.is_empty() {
+            data.entry(Arc::clone(&self.name)).or_default().extend(out);
+        }
+        Ok(())
+    }
+
+    /// Snapshot the stream's operator state, in a fixed part order.
+    pub(super) fn snapshot(&mut self, out: &mut Vec<Bytes>) -> Result<()> {
+        match &mut self.producer {
+            StreamProducer::Query(op) => op.snapshot(out),
+            StreamProducer::Process(p) => {
+                out.push(p.snapshot()?);
+                Ok(())
+            }
+        }
+    }
+
+    /// Restore from parts written by [`Self::snapshot`].
+    pub(super) fn restore(&mut self, parts: &mut VecDeque<Bytes>) -> Result<()> {
+        match &mut self.producer {
+            StreamProducer::Query(op) => op.restore(parts),
+            StreamProducer::Process(p) => {
+                let part = parts.pop_front().ok_or_else(|| {
+                    EngineError::Internal(format!(
+                        "checkpoint has no state for process stream '{}'",
+                        self.name
+                    ))
+                })?;
+                p.restore(&part)
+            }
+        }
+    }
+}

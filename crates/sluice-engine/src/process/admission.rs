@@ -1,0 +1,99 @@
+//! Which process-function pipelines a delivery guarantee admits, checked
+//! when a checkpointed pipeline starts.
+//!
+//! Replay after a crash must hand every handler the same activations in the
+//! same order, with the same ids. That holds only when:
+//!
+//! * delivery is at-least-once: exactly-once delivery of process functions
+//!   is unsupported, because a handler's output cannot be rolled back;
+//! * the handler is reviewed as [`ProcessDeterminism::ReplaySafe`];
+//! * it runs natively (or, later, as a remote Rust worker);
+//! * the pipeline has exactly one source, which is replayable and cuts its
+//!   input into the same batches every time (the file and Nexmark
+//!   connectors do): the pipeline watermark of a merge of independent
+//!   channels depends on their interleaving, so a merge is refused;
+//! * the function reads that source directly or through filters and
+//!   projections, so each input batch (and the watermark after it) maps to
+//!   one source batch.
+
+use super::types::{ProcessDeterminism, ProcessFunctionInfo, ProcessRuntime};
+use super::validate::ProcessError;
+use crate::catalog::{Catalog, StreamKind};
+use crate::options::Delivery;
+
+fn refuse(info: &ProcessFunctionInfo, reason: String) -> ProcessError {
+    ProcessError {
+        function: info.descriptor.name.clone(),
+        version: info.descriptor.version,
+        key: "-".into(),
+        reason: format!("bound as '{}': {reason}", info.output),
+    }
+}
+
+/// Admit every bound process function of `catalog` under `delivery`.
+pub fn admit(catalog: &Catalog, delivery: Delivery) -> Result<(), ProcessError> {
+    for stream in &catalog.streams {
+        let StreamKind::Process(info) = &stream.kind else {
+            continue;
+        };
+        admit_one(catalog, info, delivery)?;
+    }
+    Ok(())
+}
+
+fn admit_one(
+    catalog: &Catalog,
+    info: &ProcessFunctionInfo,
+    delivery: Delivery,
+) -> Result<(), ProcessError> {
+    let d = &info.descriptor;
+    if delivery == Delivery::ExactlyOnce {
+        return Err(refuse(
+            info,
+            "exactly-once delivery of process functions is unsupported; use delivery = 'at_least_once'".into(),
+        ));
+    }
+    if d.determinism != ProcessDeterminism::ReplaySafe {
+        return Err(refuse(
+            info,
+            "at-least-once delivery replays activations after a crash, which needs determinism ReplaySafe; this function is declared NonDeterministic".into(),
+        ));
+    }
+    if let ProcessRuntime::Python(_) = d.runtime {
+        return Err(refuse(
+            info,
+            "at-least-once delivery admits native and remote Rust handlers; the python runtime is not admitted".into(),
+        ));
+    }
+    let sources: Vec<&str> = catalog.sources.iter().map(|s| s.name.as_str()).collect();
+    let [only] = sources.as_slice() else {
+        return Err(refuse(
+            info,
+            format!(
+                "at-least-once replay needs exactly one replayable source, but the pipeline has {} ({}); a merge of independent channels cannot be replayed in the same order",
+                sources.len(),
+                sources.join(", ")
+            ),
+        ));
+    };
+    if catalog
+        .sources
+        .iter()
+        .any(|s| s.name == *only && !s.is_replayable())
+    {
+        return Err(refuse(
+            info,
+            format!("source '{only}' is a push source, which cannot replay its batches after a crash; read it from a file or generator connector"),
+        ));
+    }
+    match catalog.batchwise_origin(&info.input) {
+        Some(origin) if origin == *only => Ok(()),
+        _ => Err(refuse(
+            info,
+            format!(
+                "its input '{}' is not read batch by batch from source '{only}' (only filters and projections may sit in between; aggregates, unions and other process functions regroup batches)",
+                info.input
+            ),
+        )),
+    }
+}

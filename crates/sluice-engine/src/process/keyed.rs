@@ -1,0 +1,412 @@
+//! The engine side of one bound process function: engine-owned value state
+//! and timers, the activation sequence, and the call protocol. Both the
+//! pipeline operator and the test harness drive handlers through this, so
+//! a handler behaves the same under test as in a pipeline.
+//!
+//! # Ordering
+//!
+//! * Rows of one input batch are grouped by key. A call holds at most one
+//!   activation per key, so a key's rows go to successive calls in arrival
+//!   order; within a call, keys are ordered by their first row in the batch.
+//!   A call holds at most `max_activations_per_call` activations.
+//! * A watermark cut fires every timer at or before the new watermark, in
+//!   (time, key, name) order, one timer per key per call, each removed as it
+//!   fires. A timer set during the cut at or before the watermark fires in
+//!   the same cut.
+//! * Activation ids are one sequence, checkpointed with the state, so the
+//!   same input in the same batches with the same watermark cuts produces the
+//!   same ids in the same callback order.
+//! * A call's response is validated as a whole before any of it is applied;
+//!   a violation, handler error or panic applies nothing of that call.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use arrow::array::ArrayRef;
+use arrow::record_batch::RecordBatch;
+use rustc_hash::FxHashMap;
+
+use super::key::encode_keys;
+use super::types::{
+    NativeProcessFunction, ProcessActivation, ProcessActivationResult, ProcessCallback,
+    ProcessFunctionDescriptor, TimerOperation, ValueMutation, ValueState,
+};
+use super::validate::{validate_call, ProcessError};
+
+/// Engine-owned state of one bound function, as a checkpoint holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProcessSnapshot {
+    /// The binding hash of the descriptor the state belongs to.
+    pub binding: String,
+    /// Function name, for error messages.
+    pub function: String,
+    /// Function version, for error messages.
+    pub version: u32,
+    /// Value state per key (keys whose state differs from the initial value).
+    pub state: BTreeMap<Vec<u8>, ValueState>,
+    /// Timers per key: name to event time (ms).
+    pub timers: BTreeMap<Vec<u8>, BTreeMap<String, i64>>,
+    /// The next activation id.
+    pub next_id: u64,
+    /// The watermark of the last cut.
+    pub watermark: i64,
+}
+
+/// One applied activation: what the activation log records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedActivation {
+    /// Activation id.
+    pub id: u64,
+    /// Canonical key.
+    pub key: Vec<u8>,
+    /// `input` or `timer:<name>`.
+    pub callback: String,
+}
+
+/// What accepted calls produced.
+#[derive(Debug, Default)]
+pub struct CallOutput {
+    /// Output batches, in activation order.
+    pub batches: Vec<RecordBatch>,
+    /// Applied activations, when the caller keeps a log.
+    pub log: Option<Vec<LoggedActivation>>,
+}
+
+/// State, timers and the call protocol for one handler.
+pub struct KeyedProcessor<H: NativeProcessFunction> {
+    descriptor: ProcessFunctionDescriptor,
+    binding: String,
+    handler: H,
+    key_indices: Vec<usize>,
+    state: FxHashMap<Vec<u8>, ValueState>,
+    timers: FxHashMap<Vec<u8>, BTreeMap<String, i64>>,
+    /// Every set timer as (time, key, name): the firing order.
+    due: BTreeSet<(i64, Vec<u8>, String)>,
+    next_id: u64,
+    watermark: i64,
+}
+
+impl<H: NativeProcessFunction> KeyedProcessor<H> {
+    /// A processor with empty state; key columns must be in the input schema.
+    pub fn new(descriptor: ProcessFunctionDescriptor, handler: H) -> Result<Self, ProcessError> {
+        let binding = descriptor.binding_hash();
+        let mut key_indices = Vec::with_capacity(descriptor.key_columns.len());
+        for k in &descriptor.key_columns {
+            match descriptor.input_schema.index_of(k) {
+                Ok(i) => key_indices.push(i),
+                Err(_) => {
+                    return Err(ProcessError {
+                        function: descriptor.name.clone(),
+                        version: descriptor.version,
+                        key: "-".into(),
+                        reason: format!("key column '{k}' is not in the input schema"),
+                    })
+                }
+            }
+        }
+        Ok(Self {
+            descriptor,
+            binding,
+            handler,
+            key_indices,
+            state: FxHashMap::default(),
+            timers: FxHashMap::default(),
+            due: BTreeSet::new(),
+            next_id: 0,
+            watermark: i64::MIN,
+        })
+    }
+
+    /// The descriptor.
+    pub fn descriptor(&self) -> &ProcessFunctionDescriptor {
+        &self.descriptor
+    }
+
+    /// The handler.
+    pub fn handler_mut(&mut self) -> &mut H {
+        &mut self.handler
+    }
+
+    fn error(&self, key: &str, reason: String) -> ProcessError {
+        ProcessError {
+            function: self.descriptor.name.clone(),
+            version: self.descriptor.version,
+            key: key.to_string(),
+            reason,
+        }
+    }
+
+    /// The state of `key` before its next activation.
+    pub fn state(&self, key: &[u8]) -> ValueState {
+        self.state
+            .get(key)
+            .copied()
+            .or(self.descriptor.initial_state)
+            .unwrap_or(ValueState::Absent)
+    }
+
+    /// The timers set for `key`, by name.
+    pub fn timers(&self, key: &[u8]) -> BTreeMap<String, i64> {
+        self.timers.get(key).cloned().unwrap_or_default()
+    }
+
+    /// Number of keys with state or timers.
+    pub fn live_keys(&self) -> usize {
+        let mut n = self.state.len();
+        n += self
+            .timers
+            .keys()
+            .filter(|k| !self.state.contains_key(*k))
+            .count();
+        n
+    }
+
+    /// The watermark of the last cut.
+    pub fn watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    /// Run input activations for every row of `batch` (of the input schema).
+    pub fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        out: &mut CallOutput,
+    ) -> Result<(), ProcessError> {
+        let cols: Vec<ArrayRef> = self
+            .key_indices
+            .iter()
+            .map(|i| batch.column(*i).clone())
+            .collect();
+        let keys = encode_keys(&cols, batch.num_rows()).map_err(|e| self.error("-", e))?;
+        let mut order: Vec<Vec<u8>> = Vec::new();
+        let mut rows: FxHashMap<Vec<u8>, VecDeque<usize>> = FxHashMap::default();
+        for (r, key) in keys.into_iter().enumerate() {
+            match rows.get_mut(&key) {
+                Some(q) => q.push_back(r),
+                None => {
+                    rows.insert(key.clone(), VecDeque::from([r]));
+                    order.push(key);
+                }
+            }
+        }
+        while !order.is_empty() {
+            let mut wave = Vec::with_capacity(order.len());
+            for key in &order {
+                if let Some(r) = rows.get_mut(key).and_then(VecDeque::pop_front) {
+                    wave.push((key.clone(), ProcessCallback::Input(batch.slice(r, 1))));
+                }
+            }
+            order.retain(|k| rows.get(k).is_some_and(|q| !q.is_empty()));
+            self.run(wave, out)?;
+        }
+        Ok(())
+    }
+
+    /// Advance the watermark (it never regresses) and fire the timers it
+    /// makes due.
+    pub fn advance_watermark(
+        &mut self,
+        watermark: i64,
+        out: &mut CallOutput,
+    ) -> Result<(), ProcessError> {
+        self.watermark = self.watermark.max(watermark);
+        loop {
+            let mut seen = BTreeSet::new();
+            let mut wave = Vec::new();
+            for (at, key, name) in self.due.iter() {
+                if *at > self.watermark {
+                    break;
+                }
+                if seen.insert(key.clone()) {
+                    wave.push((
+                        key.clone(),
+                        ProcessCallback::Timer {
+                            name: name.clone(),
+                            at_ms: *at,
+                        },
+                    ));
+                }
+            }
+            if wave.is_empty() {
+                return Ok(());
+            }
+            self.run(wave, out)?;
+        }
+    }
+
+    fn run(
+        &mut self,
+        mut wave: Vec<(Vec<u8>, ProcessCallback)>,
+        out: &mut CallOutput,
+    ) -> Result<(), ProcessError> {
+        let max = self.descriptor.limits.max_activations_per_call.max(1);
+        while !wave.is_empty() {
+            let rest = wave.split_off(wave.len().min(max));
+            self.call(std::mem::replace(&mut wave, rest), out)?;
+        }
+        Ok(())
+    }
+
+    fn call(
+        &mut self,
+        items: Vec<(Vec<u8>, ProcessCallback)>,
+        out: &mut CallOutput,
+    ) -> Result<(), ProcessError> {
+        // The timers of the call's keys as the call leaves them: a fired
+        // timer is gone unless the result sets it again.
+        let mut timers: FxHashMap<Vec<u8>, BTreeMap<String, i64>> = FxHashMap::default();
+        let activations: Vec<ProcessActivation> = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, callback))| {
+                if let ProcessCallback::Timer { name, .. } = &callback {
+                    let t = timers
+                        .entry(key.clone())
+                        .or_insert_with(|| self.timers.get(&key).cloned().unwrap_or_default());
+                    t.remove(name);
+                }
+                ProcessActivation {
+                    id: self.next_id + i as u64,
+                    state: self.state(&key),
+                    key,
+                    watermark: self.watermark,
+                    callback,
+                }
+            })
+            .collect();
+        let results = match catch_unwind(AssertUnwindSafe(|| self.handler.process(&activations))) {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Err(self.error("-", format!("handler error: {e}"))),
+            Err(_) => return Err(self.error("-", "handler panicked".into())),
+        };
+        validate_call(&self.descriptor, &activations, &results, |key| {
+            timers.get(key).or_else(|| self.timers.get(key))
+        })?;
+        // Accepted: apply every result together.
+        for (a, r) in activations.iter().zip(results) {
+            self.apply(a, r, &mut timers, out);
+        }
+        for (key, t) in timers {
+            self.set_timers(key, t);
+        }
+        self.next_id += activations.len() as u64;
+        Ok(())
+    }
+
+    /// Replace a key's timers, keeping the due-time index in step.
+    fn set_timers(&mut self, key: Vec<u8>, timers: BTreeMap<String, i64>) {
+        if let Some(old) = self.timers.get(&key) {
+            for (name, at) in old {
+                self.due.remove(&(*at, key.clone(), name.clone()));
+            }
+        }
+        for (name, at) in &timers {
+            self.due.insert((*at, key.clone(), name.clone()));
+        }
+        if timers.is_empty() {
+            self.timers.remove(&key);
+        } else {
+            self.timers.insert(key, timers);
+        }
+    }
+
+    fn apply(
+        &mut self,
+        a: &ProcessActivation,
+        r: ProcessActivationResult,
+        timers: &mut FxHashMap<Vec<u8>, BTreeMap<String, i64>>,
+        out: &mut CallOutput,
+    ) {
+        if let Some(log) = &mut out.log {
+            log.push(LoggedActivation {
+                id: a.id,
+                key: a.key.clone(),
+                callback: match &a.callback {
+                    ProcessCallback::Input(_) => "input".to_string(),
+                    ProcessCallback::Timer { name, .. } => format!("timer:{name}"),
+                },
+            });
+        }
+        for m in r.mutations {
+            let v = match m {
+                ValueMutation::Set(Some(v)) => ValueState::Int64(v),
+                ValueMutation::Set(None) => ValueState::Null,
+                ValueMutation::Clear => ValueState::Absent,
+            };
+            // Only what differs from the initial value is stored.
+            if Some(v) == self.descriptor.initial_state
+                || (v == ValueState::Absent && self.descriptor.initial_state.is_none())
+            {
+                self.state.remove(&a.key);
+            } else {
+                self.state.insert(a.key.clone(), v);
+            }
+        }
+        if !r.timers.is_empty() {
+            let t = timers
+                .entry(a.key.clone())
+                .or_insert_with(|| self.timers.get(&a.key).cloned().unwrap_or_default());
+            for op in r.timers {
+                match op {
+                    TimerOperation::Set { name, at_ms } => {
+                        t.insert(name, at_ms);
+                    }
+                    TimerOperation::Delete { name } => {
+                        t.remove(&name);
+                    }
+                }
+            }
+        }
+        if let Some(batch) = r.output {
+            if batch.num_rows() > 0 {
+                out.batches.push(batch);
+            }
+        }
+    }
+
+    /// The engine-owned state, for a checkpoint.
+    pub fn snapshot(&self) -> ProcessSnapshot {
+        ProcessSnapshot {
+            binding: self.binding.clone(),
+            function: self.descriptor.name.clone(),
+            version: self.descriptor.version,
+            state: self.state.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            timers: self
+                .timers
+                .iter()
+                .map(|(k, t)| (k.clone(), t.clone()))
+                .collect(),
+            next_id: self.next_id,
+            watermark: self.watermark,
+        }
+    }
+
+    /// Restore a snapshot; refused if it belongs to another binding (name,
+    /// version, schemas, keys, initial state or runtime differ).
+    pub fn restore(&mut self, snap: ProcessSnapshot) -> Result<(), ProcessError> {
+        if snap.binding != self.binding {
+            return Err(self.error(
+                "-",
+                format!(
+                    "the checkpointed state belongs to '{}' v{} (binding {}), but the function is now bound as '{}' v{} (binding {}); restoring state under a different binding is refused",
+                    snap.function,
+                    snap.version,
+                    snap.binding,
+                    self.descriptor.name,
+                    self.descriptor.version,
+                    self.binding
+                ),
+            ));
+        }
+        self.due = snap
+            .timers
+            .iter()
+            .flat_map(|(k, t)| t.iter().map(move |(n, at)| (*at, k.clone(), n.clone())))
+            .collect();
+        self.state = snap.state.into_iter().collect();
+        self.timers = snap.timers.into_iter().collect();
+        self.next_id = snap.next_id;
+        self.watermark = snap.watermark;
+        Ok(())
+    }
+}

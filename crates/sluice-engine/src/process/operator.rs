@@ -1,0 +1,299 @@
+//! A bound process function as a pipeline operator: it reads one input
+//! stream, drives the handler through a [`KeyedProcessor`], and emits the
+//! accepted output rows as its own stream.
+//!
+//! Within a cycle, each input batch runs its input activations and then the
+//! timer cut at the pipeline watermark as it stood right after that batch
+//! (its *mark*); after the last batch comes the cut at the cycle's
+//! watermark. Because a batch's mark depends only on the batches before it,
+//! the activation sequence does not depend on how batches were grouped into
+//! cycles, which is what makes replay after recovery reproduce the same ids.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, BinaryArray, Int64Array, StringArray, UInt8Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+
+use super::keyed::{CallOutput, KeyedProcessor, ProcessSnapshot};
+use super::types::{NativeProcessFunction, ProcessFunctionInfo, ValueState};
+use super::validate::ProcessError;
+use crate::error::{EngineError, Result};
+use crate::state::{SnapshotReader, SnapshotWriter};
+
+/// One bound process function, running in the pipeline.
+pub struct ProcessOperator {
+    info: ProcessFunctionInfo,
+    input: Arc<str>,
+    /// For each column of the descriptor's input schema, its index in the
+    /// input stream.
+    projection: Vec<usize>,
+    processor: KeyedProcessor<Box<dyn NativeProcessFunction>>,
+}
+
+impl std::fmt::Debug for ProcessOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ProcessOperator({} v{} over {})",
+            self.info.descriptor.name, self.info.descriptor.version, self.input
+        )
+    }
+}
+
+fn binding_error(info: &ProcessFunctionInfo, reason: String) -> ProcessError {
+    ProcessError {
+        function: info.descriptor.name.clone(),
+        version: info.descriptor.version,
+        key: "-".into(),
+        reason,
+    }
+}
+
+/// Match the descriptor's input columns to the input stream's columns by
+/// name and type; extra input columns are ignored.
+pub fn input_projection(info: &ProcessFunctionInfo, input: &SchemaRef) -> Result<Vec<usize>> {
+    let mut projection = Vec::new();
+    for want in info.descriptor.input_schema.fields() {
+        let Ok(i) = input.index_of(want.name()) else {
+            return Err(binding_error(
+                info,
+                format!(
+                    "input '{}' has no column '{}' (the function reads {})",
+                    info.input,
+                    want.name(),
+                    column_list(&info.descriptor.input_schema)
+                ),
+            )
+            .into());
+        };
+        let got = input.field(i).data_type();
+        if got != want.data_type() {
+            return Err(binding_error(
+                info,
+                format!(
+                    "column '{}' of input '{}' is {got}, but the function declares {}",
+                    want.name(),
+                    info.input,
+                    want.data_type()
+                ),
+            )
+            .into());
+        }
+        projection.push(i);
+    }
+    Ok(projection)
+}
+
+fn column_list(schema: &SchemaRef) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl ProcessOperator {
+    /// Bind `handler` to the input stream whose columns are `input_schema`.
+    pub fn new(
+        info: ProcessFunctionInfo,
+        input_schema: &SchemaRef,
+        handler: Box<dyn NativeProcessFunction>,
+    ) -> Result<Self> {
+        let projection = input_projection(&info, input_schema)?;
+        let processor = KeyedProcessor::new(info.descriptor.clone(), handler)?;
+        Ok(Self {
+            input: Arc::from(info.input.as_str()),
+            info,
+            projection,
+            processor,
+        })
+    }
+
+    /// The binding.
+    pub fn info(&self) -> &ProcessFunctionInfo {
+        &self.info
+    }
+
+    /// The input stream read.
+    pub fn input(&self) -> &Arc<str> {
+        &self.input
+    }
+
+    /// Run one cycle: the batches in arrival order, with a timer cut at each
+    /// mark `(n, w)` (after the first `n` batches the watermark was `w`),
+    /// then the cut at the cycle's `watermark`. Returns the accepted output.
+    pub fn run(
+        &mut self,
+        batches: &[RecordBatch],
+        marks: Option<&[(usize, i64)]>,
+        watermark: i64,
+    ) -> Result<Vec<RecordBatch>> {
+        let mut out = CallOutput::default();
+        let mut next = 0;
+        for (n, w) in marks.unwrap_or_default() {
+            while next < (*n).min(batches.len()) {
+                self.feed(&batches[next], &mut out)?;
+                next += 1;
+            }
+            self.processor.advance_watermark(*w, &mut out)?;
+        }
+        for b in &batches[next..] {
+            self.feed(b, &mut out)?;
+        }
+        self.processor.advance_watermark(watermark, &mut out)?;
+        if out.batches.is_empty() {
+            return Ok(vec![]);
+        }
+        let merged =
+            arrow::compute::concat_batches(&self.info.descriptor.output_schema, &out.batches)?;
+        Ok(vec![merged])
+    }
+
+    fn feed(&mut self, batch: &RecordBatch, out: &mut CallOutput) -> Result<()> {
+        let columns = batch.project(&self.projection)?.columns().to_vec();
+        let projected =
+            RecordBatch::try_new(Arc::clone(&self.info.descriptor.input_schema), columns)?;
+        self.processor.process_batch(&projected, out)?;
+        Ok(())
+    }
+
+    /// The engine-owned state as a checkpoint part.
+    pub fn snapshot(&self) -> Result<Bytes> {
+        let snap = self.processor.snapshot();
+        let mut w = SnapshotWriter::default();
+        w.set("binding", &snap.binding);
+        w.set("function", &snap.function);
+        w.set("version", snap.version);
+        w.set("next_id", snap.next_id);
+        w.set("watermark", snap.watermark);
+        let keys: Vec<&[u8]> = snap.state.keys().map(Vec::as_slice).collect();
+        let kinds: Vec<u8> = snap
+            .state
+            .values()
+            .map(|v| match v {
+                ValueState::Absent => 0,
+                ValueState::Null => 1,
+                ValueState::Int64(_) => 2,
+            })
+            .collect();
+        let values: Vec<Option<i64>> = snap
+            .state
+            .values()
+            .map(|v| match v {
+                ValueState::Int64(n) => Some(*n),
+                _ => None,
+            })
+            .collect();
+        w.push(&RecordBatch::try_new(
+            state_schema(),
+            vec![
+                Arc::new(BinaryArray::from(keys)),
+                Arc::new(UInt8Array::from(kinds)),
+                Arc::new(Int64Array::from(values)),
+            ],
+        )?)?;
+        let mut t_keys: Vec<&[u8]> = Vec::new();
+        let mut t_names: Vec<&str> = Vec::new();
+        let mut t_at: Vec<i64> = Vec::new();
+        for (k, timers) in &snap.timers {
+            for (name, at) in timers {
+                t_keys.push(k);
+                t_names.push(name);
+                t_at.push(*at);
+            }
+        }
+        w.push(&RecordBatch::try_new(
+            timer_schema(),
+            vec![
+                Arc::new(BinaryArray::from(t_keys)),
+                Arc::new(StringArray::from(t_names)),
+                Arc::new(Int64Array::from(t_at)),
+            ],
+        )?)?;
+        w.finish()
+    }
+
+    /// Restore from a checkpoint part; refused when the part was written
+    /// under another binding (name, version or binding hash).
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        let r = SnapshotReader::new(bytes)?;
+        let mut snap = ProcessSnapshot {
+            binding: r.get("binding")?,
+            function: r.get("function")?,
+            version: r.get("version")?,
+            next_id: r.get("next_id")?,
+            watermark: r.get("watermark")?,
+            ..Default::default()
+        };
+        let [state, timers] = r.parts() else {
+            return Err(EngineError::Internal(format!(
+                "process function '{}' snapshot has {} parts, expected 2",
+                self.info.descriptor.name,
+                r.parts().len()
+            )));
+        };
+        let damaged = || {
+            EngineError::Internal(format!(
+                "process function '{}' snapshot has damaged columns",
+                self.info.descriptor.name
+            ))
+        };
+        let keys = state.column(0).as_binary_opt::<i32>().ok_or_else(damaged)?;
+        let kinds = state
+            .column(1)
+            .as_primitive_opt::<arrow::datatypes::UInt8Type>()
+            .ok_or_else(damaged)?;
+        let values = state
+            .column(2)
+            .as_primitive_opt::<arrow::datatypes::Int64Type>()
+            .ok_or_else(damaged)?;
+        for i in 0..state.num_rows() {
+            let v = match kinds.value(i) {
+                0 => ValueState::Absent,
+                1 => ValueState::Null,
+                _ if values.is_valid(i) => ValueState::Int64(values.value(i)),
+                _ => return Err(damaged()),
+            };
+            snap.state.insert(keys.value(i).to_vec(), v);
+        }
+        let t_keys = timers
+            .column(0)
+            .as_binary_opt::<i32>()
+            .ok_or_else(damaged)?;
+        let t_names = timers
+            .column(1)
+            .as_string_opt::<i32>()
+            .ok_or_else(damaged)?;
+        let t_at = timers
+            .column(2)
+            .as_primitive_opt::<arrow::datatypes::Int64Type>()
+            .ok_or_else(damaged)?;
+        for i in 0..timers.num_rows() {
+            snap.timers
+                .entry(t_keys.value(i).to_vec())
+                .or_default()
+                .insert(t_names.value(i).to_string(), t_at.value(i));
+        }
+        self.processor.restore(snap)?;
+        Ok(())
+    }
+}
+
+fn state_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("key", DataType::Binary, false),
+        Field::new("kind", DataType::UInt8, false),
+        Field::new("value", DataType::Int64, true),
+    ]))
+}
+
+fn timer_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("key", DataType::Binary, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("at_ms", DataType::Int64, false),
+    ]))
+}
