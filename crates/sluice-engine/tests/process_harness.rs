@@ -415,8 +415,12 @@ fn the_pipeline_operator_checkpoints_state_timers_and_ids_exactly() {
             .collect()
     };
     let mut straight = op();
-    let first = ids(straight.run(std::slice::from_ref(&b1), Some(&[(1, 4)]), 4).unwrap());
-    let second = ids(straight.run(std::slice::from_ref(&b2), Some(&[(1, 10)]), 10).unwrap());
+    let first = ids(straight
+        .run(std::slice::from_ref(&b1), Some(&[(1, 4)]), 4)
+        .unwrap());
+    let second = ids(straight
+        .run(std::slice::from_ref(&b2), Some(&[(1, 10)]), 10)
+        .unwrap());
     // Inputs a, b, c then a again, then the timers due at 4: a's t1 (3),
     // b's t0 (4); then b, d and the timers due at 10.
     assert_eq!(first, vec![0, 1, 2, 3, 4, 5]);

@@ -124,6 +124,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 let n = self.held.len().min(self.config.max_batches_per_cycle);
                 let batch: Vec<SourceMessage> = self.held.drain(..n).collect();
                 self.process(batch).await;
+                yield_to_timers().await;
                 self.check_halt_and_fault();
                 continue;
             }
@@ -180,6 +181,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     if let Some(first) = msg {
                         let batch = self.gather(first);
                         self.process(batch).await;
+                        yield_to_timers().await;
                     }
                 }
             }
@@ -277,6 +279,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     }
 
     async fn run_cycle(&mut self, batches: BatchMap, events: u64, count: u64) {
+        tracing::trace!(events, batches = count, "cycle");
         if let Err(reason) = self.callback.pin_source_frontiers_for_new_cycle() {
             return self.halt(reason);
         }
@@ -619,4 +622,13 @@ impl CoordinatorHandle {
             (Ok(()), None, None) => Ok(()),
         }
     }
+}
+
+/// Let the runtime turn its timer driver. The coordinator runs on a
+/// current-thread runtime and, under a steady stream of input, its source
+/// channel is always ready, so without yielding the checkpoint and idleness
+/// timers would fire only when tokio's cooperative budget ran out (every
+/// 128 receives, which can be seconds of work).
+async fn yield_to_timers() {
+    tokio::task::yield_now().await;
 }
