@@ -10,6 +10,10 @@
 //! * `watermark/extract`: the source intake's watermark extraction (event
 //!   time of every row, maximum, bounded-disorder watermark).
 //! * `key_encoding/...`: group keys encoded with Arrow's row format.
+//! * `process_dispatch/...`: a native process function (the per-key counter
+//!   fixture) driven through the engine's keyed processor on 8,192-row
+//!   batches with K distinct keys: key encoding, one activation per key per
+//!   call, all-or-nothing validation and state application.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -218,11 +222,42 @@ fn key_encoding(c: &mut Criterion) {
     g.finish();
 }
 
+fn process_dispatch(c: &mut Criterion) {
+    use sluice_engine::process::benchmark::{descriptor, input_schema, KeyedCounter};
+    use sluice_engine::process::keyed::{CallOutput, KeyedProcessor};
+    let mut g = c.benchmark_group("process_dispatch");
+    g.throughput(Throughput::Elements(ROWS as u64));
+    for keys in [1_024usize, 8_192] {
+        let batch = bids(keys, BASE, 10_000, 11);
+        let input = RecordBatch::try_new(
+            input_schema(),
+            vec![Arc::clone(batch.column(0)), Arc::clone(batch.column(1))],
+        )
+        .unwrap_or_else(|e| panic!("batch: {e}"));
+        let mut p = KeyedProcessor::new(descriptor("counter"), KeyedCounter)
+            .unwrap_or_else(|e| panic!("processor: {e}"));
+        g.bench_with_input(
+            BenchmarkId::new("keyed_counter", keys),
+            &input,
+            |b, input| {
+                b.iter(|| {
+                    let mut out = CallOutput::default();
+                    p.process_batch(black_box(input), &mut out)
+                        .unwrap_or_else(|e| panic!("call: {e}"));
+                    out
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     window_aggregation,
     late_filter,
     watermark,
-    key_encoding
+    key_encoding,
+    process_dispatch
 );
 criterion_main!(benches);

@@ -19,7 +19,7 @@
 //! * A call's response is validated as a whole before any of it is applied;
 //!   a violation, handler error or panic applies nothing of that call.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow::array::ArrayRef;
@@ -178,26 +178,36 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
             .map(|i| batch.column(*i).clone())
             .collect();
         let keys = encode_keys(&cols, batch.num_rows()).map_err(|e| self.error("-", e))?;
-        let mut order: Vec<Vec<u8>> = Vec::new();
-        let mut rows: FxHashMap<Vec<u8>, VecDeque<usize>> = FxHashMap::default();
-        for (r, key) in keys.into_iter().enumerate() {
-            match rows.get_mut(&key) {
-                Some(q) => q.push_back(r),
-                None => {
-                    rows.insert(key.clone(), VecDeque::from([r]));
-                    order.push(key);
-                }
+        // A row's wave is how many earlier rows share its key; a key's rank
+        // is the order of its first row. Wave w holds every key's w-th row,
+        // ordered by rank, which is one activation per key per call with a
+        // key's rows in arrival order.
+        let mut seen: FxHashMap<&[u8], (u32, u32)> = FxHashMap::default();
+        let mut waves: Vec<Vec<(u32, usize)>> = Vec::new();
+        for (row, key) in keys.iter().enumerate() {
+            let next_rank = seen.len() as u32;
+            let (rank, count) = seen.entry(key.as_slice()).or_insert((next_rank, 0));
+            let wave = *count as usize;
+            *count += 1;
+            if waves.len() == wave {
+                waves.push(Vec::new());
             }
+            waves[wave].push((*rank, row));
         }
-        while !order.is_empty() {
-            let mut wave = Vec::with_capacity(order.len());
-            for key in &order {
-                if let Some(r) = rows.get_mut(key).and_then(VecDeque::pop_front) {
-                    wave.push((key.clone(), ProcessCallback::Input(batch.slice(r, 1))));
-                }
+        drop(seen);
+        let mut keys: Vec<Option<Vec<u8>>> = keys.into_iter().map(Some).collect();
+        for (i, mut wave) in waves.into_iter().enumerate() {
+            if i > 0 {
+                wave.sort_unstable_by_key(|(rank, _)| *rank);
             }
-            order.retain(|k| rows.get(k).is_some_and(|q| !q.is_empty()));
-            self.run(wave, out)?;
+            let items = wave
+                .into_iter()
+                .map(|(_, row)| {
+                    let key = keys[row].take().unwrap_or_default();
+                    (key, ProcessCallback::Input(batch.slice(row, 1)))
+                })
+                .collect();
+            self.run(items, out)?;
         }
         Ok(())
     }
@@ -338,6 +348,8 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
                 || (v == ValueState::Absent && self.descriptor.initial_state.is_none())
             {
                 self.state.remove(&a.key);
+            } else if let Some(slot) = self.state.get_mut(&a.key) {
+                *slot = v;
             } else {
                 self.state.insert(a.key.clone(), v);
             }

@@ -72,10 +72,11 @@ pub fn validate_call<'t>(
     }
     let mut total_rows = 0usize;
     for (a, r) in activations.iter().zip(results) {
-        let key = hex(&a.key);
+        // Hex only on the error path: this loop runs for every activation.
+        let key = || hex(&a.key);
         if r.activation_id != a.id {
             return Err(err(
-                &key,
+                &key(),
                 format!(
                     "result for activation {} where activation {} was expected",
                     r.activation_id, a.id
@@ -92,7 +93,7 @@ pub fn validate_call<'t>(
                     .all(|(g, w)| g.name() == w.name() && g.data_type() == w.data_type());
             if !same {
                 return Err(err(
-                    &key,
+                    &key(),
                     format!(
                         "output schema {:?} does not match the declared {:?}",
                         got.fields()
@@ -116,7 +117,7 @@ pub fn validate_call<'t>(
                 .map(|(f, _)| f)
             {
                 return Err(err(
-                    &key,
+                    &key(),
                     format!(
                         "output column '{}' is declared NOT NULL but holds nulls",
                         f.name()
@@ -125,7 +126,7 @@ pub fn validate_call<'t>(
             }
             if out.num_rows() > l.max_output_rows_per_activation {
                 return Err(err(
-                    &key,
+                    &key(),
                     format!(
                         "{} output rows exceed max_output_rows_per_activation = {}",
                         out.num_rows(),
@@ -137,7 +138,7 @@ pub fn validate_call<'t>(
         }
         if r.mutations.len() > l.max_state_changes_per_activation {
             return Err(err(
-                &key,
+                &key(),
                 format!(
                     "{} state changes exceed max_state_changes_per_activation = {}",
                     r.mutations.len(),
@@ -156,7 +157,7 @@ pub fn validate_call<'t>(
                 TimerOperation::Set { name, .. } => {
                     if name.len() > l.max_timer_name_len {
                         return Err(err(
-                            &key,
+                            &key(),
                             format!(
                                 "timer name of {} bytes exceeds max_timer_name_len = {}",
                                 name.len(),
@@ -173,7 +174,7 @@ pub fn validate_call<'t>(
         }
         if names.len() > l.max_timers_per_key {
             return Err(err(
-                &key,
+                &key(),
                 format!(
                     "{} timers exceed max_timers_per_key = {}",
                     names.len(),
