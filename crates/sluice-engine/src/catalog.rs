@@ -291,6 +291,21 @@ impl Catalog {
         }
     }
 
+    /// The columns (and whether it is a changelog) of the source or stream
+    /// `name` that `context` reads; a sink or a missing name is an error.
+    pub fn readable(&self, name: &str, context: &str) -> Result<(SchemaRef, bool)> {
+        match self.kind_of(name) {
+            Some(ObjectKind::Sink) => Err(EngineError::Catalog(format!(
+                "{context}: '{name}' is a sink, not a stream"
+            ))),
+            None => Err(EngineError::Catalog(format!(
+                "{context}: no source or stream named '{name}'"
+            ))),
+            Some(_) => PlanCatalog::relation(self, name)
+                .ok_or_else(|| EngineError::Catalog(format!("{context}: '{name}' vanished"))),
+        }
+    }
+
     /// Refuse a name that is taken.
     pub fn check_free(&self, name: &str) -> Result<()> {
         match self.kind_of(name) {

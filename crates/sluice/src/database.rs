@@ -437,22 +437,7 @@ impl Database {
     async fn sink_def(&self, catalog: &Catalog, cs: CreateSink) -> Result<SinkDef> {
         catalog.check_free(&cs.name)?;
         let context = format!("sink '{}'", cs.name);
-        let (schema, _) = match catalog.kind_of(&cs.from) {
-            Some(ObjectKind::Sink) => {
-                return Err(Error::Catalog(format!(
-                    "{context}: '{}' is a sink, not a stream",
-                    cs.from
-                )))
-            }
-            None => {
-                return Err(Error::Catalog(format!(
-                    "{context}: no stream or source named '{}'",
-                    cs.from
-                )))
-            }
-            Some(_) => sluice_sql::PlanCatalog::relation(catalog, &cs.from)
-                .ok_or_else(|| Error::Catalog(format!("{context}: '{}' vanished", cs.from)))?,
-        };
+        let (schema, _) = catalog.readable(&cs.from, &context)?;
         let filter = match &cs.filter {
             Some(f) => Some(StreamPlanner::plan_filter(catalog, &cs.from, f).await?),
             None => None,

@@ -9,7 +9,7 @@ use sluice_engine::process::{
     encode_keys, NativeProcessFunction, ProcessFunctionDescriptor, ProcessFunctionInfo,
     ProcessOperator, ProcessRuntime,
 };
-use sluice_sql::{CreateProcessStream, ObjectKind, PlanCatalog};
+use sluice_sql::CreateProcessStream;
 
 use super::{Database, State};
 use crate::{Error, Result};
@@ -157,22 +157,7 @@ impl Database {
                 )));
             }
         }
-        let (schema, changelog) = match state.catalog.kind_of(&b.input) {
-            Some(ObjectKind::Sink) => {
-                return Err(Error::Catalog(format!(
-                    "{context}: '{}' is a sink, not a stream",
-                    b.input
-                )))
-            }
-            None => {
-                return Err(Error::Catalog(format!(
-                    "{context}: no source or stream named '{}'",
-                    b.input
-                )))
-            }
-            Some(_) => PlanCatalog::relation(&state.catalog, &b.input)
-                .ok_or_else(|| Error::Catalog(format!("{context}: '{}' vanished", b.input)))?,
-        };
+        let (schema, changelog) = state.catalog.readable(&b.input, &context)?;
         if changelog {
             return Err(Error::Catalog(format!(
                 "{context}: '{}' is a changelog (it retracts rows); process functions read append-only streams",
