@@ -69,6 +69,7 @@ enum Fault {
     LongTimerName,
     TooManyTimers,
     WrongSchema,
+    NullInNotNull,
     MissingResult,
     WrongId,
     Error,
@@ -148,6 +149,17 @@ impl NativeProcessFunction for Counter {
                 }
             }
             Some(Fault::WrongSchema) => out[0].output = Some(input(&["a"], &[1])),
+            Some(Fault::NullInNotNull) => {
+                let nullable = Arc::new(Schema::new(vec![Field::new(
+                    "count",
+                    DataType::Int64,
+                    true,
+                )]));
+                out[0].output = Some(
+                    RecordBatch::try_new(nullable, vec![Arc::new(Int64Array::from(vec![None]))])
+                        .unwrap(),
+                )
+            }
             Some(Fault::MissingResult) => {
                 out.pop();
             }
@@ -268,6 +280,10 @@ fn every_violation_discards_the_whole_call() {
         (Fault::LongTimerName, "max_timer_name_len"),
         (Fault::TooManyTimers, "max_timers_per_key"),
         (Fault::WrongSchema, "output schema"),
+        (
+            Fault::NullInNotNull,
+            "output column 'count' is declared NOT NULL but holds nulls",
+        ),
         (Fault::MissingResult, "one result per activation"),
         (Fault::WrongId, "was expected"),
         (Fault::Error, "handler error: boom"),
@@ -450,4 +466,41 @@ fn the_pipeline_operator_checkpoints_state_timers_and_ids_exactly() {
         e.contains("belongs to 'counter' v1") && e.contains("now bound as 'other' v1"),
         "{e}"
     );
+}
+
+/// Re-arms its timer in the past on every firing.
+struct Rearm;
+
+impl NativeProcessFunction for Rearm {
+    fn process(
+        &mut self,
+        activations: &[ProcessActivation],
+    ) -> Result<Vec<ProcessActivationResult>, String> {
+        Ok(activations
+            .iter()
+            .map(|a| ProcessActivationResult {
+                activation_id: a.id,
+                timers: vec![TimerOperation::Set {
+                    name: "again".into(),
+                    at_ms: a.watermark.max(0) - 1,
+                }],
+                ..Default::default()
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn a_timer_fires_at_most_once_per_cut() {
+    let mut h = ProcessFunctionTestHarness::new(descriptor(limits()), Rearm).unwrap();
+    h.process_batch(&input(&["a"], &[1])).unwrap();
+    for (cut, wm) in [10, 20, 20].into_iter().enumerate() {
+        h.advance_watermark(wm).unwrap();
+        let timers = h
+            .activation_log()
+            .iter()
+            .filter(|l| l.callback == "timer:again")
+            .count();
+        assert_eq!(timers, cut + 1, "one firing per cut, re-armed for the next");
+    }
 }

@@ -12,7 +12,8 @@
 //! * A watermark cut fires every timer at or before the new watermark, in
 //!   (time, key, name) order, one timer per key per call, each removed as it
 //!   fires. A timer set during the cut at or before the watermark fires in
-//!   the same cut.
+//!   the same cut, unless it already fired in it: a timer fires at most once
+//!   per cut, and one re-armed in the past fires at the next cut.
 //! * Activation ids are one sequence, checkpointed with the state, so the
 //!   same input in the same batches with the same watermark cuts produces the
 //!   same ids in the same callback order.
@@ -220,6 +221,9 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
         out: &mut CallOutput,
     ) -> Result<(), ProcessError> {
         self.watermark = self.watermark.max(watermark);
+        // A timer fires at most once per cut, so a handler that keeps
+        // re-arming a timer in the past cannot spin the compute thread.
+        let mut fired: BTreeSet<(Vec<u8>, String)> = BTreeSet::new();
         loop {
             let mut seen = BTreeSet::new();
             let mut wave = Vec::new();
@@ -227,7 +231,11 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
                 if *at > self.watermark {
                     break;
                 }
+                if fired.contains(&(key.clone(), name.clone())) {
+                    continue;
+                }
                 if seen.insert(key.clone()) {
+                    fired.insert((key.clone(), name.clone()));
                     wave.push((
                         key.clone(),
                         ProcessCallback::Timer {

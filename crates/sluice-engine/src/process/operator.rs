@@ -4,8 +4,9 @@
 //!
 //! Within a cycle, each input batch runs its input activations and then the
 //! timer cut at the pipeline watermark as it stood right after that batch
-//! (its *mark*); after the last batch comes the cut at the cycle's
-//! watermark. Because a batch's mark depends only on the batches before it,
+//! (its *mark*); after the last batch, if the cycle's watermark moved past
+//! the last cut (a source finished, or its watermark was advanced by hand),
+//! comes a cut at it. Because a batch's mark depends only on the batches before it,
 //! the activation sequence does not depend on how batches were grouped into
 //! cycles, which is what makes replay after recovery reproduce the same ids.
 
@@ -124,7 +125,8 @@ impl ProcessOperator {
 
     /// Run one cycle: the batches in arrival order, with a timer cut at each
     /// mark `(n, w)` (after the first `n` batches the watermark was `w`),
-    /// then the cut at the cycle's `watermark`. Returns the accepted output.
+    /// then a cut at the cycle's `watermark` if it is past the last cut.
+    /// Returns the accepted output.
     pub fn run(
         &mut self,
         batches: &[RecordBatch],
@@ -143,7 +145,12 @@ impl ProcessOperator {
         for b in &batches[next..] {
             self.feed(b, &mut out)?;
         }
-        self.processor.advance_watermark(watermark, &mut out)?;
+        // Only a watermark that moved past the last cut makes a cut here:
+        // how many cycles saw the same watermark depends on timing, and a
+        // timer re-armed in the past must fire at the next mark either way.
+        if watermark > self.processor.watermark() {
+            self.processor.advance_watermark(watermark, &mut out)?;
+        }
         if out.batches.is_empty() {
             return Ok(vec![]);
         }
