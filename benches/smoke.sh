@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark smoke test for CI: every Nexmark query for 2,000 events through
-# `sluice bench` (debug build), a paced run, the CSV writer, the query tests
+# `sluice bench` (debug build), a paced run, the CSV writer, the live-groups
+# memory workload, the query tests
 # (each query against its DataFusion oracle), the Nexmark connector's tests,
 # and one pass of every criterion micro-benchmark. No peers. Well under a
 # minute once the debug build is cached.
@@ -18,6 +19,10 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 "$SLUICE" bench csv --events 2000 --out "$TMP/bids.csv" > /dev/null
 test "$(wc -l < "$TMP/bids.csv")" -eq 1841
+# The live-groups workload: 12 slides over 1,000 keys close 16 windows.
+"$SLUICE" bench groups --keys 1000 --slides 12 --json > "$TMP/groups.json"
+grep -q '"output_rows": 16000' "$TMP/groups.json"
+grep -q '"expected_output_rows": 16000' "$TMP/groups.json"
 cargo test -q -p sluice-connectors --lib nexmark
 cargo test -q -p sluice-bench
 # One iteration of each micro-benchmark, in the test profile.

@@ -7,6 +7,7 @@
 
 pub mod csv;
 pub mod error;
+pub mod groups;
 pub mod latency;
 pub mod queries;
 pub mod report;

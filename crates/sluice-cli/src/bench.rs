@@ -3,6 +3,7 @@
 //! ```text
 //! sluice bench nexmark --query q5 --events 1000000 [--rate N] [--batch-size N] [--json]
 //! sluice bench csv --stream bid --events 2000000 --out bids.csv
+//! sluice bench groups --keys 1000000 --slides 50
 //! ```
 //!
 //! The work is done by the `sluice-bench` crate; this module parses the
@@ -13,6 +14,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use sluice_bench::csv::write_csv;
+use sluice_bench::groups::{run_groups, GroupsOptions};
 use sluice_bench::report::thousands;
 use sluice_bench::{run_nexmark, BenchError, BenchOptions};
 use sluice_connectors::{NexmarkConfig, NexmarkStream};
@@ -34,6 +36,31 @@ enum BenchCommand {
     Nexmark(NexmarkArgs),
     /// Write a generated Nexmark stream to a CSV file (the peers' input).
     Csv(CsvArgs),
+    /// Resident memory of a hop-window aggregation whose every open window
+    /// holds --keys groups, over many windows.
+    Groups(GroupsArgs),
+}
+
+#[derive(Debug, Args)]
+struct GroupsArgs {
+    /// Distinct keys: groups in every open window.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Slides of event time to generate (each carries every key once).
+    #[arg(long, default_value_t = 50)]
+    slides: u64,
+    /// Window slide in ms.
+    #[arg(long, default_value_t = 2_000)]
+    slide_ms: i64,
+    /// Window size in ms (a multiple of the slide).
+    #[arg(long, default_value_t = 10_000)]
+    size_ms: i64,
+    /// Rows per pushed batch.
+    #[arg(long, default_value_t = 8_192)]
+    batch_size: usize,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -85,7 +112,37 @@ pub async fn bench(args: BenchArgs) -> Result<(), CliError> {
     match args.command {
         BenchCommand::Nexmark(a) => nexmark(a).await,
         BenchCommand::Csv(a) => csv(a),
+        BenchCommand::Groups(a) => groups(a).await,
     }
+}
+
+async fn groups(a: GroupsArgs) -> Result<(), CliError> {
+    if a.keys == 0 || a.slides == 0 || a.batch_size == 0 {
+        return Err(CliError::usage(
+            "--keys, --slides and --batch-size must be positive",
+        ));
+    }
+    if a.slide_ms <= 0 || a.size_ms < a.slide_ms || a.size_ms % a.slide_ms != 0 {
+        return Err(CliError::usage(format!(
+            "--size-ms ({}) must be a positive multiple of --slide-ms ({})",
+            a.size_ms, a.slide_ms
+        )));
+    }
+    let report = run_groups(&GroupsOptions {
+        keys: a.keys,
+        slides: a.slides,
+        slide_ms: a.slide_ms,
+        size_ms: a.size_ms,
+        batch_size: a.batch_size,
+    })
+    .await
+    .map_err(cli_error)?;
+    let text = if a.json {
+        report.to_json() + "\n"
+    } else {
+        report.to_text()
+    };
+    print(&text)
 }
 
 async fn nexmark(a: NexmarkArgs) -> Result<(), CliError> {
