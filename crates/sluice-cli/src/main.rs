@@ -28,6 +28,13 @@ use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use crate::error::CliError;
+
+/// The binary allocates many short-lived Arrow buffers per batch; mimalloc
+/// keeps freed pages for reuse instead of returning them to the kernel and
+/// faulting fresh ones in (see BENCHMARKS.md, "What limits the CSV path").
+/// Programs that link the `sluice` library choose their own allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use crate::progress::ProgressSlot;
 
 /// Embedded streaming SQL: run a script of sources, streams and sinks.
