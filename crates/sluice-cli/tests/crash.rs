@@ -173,27 +173,46 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
     let mut rng = Lcg(7);
     let window = uninterrupted.as_millis().max(200) as u64;
     let mut killed_after_checkpoint = 0;
+    let mut killed_mid_stream = 0;
+    let expected_bytes: u64 = expected.iter().map(|(_, body)| body.len() as u64).sum();
     let mut corrupted = false;
+    let written = || -> u64 {
+        files
+            .iter()
+            .filter_map(|f| std::fs::metadata(crashed.join("out").join(f)).ok())
+            .map(|m| m.len())
+            .sum()
+    };
     for i in 0..kills {
-        let child = sluice(&crashed, &[&args[..], &[delivery_arg.as_str()]].concat())
+        let mut child = sluice(&crashed, &[&args[..], &[delivery_arg.as_str()]].concat())
             .spawn()
             .unwrap();
         if i % 2 == 0 {
             // Kill at a random moment.
             std::thread::sleep(Duration::from_millis(20 + rng.next() % window));
         } else {
-            // Kill shortly after a new checkpoint, so recovery starts mid-stream.
-            let before = newest_checkpoint(&state);
+            // Kill once this run has made progress that reached the output
+            // (a committed checkpoint under exactly-once) but before the end,
+            // so recovery starts mid-stream.
+            let before = written();
             let deadline = Instant::now() + Duration::from_secs(10);
-            while newest_checkpoint(&state) == before && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                let now = written();
+                if now > before && now < expected_bytes {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
             }
-            std::thread::sleep(Duration::from_millis(rng.next() % 60));
+            std::thread::sleep(Duration::from_millis(rng.next() % 20));
         }
         if newest_checkpoint(&state).is_some() {
             killed_after_checkpoint += 1;
         }
         kill(child);
+        let now = written();
+        if now > 0 && now < expected_bytes {
+            killed_mid_stream += 1;
+        }
         // Halfway, damage the newest checkpoint: recovery must fall back to the previous one.
         if i == kills / 2 && !corrupted {
             if let Some(cp) = newest_checkpoint(&state) {
@@ -225,11 +244,15 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
         killed_after_checkpoint > 0,
         "no kill happened after a checkpoint; the test proves nothing"
     );
+    assert!(
+        killed_mid_stream > 0,
+        "no kill landed between the first output and the last; the test proves nothing"
+    );
     let checkpoints = newest_checkpoint(&state)
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
         .unwrap_or_default();
     eprintln!(
-        "{delivery}: uninterrupted run {uninterrupted:?}; {kills} kills, {killed_after_checkpoint} after a checkpoint existed; corrupted newest: {corrupted}; last checkpoint {checkpoints}"
+        "{delivery}: uninterrupted run {uninterrupted:?}; {kills} kills, {killed_after_checkpoint} after a checkpoint existed, {killed_mid_stream} with the output partly written; corrupted newest: {corrupted}; last checkpoint {checkpoints}"
     );
     let got = outputs(&crashed, files);
     for ((name, want), (_, have)) in expected.iter().zip(got.iter()) {

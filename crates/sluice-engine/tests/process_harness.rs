@@ -287,7 +287,7 @@ fn every_violation_discards_the_whole_call() {
         (Fault::MissingResult, "one result per activation"),
         (Fault::WrongId, "was expected"),
         (Fault::Error, "handler error: boom"),
-        (Fault::Panic, "handler panicked"),
+        (Fault::Panic, "handler panicked: handler bug"),
     ] {
         let mut h =
             ProcessFunctionTestHarness::new(descriptor(limits()), Counter::default()).unwrap();
@@ -503,4 +503,48 @@ fn a_timer_fires_at_most_once_per_cut() {
             .count();
         assert_eq!(timers, cut + 1, "one firing per cut, re-armed for the next");
     }
+}
+
+/// Arms a freshly named timer in the past on every firing.
+struct FreshNames;
+
+impl NativeProcessFunction for FreshNames {
+    fn process(
+        &mut self,
+        activations: &[ProcessActivation],
+    ) -> Result<Vec<ProcessActivationResult>, String> {
+        Ok(activations
+            .iter()
+            .map(|a| ProcessActivationResult {
+                activation_id: a.id,
+                timers: vec![TimerOperation::Set {
+                    name: format!("t{}", a.id),
+                    at_ms: 0,
+                }],
+                ..Default::default()
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn a_key_fires_at_most_its_timer_limit_per_cut() {
+    let mut h = ProcessFunctionTestHarness::new(descriptor(limits()), FreshNames).unwrap();
+    h.process_batch(&input(&["a"], &[1])).unwrap();
+    h.advance_watermark(i64::MAX).unwrap();
+    let fired = h
+        .activation_log()
+        .iter()
+        .filter(|l| l.callback.starts_with("timer:"))
+        .count();
+    assert_eq!(
+        fired,
+        limits().max_timers_per_key,
+        "the cut ends; the rest waits"
+    );
+    assert_eq!(
+        h.timers(&key("a")).len(),
+        1,
+        "one re-armed timer waits for the next cut"
+    );
 }

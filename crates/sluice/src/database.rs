@@ -240,6 +240,9 @@ impl Database {
                 }
                 let def =
                     SourceDef::from_statement(src, &state.options, self.inner.base_dir.as_deref())?;
+                let mut next = state.catalog.clone();
+                next.sources.push(def.clone());
+                admit_while_running(&state, &next)?;
                 // Fail at CREATE time for a path that matches nothing or a bad header.
                 def.open_reader(None)
                     .map_err(|e| Error::Catalog(format!("source '{}': {e}", def.name)))?;
@@ -709,6 +712,18 @@ impl Database {
         }
         Ok(self.inner.metrics.snapshot())
     }
+}
+
+/// A running checkpointed pipeline admits process functions again when it
+/// changes: binding one later, or adding a source, must follow the same
+/// rules as at start.
+fn admit_while_running(state: &State, next: &Catalog) -> Result<()> {
+    let o = &state.options;
+    let checkpointed = o.checkpoint_interval.is_some() || o.delivery == Delivery::ExactlyOnce;
+    if state.started && checkpointed {
+        sluice_engine::process::admission::admit(next, o.delivery)?;
+    }
+    Ok(())
 }
 
 fn relation_for_subscription(

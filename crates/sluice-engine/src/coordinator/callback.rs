@@ -36,9 +36,10 @@ pub enum CycleError {
     #[error("{0}")]
     Execution(String),
     /// A process function's call was rejected (a limit, a handler error or
-    /// a panic). Nothing of the call applied, but earlier calls of the cycle
-    /// did, so the cycle is never dropped: it faults for replay when
-    /// checkpointing is on, and halts otherwise.
+    /// a panic), or anything failed in a cycle after a process function
+    /// accepted calls. Earlier calls of the cycle did apply, so the cycle is
+    /// never dropped: it faults for replay when checkpointing is on, and
+    /// halts otherwise.
     #[error("{0}")]
     Process(String),
     /// Output could not be published.

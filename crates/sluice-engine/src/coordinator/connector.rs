@@ -283,12 +283,18 @@ impl CycleExecution for ConnectorPipelineCallback {
             data.entry(k).or_default().extend(v);
         }
         let mut marks = std::mem::take(&mut self.cycle_marks);
+        // Once a process function accepted calls, its state and activation
+        // ids moved on: a later failure in the same cycle must not be
+        // dropped either, or the accepted output would be lost.
+        let mut processed = false;
         for s in self.streams.iter_mut() {
             s.run(&mut data, &mut marks, watermark)
                 .map_err(|f| match f {
                     StreamFailure::Process(m) => CycleError::Process(m),
+                    StreamFailure::Other(m) if processed => CycleError::Process(m),
                     StreamFailure::Other(m) => CycleError::Execution(m),
                 })?;
+            processed |= s.is_process();
         }
         Ok(CycleOutcome { results: data })
     }

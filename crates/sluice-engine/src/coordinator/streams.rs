@@ -63,9 +63,11 @@ impl InstalledStream {
         let context = |e: EngineError| format!("stream '{}': {e}", self.name);
         let (out, out_marks) = match &mut self.producer {
             StreamProducer::Query(op) => {
+                // Marks of an input that produced no batch this cycle still
+                // count: the cuts happened.
                 let batchwise = op.batchwise_input().cloned().and_then(|input| {
                     let m = marks.get(&input)?.clone();
-                    let b = data.get(&input)?.clone();
+                    let b = data.get(&input).cloned().unwrap_or_default();
                     Some((input, b, m))
                 });
                 match batchwise {
@@ -75,15 +77,17 @@ impl InstalledStream {
                         let mut pending = in_marks.iter().peekable();
                         let mut one: FxHashMap<Arc<str>, Vec<RecordBatch>> = FxHashMap::default();
                         for (i, b) in batches.into_iter().enumerate() {
+                            // Cuts that came before this batch keep their place.
+                            while let Some((_, w)) = pending.next_if(|(n, _)| *n <= i) {
+                                out_marks.push((out.len(), *w));
+                            }
                             one.insert(Arc::clone(&input), vec![b]);
                             out.extend(
                                 op.run(&one, watermark)
                                     .map_err(|e| StreamFailure::Other(context(e)))?,
                             );
-                            while let Some((_, w)) = pending.next_if(|(n, _)| *n <= i + 1) {
-                                out_marks.push((out.len(), *w));
-                            }
                         }
+                        out_marks.extend(pending.map(|(_, w)| (out.len(), *w)));
                         (out, Some(out_marks))
                     }
                     None => (
@@ -97,10 +101,11 @@ impl InstalledStream {
                 let input = Arc::clone(p.input());
                 let batches = data.get(&input).map(Vec::as_slice).unwrap_or_default();
                 let in_marks = marks.get(&input).map(Vec::as_slice);
-                let out = p.run(batches, in_marks, watermark).map_err(|e| match e {
-                    EngineError::Process(_) => StreamFailure::Process(context(e)),
-                    e => StreamFailure::Other(context(e)),
-                })?;
+                // Any failure here may follow accepted calls of this cycle,
+                // so it is never one to drop.
+                let out = p
+                    .run(batches, in_marks, watermark)
+                    .map_err(|e| StreamFailure::Process(context(e)))?;
                 (out, None)
             }
         };
@@ -111,6 +116,11 @@ impl InstalledStream {
             data.entry(Arc::clone(&self.name)).or_default().extend(out);
         }
         Ok(())
+    }
+
+    /// Whether a process function produces this stream.
+    pub(super) fn is_process(&self) -> bool {
+        matches!(self.producer, StreamProducer::Process(_))
     }
 
     /// Snapshot the stream's operator state, in a fixed part order.

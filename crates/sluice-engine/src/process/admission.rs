@@ -67,12 +67,14 @@ fn admit_one(
     }
     let sources: Vec<&str> = catalog.sources.iter().map(|s| s.name.as_str()).collect();
     let [only] = sources.as_slice() else {
+        let has = match sources.len() {
+            0 => "none".to_string(),
+            n => format!("{n} ({})", sources.join(", ")),
+        };
         return Err(refuse(
             info,
             format!(
-                "at-least-once replay needs exactly one replayable source, but the pipeline has {} ({}); a merge of independent channels cannot be replayed in the same order",
-                sources.len(),
-                sources.join(", ")
+                "at-least-once replay needs exactly one replayable source, but the pipeline has {has}; a merge of independent channels cannot be replayed in the same order"
             ),
         ));
     };

@@ -13,7 +13,8 @@
 //!   (time, key, name) order, one timer per key per call, each removed as it
 //!   fires. A timer set during the cut at or before the watermark fires in
 //!   the same cut, unless it already fired in it: a timer fires at most once
-//!   per cut, and one re-armed in the past fires at the next cut.
+//!   per cut, a key fires at most `max_timers_per_key` timers per cut, and
+//!   what is left fires at the next cut.
 //! * Activation ids are one sequence, checkpointed with the state, so the
 //!   same input in the same batches with the same watermark cuts produces the
 //!   same ids in the same callback order.
@@ -221,9 +222,13 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
         out: &mut CallOutput,
     ) -> Result<(), ProcessError> {
         self.watermark = self.watermark.max(watermark);
-        // A timer fires at most once per cut, so a handler that keeps
-        // re-arming a timer in the past cannot spin the compute thread.
+        // A timer fires at most once per cut, and a key fires at most
+        // `max_timers_per_key` timers per cut, so a handler that keeps
+        // arming timers in the past cannot spin the compute thread: what is
+        // left fires at the next cut.
+        let per_key = self.descriptor.limits.max_timers_per_key.max(1);
         let mut fired: BTreeSet<(Vec<u8>, String)> = BTreeSet::new();
+        let mut fired_per_key: FxHashMap<Vec<u8>, usize> = FxHashMap::default();
         loop {
             let mut seen = BTreeSet::new();
             let mut wave = Vec::new();
@@ -231,11 +236,14 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
                 if *at > self.watermark {
                     break;
                 }
-                if fired.contains(&(key.clone(), name.clone())) {
+                if fired_per_key.get(key).is_some_and(|n| *n >= per_key)
+                    || fired.contains(&(key.clone(), name.clone()))
+                {
                     continue;
                 }
                 if seen.insert(key.clone()) {
                     fired.insert((key.clone(), name.clone()));
+                    *fired_per_key.entry(key.clone()).or_default() += 1;
                     wave.push((
                         key.clone(),
                         ProcessCallback::Timer {
@@ -295,7 +303,14 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
         let results = match catch_unwind(AssertUnwindSafe(|| self.handler.process(&activations))) {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return Err(self.error("-", format!("handler error: {e}"))),
-            Err(_) => return Err(self.error("-", "handler panicked".into())),
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                return Err(self.error("-", format!("handler panicked: {message}")));
+            }
         };
         validate_call(&self.descriptor, &activations, &results, |key| {
             timers.get(key).or_else(|| self.timers.get(key))

@@ -161,6 +161,21 @@ impl ProcessOperator {
 
     fn feed(&mut self, batch: &RecordBatch, out: &mut CallOutput) -> Result<()> {
         let columns = batch.project(&self.projection)?.columns().to_vec();
+        let declared = &self.info.descriptor.input_schema;
+        for (f, c) in declared.fields().iter().zip(&columns) {
+            if !f.is_nullable() && c.null_count() > 0 {
+                return Err(binding_error(
+                    &self.info,
+                    format!(
+                        "input '{}' holds NULL in column '{}', which the function declares NOT NULL; filter the NULLs out before the function (WHERE {} IS NOT NULL)",
+                        self.info.input,
+                        f.name(),
+                        f.name()
+                    ),
+                )
+                .into());
+            }
+        }
         let projected =
             RecordBatch::try_new(Arc::clone(&self.info.descriptor.input_schema), columns)?;
         self.processor.process_batch(&projected, out)?;
@@ -248,6 +263,9 @@ impl ProcessOperator {
                 self.info.descriptor.name
             ))
         };
+        if state.num_columns() != 3 || timers.num_columns() != 3 {
+            return Err(damaged());
+        }
         let keys = state.column(0).as_binary_opt::<i32>().ok_or_else(damaged)?;
         let kinds = state
             .column(1)
@@ -261,7 +279,7 @@ impl ProcessOperator {
             let v = match kinds.value(i) {
                 0 => ValueState::Absent,
                 1 => ValueState::Null,
-                _ if values.is_valid(i) => ValueState::Int64(values.value(i)),
+                2 if values.is_valid(i) => ValueState::Int64(values.value(i)),
                 _ => return Err(damaged()),
             };
             snap.state.insert(keys.value(i).to_vec(), v);

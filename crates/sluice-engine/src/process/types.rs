@@ -94,27 +94,52 @@ pub struct ProcessFunctionDescriptor {
 }
 
 impl ProcessFunctionDescriptor {
-    /// A stable hash of the binding (name, version, schemas, keys, runtime):
-    /// state is restored only under the same binding.
+    /// A stable hash of the binding (name, version, input and output
+    /// columns, key columns, initial state and runtime): state is restored
+    /// only under the same binding. It is the CRC-32 of a canonical text:
+    /// fields as `name type nullability` with Arrow's display of the type,
+    /// and explicit words for the state and runtime.
     pub fn binding_hash(&self) -> String {
-        let text = format!(
-            "{}\u{1}{}\u{1}{:?}\u{1}{:?}\u{1}{:?}\u{1}{:?}\u{1}{:?}",
-            self.name,
-            self.version,
-            self.input_schema
+        let columns = |schema: &SchemaRef| {
+            schema
                 .fields()
                 .iter()
-                .map(|f| (f.name(), f.data_type()))
-                .collect::<Vec<_>>(),
-            self.key_columns,
-            self.output_schema
-                .fields()
-                .iter()
-                .map(|f| (f.name(), f.data_type()))
-                .collect::<Vec<_>>(),
-            self.initial_state,
-            self.runtime
-        );
+                .map(|f| {
+                    let null = if f.is_nullable() { "null" } else { "not null" };
+                    format!("{} {} {null}", f.name(), f.data_type())
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let initial = match self.initial_state {
+            None | Some(ValueState::Absent) => "absent".to_string(),
+            Some(ValueState::Null) => "null".to_string(),
+            Some(ValueState::Int64(v)) => format!("int64 {v}"),
+        };
+        let runtime = match &self.runtime {
+            ProcessRuntime::Native => "native".to_string(),
+            ProcessRuntime::RemoteRust => "remote_rust".to_string(),
+            ProcessRuntime::Python(p) => format!(
+                "python {} {} [{}]",
+                p.package,
+                p.version,
+                p.files
+                    .iter()
+                    .map(|(path, digest)| format!("{path}={digest}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let text = [
+            format!("name {}", self.name),
+            format!("version {}", self.version),
+            format!("input {}", columns(&self.input_schema)),
+            format!("keys {}", self.key_columns.join(", ")),
+            format!("output {}", columns(&self.output_schema)),
+            format!("initial {initial}"),
+            format!("runtime {runtime}"),
+        ]
+        .join("\n");
         format!("{:08x}", crc32fast::hash(text.as_bytes()))
     }
 }

@@ -186,6 +186,18 @@ impl Database {
             .factory)();
         let operator = ProcessOperator::new(info.clone(), &input_schema, handler)?;
         let out_schema = Arc::clone(&info.descriptor.output_schema);
+        let def = StreamDef {
+            name: b.name.clone(),
+            schema: Arc::clone(&out_schema),
+            changelog: false,
+            materialized: b.materialized,
+            kind: StreamKind::Process(Box::new(info.clone())),
+        };
+        let mut next = state.catalog.clone();
+        next.streams.push(def.clone());
+        super::admit_while_running(state, &next)?;
+        // Fails now, before the catalog changes, if the pipeline is gone.
+        self.running(state)?;
         let view = if b.materialized {
             let v = MaterializedView::new(Arc::clone(&out_schema), false)?;
             state.views.insert(b.name.clone(), Arc::clone(&v));
@@ -196,13 +208,7 @@ impl Database {
         self.inner
             .subscriptions
             .register(&b.name, Arc::clone(&out_schema), false);
-        state.catalog.streams.push(StreamDef {
-            name: b.name.clone(),
-            schema: out_schema,
-            changelog: false,
-            materialized: b.materialized,
-            kind: StreamKind::Process(Box::new(info.clone())),
-        });
+        state.catalog.streams.push(def);
         let r = self.running(state)?;
         r.coordinator
             .control(ControlMsg::AddStream {

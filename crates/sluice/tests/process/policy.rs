@@ -85,16 +85,23 @@ async fn a_rejected_call_halts_and_publishes_nothing_of_its_cycle() {
         )
         .await
         .unwrap();
-        let sub = db.subscribe("out").await.unwrap();
+        let mut sub = db.subscribe("out").await.unwrap();
         let src = db.source("ev").await.unwrap();
         src.push(events_batch(&[(3, 1, 500)])).await.unwrap();
+        // The first batch's row is out before the failing batch is pushed.
+        let first = tokio::time::timeout(std::time::Duration::from_secs(10), sub.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.data.num_rows(), 1);
         src.push(events_batch(&events)).await.unwrap();
-        src.finish().await.unwrap();
+        src.finish().await.ok();
         let e = db.run_to_completion().await.unwrap_err();
         assert!(matches!(e, Error::Halted(_)), "{e}");
         assert!(e.to_string().contains(needle), "{e}");
-        let delivered: usize = collect(sub).await.iter().map(|b| b.num_rows()).sum();
-        assert!(delivered <= 1, "only the first batch's row may be out, got {delivered}");
+        let later: usize = collect(sub).await.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(later, 0, "nothing of the failing cycle is delivered");
         db.shutdown().await.ok();
     }
 }
@@ -167,4 +174,105 @@ async fn state_is_not_restored_under_another_version() {
             db.abort().await.ok();
         }
     }
+}
+
+#[tokio::test]
+async fn a_null_in_a_not_null_input_column_is_a_rejected_call() {
+    let db = open(None, &[]).await;
+    db.execute(
+        "CREATE SOURCE ev (key BIGINT, amount BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);
+         CREATE STREAM out AS PROCESS activation_log FROM ev;",
+    )
+    .await
+    .unwrap();
+    let schema = std::sync::Arc::new(sluice::arrow::datatypes::Schema::new(vec![
+        sluice::arrow::datatypes::Field::new(
+            "key",
+            sluice::arrow::datatypes::DataType::Int64,
+            true,
+        ),
+        sluice::arrow::datatypes::Field::new(
+            "amount",
+            sluice::arrow::datatypes::DataType::Int64,
+            true,
+        ),
+        sluice::arrow::datatypes::Field::new(
+            "ts",
+            sluice::arrow::datatypes::DataType::Timestamp(
+                sluice::arrow::datatypes::TimeUnit::Millisecond,
+                None,
+            ),
+            true,
+        ),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(vec![Some(1)])),
+            Arc::new(Int64Array::from(vec![None])),
+            Arc::new(sluice::arrow::array::TimestampMillisecondArray::from(vec![
+                1_000,
+            ])),
+        ],
+    )
+    .unwrap();
+    let src = db.source("ev").await.unwrap();
+    src.push(batch).await.unwrap();
+    src.finish().await.ok();
+    let e = db.run_to_completion().await.unwrap_err().to_string();
+    assert!(
+        e.contains("holds NULL in column 'amount', which the function declares NOT NULL"),
+        "{e}"
+    );
+    db.shutdown().await.ok();
+}
+
+#[tokio::test]
+async fn a_running_checkpointed_pipeline_admits_later_bindings_and_sources() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("ev.csv");
+    std::fs::write(&data, "key,amount,ts\n1,1,1970-01-01 00:00:01\n").unwrap();
+    let db = open(
+        Some(&dir.path().join("state")),
+        &[("checkpoint_interval", "1h")],
+    )
+    .await;
+    let mut d = descriptor("random");
+    d.determinism = sluice::process::ProcessDeterminism::NonDeterministic;
+    db.register_process_function(d, || sluice::process::benchmark::KeyedCounter)
+        .await
+        .unwrap();
+    db.execute(&format!(
+        "CREATE SOURCE ev (key BIGINT, amount BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+           WITH (connector = 'file', path = '{}', format = 'csv');
+         CREATE STREAM log AS PROCESS activation_log FROM ev;",
+        data.display()
+    ))
+    .await
+    .unwrap();
+    db.start().await.unwrap();
+    let e = db
+        .execute("CREATE STREAM r AS PROCESS random FROM ev")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs determinism ReplaySafe"), "{e}");
+    let e = db
+        .execute(
+            "CREATE SOURCE more (key BIGINT, amount BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("exactly one replayable source, but the pipeline has 2 (ev, more)"),
+        "{e}"
+    );
+    let shown = db.execute("SHOW STREAMS").await.unwrap();
+    assert_eq!(
+        shown[0].num_rows(),
+        1,
+        "the refused binding left nothing behind"
+    );
+    db.shutdown().await.unwrap();
 }
