@@ -13,7 +13,7 @@ use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 use sluice::Database;
-use sluice_bench::queries::QUERIES;
+use sluice_bench::queries::{JOIN_QUERIES, QUERIES};
 use sluice_bench::workload::generate;
 use sluice_bench::Script;
 
@@ -46,6 +46,21 @@ fn oracle(query: &str) -> &'static str {
              FROM (SELECT auction, price, CAST(date_time AS BIGINT) AS ms FROM bid)
              GROUP BY auction, ms - ms % 10000"
         }
+        "q3" => {
+            "SELECT P.name, P.city, P.state, A.id
+             FROM auction AS A JOIN person AS P ON A.seller = P.id
+             WHERE A.category = 10 AND (P.state = 'or' OR P.state = 'id' OR P.state = 'ca')"
+        }
+        "q8" => {
+            "SELECT P.id, P.name, P.starttime
+             FROM (SELECT id, name, ms - ms % 10000 AS starttime
+                   FROM (SELECT id, name, CAST(date_time AS BIGINT) AS ms FROM person)
+                   GROUP BY id, name, ms - ms % 10000) P
+             JOIN (SELECT seller, ms - ms % 10000 AS starttime
+                   FROM (SELECT seller, CAST(date_time AS BIGINT) AS ms FROM auction)
+                   GROUP BY seller, ms - ms % 10000) A
+             ON P.id = A.seller AND P.starttime = A.starttime"
+        }
         other => panic!("no oracle for {other}"),
     }
 }
@@ -55,6 +70,7 @@ fn oracle(query: &str) -> &'static str {
 fn events(query: &str) -> u64 {
     match query {
         "q0" | "q1" | "q2" => 5_000,
+        "q3" => 100_000,
         _ => 250_000,
     }
 }
@@ -125,14 +141,18 @@ async fn run_sluice(query: &str, text: &str) -> (Vec<RecordBatch>, u64) {
 
 async fn run_oracle(query: &str, text: &str) -> Vec<RecordBatch> {
     let script = Script::parse(text).expect("script parses");
-    let src = script.nexmark_source().expect("source");
-    let cfg = src.nexmark_config(&overrides(query)).expect("config");
-    let generated = generate(cfg).expect("generate");
-    let schema = generated.batches[0].schema();
-    let table = MemTable::try_new(schema, vec![generated.batches]).expect("table");
     let ctx = SessionContext::new();
-    ctx.register_table("bid", Arc::new(table))
-        .expect("register");
+    for src in script
+        .sources()
+        .filter(|s| s.option("connector") == Some("nexmark"))
+    {
+        let cfg = src.nexmark_config(&overrides(query)).expect("config");
+        let generated = generate(cfg).expect("generate");
+        let schema = generated.batches[0].schema();
+        let table = MemTable::try_new(schema, vec![generated.batches]).expect("table");
+        ctx.register_table(src.name.as_str(), Arc::new(table))
+            .expect("register");
+    }
     ctx.sql(oracle(query))
         .await
         .expect("oracle plans")
@@ -144,6 +164,7 @@ async fn run_oracle(query: &str, text: &str) -> Vec<RecordBatch> {
 async fn check(query: &str) {
     let text = QUERIES
         .iter()
+        .chain(JOIN_QUERIES)
         .find(|(n, _)| *n == query)
         .map(|(_, t)| *t)
         .expect("query file");
@@ -196,9 +217,19 @@ async fn tumble_count_per_auction() {
     check("tumble_count").await;
 }
 
+#[tokio::test]
+async fn q3_local_item_suggestion() {
+    check("q3").await;
+}
+
+#[tokio::test]
+async fn q8_monitor_new_users() {
+    check("q8").await;
+}
+
 #[test]
 fn every_query_file_has_an_oracle() {
-    for (name, _) in QUERIES {
+    for (name, _) in QUERIES.iter().chain(JOIN_QUERIES) {
         let _ = oracle(name);
     }
 }

@@ -123,5 +123,14 @@ async fn bench_reports_throughput_and_latency() {
         .await
         .err()
         .map(|e| e.to_string());
-    assert!(e.is_some_and(|e| e.contains("waits for joins")));
+    assert!(e.is_some_and(|e| e.contains("needs aggregation over a changelog")));
+    let e = run_nexmark(&BenchOptions::new("q3", 10))
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        e.as_deref()
+            .is_some_and(|e| e.contains("time it with `sluice run <file>`")),
+        "{e:?}"
+    );
 }

@@ -13,6 +13,7 @@
 
 pub mod ast;
 pub mod error;
+mod join;
 pub mod parser;
 pub mod plan;
 pub mod planner;

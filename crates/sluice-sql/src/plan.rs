@@ -164,6 +164,21 @@ pub enum StreamNode {
         /// when `emit` is [`EmitMode::Changes`]).
         schema: DFSchemaRef,
     },
+    /// Inner equi-join of two append-only inputs: every pair of rows whose
+    /// keys are equal (and not null) and that passes `filter`, once.
+    Join {
+        /// Left input.
+        left: Box<StreamNode>,
+        /// Right input.
+        right: Box<StreamNode>,
+        /// Key pairs: an expression over the left input and one over the
+        /// right, of the same type.
+        on: Vec<(Expr, Expr)>,
+        /// Residual condition over the joined row.
+        filter: Option<Expr>,
+        /// Output schema: the left columns, then the right ones.
+        schema: DFSchemaRef,
+    },
     /// Non-windowed `GROUP BY`: an updating aggregate with changelog output.
     Aggregate {
         /// Input operator.
@@ -185,6 +200,7 @@ impl StreamNode {
             | StreamNode::Project { schema, .. }
             | StreamNode::Union { schema, .. }
             | StreamNode::WindowAggregate { schema, .. }
+            | StreamNode::Join { schema, .. }
             | StreamNode::Aggregate { schema, .. } => schema,
             StreamNode::Filter { input, .. } => input.schema(),
         }
@@ -200,6 +216,7 @@ impl StreamNode {
             StreamNode::Union { inputs, .. } => inputs.iter().any(|i| i.is_changelog()),
             StreamNode::WindowAggregate { emit, .. } => *emit == EmitMode::Changes,
             StreamNode::Aggregate { .. } => true,
+            StreamNode::Join { .. } => false,
         }
     }
 
@@ -224,6 +241,10 @@ impl StreamNode {
             | StreamNode::WindowAggregate { input, .. }
             | StreamNode::Aggregate { input, .. } => input.collect_inputs(out),
             StreamNode::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_inputs(out)),
+            StreamNode::Join { left, right, .. } => {
+                left.collect_inputs(out);
+                right.collect_inputs(out);
+            }
         }
     }
 
@@ -256,6 +277,25 @@ impl StreamNode {
                 for i in inputs {
                     i.fmt_indent(f, depth + 1)?;
                 }
+            }
+            StreamNode::Join {
+                left,
+                right,
+                on,
+                filter,
+                ..
+            } => {
+                let keys = on
+                    .iter()
+                    .map(|(l, r)| format!("{l} = {r}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                match filter {
+                    Some(f2) => writeln!(f, "{pad}InnerJoin: on=[{keys}], filter={f2}")?,
+                    None => writeln!(f, "{pad}InnerJoin: on=[{keys}]")?,
+                }
+                left.fmt_indent(f, depth + 1)?;
+                right.fmt_indent(f, depth + 1)?;
             }
             StreamNode::WindowAggregate {
                 input,

@@ -3,7 +3,7 @@
 //! DataFusion plans the `SELECT` (names, types, functions, coercion); this
 //! module then walks the resulting logical plan exactly once and maps each
 //! node to a [`StreamNode`], refusing with a named error anything a
-//! continuous query cannot execute (joins, `ORDER BY`, `LIMIT`, ...).
+//! continuous query cannot execute (outer joins, `ORDER BY`, `LIMIT`, ...).
 
 use std::sync::Arc;
 
@@ -229,6 +229,12 @@ impl Converter<'_> {
                 })
             }
             LogicalPlan::Filter(filter) => {
+                // `FROM a, b WHERE ...`: the filter is the join's condition.
+                if let LogicalPlan::Join(join) = filter.input.as_ref() {
+                    let mut condition = crate::join::conjuncts(join.filter.as_ref());
+                    condition.extend(crate::join::conjuncts(Some(&filter.predicate)));
+                    return self.convert_join(join, condition);
+                }
                 check_scalar_expr(&filter.predicate)?;
                 let input = self.convert(&filter.input)?;
                 Ok(StreamNode::Filter {
@@ -274,9 +280,10 @@ impl Converter<'_> {
             LogicalPlan::Limit(_) => Err(SqlError::Unsupported(
                 "LIMIT in a continuous query".into(),
             )),
-            LogicalPlan::Join(_) => Err(SqlError::Unsupported(
-                "JOIN in a continuous query (joins are not supported yet)".into(),
-            )),
+            LogicalPlan::Join(join) => {
+                let condition = crate::join::conjuncts(join.filter.as_ref());
+                self.convert_join(join, condition)
+            }
             LogicalPlan::Window(_) => Err(SqlError::Unsupported(
                 "OVER (...) window functions in a continuous query (use GROUP BY tumble/hop/session)".into(),
             )),
@@ -285,6 +292,23 @@ impl Converter<'_> {
                 other.display()
             ))),
         }
+    }
+
+    fn convert_join(
+        &mut self,
+        join: &datafusion::logical_expr::logical_plan::Join,
+        condition: Vec<&Expr>,
+    ) -> Result<StreamNode> {
+        let left = self.convert(&join.left)?;
+        let right = self.convert(&join.right)?;
+        crate::join::join_node(
+            join.join_type,
+            left,
+            right,
+            &join.on,
+            condition,
+            Arc::clone(&join.schema),
+        )
     }
 
     fn convert_aggregate(
@@ -364,7 +388,7 @@ impl Converter<'_> {
 }
 
 /// Refuse window functions that cannot be evaluated row by row outside a GROUP BY.
-fn check_scalar_expr(e: &Expr) -> Result<()> {
+pub(crate) fn check_scalar_expr(e: &Expr) -> Result<()> {
     let mut bad = None;
     e.apply(|e| {
         if let Expr::ScalarFunction(f) = e {

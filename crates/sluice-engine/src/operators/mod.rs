@@ -7,6 +7,7 @@
 pub mod changelog;
 pub mod expr;
 pub mod groups;
+pub mod join;
 pub mod session;
 pub mod window;
 
@@ -20,6 +21,7 @@ use sluice_sql::{StreamNode, WindowKind};
 use crate::error::{EngineError, Result};
 use expr::{compile, eval, eval_predicate, PhysExpr};
 use groups::{AggregateFunctions, KeyCodec};
+use join::HashJoin;
 use session::SessionAggregate;
 use window::{UpdatingAggregate, WindowAggregate, WindowedGroupBy};
 
@@ -62,6 +64,8 @@ pub enum Operator {
     Session(Box<Operator>, Box<SessionAggregate>),
     /// Non-windowed GROUP BY.
     Updating(Box<Operator>, Box<UpdatingAggregate>),
+    /// Inner equi-join: left input, right input, state.
+    Join(Box<Operator>, Box<Operator>, Box<HashJoin>),
 }
 
 impl Operator {
@@ -125,6 +129,37 @@ impl Operator {
                     }
                     kind => Operator::Window(child, Box::new(WindowAggregate::new(def, kind))),
                 }
+            }
+            StreamNode::Join {
+                left,
+                right,
+                on,
+                filter,
+                schema,
+            } => {
+                let (ls, rs) = (left.schema(), right.schema());
+                let arrow_of = |s: &datafusion::common::DFSchema| Arc::new(s.as_arrow().clone());
+                let left_keys = on
+                    .iter()
+                    .map(|(l, _)| compile(l, ls))
+                    .collect::<Result<Vec<_>>>()?;
+                let right_keys = on
+                    .iter()
+                    .map(|(_, r)| compile(r, rs))
+                    .collect::<Result<Vec<_>>>()?;
+                let key_exprs: Vec<_> = on.iter().map(|(l, _)| l.clone()).collect();
+                let join = HashJoin::new(
+                    (left_keys, arrow_of(ls)),
+                    (right_keys, arrow_of(rs)),
+                    key_types(&key_exprs, ls)?,
+                    filter.as_ref().map(|f| compile(f, schema)).transpose()?,
+                    Arc::new(schema.as_arrow().clone()),
+                )?;
+                Operator::Join(
+                    Box::new(Operator::compile(left)?),
+                    Box::new(Operator::compile(right)?),
+                    Box::new(join),
+                )
             }
             StreamNode::Aggregate {
                 input,
@@ -228,6 +263,11 @@ impl Operator {
                 }
                 op.advance()
             }
+            Operator::Join(left, right, op) => {
+                let l = left.run(inputs, watermark)?;
+                let r = right.run(inputs, watermark)?;
+                op.update(l, r)
+            }
         }
     }
 
@@ -257,6 +297,13 @@ impl Operator {
             }
             Operator::Updating(input, op) => {
                 input.snapshot(out)?;
+                let mut w = crate::state::SnapshotWriter::default();
+                op.snapshot(&mut w)?;
+                out.push(w.finish()?);
+            }
+            Operator::Join(left, right, op) => {
+                left.snapshot(out)?;
+                right.snapshot(out)?;
                 let mut w = crate::state::SnapshotWriter::default();
                 op.snapshot(&mut w)?;
                 out.push(w.finish()?);
@@ -297,6 +344,11 @@ impl Operator {
                 input.restore(parts)?;
                 op.restore(&next(parts)?)?;
             }
+            Operator::Join(left, right, op) => {
+                left.restore(parts)?;
+                right.restore(parts)?;
+                op.restore(&next(parts)?)?;
+            }
         }
         Ok(())
     }
@@ -311,6 +363,7 @@ impl Operator {
             Operator::Union { inputs, .. } => inputs.iter().map(|i| i.dropped_late()).sum(),
             Operator::Window(input, op) => input.dropped_late() + op.dropped_late,
             Operator::Session(input, op) => input.dropped_late() + op.dropped_late,
+            Operator::Join(left, right, _) => left.dropped_late() + right.dropped_late(),
         }
     }
 }

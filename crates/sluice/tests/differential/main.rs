@@ -11,6 +11,7 @@ mod changes;
 mod checkpointing;
 mod common;
 mod gen;
+mod joins;
 mod late;
 mod liveness;
 mod oracle;

@@ -46,8 +46,30 @@ async fn unknown_function() {
 async fn join() {
     refused(
         &db().await,
-        "CREATE STREAM x AS SELECT l.key FROM src l JOIN src r ON l.key = r.key",
-        &["unsupported: JOIN in a continuous query"],
+        "CREATE STREAM x AS SELECT l.key FROM src l LEFT JOIN src r ON l.key = r.key",
+        &["Left JOIN in a continuous query (only inner joins are supported)"],
+    )
+    .await;
+    refused(
+        &db().await,
+        "CREATE STREAM x AS SELECT l.key FROM src l JOIN src r ON l.value < r.value",
+        &["a JOIN without an equality between its two inputs"],
+    )
+    .await;
+    refused(
+        &db().await,
+        "CREATE STREAM x AS SELECT l.key FROM src l, src r",
+        &["a JOIN without an equality between its two inputs"],
+    )
+    .await;
+    let db = db().await;
+    db.execute("CREATE STREAM counts AS SELECT key, COUNT(*) AS n FROM src GROUP BY key")
+        .await
+        .expect("updating aggregate");
+    refused(
+        &db,
+        "CREATE STREAM x AS SELECT c.key FROM counts c JOIN src s ON c.key = s.key",
+        &["JOIN over a changelog input"],
     )
     .await;
 }

@@ -1,0 +1,222 @@
+//! The inner equi-join of two append-only inputs (a symmetric hash join).
+//!
+//! Each side keeps every row it has seen, indexed by its key (Arrow's row
+//! format of the key expressions). In a cycle, the left side's new batches
+//! first probe the right side's rows from earlier cycles and are then kept;
+//! the right side's new batches then probe every kept left row, this
+//! cycle's included. Every matching pair is produced exactly once, and
+//! since both inputs only append, so does the join. Rows whose key has a
+//! NULL never match. State is kept for the life of the stream: bounding it
+//! by event time is the next step.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, UInt32Array};
+use arrow::compute::{filter_record_batch, interleave, take};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use rustc_hash::FxHashMap;
+
+use super::expr::{eval, eval_predicate, PhysExpr};
+use crate::error::{EngineError, Result};
+use crate::state::{SnapshotReader, SnapshotWriter};
+
+/// One side's kept rows and their key index.
+struct Side {
+    keys: Vec<PhysExpr>,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    /// Key bytes to (batch, row) of every kept row with that key.
+    index: FxHashMap<Vec<u8>, Vec<(u32, u32)>>,
+}
+
+/// The join operator's state and compiled expressions.
+pub struct HashJoin {
+    converter: RowConverter,
+    left: Side,
+    right: Side,
+    filter: Option<PhysExpr>,
+    schema: SchemaRef,
+}
+
+impl std::fmt::Debug for HashJoin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "HashJoin({} left rows, {} right rows)",
+            self.left.rows(),
+            self.right.rows()
+        )
+    }
+}
+
+impl Side {
+    fn rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    /// Key bytes of every row of `batch`, None where a key is NULL.
+    fn encode(
+        &self,
+        converter: &RowConverter,
+        batch: &RecordBatch,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let cols: Vec<ArrayRef> = self
+            .keys
+            .iter()
+            .map(|k| eval(k, batch))
+            .collect::<Result<_>>()?;
+        let rows = converter.convert_columns(&cols)?;
+        Ok((0..batch.num_rows())
+            .map(|i| {
+                let null = cols.iter().any(|c| c.is_null(i));
+                (!null).then(|| rows.row(i).as_ref().to_vec())
+            })
+            .collect())
+    }
+
+    fn keep(&mut self, batch: RecordBatch, keys: Vec<Option<Vec<u8>>>) {
+        if batch.num_rows() == 0 {
+            return;
+        }
+        let b = self.batches.len() as u32;
+        for (row, key) in keys.into_iter().enumerate() {
+            if let Some(key) = key {
+                self.index.entry(key).or_default().push((b, row as u32));
+            }
+        }
+        self.batches.push(batch);
+    }
+
+    /// Columns of the kept rows at `at`, in order.
+    fn gather(&self, at: &[(usize, usize)]) -> Result<Vec<ArrayRef>> {
+        (0..self.schema.fields().len())
+            .map(|c| {
+                let cols: Vec<&dyn Array> =
+                    self.batches.iter().map(|b| b.column(c).as_ref()).collect();
+                Ok(interleave(&cols, at)?)
+            })
+            .collect()
+    }
+}
+
+impl HashJoin {
+    /// A join with the given key expressions per side (same types, in
+    /// pairs), residual filter over the joined row, and output schema.
+    pub fn new(
+        left: (Vec<PhysExpr>, SchemaRef),
+        right: (Vec<PhysExpr>, SchemaRef),
+        key_types: Vec<arrow::datatypes::DataType>,
+        filter: Option<PhysExpr>,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let side = |(keys, schema): (Vec<PhysExpr>, SchemaRef)| Side {
+            keys,
+            schema,
+            batches: Vec::new(),
+            index: FxHashMap::default(),
+        };
+        Ok(Self {
+            converter: RowConverter::new(key_types.into_iter().map(SortField::new).collect())?,
+            left: side(left),
+            right: side(right),
+            filter,
+            schema,
+        })
+    }
+
+    /// Join this cycle's new rows of both sides; returns the new pairs.
+    pub fn update(
+        &mut self,
+        left: Vec<RecordBatch>,
+        right: Vec<RecordBatch>,
+    ) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        for b in left {
+            let keys = self.left.encode(&self.converter, &b)?;
+            if let Some(joined) = self.probe(&b, &keys, true)? {
+                out.push(joined);
+            }
+            self.left.keep(b, keys);
+        }
+        for b in right {
+            let keys = self.right.encode(&self.converter, &b)?;
+            if let Some(joined) = self.probe(&b, &keys, false)? {
+                out.push(joined);
+            }
+            self.right.keep(b, keys);
+        }
+        Ok(out)
+    }
+
+    /// Pairs of `batch` (new rows of the left side when `from_left`) with
+    /// the other side's kept rows.
+    fn probe(
+        &self,
+        batch: &RecordBatch,
+        keys: &[Option<Vec<u8>>],
+        from_left: bool,
+    ) -> Result<Option<RecordBatch>> {
+        let other = if from_left { &self.right } else { &self.left };
+        let mut mine: Vec<u32> = Vec::new();
+        let mut theirs: Vec<(usize, usize)> = Vec::new();
+        for (row, key) in keys.iter().enumerate() {
+            let Some(hits) = key.as_ref().and_then(|k| other.index.get(k)) else {
+                continue;
+            };
+            for (b, r) in hits {
+                mine.push(row as u32);
+                theirs.push((*b as usize, *r as usize));
+            }
+        }
+        if mine.is_empty() {
+            return Ok(None);
+        }
+        let idx = UInt32Array::from(mine);
+        let new_cols: Vec<ArrayRef> = batch
+            .columns()
+            .iter()
+            .map(|c| take(c.as_ref(), &idx, None))
+            .collect::<std::result::Result<_, _>>()?;
+        let kept_cols = other.gather(&theirs)?;
+        let cols = if from_left {
+            new_cols.into_iter().chain(kept_cols).collect()
+        } else {
+            kept_cols.into_iter().chain(new_cols).collect()
+        };
+        let joined = RecordBatch::try_new(Arc::clone(&self.schema), cols)?;
+        let joined = match &self.filter {
+            Some(f) => filter_record_batch(&joined, &eval_predicate(f, &joined)?)?,
+            None => joined,
+        };
+        Ok((joined.num_rows() > 0).then_some(joined))
+    }
+
+    /// Write both sides' kept rows.
+    pub fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
+        for side in [&self.left, &self.right] {
+            let all = arrow::compute::concat_batches(&side.schema, &side.batches)?;
+            w.push(&all)?;
+        }
+        Ok(())
+    }
+
+    /// Restore both sides from a snapshot, rebuilding the key indexes.
+    pub fn restore(&mut self, r: &SnapshotReader) -> Result<()> {
+        let [left, right] = r.parts() else {
+            return Err(EngineError::Internal(format!(
+                "join snapshot has {} parts, expected 2",
+                r.parts().len()
+            )));
+        };
+        for (side, batch) in [(&mut self.left, left), (&mut self.right, right)] {
+            side.batches.clear();
+            side.index.clear();
+            let batch = RecordBatch::try_new(Arc::clone(&side.schema), batch.columns().to_vec())?;
+            let keys = side.encode(&self.converter, &batch)?;
+            side.keep(batch, keys);
+        }
+        Ok(())
+    }
+}
