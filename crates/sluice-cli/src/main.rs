@@ -29,12 +29,22 @@ use tracing_subscriber::EnvFilter;
 
 use crate::error::CliError;
 
-/// The binary allocates many short-lived Arrow buffers per batch; mimalloc
-/// keeps freed pages for reuse instead of returning them to the kernel and
-/// faulting fresh ones in (see BENCHMARKS.md, "What limits the CSV path").
-/// Programs that link the `sluice` library choose their own allocator.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// Keep freed batch buffers in the heap. Every Arrow batch allocates buffers
+/// large enough that glibc would map them fresh from the kernel and unmap
+/// them on free, so each batch paid page faults (about 10% of a CSV run).
+/// A high mmap threshold and trim threshold make glibc reuse that memory.
+/// (mimalloc gave the same throughput but raised window-close latency
+/// tenfold; see BENCHMARKS.md.) Programs that link the `sluice` library
+/// tune their own allocator.
+fn keep_freed_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only adjusts glibc's allocator thresholds; it is
+    // called once, before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
 use crate::progress::ProgressSlot;
 
 /// Embedded streaming SQL: run a script of sources, streams and sinks.
@@ -70,6 +80,7 @@ pub struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    keep_freed_buffers();
     let cli = Cli::parse();
     let progress = ProgressSlot::default();
     init_logging(&progress);
