@@ -187,7 +187,9 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
             .spawn()
             .unwrap();
         let before = written();
-        if i % 2 == 0 {
+        // Odd kills at a random moment; even ones (the first included, so
+        // that the first run cannot simply finish) once output appeared.
+        if i % 2 == 1 {
             // Kill at a random moment.
             std::thread::sleep(Duration::from_millis(20 + rng.next() % window));
         } else {
