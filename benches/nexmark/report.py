@@ -9,7 +9,7 @@ tables into BENCHMARKS.md (between the nexmark markers).
 * latency: the same at RATE rows/s (`--rate`), push-to-subscriber;
 * memory: peak RSS of `sluice run` on q5 reading the Nexmark connector
   directly (no input held in memory) for EVENTS and 10 x EVENTS events;
-* joins: q3 and q8 read two Nexmark sources, so they run through
+* joins: q3, q4 and q8 read two Nexmark sources, so they run through
   `sluice run` with the connector generating both streams on the fly
   (generation included in their time).
 """
@@ -24,7 +24,7 @@ import tempfile
 import time
 
 QUERIES = ["q0", "q1", "q2", "q5", "q7", "tumble_count"]
-JOIN_QUERIES = ["q3", "q8"]
+JOIN_QUERIES = ["q3", "q4", "q8"]
 
 
 def bench(sluice, args):

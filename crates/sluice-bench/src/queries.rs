@@ -24,14 +24,9 @@ pub const QUERIES: &[(&str, &str)] = &[
 /// Nexmark connector generating both streams on the fly.
 pub const JOIN_QUERIES: &[(&str, &str)] = &[
     ("q3", include_str!("../../../benches/nexmark/q3.sql")),
+    ("q4", include_str!("../../../benches/nexmark/q4.sql")),
     ("q8", include_str!("../../../benches/nexmark/q8.sql")),
 ];
-
-/// Nexmark queries Sluice cannot express yet, and why.
-pub const PENDING: &[(&str, &str)] = &[(
-    "q4",
-    "average price per category: the maximum bid per auction is an updating aggregate, and averaging it per category needs aggregation over a changelog",
-)];
 
 /// A query by name (`q5`) or by path (`my/query.sql`): (name, text).
 pub fn load(query: &str) -> Result<(String, String)> {
@@ -40,11 +35,6 @@ pub fn load(query: &str) -> Result<(String, String)> {
     }
     if let Some((name, text)) = JOIN_QUERIES.iter().find(|(n, _)| *n == query) {
         return Ok((name.to_string(), text.to_string()));
-    }
-    if let Some((_, why)) = PENDING.iter().find(|(n, _)| *n == query) {
-        return Err(BenchError::Script(format!(
-            "Nexmark {query} is not available yet: {why}"
-        )));
     }
     let path = Path::new(query);
     if path.extension().is_some_and(|e| e == "sql") {

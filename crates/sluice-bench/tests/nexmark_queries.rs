@@ -51,6 +51,14 @@ fn oracle(query: &str) -> &'static str {
              FROM auction AS A JOIN person AS P ON A.seller = P.id
              WHERE A.category = 10 AND (P.state = 'or' OR P.state = 'id' OR P.state = 'ca')"
         }
+        "q4" => {
+            "SELECT Q.category, AVG(Q.final) AS avg_price
+             FROM (SELECT A.id, A.category, MAX(B.price) AS final
+                   FROM auction AS A JOIN bid AS B ON A.id = B.auction
+                   WHERE B.date_time >= A.date_time AND B.date_time <= A.expires
+                   GROUP BY A.id, A.category) Q
+             GROUP BY Q.category"
+        }
         "q8" => {
             "SELECT P.id, P.name, P.starttime
              FROM (SELECT id, name, ms - ms % 10000 AS starttime
@@ -126,17 +134,65 @@ async fn run_sluice(query: &str, text: &str) -> (Vec<RecordBatch>, u64) {
         .subscribe(script.output().expect("output"))
         .await
         .expect("subscribe");
+    // A changelog's retracted rows are removed from what it inserted.
     let consumer = tokio::spawn(async move {
-        let mut out = Vec::new();
+        let mut out: Vec<RecordBatch> = Vec::new();
+        let mut retracted: Vec<RecordBatch> = Vec::new();
         while let Some(b) = sub.next().await.expect("subscription") {
-            assert!(b.changes.is_none(), "queries are append-only");
-            out.push(b.data);
+            let kinds: Vec<bool> = (0..b.data.num_rows())
+                .map(|i| b.kind(i) == sluice::ChangeKind::Insert)
+                .collect();
+            let keep = datafusion::arrow::array::BooleanArray::from(kinds.clone());
+            let drop: datafusion::arrow::array::BooleanArray =
+                kinds.iter().map(|k| Some(!k)).collect();
+            out.push(
+                datafusion::arrow::compute::filter_record_batch(&b.data, &keep).expect("filter"),
+            );
+            retracted.push(
+                datafusion::arrow::compute::filter_record_batch(&b.data, &drop).expect("filter"),
+            );
         }
-        out
+        (out, retracted)
     });
     let metrics = db.run_to_completion().await.expect("run");
     db.shutdown().await.expect("shutdown");
-    (consumer.await.expect("consumer"), metrics.late_rows())
+    let (inserted, retracted) = consumer.await.expect("consumer");
+    (fold(&inserted, &retracted), metrics.late_rows())
+}
+
+/// Inserted rows minus retracted ones, compared as formatted rows.
+fn fold(inserted: &[RecordBatch], retracted: &[RecordBatch]) -> Vec<RecordBatch> {
+    let (_, gone) = normalized(retracted);
+    if gone.is_empty() {
+        return inserted.to_vec();
+    }
+    let mut gone: std::collections::HashMap<String, usize> =
+        gone.into_iter().fold(Default::default(), |mut m, r| {
+            *m.entry(r).or_default() += 1;
+            m
+        });
+    let mut out = Vec::new();
+    for b in inserted {
+        let mut keep = Vec::with_capacity(b.num_rows());
+        for i in 0..b.num_rows() {
+            let (_, row) = normalized(&[b.slice(i, 1)]);
+            let key = row.into_iter().next().unwrap_or_default();
+            match gone.get_mut(&key) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    keep.push(false);
+                }
+                _ => keep.push(true),
+            }
+        }
+        let mask = datafusion::arrow::array::BooleanArray::from(keep);
+        out.push(datafusion::arrow::compute::filter_record_batch(b, &mask).expect("filter"));
+    }
+    assert!(
+        gone.values().all(|n| *n == 0),
+        "a retraction matched no inserted row"
+    );
+    out
 }
 
 async fn run_oracle(query: &str, text: &str) -> Vec<RecordBatch> {
@@ -220,6 +276,11 @@ async fn tumble_count_per_auction() {
 #[tokio::test]
 async fn q3_local_item_suggestion() {
     check("q3").await;
+}
+
+#[tokio::test]
+async fn q4_average_price_per_category() {
+    check("q4").await;
 }
 
 #[tokio::test]

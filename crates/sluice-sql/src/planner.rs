@@ -264,11 +264,6 @@ impl Converter<'_> {
             LogicalPlan::Aggregate(agg) => {
                 self.saw_aggregate = true;
                 let input = self.convert(&agg.input)?;
-                if input.is_changelog() {
-                    return Err(SqlError::Unsupported(
-                        "aggregation over a changelog input (an EMIT CHANGES stream or a non-windowed GROUP BY); aggregate the append-only input instead".into(),
-                    ));
-                }
                 self.convert_aggregate(input, &agg.group_expr, &agg.aggr_expr, &agg.schema)
             }
             LogicalPlan::Distinct(_) => Err(SqlError::Unsupported(
@@ -354,6 +349,9 @@ impl Converter<'_> {
             }
         }
         match window {
+            Some(_) if input.is_changelog() => Err(SqlError::Unsupported(
+                "a windowed aggregation over a changelog input (an EMIT CHANGES stream or a non-windowed GROUP BY); window the append-only input, or drop the window to get an updating aggregate".into(),
+            )),
             Some((_, window)) => {
                 let emit = self.emit.unwrap_or(EmitMode::OnWindowClose);
                 let schema = match emit {

@@ -8,6 +8,7 @@ pub mod changelog;
 pub mod expr;
 pub mod groups;
 pub mod join;
+pub mod retract;
 pub mod session;
 pub mod window;
 
@@ -22,6 +23,7 @@ use crate::error::{EngineError, Result};
 use expr::{compile, eval, eval_predicate, PhysExpr};
 use groups::{AggregateFunctions, KeyCodec};
 use join::HashJoin;
+use retract::ChangelogAggregate;
 use session::SessionAggregate;
 use window::{UpdatingAggregate, WindowAggregate, WindowedGroupBy};
 
@@ -66,6 +68,8 @@ pub enum Operator {
     Updating(Box<Operator>, Box<UpdatingAggregate>),
     /// Inner equi-join: left input, right input, state.
     Join(Box<Operator>, Box<Operator>, Box<HashJoin>),
+    /// Non-windowed GROUP BY over a changelog input.
+    Retracting(Box<Operator>, Box<ChangelogAggregate>),
 }
 
 impl Operator {
@@ -169,6 +173,24 @@ impl Operator {
             } => {
                 let in_schema = input.schema();
                 let key_types = key_types(keys, in_schema)?;
+                if input.is_changelog() {
+                    let arrow_in = Arc::new(in_schema.as_arrow().clone());
+                    let change_index = arrow_in.index_of(sluice_sql::CHANGE_COLUMN)?;
+                    let op = ChangelogAggregate::new(
+                        keys.iter()
+                            .map(|k| compile(k, in_schema))
+                            .collect::<Result<_>>()?,
+                        KeyCodec::new(&key_types)?,
+                        AggregateFunctions::lower(aggregates, in_schema)?,
+                        arrow_in,
+                        change_index,
+                        Arc::new(schema.as_arrow().clone()),
+                    )?;
+                    return Ok(Operator::Retracting(
+                        Box::new(Operator::compile(input)?),
+                        Box::new(op),
+                    ));
+                }
                 let op = UpdatingAggregate::new(
                     keys.iter()
                         .map(|k| compile(k, in_schema))
@@ -268,6 +290,12 @@ impl Operator {
                 let r = right.run(inputs, watermark)?;
                 op.update(l, r)
             }
+            Operator::Retracting(input, op) => {
+                for b in input.run(inputs, watermark)? {
+                    op.update(&b)?;
+                }
+                op.advance()
+            }
         }
     }
 
@@ -304,6 +332,12 @@ impl Operator {
             Operator::Join(left, right, op) => {
                 left.snapshot(out)?;
                 right.snapshot(out)?;
+                let mut w = crate::state::SnapshotWriter::default();
+                op.snapshot(&mut w)?;
+                out.push(w.finish()?);
+            }
+            Operator::Retracting(input, op) => {
+                input.snapshot(out)?;
                 let mut w = crate::state::SnapshotWriter::default();
                 op.snapshot(&mut w)?;
                 out.push(w.finish()?);
@@ -349,6 +383,10 @@ impl Operator {
                 right.restore(parts)?;
                 op.restore(&next(parts)?)?;
             }
+            Operator::Retracting(input, op) => {
+                input.restore(parts)?;
+                op.restore(&next(parts)?)?;
+            }
         }
         Ok(())
     }
@@ -359,7 +397,8 @@ impl Operator {
             Operator::Scan { .. } => 0,
             Operator::Filter { input, .. }
             | Operator::Project { input, .. }
-            | Operator::Updating(input, _) => input.dropped_late(),
+            | Operator::Updating(input, _)
+            | Operator::Retracting(input, _) => input.dropped_late(),
             Operator::Union { inputs, .. } => inputs.iter().map(|i| i.dropped_late()).sum(),
             Operator::Window(input, op) => input.dropped_late() + op.dropped_late,
             Operator::Session(input, op) => input.dropped_late() + op.dropped_late,
