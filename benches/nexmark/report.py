@@ -135,7 +135,7 @@ def main():
         f"Joins: `sluice run benches/nexmark/qN.sql` with {args.events:,} events; both "
         "sources generate on the fly in their reader threads, so the time includes "
         "generation; `sluice run` reports it from the start of the run. Input rows are the "
-        "persons and auctions (8% of the events); events/s counts every generator event.",
+        "rows of the two streams the query reads; events/s counts every generator event.",
         "",
         "| query | input rows | output rows | seconds | events/s | peak RSS |",
         "|---|---:|---:|---:|---:|---:|",
