@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-QUERIES = ["q0", "q1", "q2", "tumble_count"]
+QUERIES = ["q0", "q1", "q2", "q5", "q7", "tumble_count"]
 
 BID_COLUMNS = [
     ("auction", "BIGINT"),
@@ -47,6 +47,10 @@ LAMINAR_SQL = {
     "q0": "SELECT auction, bidder, price, date_time, extra FROM bid",
     "q1": "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid",
     "q2": "SELECT auction, price FROM bid WHERE auction % 123 = 0",
+    "q5": "SELECT auction, COUNT(*) AS num FROM bid "
+    "GROUP BY auction, HOP(date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)",
+    "q7": "SELECT MAX(price) AS maxprice FROM bid "
+    "GROUP BY TUMBLE(date_time, INTERVAL '10' SECOND)",
     "tumble_count": "SELECT auction, COUNT(*) AS bids, MAX(price) AS maxprice FROM bid "
     "GROUP BY auction, TUMBLE(date_time, INTERVAL '10' SECOND)",
 }
@@ -58,6 +62,16 @@ FLINK_SQL = {
            "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid"),
     "q2": ("auction BIGINT, price BIGINT",
            "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0"),
+    "q5": (
+        "auction BIGINT, window_start TIMESTAMP(3), window_end TIMESTAMP(3), num BIGINT",
+        "SELECT auction, window_start, window_end, COUNT(*) AS num "
+        "FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) "
+        "GROUP BY auction, window_start, window_end"),
+    "q7": (
+        "window_start TIMESTAMP(3), window_end TIMESTAMP(3), maxprice BIGINT",
+        "SELECT window_start, window_end, MAX(price) AS maxprice "
+        "FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) "
+        "GROUP BY window_start, window_end"),
     "tumble_count": (
         "auction BIGINT, window_start TIMESTAMP(3), window_end TIMESTAMP(3), bids BIGINT, maxprice BIGINT",
         "SELECT auction, window_start, window_end, COUNT(*) AS bids, MAX(price) AS maxprice "
