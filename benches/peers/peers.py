@@ -31,6 +31,9 @@ import tempfile
 import time
 
 QUERIES = ["q0", "q1", "q2", "q5", "q7", "tumble_count"]
+# Queries over the person and auction streams as well (Flink and Sluice
+# from CSV only: the in-memory runner drives one source).
+JOIN_QUERIES = ["q3", "q4", "q8"]
 
 BID_COLUMNS = [
     ("auction", "BIGINT"),
@@ -72,6 +75,25 @@ FLINK_SQL = {
         "SELECT window_start, window_end, MAX(price) AS maxprice "
         "FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) "
         "GROUP BY window_start, window_end"),
+    "q3": ("name STRING, city STRING, state STRING, id BIGINT",
+           "SELECT P.name, P.city, P.state, A.id FROM auction AS A "
+           "INNER JOIN person AS P ON A.seller = P.id WHERE A.category = 10 "
+           "AND (P.state = 'or' OR P.state = 'id' OR P.state = 'ca')"),
+    "q4": ("category BIGINT, avg_price DOUBLE",
+           "SELECT Q.category, AVG(CAST(Q.final AS DOUBLE)) AS avg_price FROM ("
+           "SELECT A.id, A.category, MAX(B.price) AS final FROM auction AS A "
+           "JOIN bid AS B ON A.id = B.auction "
+           "WHERE B.date_time >= A.date_time AND B.date_time <= A.expires "
+           "GROUP BY A.id, A.category) Q GROUP BY Q.category"),
+    "q8": ("id BIGINT, name STRING, starttime TIMESTAMP(3)",
+           "SELECT P.id, P.name, P.starttime FROM ("
+           "SELECT id, name, window_start AS starttime, window_end AS endtime "
+           "FROM TABLE(TUMBLE(TABLE person, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) "
+           "GROUP BY id, name, window_start, window_end) P JOIN ("
+           "SELECT seller, window_start AS starttime, window_end AS endtime "
+           "FROM TABLE(TUMBLE(TABLE auction, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) "
+           "GROUP BY seller, window_start, window_end) A "
+           "ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime"),
     "tumble_count": (
         "auction BIGINT, window_start TIMESTAMP(3), window_end TIMESTAMP(3), bids BIGINT, maxprice BIGINT",
         "SELECT auction, window_start, window_end, COUNT(*) AS bids, MAX(price) AS maxprice "
@@ -97,12 +119,16 @@ def sluice_memory(sluice, query, events, disorder):
             "peak_rss_mib": r["memory"]["peak_rss_mib"]}
 
 
-def sluice_csv(sluice, root, query, csv_path):
+def sluice_csv(sluice, root, query, csvs):
+    """`csvs` maps a Nexmark stream name (bid, person, auction) to its CSV."""
     with open(os.path.join(root, "benches", "nexmark", f"{query}.sql")) as f:
         text = f.read()
-    file_source = f"WITH (connector = 'file', path = '{csv_path}', format = 'csv');"
+
+    def file_source(m):
+        stream = re.search(r"stream = '(\w+)'", m.group(0)).group(1)
+        return f"WITH (connector = 'file', path = '{csvs[stream]}', format = 'csv');"
     text, n = re.subn(r"WITH \(connector = 'nexmark'.*?\);", file_source, text, flags=re.S)
-    assert n == 1, f"{query}.sql: expected one Nexmark source"
+    assert n >= 1, f"{query}.sql: expected a Nexmark source"
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
         f.write(text)
         script = f.name
@@ -181,21 +207,32 @@ def flink_env(batch=False):
     return env
 
 
-def flink_source(env, headerless_csv):
-    env.execute_sql("DROP TEMPORARY TABLE IF EXISTS bid")
-    env.execute_sql(f"""
-        CREATE TEMPORARY TABLE bid (
-            auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING,
-            date_time TIMESTAMP(3), extra STRING,
-            WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND
-        ) WITH ('connector' = 'filesystem', 'path' = '{headerless_csv}', 'format' = 'csv')""")
+FLINK_TABLES = {
+    "bid": "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, "
+           "date_time TIMESTAMP(3), extra STRING",
+    "person": "id BIGINT, name STRING, email_address STRING, credit_card STRING, city STRING, "
+              "state STRING, date_time TIMESTAMP(3), extra STRING",
+    "auction": "id BIGINT, item_name STRING, description STRING, initial_bid BIGINT, "
+               "reserve BIGINT, date_time TIMESTAMP(3), expires TIMESTAMP(3), seller BIGINT, "
+               "category BIGINT, extra STRING",
+}
 
 
-def flink(env, count_env, query, headerless_csv, rows):
+def flink_source(env, headerless):
+    """`headerless` maps a stream name to its CSV without a header line."""
+    for name, path in headerless.items():
+        env.execute_sql(f"DROP TEMPORARY TABLE IF EXISTS {name}")
+        env.execute_sql(f"""
+            CREATE TEMPORARY TABLE {name} ({FLINK_TABLES[name]},
+                WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND
+            ) WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'csv')""")
+
+
+def flink(env, count_env, query, headerless, rows):
     """Timed streaming job into a blackhole sink, then an untimed batch
     job counting the query's rows."""
     schema, sql = FLINK_SQL[query]
-    flink_source(env, headerless_csv)
+    flink_source(env, headerless)
     env.execute_sql("DROP TEMPORARY TABLE IF EXISTS sink_t")
     env.execute_sql(f"CREATE TEMPORARY TABLE sink_t ({schema}) WITH ('connector' = 'blackhole')")
     wall = time.perf_counter()
@@ -203,7 +240,7 @@ def flink(env, count_env, query, headerless_csv, rows):
     job = result.get_job_client().get_job_execution_result().result()
     wall = time.perf_counter() - wall
     secs = job.get_net_runtime() / 1000.0
-    flink_source(count_env, headerless_csv)
+    flink_source(count_env, headerless)
     with count_env.execute_sql(f"SELECT COUNT(*) FROM ({sql})").collect() as it:
         out_rows = [row[0] for row in it][-1]
     return {"rows": rows, "secs": secs, "wall_secs": wall, "eps": rows / secs if secs else 0.0,
@@ -275,6 +312,20 @@ def markdown(results, args, versions):
         r = results[q]
         lines.append(f"| {q} | {fmt_eps(r['sluice_csv'])} | {fmt_eps(r.get('flink'))} | "
                      f"{ratio(r['sluice_csv'], r.get('flink'))} | {check(r.get('flink'), r['expected'])} |")
+    lines.append("")
+    lines.append("Join queries from the person, auction and bid CSV files of the same "
+                 "generator run, parsing included, parallelism 1; input rows/s of the streams "
+                 "each query reads (q3 and q8: persons and auctions; q4: auctions and bids). "
+                 "q4's output is a changelog in both engines, so its row count is not compared:")
+    lines.append("")
+    lines.append("| query | input rows | Sluice | Flink | Sluice/Flink | Flink output |")
+    lines.append("|---|---:|---:|---:|---:|---|")
+    for q in JOIN_QUERIES:
+        r = results[q]
+        out = (check(r.get("flink"), r["expected"]) if r["expected"] is not None
+               else f"{(r.get('flink') or {}).get('out_rows', 'n/a')} final rows, not compared")
+        lines.append(f"| {q} | {r['sluice_csv']['rows']:,} | {fmt_eps(r['sluice_csv'])} | "
+                     f"{fmt_eps(r.get('flink'))} | {ratio(r['sluice_csv'], r.get('flink'))} | {out} |")
     return "\n".join(lines)
 
 
@@ -296,6 +347,10 @@ def main():
     ap.add_argument("--root", required=True)
     ap.add_argument("--csv", required=True)
     ap.add_argument("--headerless-csv", required=True)
+    ap.add_argument("--person-csv", required=True)
+    ap.add_argument("--auction-csv", required=True)
+    ap.add_argument("--headerless-person-csv", required=True)
+    ap.add_argument("--headerless-auction-csv", required=True)
     ap.add_argument("--events", type=int, required=True)
     ap.add_argument("--disorder", type=int, default=2000)
     ap.add_argument("--skip", action="append", default=[], choices=["laminardb", "flink"])
@@ -303,13 +358,21 @@ def main():
     ap.add_argument("--json-out")
     args = ap.parse_args()
 
+    csvs = {"bid": args.csv, "person": args.person_csv, "auction": args.auction_csv}
+    headerless = {"bid": args.headerless_csv, "person": args.headerless_person_csv,
+                  "auction": args.headerless_auction_csv}
     results = {}
     versions = []
+    for q in JOIN_QUERIES:
+        log(f"sluice {q} (csv)")
+        csv = sluice_csv(args.sluice, args.root, q, csvs)
+        # q4's output is a changelog: its row count is not a final result.
+        results[q] = {"sluice_csv": csv, "expected": None if q == "q4" else csv["out_rows"]}
     for q in QUERIES:
         log(f"sluice {q} (in memory)")
         mem = sluice_memory(args.sluice, q, args.events, args.disorder)
         log(f"sluice {q} (csv)")
-        csv = sluice_csv(args.sluice, args.root, q, args.csv)
+        csv = sluice_csv(args.sluice, args.root, q, {"bid": args.csv})
         results[q] = {"sluice_mem": mem, "sluice_csv": csv, "expected": mem["out_rows"]}
         results["rows"] = mem["rows"]
         if csv["out_rows"] != mem["out_rows"]:
@@ -336,11 +399,19 @@ def main():
         env = flink_env()
         count_env = flink_env(batch=True)
         log("flink warm-up job (untimed)")
-        flink(env, count_env, "q2", args.headerless_csv, results["rows"])
+        flink(env, count_env, "q2", {"bid": args.headerless_csv}, results["rows"])
         for q in QUERIES:
             log(f"flink {q}")
             try:
-                results[q]["flink"] = flink(env, count_env, q, args.headerless_csv, results["rows"])
+                results[q]["flink"] = flink(env, count_env, q, {"bid": args.headerless_csv},
+                                            results["rows"])
+            except Exception as e:
+                results[q]["flink"] = {"error": str(e).splitlines()[0][:120], "eps": 0}
+        for q in JOIN_QUERIES:
+            log(f"flink {q}")
+            try:
+                results[q]["flink"] = flink(env, count_env, q, headerless,
+                                            results[q]["sluice_csv"]["rows"])
             except Exception as e:
                 results[q]["flink"] = {"error": str(e).splitlines()[0][:120], "eps": 0}
 

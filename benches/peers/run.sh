@@ -43,11 +43,26 @@ if [ ! -s "$CSV" ]; then
   "$SLUICE" bench csv --stream bid --events "$EVENTS" --out-of-order-ms "$DISORDER" --seed 0 --out "$CSV.tmp" >&2
   mv "$CSV.tmp" "$CSV"
 fi
+# The join queries also read the person and auction streams of the same run.
+for STREAM in person auction; do
+  F=$WORK/$STREAM-$EVENTS-$DISORDER.csv
+  if [ ! -s "$F" ]; then
+    echo "== writing $F" >&2
+    "$SLUICE" bench csv --stream "$STREAM" --events "$EVENTS" --out-of-order-ms "$DISORDER" --seed 0 --out "$F.tmp" >&2
+    mv "$F.tmp" "$F"
+  fi
+done
+PERSON=$WORK/person-$EVENTS-$DISORDER.csv
+AUCTION=$WORK/auction-$EVENTS-$DISORDER.csv
 # Flink's csv format reads no header line.
 HEADERLESS=$WORK/bids-$EVENTS-$DISORDER.noheader.csv
 [ -s "$HEADERLESS" ] || tail -n +2 "$CSV" > "$HEADERLESS"
+[ -s "$PERSON.noheader" ] || tail -n +2 "$PERSON" > "$PERSON.noheader"
+[ -s "$AUCTION.noheader" ] || tail -n +2 "$AUCTION" > "$AUCTION.noheader"
 
 ARGS=(--sluice "$SLUICE" --root "$ROOT" --csv "$CSV" --headerless-csv "$HEADERLESS"
+      --person-csv "$PERSON" --auction-csv "$AUCTION"
+      --headerless-person-csv "$PERSON.noheader" --headerless-auction-csv "$AUCTION.noheader"
       --events "$EVENTS" --disorder "$DISORDER" --json-out "$WORK/peers.json")
 [[ "${SKIP:-}" == *laminardb* ]] && ARGS+=(--skip laminardb)
 [[ "${SKIP:-}" == *flink* ]] && ARGS+=(--skip flink)
