@@ -9,9 +9,9 @@ tables into BENCHMARKS.md (between the nexmark markers).
 * latency: the same at RATE rows/s (`--rate`), push-to-subscriber;
 * memory: peak RSS of `sluice run` on q5 reading the Nexmark connector
   directly (no input held in memory) for EVENTS and 10 x EVENTS events;
-* joins: q3, q4 and q8 read two Nexmark sources, so they run through
-  `sluice run` with the connector generating both streams on the fly
-  (generation included in their time).
+* q3, q4 and q8 read two Nexmark streams: `sluice bench nexmark` generates
+  both and pushes them merged in event-time order; they have no latency
+  run (an output row of a join has an input row on each side).
 """
 
 import argparse
@@ -69,22 +69,19 @@ def main():
     args = ap.parse_args()
 
     rows = []
-    for q in QUERIES:
+    for q in QUERIES + JOIN_QUERIES:
         print(f"throughput {q}", file=sys.stderr, flush=True)
         t = bench(args.sluice, ["--query", q, "--events", str(args.events)])
-        print(f"latency {q}", file=sys.stderr, flush=True)
-        lat = bench(args.sluice, ["--query", q, "--events", str(args.latency_events),
-                                  "--rate", str(args.rate)])
+        lat = None
+        if q in QUERIES:
+            print(f"latency {q}", file=sys.stderr, flush=True)
+            lat = bench(args.sluice, ["--query", q, "--events", str(args.latency_events),
+                                      "--rate", str(args.rate)])
         rows.append((q, t, lat))
 
     print("memory q5 (sluice run)", file=sys.stderr, flush=True)
     small = run_peak_rss(args.sluice, args.root, "q5", args.events)
     large = run_peak_rss(args.sluice, args.root, "q5", args.events * 10)
-
-    joins = []
-    for q in JOIN_QUERIES:
-        print(f"join {q} (sluice run)", file=sys.stderr, flush=True)
-        joins.append((q, run_peak_rss(args.sluice, args.root, q, args.events)))
 
     t0 = rows[0][1]
     lines = [
@@ -94,15 +91,18 @@ def main():
         f"{t0['out_of_order_ms']} ms disorder, batches of {t0['batch_size']} rows.",
         "",
         f"Throughput: {args.events:,} generator events ({t0['input_rows']:,} bids) generated "
-        "in memory first, then pushed; events/s of processing only, until the last window "
-        "closed and the subscriber had every output row.",
+        "in memory first, then pushed; input rows/s of processing only, until the last window "
+        "closed and the subscriber had every output row. q3, q4 and q8 read two streams, "
+        "generated separately and pushed merged in event-time order; q4's output is a "
+        "changelog (its rows include retractions).",
         "",
-        "| query | generation rows/s (excluded) | processing events/s | output rows | peak RSS (input included) |",
-        "|---|---:|---:|---:|---:|",
+        "| query | streams | input rows | generation rows/s (excluded) | processing rows/s | output rows | peak RSS (input included) |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for q, t, _ in rows:
         lines.append(
-            f"| {q} | {t['generation']['rows_per_sec']:,.0f} | {t['processing']['rows_per_sec']:,.0f} | "
+            f"| {q} | {t['stream']} | {t['input_rows']:,} | {t['generation']['rows_per_sec']:,.0f} | "
+            f"{t['processing']['rows_per_sec']:,.0f} | "
             f"{t['output_rows']:,} | {t['memory']['peak_rss_mib']:.0f} MiB |")
     lines += [
         "",
@@ -113,6 +113,8 @@ def main():
         "|---|---:|---:|---:|---:|---:|",
     ]
     for q, _, lat in rows:
+        if lat is None:
+            continue
         l = (lat.get("rate") or {}).get("latency")
         if not l:
             lines.append(f"| {q} | n/a | n/a | n/a | n/a | 0 |")
@@ -130,24 +132,6 @@ def main():
         f"| {small['events']:,} | {small['peak_mib']:.0f} MiB | {small['secs']:.1f} s |",
         f"| {large['events']:,} | {large['peak_mib']:.0f} MiB | {large['secs']:.1f} s |",
     ]
-    lines += [
-        "",
-        f"Joins: `sluice run benches/nexmark/qN.sql` with {args.events:,} events; both "
-        "sources generate on the fly in their reader threads, so the time includes "
-        "generation; `sluice run` reports it from the start of the run. Input rows are the "
-        "rows of the two streams the query reads; events/s counts every generator event.",
-        "",
-        "| query | input rows | output rows | seconds | events/s | peak RSS |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for q, r in joins:
-        m = re.search(r"sluice: (\d+) rows in, (\d+) rows out, \d+ late rows dropped, ([\d.]+)s",
-                      r["summary"])
-        if not m:
-            raise RuntimeError(f"unexpected sluice run output: {r['summary']}")
-        rows_in, rows_out, secs = int(m.group(1)), int(m.group(2)), float(m.group(3))
-        lines.append(f"| {q} | {rows_in:,} | {rows_out:,} | {secs:.2f} | "
-                     f"{args.events / secs if secs else 0:,.0f} | {r['peak_mib']:.0f} MiB |")
     text = "\n".join(lines)
     print(text)
     if args.markdown_into:

@@ -9,6 +9,7 @@ pub mod csv;
 pub mod error;
 pub mod groups;
 pub mod latency;
+mod many;
 pub mod queries;
 pub mod report;
 pub mod rss;

@@ -11,6 +11,10 @@
 //! With a rate, batches are pushed on a schedule instead (from a dedicated
 //! thread, `rate` rows per second) and every output row's latency from push
 //! to subscriber delivery is measured (see [`crate::latency`]).
+//!
+//! A query over several Nexmark streams (the joins) has each stream
+//! generated on its own; their batches are pushed merged in event-time
+//! order (each stream's own order kept), and latency is not measured.
 
 use std::time::{Duration, Instant};
 
@@ -74,29 +78,25 @@ pub async fn run_nexmark(opts: &BenchOptions) -> Result<BenchReport> {
     }
     let (name, text) = queries::load(&opts.query)?;
     let script = Script::parse(&text)?;
+    let specs: Vec<_> = script
+        .sources()
+        .filter(|s| s.option("connector") == Some("nexmark"))
+        .cloned()
+        .collect();
+    let batch_size = opts.effective_batch_size();
+    let overrides = overrides(opts, batch_size);
+    if specs.len() > 1 {
+        return crate::many::run_many(opts, name, &script, specs, &overrides, batch_size).await;
+    }
     let src = script.nexmark_source()?.clone();
     let output = script.output()?.to_string();
-    let batch_size = opts.effective_batch_size();
-    let mut overrides = vec![
-        ("events", opts.events.to_string()),
-        ("batch_size", batch_size.to_string()),
-    ];
-    if let Some(s) = opts.seed {
-        overrides.push(("seed", s.to_string()));
-    }
-    if let Some(o) = opts.out_of_order_ms {
-        overrides.push(("out_of_order_ms", o.to_string()));
-    }
     let cfg = src.nexmark_config(&overrides)?;
 
     let generated = generate(cfg.clone())?;
     let after_generation = rss::read();
     let watermark = src.watermark.clone();
 
-    let db = Database::builder()
-        .set("subscription_buffer", "1048576")?
-        .open()
-        .await?;
+    let db = bench_database().await?;
     let ddl = script.render(|s| {
         if s.name == src.name {
             s.push_ddl()
@@ -151,6 +151,27 @@ pub async fn run_nexmark(opts: &BenchOptions) -> Result<BenchReport> {
             latency_note: m.latency_note,
         }),
     })
+}
+
+fn overrides(opts: &BenchOptions, batch_size: usize) -> Vec<(&'static str, String)> {
+    let mut overrides = vec![
+        ("events", opts.events.to_string()),
+        ("batch_size", batch_size.to_string()),
+    ];
+    if let Some(s) = opts.seed {
+        overrides.push(("seed", s.to_string()));
+    }
+    if let Some(o) = opts.out_of_order_ms {
+        overrides.push(("out_of_order_ms", o.to_string()));
+    }
+    overrides
+}
+
+pub(crate) async fn bench_database() -> Result<Database> {
+    Ok(Database::builder()
+        .set("subscription_buffer", "1048576")?
+        .open()
+        .await?)
 }
 
 struct Measured {

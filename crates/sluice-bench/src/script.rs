@@ -119,8 +119,7 @@ impl Script {
                 "the script declares no source with connector = 'nexmark'".into(),
             )),
             (Some(_), Some(_)) => Err(BenchError::Script(
-                "`sluice bench nexmark` drives exactly one Nexmark source from memory, and this script declares several; time it with `sluice run <file>`, where the Nexmark connector generates every source on the fly"
-                    .into(),
+                "the script declares several Nexmark sources where one was expected".into(),
             )),
         }
     }
