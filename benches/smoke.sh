@@ -11,7 +11,7 @@ cd "$ROOT"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}
 cargo build -q -p sluice-cli
 SLUICE=$CARGO_TARGET_DIR/debug/sluice
-for q in q0 q1 q2 q3 q4 q5 q7 q8 tumble_count; do
+for q in q0 q1 q2 q3 q4 q5 q7 q8 q5_full q7_full tumble_count; do
   "$SLUICE" bench nexmark --query "$q" --events 2000 --json > /dev/null
 done
 "$SLUICE" bench nexmark --query q5 --events 2000 --rate 20000 > /dev/null

@@ -14,6 +14,14 @@ pub const QUERIES: &[(&str, &str)] = &[
     ("q5", include_str!("../../../benches/nexmark/q5.sql")),
     ("q7", include_str!("../../../benches/nexmark/q7.sql")),
     (
+        "q5_full",
+        include_str!("../../../benches/nexmark/q5_full.sql"),
+    ),
+    (
+        "q7_full",
+        include_str!("../../../benches/nexmark/q7_full.sql"),
+    ),
+    (
         "tumble_count",
         include_str!("../../../benches/nexmark/tumble_count.sql"),
     ),

@@ -46,6 +46,24 @@ fn oracle(query: &str) -> &'static str {
              FROM (SELECT auction, price, CAST(date_time AS BIGINT) AS ms FROM bid)
              GROUP BY auction, ms - ms % 10000"
         }
+        "q5_full" => {
+            "WITH t AS (SELECT auction, CAST(date_time AS BIGINT) AS ms FROM bid),
+                  w AS (SELECT auction, ms, ms - ms % 2000 - k * 2000 AS ws
+                        FROM t CROSS JOIN (VALUES (0), (1), (2), (3), (4)) AS h(k)),
+                  c AS (SELECT auction, ws, COUNT(*) AS num FROM w
+                        WHERE ws + 10000 > ms GROUP BY auction, ws),
+                  m AS (SELECT ws, MAX(num) AS maxnum FROM c GROUP BY ws)
+             SELECT c.auction, c.ws AS window_start, c.ws + 10000 AS window_end, c.num
+             FROM c JOIN m ON c.ws = m.ws AND c.num = m.maxnum"
+        }
+        "q7_full" => {
+            "WITH t AS (SELECT auction, price, bidder, date_time, extra,
+                               CAST(date_time AS BIGINT) AS ms FROM bid),
+                  m AS (SELECT ms - ms % 10000 AS ws, MAX(price) AS maxprice
+                        FROM t GROUP BY ms - ms % 10000)
+             SELECT t.auction, t.price, t.bidder, t.date_time, t.extra
+             FROM t JOIN m ON t.price = m.maxprice AND t.ms >= m.ws AND t.ms < m.ws + 10000"
+        }
         "q3" => {
             "SELECT P.name, P.city, P.state, A.id
              FROM auction AS A JOIN person AS P ON A.seller = P.id
@@ -266,6 +284,16 @@ async fn q5_hop_count_per_auction() {
 #[tokio::test]
 async fn q7_tumble_max_price() {
     check("q7").await;
+}
+
+#[tokio::test]
+async fn q5_full_hot_items() {
+    check("q5_full").await;
+}
+
+#[tokio::test]
+async fn q7_full_highest_bid() {
+    check("q7_full").await;
 }
 
 #[tokio::test]
