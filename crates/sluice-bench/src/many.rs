@@ -135,11 +135,7 @@ pub(crate) async fn run_many(
             .map(|s| s.option("stream").unwrap_or("?").to_string())
             .collect::<Vec<_>>()
             .join("+"),
-        build: if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        },
+        build: crate::report::build_profile(),
         machine: Machine::current(),
         events: opts.events,
         input_rows: rows,

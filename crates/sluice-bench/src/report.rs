@@ -107,6 +107,15 @@ pub struct BenchReport {
     pub rate: Option<RateReport>,
 }
 
+/// `debug` or `release`: the profile this binary was built with.
+pub fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
 fn mib(v: Option<f64>) -> String {
     v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1} MiB"))
 }

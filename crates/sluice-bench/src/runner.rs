@@ -125,11 +125,7 @@ pub async fn run_nexmark(opts: &BenchOptions) -> Result<BenchReport> {
     Ok(BenchReport {
         query: name,
         stream: cfg.stream.name().to_string(),
-        build: if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        },
+        build: crate::report::build_profile(),
         machine: Machine::current(),
         events: opts.events,
         input_rows: rows,
