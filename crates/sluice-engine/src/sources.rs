@@ -133,12 +133,35 @@ pub struct PushSource {
     name: Arc<str>,
     schema: SchemaRef,
     tx: mpsc::Sender<SourceMessage>,
+    /// Shared by every handle of the source: set by `finish`.
+    finished: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PushSource {
-    /// A handle feeding `tx`.
-    pub fn new(name: Arc<str>, schema: SchemaRef, tx: mpsc::Sender<SourceMessage>) -> Self {
-        Self { name, schema, tx }
+    /// A handle feeding `tx`; `finished` is shared by all handles of the
+    /// source, so a finished source refuses rows from any of them.
+    pub fn new(
+        name: Arc<str>,
+        schema: SchemaRef,
+        tx: mpsc::Sender<SourceMessage>,
+        finished: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        Self {
+            name,
+            schema,
+            tx,
+            finished,
+        }
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.finished.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(EngineError::Catalog(format!(
+                "source '{}' was finished; it accepts no more rows or watermarks",
+                self.name
+            )));
+        }
+        Ok(())
     }
 
     /// The source's declared columns.
@@ -159,6 +182,7 @@ impl PushSource {
     /// Push a batch; waits while the pipeline is backpressured. The batch
     /// must have exactly the declared columns and types.
     pub async fn push(&self, batch: RecordBatch) -> Result<()> {
+        self.check_open()?;
         check_batch_schema(&format!("source '{}'", self.name), &self.schema, &batch)?;
         if batch.num_rows() == 0 {
             return Ok(());
@@ -168,11 +192,19 @@ impl PushSource {
 
     /// Advance the source's watermark to `ts_ms` (milliseconds since the epoch).
     pub async fn advance_watermark(&self, ts_ms: i64) -> Result<()> {
+        self.check_open()?;
         self.send(SourceEvent::Watermark(ts_ms)).await
     }
 
-    /// Declare that no more rows will come: the source stops holding the watermark.
+    /// Declare that no more rows will come: the source stops holding the
+    /// watermark, and later pushes are refused. Finishing twice is fine.
     pub async fn finish(&self) -> Result<()> {
+        if self
+            .finished
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Ok(());
+        }
         self.send(SourceEvent::Finished { offset: None }).await
     }
 }

@@ -57,6 +57,8 @@ struct State {
     options: PipelineOptions,
     views: HashMap<String, Arc<MaterializedView>>,
     functions: HashMap<String, RegisteredFunction>,
+    /// Per push source, whether it was finished (shared by its handles).
+    push_finished: HashMap<String, Arc<std::sync::atomic::AtomicBool>>,
     running: Option<Running>,
     started: bool,
     closed: bool,
@@ -117,6 +119,7 @@ impl DatabaseBuilder {
                     options: self.options,
                     views: HashMap::new(),
                     functions: HashMap::new(),
+                    push_finished: HashMap::new(),
                     running: None,
                     started: false,
                     closed: false,
@@ -365,6 +368,7 @@ impl Database {
                     state.catalog.streams.retain(|s| &s.name != n);
                     state.catalog.sinks.retain(|s| &s.name != n);
                     state.views.remove(n);
+                    state.push_finished.remove(n);
                 }
                 if let Some(r) = &state.running {
                     for n in names {
@@ -491,11 +495,13 @@ impl Database {
             )));
         }
         let schema = Arc::clone(&def.schema);
+        let finished = Arc::clone(state.push_finished.entry(name.to_string()).or_default());
         let r = self.running(&mut state)?;
         Ok(PushSource::new(
             Arc::from(name),
             schema,
             r.source_tx.clone(),
+            finished,
         ))
     }
 

@@ -51,3 +51,38 @@ async fn smoke_tumble() {
     println!("{:?}", db.metrics());
     db.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_finished_source_refuses_more_rows_from_any_handle() {
+    let db = sluice::Database::open_in_memory().await.unwrap();
+    db.execute("CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
+        .await
+        .unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(vec![1])),
+            Arc::new(TimestampMillisecondArray::from(vec![1_000])),
+        ],
+    )
+    .unwrap();
+    let first = db.source("s").await.unwrap();
+    first.push(batch.clone()).await.unwrap();
+    first.finish().await.unwrap();
+    first.finish().await.unwrap();
+    let second = db.source("s").await.unwrap();
+    for e in [
+        first.push(batch.clone()).await.unwrap_err(),
+        second.push(batch).await.unwrap_err(),
+        second.advance_watermark(5_000).await.unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("source 's' was finished"), "{e}");
+    }
+    let m = db.run_to_completion().await.unwrap();
+    assert_eq!(m.rows_in(), 1);
+    db.shutdown().await.unwrap();
+}
