@@ -3,8 +3,7 @@
 -- (q5.sql) are final when their window closes, so the highest count per
 -- window is a tumble over their window end (every hop window ends on a
 -- multiple of the slide), and joining the two on window and count keeps the
--- winners. The join keeps every count it has seen (join state is not yet
--- bounded by event time).
+-- winners. The join forgets rows of a window once the watermark passes it.
 CREATE SOURCE bid (
     auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
     date_time TIMESTAMP, extra VARCHAR,

@@ -1,8 +1,8 @@
 -- Nexmark q7 in full, highest bid: the bid(s) carrying the highest price of
 -- each 10-second tumbling window. The window's maximum (q7.sql) is joined
--- back to the bids on price and window. The join keeps every bid it has
--- seen (join state is not yet bounded by event time), so memory grows with
--- the stream.
+-- back to the bids on price and window. The join forgets a bid once the
+-- watermark is 10 s past it (its window's maximum has come by then) and a
+-- maximum once its window ends.
 CREATE SOURCE bid (
     auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
     date_time TIMESTAMP, extra VARCHAR,

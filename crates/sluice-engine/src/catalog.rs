@@ -271,6 +271,25 @@ impl PlanCatalog for Catalog {
             .find(|s| s.name == name)
             .map(|s| (Arc::clone(&s.schema), s.changelog))
     }
+
+    fn time_columns(&self, name: &str) -> Vec<(String, i64)> {
+        if let Some(s) = self.sources.iter().find(|s| s.name == name) {
+            return s
+                .watermark
+                .as_ref()
+                .map(|w| vec![(w.column.clone(), 0)])
+                .unwrap_or_default();
+        }
+        match self
+            .streams
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| &s.kind)
+        {
+            Some(StreamKind::Query(plan)) => plan.time_columns.clone(),
+            _ => vec![],
+        }
+    }
 }
 
 impl Catalog {

@@ -51,6 +51,7 @@ pub(crate) fn split_condition(
 
 /// Build the join node from converted inputs and the whole condition.
 pub(crate) fn join_node(
+    catalog: &dyn crate::planner::PlanCatalog,
     join_type: JoinType,
     left: StreamNode,
     right: StreamNode,
@@ -87,11 +88,21 @@ pub(crate) fn join_node(
     for e in &residual {
         crate::planner::check_scalar_expr(e)?;
     }
+    let (left_bounds, right_bounds) = crate::bounds::join_bounds(
+        &keys,
+        &residual,
+        &crate::bounds::time_columns(&left, catalog),
+        &crate::bounds::time_columns(&right, catalog),
+        |e| reads_only(e, left.schema()),
+        |e| reads_only(e, right.schema()),
+    );
     Ok(StreamNode::Join {
         left: Box::new(left),
         right: Box::new(right),
         on: keys,
         filter: residual.into_iter().reduce(Expr::and),
+        left_bounds,
+        right_bounds,
         schema,
     })
 }

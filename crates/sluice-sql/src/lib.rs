@@ -12,6 +12,7 @@
 //! `tumble`, `hop`, `session` (plus `tumble_end`, `hop_end`).
 
 pub mod ast;
+pub mod bounds;
 pub mod error;
 mod join;
 pub mod parser;

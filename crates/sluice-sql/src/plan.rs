@@ -45,6 +45,8 @@ pub struct StreamPlan {
     pub changelog: bool,
     /// Whether the current result is kept queryable.
     pub materialized: bool,
+    /// Output columns that bound the stream's future rows, with their lag.
+    pub time_columns: Vec<(String, i64)>,
 }
 
 impl StreamPlan {
@@ -176,6 +178,10 @@ pub enum StreamNode {
         on: Vec<(Expr, Expr)>,
         /// Residual condition over the joined row.
         filter: Option<Expr>,
+        /// When a kept left row can no longer match (empty: never).
+        left_bounds: Vec<crate::bounds::JoinStateBound>,
+        /// When a kept right row can no longer match (empty: never).
+        right_bounds: Vec<crate::bounds::JoinStateBound>,
         /// Output schema: the left columns, then the right ones.
         schema: DFSchemaRef,
     },
@@ -283,8 +289,27 @@ impl StreamNode {
                 right,
                 on,
                 filter,
+                left_bounds,
+                right_bounds,
                 ..
             } => {
+                let bounds = |b: &[crate::bounds::JoinStateBound]| {
+                    if b.is_empty() {
+                        "kept".to_string()
+                    } else {
+                        b.iter()
+                            .map(|b| {
+                                format!(
+                                    "until watermark - {}ms {} {}",
+                                    b.other_lag_ms,
+                                    if b.strict { ">=" } else { ">" },
+                                    b.expr
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" or ")
+                    }
+                };
                 let keys = on
                     .iter()
                     .map(|(l, r)| format!("{l} = {r}"))
@@ -294,6 +319,12 @@ impl StreamNode {
                     Some(f2) => writeln!(f, "{pad}InnerJoin: on=[{keys}], filter={f2}")?,
                     None => writeln!(f, "{pad}InnerJoin: on=[{keys}]")?,
                 }
+                writeln!(
+                    f,
+                    "{pad}  left rows: {}; right rows: {}",
+                    bounds(left_bounds),
+                    bounds(right_bounds)
+                )?;
                 left.fmt_indent(f, depth + 1)?;
                 right.fmt_indent(f, depth + 1)?;
             }

@@ -28,6 +28,11 @@ pub trait PlanCatalog {
     /// Arrow schema of a relation (ending with [`CHANGE_COLUMN`] for a
     /// changelog) and whether it is a changelog.
     fn relation(&self, name: &str) -> Option<(SchemaRef, bool)>;
+    /// Columns of a relation that bound its future rows, with their lag
+    /// (see [`crate::bounds`]); none by default.
+    fn time_columns(&self, _name: &str) -> Vec<(String, i64)> {
+        vec![]
+    }
 }
 
 /// Plans continuous queries against a catalog.
@@ -71,6 +76,10 @@ impl StreamPlanner {
         }
         let changelog = root.is_changelog();
         let schema: SchemaRef = Arc::new(root.schema().as_arrow().clone());
+        let time_columns = crate::bounds::time_columns(&root, catalog)
+            .into_iter()
+            .map(|t| (t.column.name, t.lag_ms))
+            .collect();
         check_output_names(&stmt.name, &schema)?;
         Ok(StreamPlan {
             name: stmt.name.clone(),
@@ -78,6 +87,7 @@ impl StreamPlanner {
             schema,
             changelog,
             materialized: stmt.materialized,
+            time_columns,
         })
     }
 
@@ -297,6 +307,7 @@ impl Converter<'_> {
         let left = self.convert(&join.left)?;
         let right = self.convert(&join.right)?;
         crate::join::join_node(
+            self.catalog,
             join.join_type,
             left,
             right,

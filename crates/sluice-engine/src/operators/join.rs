@@ -6,8 +6,13 @@
 //! the right side's new batches then probe every kept left row, this
 //! cycle's included. Every matching pair is produced exactly once, and
 //! since both inputs only append, so does the join. Rows whose key has a
-//! NULL never match. State is kept for the life of the stream: bounding it
-//! by event time is the next step.
+//! NULL never match.
+//!
+//! State is bounded by event time where the condition allows it (see
+//! `sluice_sql::bounds`): a kept batch is dropped once the watermark has
+//! passed the bound of every row in it, and the key index is rebuilt when
+//! dropped entries outnumber live ones. A join with no such bound keeps
+//! every row.
 
 use std::sync::Arc;
 
@@ -22,11 +27,23 @@ use super::expr::{eval, eval_predicate, PhysExpr};
 use crate::error::{EngineError, Result};
 use crate::state::{SnapshotReader, SnapshotWriter};
 
+/// When rows of a side may be forgotten: `(value, other side's lag,
+/// strict)`; see `sluice_sql::bounds::JoinStateBound`.
+pub type SideBound = (PhysExpr, i64, bool);
+
 /// One side's kept rows and their key index.
 struct Side {
     keys: Vec<PhysExpr>,
     schema: SchemaRef,
-    batches: Vec<RecordBatch>,
+    bounds: Vec<SideBound>,
+    /// Kept batches; None once dropped.
+    batches: Vec<Option<RecordBatch>>,
+    /// Per batch, the watermark at which all its rows can go.
+    expiry: Vec<i64>,
+    /// Per batch, its index entries.
+    entries: Vec<usize>,
+    live_entries: usize,
+    dead_entries: usize,
     /// Key bytes to (batch, row) of every kept row with that key.
     index: FxHashMap<Vec<u8>, Vec<(u32, u32)>>,
 }
@@ -53,7 +70,28 @@ impl std::fmt::Debug for HashJoin {
 
 impl Side {
     fn rows(&self) -> usize {
-        self.batches.iter().map(RecordBatch::num_rows).sum()
+        self.batches
+            .iter()
+            .flatten()
+            .map(RecordBatch::num_rows)
+            .sum()
+    }
+
+    /// The watermark from which every row of `batch` can be forgotten.
+    fn expiry_of(&self, batch: &RecordBatch) -> Result<i64> {
+        let mut expiry = i64::MAX;
+        for (expr, lag, strict) in &self.bounds {
+            let values = crate::operators::expr::event_time_ms(&eval(expr, batch)?)?;
+            if values.null_count() > 0 {
+                continue;
+            }
+            let Some(max) = arrow::compute::max(&values) else {
+                continue;
+            };
+            let at = max.saturating_add(*lag).saturating_add(i64::from(!strict));
+            expiry = expiry.min(at);
+        }
+        Ok(expiry)
     }
 
     /// Key bytes of every row of `batch`, None where a key is NULL.
@@ -76,25 +114,65 @@ impl Side {
             .collect())
     }
 
-    fn keep(&mut self, batch: RecordBatch, keys: Vec<Option<Vec<u8>>>) {
+    fn keep(&mut self, batch: RecordBatch, keys: Vec<Option<Vec<u8>>>) -> Result<()> {
         if batch.num_rows() == 0 {
-            return;
+            return Ok(());
         }
         let b = self.batches.len() as u32;
+        let mut entries = 0;
         for (row, key) in keys.into_iter().enumerate() {
             if let Some(key) = key {
                 self.index.entry(key).or_default().push((b, row as u32));
+                entries += 1;
             }
         }
-        self.batches.push(batch);
+        self.expiry.push(self.expiry_of(&batch)?);
+        self.entries.push(entries);
+        self.live_entries += entries;
+        self.batches.push(Some(batch));
+        Ok(())
+    }
+
+    /// Drop the batches the watermark has passed; rebuild when most index
+    /// entries point at dropped batches.
+    fn evict(&mut self, converter: &RowConverter, watermark: i64) -> Result<()> {
+        for i in 0..self.batches.len() {
+            if self.batches[i].is_some() && self.expiry[i] <= watermark {
+                self.batches[i] = None;
+                self.live_entries -= self.entries[i];
+                self.dead_entries += self.entries[i];
+            }
+        }
+        if self.dead_entries > self.live_entries {
+            let kept: Vec<RecordBatch> = self.batches.drain(..).flatten().collect();
+            self.clear();
+            for b in kept {
+                let keys = self.encode(converter, &b)?;
+                self.keep(b, keys)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.batches.clear();
+        self.expiry.clear();
+        self.entries.clear();
+        self.index.clear();
+        self.live_entries = 0;
+        self.dead_entries = 0;
     }
 
     /// Columns of the kept rows at `at`, in order.
     fn gather(&self, at: &[(usize, usize)]) -> Result<Vec<ArrayRef>> {
         (0..self.schema.fields().len())
             .map(|c| {
-                let cols: Vec<&dyn Array> =
-                    self.batches.iter().map(|b| b.column(c).as_ref()).collect();
+                let empty = arrow::array::new_empty_array(self.schema.field(c).data_type());
+                let cols: Vec<&dyn Array> = self
+                    .batches
+                    .iter()
+                    .map(|b| b.as_ref().map_or(empty.as_ref(), |b| b.column(c).as_ref()))
+                    .collect();
                 Ok(interleave(&cols, at)?)
             })
             .collect()
@@ -105,16 +183,21 @@ impl HashJoin {
     /// A join with the given key expressions per side (same types, in
     /// pairs), residual filter over the joined row, and output schema.
     pub fn new(
-        left: (Vec<PhysExpr>, SchemaRef),
-        right: (Vec<PhysExpr>, SchemaRef),
+        left: (Vec<PhysExpr>, SchemaRef, Vec<SideBound>),
+        right: (Vec<PhysExpr>, SchemaRef, Vec<SideBound>),
         key_types: Vec<arrow::datatypes::DataType>,
         filter: Option<PhysExpr>,
         schema: SchemaRef,
     ) -> Result<Self> {
-        let side = |(keys, schema): (Vec<PhysExpr>, SchemaRef)| Side {
+        let side = |(keys, schema, bounds): (Vec<PhysExpr>, SchemaRef, Vec<SideBound>)| Side {
             keys,
             schema,
+            bounds,
             batches: Vec::new(),
+            expiry: Vec::new(),
+            entries: Vec::new(),
+            live_entries: 0,
+            dead_entries: 0,
             index: FxHashMap::default(),
         };
         Ok(Self {
@@ -138,16 +221,27 @@ impl HashJoin {
             if let Some(joined) = self.probe(&b, &keys, true)? {
                 out.push(joined);
             }
-            self.left.keep(b, keys);
+            self.left.keep(b, keys)?;
         }
         for b in right {
             let keys = self.right.encode(&self.converter, &b)?;
             if let Some(joined) = self.probe(&b, &keys, false)? {
                 out.push(joined);
             }
-            self.right.keep(b, keys);
+            self.right.keep(b, keys)?;
         }
         Ok(out)
+    }
+
+    /// Forget the rows no future row can match at `watermark`.
+    pub fn evict(&mut self, watermark: i64) -> Result<()> {
+        self.left.evict(&self.converter, watermark)?;
+        self.right.evict(&self.converter, watermark)
+    }
+
+    /// Rows kept on each side (for tests and metrics).
+    pub fn kept_rows(&self) -> (usize, usize) {
+        (self.left.rows(), self.right.rows())
     }
 
     /// Pairs of `batch` (new rows of the left side when `from_left`) with
@@ -166,6 +260,9 @@ impl HashJoin {
                 continue;
             };
             for (b, r) in hits {
+                if other.batches[*b as usize].is_none() {
+                    continue;
+                }
                 mine.push(row as u32);
                 theirs.push((*b as usize, *r as usize));
             }
@@ -196,7 +293,7 @@ impl HashJoin {
     /// Write both sides' kept rows.
     pub fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
         for side in [&self.left, &self.right] {
-            let all = arrow::compute::concat_batches(&side.schema, &side.batches)?;
+            let all = arrow::compute::concat_batches(&side.schema, side.batches.iter().flatten())?;
             w.push(&all)?;
         }
         Ok(())
@@ -211,11 +308,10 @@ impl HashJoin {
             )));
         };
         for (side, batch) in [(&mut self.left, left), (&mut self.right, right)] {
-            side.batches.clear();
-            side.index.clear();
+            side.clear();
             let batch = RecordBatch::try_new(Arc::clone(&side.schema), batch.columns().to_vec())?;
             let keys = side.encode(&self.converter, &batch)?;
-            side.keep(batch, keys);
+            side.keep(batch, keys)?;
         }
         Ok(())
     }

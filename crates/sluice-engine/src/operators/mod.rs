@@ -139,6 +139,8 @@ impl Operator {
                 right,
                 on,
                 filter,
+                left_bounds,
+                right_bounds,
                 schema,
             } => {
                 let (ls, rs) = (left.schema(), right.schema());
@@ -152,9 +154,16 @@ impl Operator {
                     .map(|(_, r)| compile(r, rs))
                     .collect::<Result<Vec<_>>>()?;
                 let key_exprs: Vec<_> = on.iter().map(|(l, _)| l.clone()).collect();
+                let bounds = |b: &[sluice_sql::bounds::JoinStateBound],
+                              s: &datafusion::common::DFSchema|
+                 -> Result<Vec<join::SideBound>> {
+                    b.iter()
+                        .map(|b| Ok((compile(&b.expr, s)?, b.other_lag_ms, b.strict)))
+                        .collect()
+                };
                 let join = HashJoin::new(
-                    (left_keys, arrow_of(ls)),
-                    (right_keys, arrow_of(rs)),
+                    (left_keys, arrow_of(ls), bounds(left_bounds, ls)?),
+                    (right_keys, arrow_of(rs), bounds(right_bounds, rs)?),
                     key_types(&key_exprs, ls)?,
                     filter.as_ref().map(|f| compile(f, schema)).transpose()?,
                     Arc::new(schema.as_arrow().clone()),
@@ -288,7 +297,9 @@ impl Operator {
             Operator::Join(left, right, op) => {
                 let l = left.run(inputs, watermark)?;
                 let r = right.run(inputs, watermark)?;
-                op.update(l, r)
+                let out = op.update(l, r)?;
+                op.evict(watermark)?;
+                Ok(out)
             }
             Operator::Retracting(input, op) => {
                 for b in input.run(inputs, watermark)? {
