@@ -135,7 +135,7 @@ impl Side {
 
     /// Drop the batches the watermark has passed; rebuild when most index
     /// entries point at dropped batches.
-    fn evict(&mut self, converter: &RowConverter, watermark: i64) -> Result<()> {
+    fn evict(&mut self, watermark: i64) -> Result<()> {
         for i in 0..self.batches.len() {
             if self.batches[i].is_some() && self.expiry[i] <= watermark {
                 self.batches[i] = None;
@@ -144,14 +144,37 @@ impl Side {
             }
         }
         if self.dead_entries > self.live_entries {
-            let kept: Vec<RecordBatch> = self.batches.drain(..).flatten().collect();
-            self.clear();
-            for b in kept {
-                let keys = self.encode(converter, &b)?;
-                self.keep(b, keys)?;
-            }
+            self.compact();
         }
         Ok(())
+    }
+
+    /// Remove dropped batches and their index entries, renumbering the rest.
+    fn compact(&mut self) {
+        let mut remap = vec![u32::MAX; self.batches.len()];
+        let (mut batches, mut expiry, mut entries) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, b) in self.batches.drain(..).enumerate() {
+            if let Some(b) = b {
+                remap[i] = batches.len() as u32;
+                batches.push(Some(b));
+                expiry.push(self.expiry[i]);
+                entries.push(self.entries[i]);
+            }
+        }
+        self.index.retain(|_, hits| {
+            hits.retain_mut(|(b, _)| match remap[*b as usize] {
+                u32::MAX => false,
+                n => {
+                    *b = n;
+                    true
+                }
+            });
+            !hits.is_empty()
+        });
+        self.batches = batches;
+        self.expiry = expiry;
+        self.entries = entries;
+        self.dead_entries = 0;
     }
 
     fn clear(&mut self) {
@@ -235,8 +258,8 @@ impl HashJoin {
 
     /// Forget the rows no future row can match at `watermark`.
     pub fn evict(&mut self, watermark: i64) -> Result<()> {
-        self.left.evict(&self.converter, watermark)?;
-        self.right.evict(&self.converter, watermark)
+        self.left.evict(watermark)?;
+        self.right.evict(watermark)
     }
 
     /// Rows kept on each side (for tests and metrics).
