@@ -262,10 +262,6 @@ impl HashJoin {
         self.right.evict(watermark)
     }
 
-    /// Rows kept on each side (for tests and metrics).
-    pub fn kept_rows(&self) -> (usize, usize) {
-        (self.left.rows(), self.right.rows())
-    }
 
     /// Pairs of `batch` (new rows of the left side when `from_left`) with
     /// the other side's kept rows.

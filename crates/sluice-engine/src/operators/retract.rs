@@ -302,8 +302,4 @@ impl ChangelogAggregate {
         Ok(())
     }
 
-    /// Whether any row is live (for tests).
-    pub fn is_empty(&self) -> bool {
-        self.groups.is_empty() || self.groups.values().all(|g| g.live.is_empty())
-    }
 }

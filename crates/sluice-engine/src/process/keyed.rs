@@ -119,11 +119,6 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
         })
     }
 
-    /// The descriptor.
-    pub fn descriptor(&self) -> &ProcessFunctionDescriptor {
-        &self.descriptor
-    }
-
     /// The handler.
     pub fn handler_mut(&mut self) -> &mut H {
         &mut self.handler
@@ -150,17 +145,6 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
     /// The timers set for `key`, by name.
     pub fn timers(&self, key: &[u8]) -> BTreeMap<String, i64> {
         self.timers.get(key).cloned().unwrap_or_default()
-    }
-
-    /// Number of keys with state or timers.
-    pub fn live_keys(&self) -> usize {
-        let mut n = self.state.len();
-        n += self
-            .timers
-            .keys()
-            .filter(|k| !self.state.contains_key(*k))
-            .count();
-        n
     }
 
     /// The watermark of the last cut.
