@@ -468,11 +468,25 @@ impl RuntimeControl for ConnectorPipelineCallback {
                 name,
                 producer,
                 view,
-            } => self.streams.push(InstalledStream {
-                name: Arc::from(name.as_str()),
-                producer: *producer,
-                view,
-            }),
+            } => {
+                let stream = InstalledStream {
+                    name: Arc::from(name.as_str()),
+                    producer: *producer,
+                    view,
+                    marks_wanted: false,
+                };
+                // A process function needs the marks of its input chain.
+                if stream.is_process() {
+                    let mut next = stream.marks_input().cloned();
+                    while let Some(input) = next.take() {
+                        if let Some(s) = self.streams.iter_mut().find(|s| s.name == input) {
+                            s.marks_wanted = true;
+                            next = s.marks_input().cloned();
+                        }
+                    }
+                }
+                self.streams.push(stream);
+            }
             ControlMsg::AddSink(mut sink) => {
                 if self.started {
                     if let Err(e) = sink.begin(self.sink_mode, None) {

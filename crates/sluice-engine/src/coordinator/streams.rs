@@ -41,6 +41,10 @@ pub(super) struct InstalledStream {
     pub(super) name: Arc<str>,
     pub(super) producer: StreamProducer,
     pub(super) view: Option<Arc<MaterializedView>>,
+    /// Whether a process function reads this stream's marks (directly or
+    /// through other batch-by-batch queries); only then does a query run
+    /// batch by batch to keep them.
+    pub(super) marks_wanted: bool,
 }
 
 /// A cycle's failure inside one stream.
@@ -65,11 +69,16 @@ impl InstalledStream {
             StreamProducer::Query(op) => {
                 // Marks of an input that produced no batch this cycle still
                 // count: the cuts happened.
-                let batchwise = op.batchwise_input().cloned().and_then(|input| {
-                    let m = marks.get(&input)?.clone();
-                    let b = data.get(&input).cloned().unwrap_or_default();
-                    Some((input, b, m))
-                });
+                let wanted = self.marks_wanted;
+                let batchwise =
+                    op.batchwise_input()
+                        .cloned()
+                        .filter(|_| wanted)
+                        .and_then(|input| {
+                            let m = marks.get(&input)?.clone();
+                            let b = data.get(&input).cloned().unwrap_or_default();
+                            Some((input, b, m))
+                        });
                 match batchwise {
                     Some((input, batches, in_marks)) => {
                         let mut out = Vec::new();
@@ -116,6 +125,14 @@ impl InstalledStream {
             data.entry(Arc::clone(&self.name)).or_default().extend(out);
         }
         Ok(())
+    }
+
+    /// The input whose marks this stream passes on or consumes, if any.
+    pub(super) fn marks_input(&self) -> Option<&Arc<str>> {
+        match &self.producer {
+            StreamProducer::Query(op) => op.batchwise_input(),
+            StreamProducer::Process(p) => Some(p.input()),
+        }
     }
 
     /// Whether a process function produces this stream.

@@ -262,7 +262,6 @@ impl HashJoin {
         self.right.evict(watermark)
     }
 
-
     /// Pairs of `batch` (new rows of the left side when `from_left`) with
     /// the other side's kept rows.
     fn probe(

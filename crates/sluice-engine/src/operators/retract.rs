@@ -301,5 +301,4 @@ impl ChangelogAggregate {
         }
         Ok(())
     }
-
 }
