@@ -9,6 +9,10 @@ import argparse
 import json
 import os
 import time
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__))))
+from markdown_section import write_section  # noqa: E402
 
 
 def rows(criterion_dir):
@@ -44,13 +48,7 @@ def main():
     text = "\n".join(lines)
     print(text)
     if args.markdown_into:
-        begin, end = "<!-- micro:begin -->", "<!-- micro:end -->"
-        with open(args.markdown_into) as f:
-            doc = f.read()
-        head, rest = doc.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        with open(args.markdown_into, "w") as f:
-            f.write(head + begin + "\n" + text + "\n" + end + tail)
+        write_section(args.markdown_into, "micro", text)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from markdown_section import write_section  # noqa: E402
+
 QUERIES = ["q0", "q1", "q2", "q5", "q7", "q5_full", "q7_full", "tumble_count"]
 JOIN_QUERIES = ["q3", "q4", "q8"]
 # Queries whose output rows are attributed to input rows for latency. The
@@ -145,13 +148,7 @@ def main():
     text = "\n".join(lines)
     print(text)
     if args.markdown_into:
-        begin, end = "<!-- nexmark:begin -->", "<!-- nexmark:end -->"
-        with open(args.markdown_into) as f:
-            doc = f.read()
-        head, rest = doc.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        with open(args.markdown_into, "w") as f:
-            f.write(head + begin + "\n" + text + "\n" + end + tail)
+        write_section(args.markdown_into, "nexmark", text)
 
 
 if __name__ == "__main__":

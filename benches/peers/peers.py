@@ -30,6 +30,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from markdown_section import write_section  # noqa: E402
+
 QUERIES = ["q0", "q1", "q2", "q5", "q7", "q5_full", "q7_full", "tumble_count"]
 # Queries over the person and auction streams as well (Flink and Sluice
 # from CSV only: the in-memory runner drives one source).
@@ -394,18 +397,6 @@ def markdown(results, args, versions):
     return "\n".join(lines)
 
 
-def write_between_markers(path, text):
-    begin, end = "<!-- peers:begin -->", "<!-- peers:end -->"
-    with open(path) as f:
-        doc = f.read()
-    if begin not in doc or end not in doc:
-        raise RuntimeError(f"{path} lacks the {begin} / {end} markers")
-    head, rest = doc.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    with open(path, "w") as f:
-        f.write(head + begin + "\n" + text + "\n" + end + tail)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sluice", required=True)
@@ -515,7 +506,7 @@ def main():
         with open(args.json_out, "w") as f:
             json.dump(results, f, indent=2)
     if args.markdown_into:
-        write_between_markers(args.markdown_into, text)
+        write_section(args.markdown_into, "peers", text)
 
 
 if __name__ == "__main__":
