@@ -17,6 +17,13 @@ and writes the bids CSV once. This driver then measures, in one run:
   source into a blackhole sink; the job's net runtime (JVM and mini-cluster
   startup excluded, task deployment and CSV parsing included).
 
+"Per core" divides the rows by the CPU seconds (user + system, all
+threads) the engine's process spent: for Sluice the whole ``sluice run``
+process, for Flink the JVM from the moment the job was submitted (SQL
+planning done) until its result arrived. Parallelism 1 does not mean one
+core: Flink's split reader, task thread, JIT compiler and garbage collector
+run in parallel, as do Sluice's source reader and compute threads.
+
 Expected output row counts come from Sluice's run, whose results the query
 tests check against DataFusion; a peer returning another count is flagged.
 """
@@ -25,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -155,16 +163,20 @@ def sluice_csv(sluice, root, query, csvs):
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
         f.write(text)
         script = f.name
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         out = subprocess.run([sluice, "run", script], check=True, capture_output=True,
                              text=True).stdout
     finally:
         os.unlink(script)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     m = re.search(r"sluice: (\d+) rows in, (\d+) rows out, (\d+) late rows dropped, ([\d.]+)s", out)
     if not m:
         raise RuntimeError(f"unexpected sluice run output: {out}")
     rows, out_rows, secs = int(m.group(1)), int(m.group(2)), float(m.group(4))
-    return {"rows": rows, "secs": secs, "eps": rows / secs if secs else 0.0, "out_rows": out_rows}
+    return {"rows": rows, "secs": secs, "eps": rows / secs if secs else 0.0, "out_rows": out_rows,
+            "cpu_secs": cpu, "eps_per_core": rows / cpu if cpu else 0.0}
 
 
 # ------------------------------------------------------------------ LaminarDB
@@ -281,6 +293,32 @@ def flink_source(env, headerless):
             ) WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'csv')""")
 
 
+def jvm_pids():
+    """PyFlink's JVM: the child processes of this Python process."""
+    me, pids = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            pids.append(int(entry))
+    return pids
+
+
+def cpu_seconds(pids):
+    """User + system CPU seconds of `pids`, all threads (Linux /proc)."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def flink(env, count_env, query, headerless, rows):
     """Timed streaming job into a blackhole sink, then an untimed batch
     job counting the query's rows."""
@@ -288,16 +326,19 @@ def flink(env, count_env, query, headerless, rows):
     flink_source(env, headerless)
     env.execute_sql("DROP TEMPORARY TABLE IF EXISTS sink_t")
     env.execute_sql(f"CREATE TEMPORARY TABLE sink_t ({schema}) WITH ('connector' = 'blackhole')")
+    pids = jvm_pids()
     wall = time.perf_counter()
     result = env.execute_sql(f"INSERT INTO sink_t {sql}")
+    cpu = cpu_seconds(pids)
     job = result.get_job_client().get_job_execution_result().result()
+    cpu = cpu_seconds(pids) - cpu
     wall = time.perf_counter() - wall
     secs = job.get_net_runtime() / 1000.0
     flink_source(count_env, headerless)
     with count_env.execute_sql(f"SELECT COUNT(*) FROM ({sql})").collect() as it:
         out_rows = [row[0] for row in it][-1]
     return {"rows": rows, "secs": secs, "wall_secs": wall, "eps": rows / secs if secs else 0.0,
-            "out_rows": out_rows}
+            "out_rows": out_rows, "cpu_secs": cpu, "eps_per_core": rows / cpu if cpu else 0.0}
 
 
 # --------------------------------------------------------------------- report
@@ -306,10 +347,14 @@ def fmt_eps(r):
     return f"{r['eps']:,.0f}" if r and r.get("eps") else "n/a"
 
 
-def ratio(a, b):
-    if not a or not b or not a.get("eps") or not b.get("eps"):
+def fmt_core(r):
+    return f"{r['eps_per_core']:,.0f}" if r and r.get("eps_per_core") else "n/a"
+
+
+def ratio(a, b, key="eps"):
+    if not a or not b or not a.get(key) or not b.get(key):
         return "n/a"
-    return f"{a['eps'] / b['eps']:.1f}x"
+    return f"{a[key] / b[key]:.1f}x"
 
 
 def check(r, expected):
@@ -357,14 +402,19 @@ def markdown(results, args, versions):
                      f"| {fmt_eps(r.get('laminar_wm'))} | {check(r.get('laminar_wm'), r['expected'])} |")
     lines.append("")
     lines.append("From the CSV file, parsing included, parallelism 1 "
-                 "(Flink: job net runtime, JVM and mini-cluster startup excluded):")
+                 "(Flink: job net runtime, JVM and mini-cluster startup excluded). "
+                 "Per core: rows per CPU second of the engine's process, all threads:")
     lines.append("")
-    lines.append("| query | Sluice | Flink | Sluice/Flink | Flink output |")
-    lines.append("|---|---:|---:|---:|---|")
+    lines.append("| query | Sluice | Flink | Sluice/Flink | Sluice per core | Flink per core "
+                 "| Sluice/Flink per core | Flink output |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---|")
     for q in QUERIES:
         r = results[q]
         lines.append(f"| {q} | {fmt_eps(r['sluice_csv'])} | {fmt_eps(r.get('flink'))} | "
-                     f"{ratio(r['sluice_csv'], r.get('flink'))} | {check(r.get('flink'), r['expected'])} |")
+                     f"{ratio(r['sluice_csv'], r.get('flink'))} | {fmt_core(r['sluice_csv'])} | "
+                     f"{fmt_core(r.get('flink'))} | "
+                     f"{ratio(r['sluice_csv'], r.get('flink'), 'eps_per_core')} | "
+                     f"{check(r.get('flink'), r['expected'])} |")
     lines.append("")
     lines.append("Join queries in memory (Sluice: `sluice bench nexmark`, both streams generated "
                  "first and pushed merged in event-time order; LaminarDB: the CSVs loaded into "
@@ -386,14 +436,17 @@ def markdown(results, args, versions):
                  "each query reads (q3 and q8: persons and auctions; q4: auctions and bids). "
                  "q4's output is a changelog in both engines, so its row count is not compared:")
     lines.append("")
-    lines.append("| query | input rows | Sluice | Flink | Sluice/Flink | Flink output |")
-    lines.append("|---|---:|---:|---:|---:|---|")
+    lines.append("| query | input rows | Sluice | Flink | Sluice/Flink | Sluice per core "
+                 "| Flink per core | Sluice/Flink per core | Flink output |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for q in JOIN_QUERIES:
         r = results[q]
         out = (check(r.get("flink"), r["expected"]) if r["expected"] is not None
                else f"{(r.get('flink') or {}).get('out_rows', 'n/a')} final rows, not compared")
         lines.append(f"| {q} | {r['sluice_csv']['rows']:,} | {fmt_eps(r['sluice_csv'])} | "
-                     f"{fmt_eps(r.get('flink'))} | {ratio(r['sluice_csv'], r.get('flink'))} | {out} |")
+                     f"{fmt_eps(r.get('flink'))} | {ratio(r['sluice_csv'], r.get('flink'))} | "
+                     f"{fmt_core(r['sluice_csv'])} | {fmt_core(r.get('flink'))} | "
+                     f"{ratio(r['sluice_csv'], r.get('flink'), 'eps_per_core')} | {out} |")
     return "\n".join(lines)
 
 

@@ -137,7 +137,7 @@ fn print_summary(m: &MetricsSnapshot, secs: f64) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "sluice: {} rows in, {} rows out, {} late rows dropped, {secs:.2}s",
+        "sluice: {} rows in, {} rows out, {} late rows dropped, {secs:.3}s",
         m.rows_in(),
         m.rows_emitted(),
         m.late_rows()

@@ -69,8 +69,8 @@ fn summary(stdout: &str) -> (u64, u64, u64) {
     let secs = parts[3].strip_suffix('s').unwrap_or_default();
     let (whole, frac) = secs.split_once('.').unwrap_or_default();
     assert!(
-        whole.parse::<u64>().is_ok() && frac.len() == 2 && frac.parse::<u64>().is_ok(),
-        "seconds with two decimals in '{line}'"
+        whole.parse::<u64>().is_ok() && frac.len() == 3 && frac.parse::<u64>().is_ok(),
+        "seconds with three decimals in '{line}'"
     );
     (
         count(parts[0], " rows in"),

@@ -145,6 +145,9 @@ pub(crate) enum Cell {
     Decimal(i128),
     /// Byte range into [`RowStage::text`].
     Text(usize, usize),
+    /// Byte range into the record the row was parsed from (CSV fields that
+    /// need no unescaping are appended without an intermediate copy).
+    Raw(usize, usize),
 }
 
 /// Reusable per-row scratch space.
@@ -183,6 +186,7 @@ fn out_of_range(value: impl std::fmt::Display, spec: &ColumnSpec) -> String {
 }
 
 /// Range-check an integer against the column's integer type.
+#[inline]
 pub(crate) fn int_cell(v: i128, spec: &ColumnSpec) -> Result<Cell, String> {
     let (lo, hi) = match spec.kind {
         ColumnKind::Int8 => (i128::from(i8::MIN), i128::from(i8::MAX)),
@@ -207,6 +211,7 @@ pub(crate) fn int_cell(v: i128, spec: &ColumnSpec) -> Result<Cell, String> {
 }
 
 /// Convert a parsed textual timestamp to the column's unit and zone.
+#[inline]
 fn timestamp_cell(
     ts: parse::ParsedTimestamp,
     unit: TimeUnit,
@@ -256,17 +261,13 @@ pub(crate) fn parse_text(raw: &[u8], spec: &ColumnSpec, text: &mut String) -> Re
         ColumnKind::Boolean => parse::parse_bool(bytes).map(Cell::Bool),
         ColumnKind::Date32 => parse::parse_date32(bytes).map(|d| Cell::Int(i64::from(d))),
         ColumnKind::Timestamp { unit, local_tz } => {
-            if bytes.get(4) == Some(&b'-') {
-                parse::parse_timestamp_text(bytes)
-                    .and_then(|ts| timestamp_cell(ts, unit, local_tz.as_ref()))
-                    .map(Cell::Int)
-            } else {
-                // Integer timestamps are epoch milliseconds.
-                parse::parse_integer(bytes)
-                    .and_then(|ms| i64::try_from(ms).ok())
-                    .and_then(|ms| parse::millis_to_unit(ms, unit))
-                    .map(Cell::Int)
-            }
+            return parse_timestamp(
+                raw,
+                spec,
+                unit,
+                local_tz.as_ref(),
+                &mut parse::DateCache::default(),
+            );
         }
         ColumnKind::Decimal128 { precision, scale } => {
             parse::parse_decimal(bytes, precision, scale).map(Cell::Decimal)
@@ -276,6 +277,29 @@ pub(crate) fn parse_text(raw: &[u8], spec: &ColumnSpec, text: &mut String) -> Re
     parsed.ok_or_else(|| cannot_parse(raw, spec))
 }
 
+/// Parse a timestamp field: ISO-8601-like text, or an integer of epoch
+/// milliseconds. `dates` remembers the last date seen, which consecutive
+/// rows of a stream nearly always share.
+#[inline]
+pub(crate) fn parse_timestamp(
+    raw: &[u8],
+    spec: &ColumnSpec,
+    unit: TimeUnit,
+    local_tz: Option<&Tz>,
+    dates: &mut parse::DateCache,
+) -> Result<Cell, String> {
+    let bytes = parse::trim(raw);
+    let value = if bytes.get(4) == Some(&b'-') {
+        parse::parse_timestamp_text_cached(bytes, dates)
+            .and_then(|ts| timestamp_cell(ts, unit, local_tz))
+    } else {
+        parse::parse_integer(bytes)
+            .and_then(|ms| i64::try_from(ms).ok())
+            .and_then(|ms| parse::millis_to_unit(ms, unit))
+    };
+    value.map(Cell::Int).ok_or_else(|| cannot_parse(raw, spec))
+}
+
 /// Column builders for one output batch, in declared-schema order.
 pub(crate) struct ColumnSet {
     schema: SchemaRef,
@@ -283,7 +307,7 @@ pub(crate) struct ColumnSet {
     rows: usize,
 }
 
-enum Builder {
+pub(crate) enum Builder {
     Int8(Int8Builder),
     Int16(Int16Builder),
     Int32(Int32Builder),
@@ -351,7 +375,7 @@ impl Builder {
     /// the builder; anything else is an internal bug and becomes a null
     /// (caught by debug assertions in tests) rather than a panic.
     #[inline]
-    fn append(&mut self, cell: Cell, text: &str) {
+    pub(crate) fn append(&mut self, cell: Cell, text: &str, record: &str) {
         match (self, cell) {
             (Builder::Int8(b), Cell::Int(v)) => b.append_value(v as i8),
             (Builder::Int16(b), Cell::Int(v)) => b.append_value(v as i16),
@@ -367,6 +391,10 @@ impl Builder {
             (Builder::Utf8(b), Cell::Text(s, e)) => b.append_value(text.get(s..e).unwrap_or("")),
             (Builder::LargeUtf8(b), Cell::Text(s, e)) => {
                 b.append_value(text.get(s..e).unwrap_or(""))
+            }
+            (Builder::Utf8(b), Cell::Raw(s, e)) => b.append_value(record.get(s..e).unwrap_or("")),
+            (Builder::LargeUtf8(b), Cell::Raw(s, e)) => {
+                b.append_value(record.get(s..e).unwrap_or(""))
             }
             (Builder::Date32(b), Cell::Int(v)) => b.append_value(v as i32),
             (Builder::TsSecond(b), Cell::Int(v)) => b.append_value(v),
@@ -453,9 +481,29 @@ impl ColumnSet {
     #[inline]
     pub fn append_row(&mut self, stage: &RowStage) {
         for (builder, cell) in self.builders.iter_mut().zip(&stage.cells) {
-            builder.append(*cell, &stage.text);
+            builder.append(*cell, &stage.text, "");
         }
         self.rows += 1;
+    }
+
+    /// Append one cell to column `column`, for decoders that fill a batch
+    /// one column at a time; [`add_rows`](Self::add_rows) then counts the
+    /// rows once every column has them.
+    #[inline]
+    pub fn append_cell(&mut self, column: usize, cell: Cell, text: &str, record: &str) {
+        if let Some(builder) = self.builders.get_mut(column) {
+            builder.append(cell, text, record);
+        }
+    }
+
+    /// The builder of column `column`, for decoders with a typed fast path.
+    pub fn builder_mut(&mut self, column: usize) -> Option<&mut Builder> {
+        self.builders.get_mut(column)
+    }
+
+    /// Count `rows` rows appended column by column.
+    pub fn add_rows(&mut self, rows: usize) {
+        self.rows += rows;
     }
 
     /// Produce a batch with exactly the declared schema.

@@ -6,6 +6,7 @@
 
 mod columns;
 mod csv_decoder;
+mod csv_records;
 mod files;
 mod json_decoder;
 mod parquet_decoder;

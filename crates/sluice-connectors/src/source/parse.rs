@@ -38,6 +38,30 @@ pub(crate) fn parse_integer(bytes: &[u8]) -> Option<i128> {
     Some(if negative { -value } else { value })
 }
 
+/// Fast path for the common BIGINT field: 1 to 18 plain ASCII digits,
+/// optionally after a `-`, which cannot overflow. Anything else (signs,
+/// spaces, long or malformed numbers) returns `None` for the general parser
+/// to handle or reject.
+#[inline]
+pub(crate) fn parse_plain_i64(bytes: &[u8]) -> Option<i64> {
+    let (negative, digits) = match bytes.first()? {
+        b'-' => (true, &bytes[1..]),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for &b in digits {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        value = value * 10 + i64::from(d);
+    }
+    Some(if negative { -value } else { value })
+}
+
 /// Parse a boolean in the spellings commonly produced by databases and
 /// spreadsheets.
 pub(crate) fn parse_bool(bytes: &[u8]) -> Option<bool> {
@@ -140,10 +164,42 @@ pub(crate) struct ParsedTimestamp {
     pub has_offset: bool,
 }
 
+/// The last `YYYY-MM-DD` prefix parsed and its day number: the timestamps
+/// of a stream mostly share their date, and the calendar arithmetic is a
+/// good part of parsing one.
+#[derive(Debug, Default)]
+pub(crate) struct DateCache {
+    last: Option<([u8; 10], i64)>,
+}
+
+impl DateCache {
+    fn days(&mut self, bytes: &[u8]) -> Option<i64> {
+        let key: [u8; 10] = bytes.get(..10)?.try_into().ok()?;
+        if let Some((last, days)) = self.last {
+            if last == key {
+                return Some(days);
+            }
+        }
+        let days = date_prefix(bytes)?;
+        self.last = Some((key, days));
+        Some(days)
+    }
+}
+
 /// Parse `YYYY-MM-DD`, `YYYY-MM-DD[T ]HH:MM[:SS[.fffffffff]]` with an
 /// optional `Z` or `±HH[:MM]` / `±HHMM` suffix.
+#[cfg(test)]
 pub(crate) fn parse_timestamp_text(bytes: &[u8]) -> Option<ParsedTimestamp> {
-    let days = date_prefix(bytes)?;
+    parse_timestamp_text_cached(bytes, &mut DateCache::default())
+}
+
+/// [`parse_timestamp_text`], reusing the day number of the previous call's
+/// date when it is the same.
+pub(crate) fn parse_timestamp_text_cached(
+    bytes: &[u8],
+    dates: &mut DateCache,
+) -> Option<ParsedTimestamp> {
+    let days = dates.days(bytes)?;
     let mut seconds = days.checked_mul(86_400)?;
     if bytes.len() == 10 {
         return Some(ParsedTimestamp {

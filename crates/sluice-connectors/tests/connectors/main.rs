@@ -5,6 +5,7 @@
 mod epoch_sink;
 mod support;
 
+mod csv_property;
 mod csv_source;
 mod json_source;
 mod parquet_source;
