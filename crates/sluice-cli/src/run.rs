@@ -95,6 +95,9 @@ async fn execute_and_run(
              (add WITH (connector = 'file', path = '...', format = 'csv'))"
         )));
     }
+    // The script is the whole pipeline: sealing lets file sources skip the
+    // columns no statement reads.
+    db.seal().await;
     let spinner = progress.start();
     let run = db.run_to_completion();
     tokio::pin!(run);

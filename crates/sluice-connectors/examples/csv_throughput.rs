@@ -54,6 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         schema,
         batch_size: 8192,
         on_error: OnError::Fail,
+        unread_columns: Vec::new(),
     })?;
     let mut total = 0u64;
     while let Some(batch) = reader.next_batch()? {

@@ -11,7 +11,9 @@ use sluice_connectors::{
     BatchReader, FileFormat, FileSourceConfig, FileSourceReader, NexmarkConfig, NexmarkReader,
     NexmarkStream,
 };
-use sluice_sql::{CreateSource, ObjectKind, PlanCatalog, StreamNode, StreamPlan, WatermarkSpec};
+use sluice_sql::{
+    ColumnsRead, CreateSource, ObjectKind, PlanCatalog, StreamNode, StreamPlan, WatermarkSpec,
+};
 
 use crate::error::{EngineError, Result};
 use crate::options::{parse_count, parse_duration, take_format, take_on_error, PipelineOptions};
@@ -123,6 +125,7 @@ impl SourceDef {
                     schema: Arc::clone(&stmt.schema),
                     batch_size,
                     on_error,
+                    unread_columns: Vec::new(),
                 })
             }
             Some("nexmark") => {
@@ -479,6 +482,35 @@ impl Catalog {
 }
 
 impl Catalog {
+    /// The columns of source `source` that something reads: its watermark
+    /// column, the columns its queries use, and all of them when a sink, a
+    /// process function or its late-data stream takes its rows whole.
+    pub fn columns_read(&self, source: &str) -> ColumnsRead {
+        let Some(def) = self.sources.iter().find(|s| s.name == source) else {
+            return ColumnsRead::All;
+        };
+        if def.late_data_to.is_some() || self.sinks.iter().any(|s| s.from == source) {
+            return ColumnsRead::All;
+        }
+        let mut read = ColumnsRead::none();
+        if let Some(w) = &def.watermark {
+            read.merge(ColumnsRead::Some([w.column.clone()].into()));
+        }
+        for stream in &self.streams {
+            match &stream.kind {
+                StreamKind::Query(plan) => {
+                    if let Some(r) = plan.root.columns_read(source) {
+                        read.merge(r);
+                    }
+                }
+                StreamKind::Process(info) if info.input == source => return ColumnsRead::All,
+                StreamKind::LateData { source: s } if s == source => return ColumnsRead::All,
+                _ => {}
+            }
+        }
+        read
+    }
+
     /// Streams that bind `function`.
     pub fn bindings_of(&self, function: &str) -> Vec<&ProcessFunctionInfo> {
         self.streams

@@ -47,6 +47,11 @@ pub enum EngineError {
     /// The pipeline is not running (shut down or never started).
     #[error("pipeline is not running")]
     NotRunning,
+
+    /// The pipeline was sealed (`Database::seal`): its statements and the
+    /// columns its sources read are fixed.
+    #[error("the pipeline is sealed: {0}")]
+    Sealed(String),
     /// A process function's call was rejected (limit, handler error or
     /// panic), or its binding or state does not fit.
     #[error(transparent)]
@@ -73,6 +78,7 @@ impl EngineError {
             EngineError::Checkpoint(_) => "SLC-ENG-009",
             EngineError::Storage(e) => e.code(),
             EngineError::Process(_) => "SLC-ENG-010",
+            EngineError::Sealed(_) => "SLC-ENG-011",
         }
     }
 

@@ -13,6 +13,7 @@
 
 pub mod ast;
 pub mod bounds;
+pub mod columns_read;
 pub mod error;
 mod join;
 pub mod parser;
@@ -25,6 +26,7 @@ pub use ast::{
     CreateProcessStream, CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement,
     WatermarkSpec, WithOptions,
 };
+pub use columns_read::ColumnsRead;
 pub use error::{Result, SqlError};
 pub use parser::parse_sql;
 pub use plan::{StreamNode, StreamPlan, WindowKind, WindowSpec, CHANGE_COLUMN};

@@ -1,6 +1,6 @@
 //! The [`Database`]: catalog, statement execution, and the running pipeline.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +62,10 @@ struct State {
     running: Option<Running>,
     started: bool,
     closed: bool,
+    /// Set by [`Database::seal`]: no more statements or source readers.
+    sealed: bool,
+    /// Sources subscribed to (their rows go out whole).
+    subscribed_sources: HashSet<String>,
 }
 
 struct Inner {
@@ -123,6 +127,8 @@ impl DatabaseBuilder {
                     running: None,
                     started: false,
                     closed: false,
+                    sealed: false,
+                    subscribed_sources: HashSet::new(),
                 }),
                 base_dir: self.base_dir,
                 state_dir: self.state_dir,
@@ -221,6 +227,16 @@ impl Database {
 
     async fn execute_statement(&self, stmt: Statement) -> Result<Vec<RecordBatch>> {
         let mut state = self.inner.state.lock().await;
+        let created = match &stmt {
+            Statement::CreateSource(s) => Some(&s.name),
+            Statement::CreateStream(s) => Some(&s.name),
+            Statement::CreateProcessStream(s) => Some(&s.name),
+            Statement::CreateSink(s) => Some(&s.name),
+            _ => None,
+        };
+        if let Some(name) = created {
+            check_not_sealed(&state, name)?;
+        }
         match stmt {
             Statement::Set { name, value } => {
                 if state.running.is_some() && OPEN_TIME_OPTIONS.contains(&name.as_str()) {
@@ -507,8 +523,8 @@ impl Database {
 
     /// Subscribe to a stream, materialized view or source: every later output batch is delivered.
     pub async fn subscribe(&self, name: &str) -> Result<Subscription> {
-        let state = self.inner.state.lock().await;
-        let (schema, changelog) = relation_for_subscription(&state, name)?;
+        let mut state = self.inner.state.lock().await;
+        let (schema, changelog) = relation_for_subscription(&mut state, name)?;
         Ok(self.inner.subscriptions.subscribe(
             name,
             schema,
@@ -523,8 +539,8 @@ impl Database {
     /// is still retained (`subscription_history` epochs are); an epoch that is
     /// no longer retained is an error.
     pub async fn subscribe_committed(&self, name: &str, from: ResumeFrom) -> Result<Subscription> {
-        let state = self.inner.state.lock().await;
-        let (schema, changelog) = relation_for_subscription(&state, name)?;
+        let mut state = self.inner.state.lock().await;
+        let (schema, changelog) = relation_for_subscription(&mut state, name)?;
         self.inner.subscriptions.subscribe_committed(
             name,
             schema,
@@ -532,6 +548,17 @@ impl Database {
             state.options.subscription_buffer,
             from,
         )
+    }
+
+    /// Declare the pipeline complete: no source, stream, sink or binding can
+    /// be added from now on, nor a subscription to a source. In exchange,
+    /// when the pipeline starts, file sources leave the (nullable) columns
+    /// no statement reads unparsed, as a batch engine pushes a projection
+    /// into its scan; malformed values in those columns then go unnoticed.
+    /// `sluice run` seals after executing its script. Seal before
+    /// [`start`](Self::start) for the projection to apply.
+    pub async fn seal(&self) {
+        self.inner.state.lock().await.sealed = true;
     }
 
     /// Start reading file sources (push sources are live from creation).
@@ -560,10 +587,21 @@ impl Database {
             }
         }
         state.started = true;
+        let unread = if state.sealed {
+            unread_columns(&state)
+        } else {
+            Vec::new()
+        };
         let r = self.running(&mut state)?;
         if let Some(cfg) = config {
             r.coordinator
                 .control(ControlMsg::EnableCheckpoints(Box::new(cfg)))
+                .await?;
+        }
+        for (source, columns) in unread {
+            tracing::debug!(%source, ?columns, "columns no statement reads are left unparsed");
+            r.coordinator
+                .control(ControlMsg::LeaveUnread { source, columns })
                 .await?;
         }
         if let Some(cp) = recovered {
@@ -733,18 +771,60 @@ fn admit_while_running(state: &State, next: &Catalog) -> Result<()> {
 }
 
 fn relation_for_subscription(
-    state: &State,
+    state: &mut State,
     name: &str,
 ) -> Result<(arrow::datatypes::SchemaRef, bool)> {
     if let Some(s) = state.catalog.streams.iter().find(|s| s.name == name) {
         Ok((s.data_schema(), s.changelog))
     } else if let Some(s) = state.catalog.sources.iter().find(|s| s.name == name) {
-        Ok((Arc::clone(&s.schema), false))
+        if state.sealed {
+            return Err(Error::Sealed(format!(
+                "a subscription to source '{name}' needs every column, and a sealed \
+                 pipeline reads only the columns its statements use; subscribe before seal()"
+            )));
+        }
+        let schema = Arc::clone(&s.schema);
+        state.subscribed_sources.insert(name.to_string());
+        Ok((schema, false))
     } else {
         Err(Error::Catalog(format!(
             "no stream, view or source named '{name}'"
         )))
     }
+}
+
+/// Per file source, the declared columns nothing reads.
+fn unread_columns(state: &State) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for source in &state.catalog.sources {
+        if !matches!(source.connector, SourceConnector::File(_))
+            || state.subscribed_sources.contains(&source.name)
+        {
+            continue;
+        }
+        let read = state.catalog.columns_read(&source.name);
+        let unread: Vec<String> = source
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .filter(|name| !read.contains(name))
+            .collect();
+        if !unread.is_empty() {
+            out.push((source.name.clone(), unread));
+        }
+    }
+    out
+}
+
+/// Refuse to create `name` in a sealed pipeline.
+fn check_not_sealed(state: &State, name: &str) -> Result<()> {
+    if state.sealed {
+        return Err(Error::Sealed(format!(
+            "cannot create '{name}' after seal(); declare every source, stream and sink first"
+        )));
+    }
+    Ok(())
 }
 
 fn checkpoint_rows(rows: &[(u64, i64, u64, Option<u64>)]) -> Result<Vec<RecordBatch>> {

@@ -409,6 +409,31 @@ impl Builder {
         }
     }
 
+    /// Append `n` nulls (a column left unparsed).
+    pub(crate) fn append_nulls(&mut self, n: usize) {
+        match self {
+            Builder::Int8(b) => b.append_nulls(n),
+            Builder::Int16(b) => b.append_nulls(n),
+            Builder::Int32(b) => b.append_nulls(n),
+            Builder::Int64(b) => b.append_nulls(n),
+            Builder::UInt8(b) => b.append_nulls(n),
+            Builder::UInt16(b) => b.append_nulls(n),
+            Builder::UInt32(b) => b.append_nulls(n),
+            Builder::UInt64(b) => b.append_nulls(n),
+            Builder::Float32(b) => b.append_nulls(n),
+            Builder::Float64(b) => b.append_nulls(n),
+            Builder::Boolean(b) => b.append_nulls(n),
+            Builder::Utf8(b) => b.append_nulls(n),
+            Builder::LargeUtf8(b) => b.append_nulls(n),
+            Builder::Date32(b) => b.append_nulls(n),
+            Builder::TsSecond(b) => b.append_nulls(n),
+            Builder::TsMilli(b) => b.append_nulls(n),
+            Builder::TsMicro(b) => b.append_nulls(n),
+            Builder::TsNano(b) => b.append_nulls(n),
+            Builder::Decimal128(b) => b.append_nulls(n),
+        }
+    }
+
     fn append_null(&mut self) {
         match self {
             Builder::Int8(b) => b.append_null(),

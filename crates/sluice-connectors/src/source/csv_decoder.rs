@@ -54,7 +54,7 @@ impl CsvDecoder {
             reader,
             header: Vec::new(),
             field_of_column: Vec::new(),
-            records: RawRecords::new(plan.specs.len()),
+            records: RawRecords::new(plan.read.clone()),
             lines: LineLocator::default(),
             rows_consumed: 0,
             skipped: 0,

@@ -25,13 +25,15 @@ const QUOTE: u8 = b'"';
 /// Records of one batch, waiting to be parsed.
 #[derive(Debug, Default)]
 pub(crate) struct RawRecords {
-    /// The records' bytes back to back, exactly as in the file.
+    /// The fields of the columns read, back to back, exactly as in the file.
     data: Vec<u8>,
     /// For each record, the byte range in `data` of each declared column's
     /// field (row-major, `columns` per record).
     fields: Vec<(usize, usize)>,
     /// File offset each record was read from, for error lines.
     offsets: Vec<u64>,
+    /// Per declared column, whether it is read (unread ones stay empty).
+    read: Vec<bool>,
     columns: usize,
 }
 
@@ -44,9 +46,12 @@ pub(crate) struct BadRecord {
 }
 
 impl RawRecords {
-    pub fn new(columns: usize) -> RawRecords {
+    /// Records of `read.len()` declared columns, of which those marked in
+    /// `read` are kept.
+    pub fn new(read: Vec<bool>) -> RawRecords {
         RawRecords {
-            columns,
+            columns: read.len(),
+            read,
             ..RawRecords::default()
         }
     }
@@ -73,8 +78,12 @@ impl RawRecords {
         let bytes = record.as_slice();
         let base = self.data.len();
         self.data.extend_from_slice(bytes);
-        for &field in field_of_column {
-            let raw = record.get(field).unwrap_or(&bytes[..0]);
+        for (&field, &read) in field_of_column.iter().zip(&self.read) {
+            let raw = if read {
+                record.get(field).unwrap_or(&bytes[..0])
+            } else {
+                &bytes[..0]
+            };
             let start = base + (raw.as_ptr() as usize).saturating_sub(bytes.as_ptr() as usize);
             self.fields.push((start, start + raw.len()));
         }
@@ -94,13 +103,20 @@ impl RawRecords {
         if rows == 0 {
             return Ok((None, Vec::new()));
         }
-        let mut parser = ColumnParser::new(self);
+        let reads_text = plan.specs.iter().zip(&self.read).any(|(spec, &read)| {
+            read && matches!(spec.kind, ColumnKind::Utf8 | ColumnKind::LargeUtf8)
+        });
+        let mut parser = ColumnParser::new(self, reads_text);
         let mut columns = ColumnSet::new(&plan.schema, &plan.specs, rows);
         let mut failed: Vec<Option<(usize, String)>> = Vec::new();
         for (c, spec) in plan.specs.iter().enumerate() {
             let Some(builder) = columns.builder_mut(c) else {
                 continue;
             };
+            if !self.read.get(c).copied().unwrap_or(true) {
+                builder.append_nulls(rows);
+                continue;
+            }
             let mut fail = |row: usize, message: String| {
                 if failed.is_empty() {
                     failed.resize(rows, None);
@@ -158,10 +174,17 @@ struct ColumnParser<'a> {
 }
 
 impl<'a> ColumnParser<'a> {
-    fn new(records: &'a RawRecords) -> ColumnParser<'a> {
+    /// `reads_text`: whether any text column is read (only then is the
+    /// batch checked for UTF-8 as a whole).
+    fn new(records: &'a RawRecords, reads_text: bool) -> ColumnParser<'a> {
+        let text = if reads_text {
+            simdutf8::basic::from_utf8(&records.data).unwrap_or_default()
+        } else {
+            ""
+        };
         ColumnParser {
             records,
-            text: simdutf8::basic::from_utf8(&records.data).unwrap_or_default(),
+            text,
             scratch: String::new(),
         }
     }

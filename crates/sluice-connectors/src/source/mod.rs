@@ -69,6 +69,11 @@ pub struct FileSourceConfig {
     pub batch_size: usize,
     /// Handling of malformed rows.
     pub on_error: OnError,
+    /// Declared columns that no query reads: the CSV decoder leaves them
+    /// unparsed and NULL (NOT NULL columns are parsed regardless, since a
+    /// NULL there makes the row malformed). Values in them are therefore not
+    /// checked. Set only for pipelines that cannot gain readers later.
+    pub unread_columns: Vec<String>,
 }
 
 /// Where a reader stands, for checkpoints: the next row to read is data row
@@ -93,6 +98,9 @@ pub(crate) struct ReadPlan {
     pub specs: Arc<[ColumnSpec]>,
     pub on_error: OnError,
     pub batch_size: usize,
+    /// Per declared column, whether it is parsed (see
+    /// [`FileSourceConfig::unread_columns`]).
+    pub read: Vec<bool>,
 }
 
 /// A decoder for one open file.
@@ -204,11 +212,18 @@ impl FileSourceReader {
             FileFormat::Parquet => Arc::from(Vec::new()),
         };
         let files = files::resolve_files(&config.path, config.base_dir.as_deref())?;
+        let read = config
+            .schema
+            .fields()
+            .iter()
+            .map(|f| !f.is_nullable() || !config.unread_columns.contains(f.name()))
+            .collect();
         let plan = Arc::new(ReadPlan {
             schema: config.schema.clone(),
             specs,
             on_error: config.on_error,
             batch_size: config.batch_size,
+            read,
         });
         Ok((plan, files))
     }

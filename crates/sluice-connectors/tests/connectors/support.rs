@@ -41,6 +41,7 @@ pub fn config(
         schema,
         batch_size,
         on_error,
+        unread_columns: Vec::new(),
     }
 }
 

@@ -116,6 +116,14 @@ pub enum ControlMsg {
     AddSink(Box<SinkRuntime>),
     /// Remove a source, stream, view or sink by name.
     Drop(String),
+    /// Leave `columns` of file source `source` unparsed: no query reads
+    /// them and none can be added (before `Recover` and `Start`).
+    LeaveUnread {
+        /// The source.
+        source: String,
+        /// Its declared columns nothing reads.
+        columns: Vec<String>,
+    },
     /// Start reading file sources.
     Start,
     /// Turn checkpointing on (before `Start`).

@@ -18,7 +18,7 @@ use super::callback::{
     RuntimeControl, SourceIntake,
 };
 use super::streams::{InstalledStream, MarkMap, StreamFailure};
-use crate::catalog::SourceDef;
+use crate::catalog::{SourceConnector, SourceDef};
 use crate::metrics::PipelineMetrics;
 use crate::operators::expr::event_time_ms;
 use crate::options::Delivery;
@@ -534,6 +534,23 @@ impl RuntimeControl for ConnectorPipelineCallback {
                         "recovering from checkpoint {} failed: {e}",
                         checkpoint.manifest.id
                     ));
+                }
+            }
+            ControlMsg::LeaveUnread { source, columns } => {
+                let Some(state) = self.sources.get_mut(source.as_str()) else {
+                    return;
+                };
+                if state.reading {
+                    tracing::warn!(%source, "source already reading; columns stay parsed");
+                    return;
+                }
+                if let SourceConnector::File(cfg) = &mut state.def.connector {
+                    cfg.unread_columns = columns;
+                    // Not read from yet: reopen with the narrower projection.
+                    match state.def.open_reader(None) {
+                        Ok(reader) => state.pending_reader = reader,
+                        Err(e) => self.halt = Some(format!("source '{source}': {e}")),
+                    }
                 }
             }
             ControlMsg::Start => {

@@ -1,0 +1,148 @@
+//! Which columns of an input a plan reads.
+//!
+//! A file source whose pipeline will not change (see `Database::seal`) can
+//! leave the columns no query reads unparsed, the way a batch engine pushes
+//! a projection into its scan. The analysis walks a plan from the root,
+//! carrying the columns each operator needs from its input; it errs on the
+//! side of reading more (a union, or a scan read whole, needs everything).
+
+use std::collections::{BTreeSet, HashSet};
+
+use datafusion::common::Column;
+use datafusion::logical_expr::Expr;
+
+use crate::plan::StreamNode;
+
+/// The columns of one input a plan (or a set of plans) reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColumnsRead {
+    /// Every column.
+    All,
+    /// Only these, by name.
+    Some(BTreeSet<String>),
+}
+
+impl ColumnsRead {
+    /// Nothing read yet.
+    pub fn none() -> ColumnsRead {
+        ColumnsRead::Some(BTreeSet::new())
+    }
+
+    /// Add what `other` reads.
+    pub fn merge(&mut self, other: ColumnsRead) {
+        match (&mut *self, other) {
+            (ColumnsRead::All, _) => {}
+            (_, ColumnsRead::All) => *self = ColumnsRead::All,
+            (ColumnsRead::Some(mine), ColumnsRead::Some(theirs)) => mine.extend(theirs),
+        }
+    }
+
+    /// Whether column `name` is read.
+    pub fn contains(&self, name: &str) -> bool {
+        match self {
+            ColumnsRead::All => true,
+            ColumnsRead::Some(names) => names.contains(name),
+        }
+    }
+}
+
+/// The columns an operator needs from its output: `None` is all of them.
+type Needed = Option<HashSet<Column>>;
+
+impl StreamNode {
+    /// What this plan reads of `input`, or `None` if it does not read it.
+    pub fn columns_read(&self, input: &str) -> Option<ColumnsRead> {
+        let mut read = None;
+        self.collect_columns_read(input, None, &mut read);
+        read
+    }
+
+    fn collect_columns_read(&self, target: &str, needed: Needed, read: &mut Option<ColumnsRead>) {
+        match self {
+            StreamNode::Scan { input, .. } => {
+                if input == target {
+                    let these = match needed {
+                        None => ColumnsRead::All,
+                        Some(cols) => ColumnsRead::Some(cols.into_iter().map(|c| c.name).collect()),
+                    };
+                    read.get_or_insert_with(ColumnsRead::none).merge(these);
+                }
+            }
+            StreamNode::Filter { input, predicate } => {
+                let needed = needed.map(|mut cols| {
+                    add_refs(&mut cols, [predicate]);
+                    cols
+                });
+                input.collect_columns_read(target, needed, read);
+            }
+            StreamNode::Project { input, exprs, .. } => {
+                input.collect_columns_read(target, Some(refs(exprs)), read);
+            }
+            StreamNode::Union { inputs, .. } => {
+                // Union inputs match by position, not name: read them whole.
+                for i in inputs {
+                    i.collect_columns_read(target, None, read);
+                }
+            }
+            StreamNode::WindowAggregate {
+                input,
+                window,
+                keys,
+                aggregates,
+                ..
+            } => {
+                let mut cols = refs(keys);
+                add_refs(&mut cols, aggregates.iter().chain([&window.time]));
+                input.collect_columns_read(target, Some(cols), read);
+            }
+            StreamNode::Aggregate {
+                input,
+                keys,
+                aggregates,
+                ..
+            } => {
+                let mut cols = refs(keys);
+                add_refs(&mut cols, aggregates);
+                input.collect_columns_read(target, Some(cols), read);
+            }
+            StreamNode::Join {
+                left,
+                right,
+                on,
+                filter,
+                left_bounds,
+                right_bounds,
+                ..
+            } => {
+                let needed = needed.map(|mut cols| {
+                    add_refs(&mut cols, on.iter().flat_map(|(l, r)| [l, r]));
+                    add_refs(&mut cols, filter.iter());
+                    add_refs(&mut cols, left_bounds.iter().map(|b| &b.expr));
+                    add_refs(&mut cols, right_bounds.iter().map(|b| &b.expr));
+                    cols
+                });
+                for side in [left, right] {
+                    let side_needed = needed.as_ref().map(|cols| {
+                        cols.iter()
+                            .filter(|c| side.schema().has_column(c))
+                            .cloned()
+                            .collect()
+                    });
+                    side.collect_columns_read(target, side_needed, read);
+                }
+            }
+        }
+    }
+}
+
+fn refs(exprs: &[Expr]) -> HashSet<Column> {
+    let mut cols = HashSet::new();
+    add_refs(&mut cols, exprs);
+    cols
+}
+
+fn add_refs<'a>(cols: &mut HashSet<Column>, exprs: impl IntoIterator<Item = &'a Expr>) {
+    for e in exprs {
+        cols.extend(e.column_refs().into_iter().cloned());
+    }
+}
