@@ -24,6 +24,14 @@ planning done) until its result arrived. Parallelism 1 does not mean one
 core: Flink's split reader, task thread, JIT compiler and garbage collector
 run in parallel, as do Sluice's source reader and compute threads.
 
+From CSV, every query runs ``--repeat`` times (default 3) on each engine
+and the best rows/s and best rows per CPU second are reported: load from
+other tenants of a shared machine only ever slows a run down.
+
+``sluice run`` seals its pipeline, so its CSV sources leave the columns no
+statement reads unparsed; Flink's filesystem table source likewise takes
+the query's projection (it supports projection push-down).
+
 Expected output row counts come from Sluice's run, whose results the query
 tests check against DataFusion; a peer returning another count is flagged.
 """
@@ -150,8 +158,13 @@ def sluice_memory(sluice, query, events, disorder):
             "peak_rss_mib": r["memory"]["peak_rss_mib"]}
 
 
-def sluice_csv(sluice, root, query, csvs):
-    """`csvs` maps a Nexmark stream name (bid, person, auction) to its CSV."""
+def sluice_csv(sluice, root, query, csvs, repeat):
+    """`csvs` maps a Nexmark stream name (bid, person, auction) to its CSV;
+    best of `repeat` runs."""
+    return best_of([sluice_csv_once(sluice, root, query, csvs) for _ in range(repeat)])
+
+
+def sluice_csv_once(sluice, root, query, csvs):
     with open(os.path.join(root, "benches", "nexmark", f"{query}.sql")) as f:
         text = f.read()
 
@@ -319,26 +332,41 @@ def cpu_seconds(pids):
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def flink(env, count_env, query, headerless, rows):
-    """Timed streaming job into a blackhole sink, then an untimed batch
-    job counting the query's rows."""
+def best_of(runs):
+    """The best of repeated runs, each measure on its own: the highest
+    rows/s and the highest rows per CPU second (a shared machine only ever
+    makes a run slower)."""
+    best = dict(runs[-1])
+    best["eps"] = max(r["eps"] for r in runs)
+    best["eps_per_core"] = max(r["eps_per_core"] for r in runs)
+    best["runs"] = len(runs)
+    return best
+
+
+def flink(env, count_env, query, headerless, rows, repeat):
+    """Timed streaming jobs into a blackhole sink (best of `repeat`), then
+    an untimed batch job counting the query's rows."""
     schema, sql = FLINK_SQL[query]
     flink_source(env, headerless)
     env.execute_sql("DROP TEMPORARY TABLE IF EXISTS sink_t")
     env.execute_sql(f"CREATE TEMPORARY TABLE sink_t ({schema}) WITH ('connector' = 'blackhole')")
     pids = jvm_pids()
-    wall = time.perf_counter()
-    result = env.execute_sql(f"INSERT INTO sink_t {sql}")
-    cpu = cpu_seconds(pids)
-    job = result.get_job_client().get_job_execution_result().result()
-    cpu = cpu_seconds(pids) - cpu
-    wall = time.perf_counter() - wall
-    secs = job.get_net_runtime() / 1000.0
+    runs = []
+    for _ in range(repeat):
+        wall = time.perf_counter()
+        result = env.execute_sql(f"INSERT INTO sink_t {sql}")
+        cpu = cpu_seconds(pids)
+        job = result.get_job_client().get_job_execution_result().result()
+        cpu = cpu_seconds(pids) - cpu
+        wall = time.perf_counter() - wall
+        secs = job.get_net_runtime() / 1000.0
+        runs.append({"rows": rows, "secs": secs, "wall_secs": wall,
+                     "eps": rows / secs if secs else 0.0, "cpu_secs": cpu,
+                     "eps_per_core": rows / cpu if cpu else 0.0})
     flink_source(count_env, headerless)
     with count_env.execute_sql(f"SELECT COUNT(*) FROM ({sql})").collect() as it:
         out_rows = [row[0] for row in it][-1]
-    return {"rows": rows, "secs": secs, "wall_secs": wall, "eps": rows / secs if secs else 0.0,
-            "out_rows": out_rows, "cpu_secs": cpu, "eps_per_core": rows / cpu if cpu else 0.0}
+    return dict(best_of(runs), out_rows=out_rows)
 
 
 # --------------------------------------------------------------------- report
@@ -403,7 +431,8 @@ def markdown(results, args, versions):
     lines.append("")
     lines.append("From the CSV file, parsing included, parallelism 1 "
                  "(Flink: job net runtime, JVM and mini-cluster startup excluded). "
-                 "Per core: rows per CPU second of the engine's process, all threads:")
+                 "Per core: rows per CPU second of the engine's process, all threads. "
+                 f"Best of {args.repeat} runs per query and engine:")
     lines.append("")
     lines.append("| query | Sluice | Flink | Sluice/Flink | Sluice per core | Flink per core "
                  "| Sluice/Flink per core | Flink output |")
@@ -462,6 +491,8 @@ def main():
     ap.add_argument("--headerless-auction-csv", required=True)
     ap.add_argument("--events", type=int, required=True)
     ap.add_argument("--disorder", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs per query and engine from CSV; the best is reported")
     ap.add_argument("--skip", action="append", default=[], choices=["laminardb", "flink"])
     ap.add_argument("--markdown-into")
     ap.add_argument("--json-out")
@@ -476,7 +507,7 @@ def main():
         log(f"sluice {q} (in memory)")
         mem = sluice_memory(args.sluice, q, args.events, args.disorder)
         log(f"sluice {q} (csv)")
-        csv = sluice_csv(args.sluice, args.root, q, csvs)
+        csv = sluice_csv(args.sluice, args.root, q, csvs, args.repeat)
         # q4's output is a changelog: its row count is not a final result.
         results[q] = {"sluice_mem": mem, "sluice_csv": csv,
                       "expected": None if q == "q4" else mem["out_rows"]}
@@ -486,7 +517,7 @@ def main():
         log(f"sluice {q} (in memory)")
         mem = sluice_memory(args.sluice, q, args.events, args.disorder)
         log(f"sluice {q} (csv)")
-        csv = sluice_csv(args.sluice, args.root, q, {"bid": args.csv})
+        csv = sluice_csv(args.sluice, args.root, q, {"bid": args.csv}, args.repeat)
         results[q] = {"sluice_mem": mem, "sluice_csv": csv, "expected": mem["out_rows"]}
         results["rows"] = mem["rows"]
         if csv["out_rows"] != mem["out_rows"]:
@@ -536,19 +567,19 @@ def main():
         env = flink_env()
         count_env = flink_env(batch=True)
         log("flink warm-up job (untimed)")
-        flink(env, count_env, "q2", {"bid": args.headerless_csv}, results["rows"])
+        flink(env, count_env, "q2", {"bid": args.headerless_csv}, results["rows"], 1)
         for q in QUERIES:
             log(f"flink {q}")
             try:
                 results[q]["flink"] = flink(env, count_env, q, {"bid": args.headerless_csv},
-                                            results["rows"])
+                                            results["rows"], args.repeat)
             except Exception as e:
                 results[q]["flink"] = {"error": str(e).splitlines()[0][:120], "eps": 0}
         for q in JOIN_QUERIES:
             log(f"flink {q}")
             try:
                 results[q]["flink"] = flink(env, count_env, q, headerless,
-                                            results[q]["sluice_csv"]["rows"])
+                                            results[q]["sluice_csv"]["rows"], args.repeat)
             except Exception as e:
                 results[q]["flink"] = {"error": str(e).splitlines()[0][:120], "eps": 0}
 

@@ -22,6 +22,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use super::expr::{eval, eval_predicate, PhysExpr};
 use crate::error::{EngineError, Result};
@@ -30,6 +31,14 @@ use crate::state::{SnapshotReader, SnapshotWriter};
 /// When rows of a side may be forgotten: `(value, other side's lag,
 /// strict)`; see `sluice_sql::bounds::JoinStateBound`.
 pub type SideBound = (PhysExpr, i64, bool);
+
+/// A row's key in Arrow's row format; keys of one or two numbers fit
+/// inline, so keeping a row allocates nothing for its key.
+type Key = SmallVec<[u8; 16]>;
+
+/// The kept rows with one key, as (batch, row); most keys of a join on an
+/// id have one row.
+type Hits = SmallVec<[(u32, u32); 1]>;
 
 /// One side's kept rows and their key index.
 struct Side {
@@ -45,7 +54,7 @@ struct Side {
     live_entries: usize,
     dead_entries: usize,
     /// Key bytes to (batch, row) of every kept row with that key.
-    index: FxHashMap<Vec<u8>, Vec<(u32, u32)>>,
+    index: FxHashMap<Key, Hits>,
 }
 
 /// The join operator's state and compiled expressions.
@@ -95,11 +104,7 @@ impl Side {
     }
 
     /// Key bytes of every row of `batch`, None where a key is NULL.
-    fn encode(
-        &self,
-        converter: &RowConverter,
-        batch: &RecordBatch,
-    ) -> Result<Vec<Option<Vec<u8>>>> {
+    fn encode(&self, converter: &RowConverter, batch: &RecordBatch) -> Result<Vec<Option<Key>>> {
         let cols: Vec<ArrayRef> = self
             .keys
             .iter()
@@ -109,12 +114,12 @@ impl Side {
         Ok((0..batch.num_rows())
             .map(|i| {
                 let null = cols.iter().any(|c| c.is_null(i));
-                (!null).then(|| rows.row(i).as_ref().to_vec())
+                (!null).then(|| Key::from_slice(rows.row(i).as_ref()))
             })
             .collect())
     }
 
-    fn keep(&mut self, batch: RecordBatch, keys: Vec<Option<Vec<u8>>>) -> Result<()> {
+    fn keep(&mut self, batch: RecordBatch, keys: Vec<Option<Key>>) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -267,7 +272,7 @@ impl HashJoin {
     fn probe(
         &self,
         batch: &RecordBatch,
-        keys: &[Option<Vec<u8>>],
+        keys: &[Option<Key>],
         from_left: bool,
     ) -> Result<Option<RecordBatch>> {
         let other = if from_left { &self.right } else { &self.left };
