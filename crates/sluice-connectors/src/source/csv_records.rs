@@ -203,6 +203,10 @@ impl<'a> ColumnParser<'a> {
         let mut dates = DateCache::default();
         match builder {
             Builder::Int64(b) => self.fill_i64(column, spec, b, parse::parse_plain_i64, fail),
+            Builder::TsSecond(_)
+            | Builder::TsMilli(_)
+            | Builder::TsMicro(_)
+            | Builder::TsNano(_) => self.fill_timestamps(column, spec, builder, fail),
             Builder::Utf8(b) if !self.text.is_empty() => {
                 let base = self.records.data.as_ptr() as usize;
                 for row in 0..rows {
@@ -225,21 +229,55 @@ impl<'a> ColumnParser<'a> {
                     }
                 }
             }
-            Builder::TsSecond(b) => self.fill_i64(column, spec, b, |_| None, fail),
-            Builder::TsMilli(b) => self.fill_i64(column, spec, b, |_| None, fail),
-            Builder::TsMicro(b) => self.fill_i64(column, spec, b, |_| None, fail),
-            Builder::TsNano(b) => self.fill_i64(column, spec, b, |_| None, fail),
-            _ => {
-                for row in 0..rows {
-                    match self.cell(row, column, spec, &mut dates) {
-                        Ok(cell) => builder.append(cell, &self.scratch, self.text),
-                        Err(message) => {
-                            builder.append(Cell::Null, "", "");
-                            fail(row, message);
-                        }
-                    }
+            _ => self.fill_cells(column, spec, builder, fail),
+        }
+    }
+
+    /// [`fill_column`](Self::fill_column) through the general parser.
+    fn fill_cells(
+        &mut self,
+        column: usize,
+        spec: &ColumnSpec,
+        builder: &mut Builder,
+        fail: &mut impl FnMut(usize, String),
+    ) {
+        let mut dates = DateCache::default();
+        for row in 0..self.records.len() {
+            match self.cell(row, column, spec, &mut dates) {
+                Ok(cell) => builder.append(cell, &self.scratch, self.text),
+                Err(message) => {
+                    builder.append(Cell::Null, "", "");
+                    fail(row, message);
                 }
             }
+        }
+    }
+
+    /// [`fill_column`](Self::fill_column) for a timestamp column: UTC
+    /// columns take the plain `YYYY-MM-DD HH:MM:SS[.fff]` text through a
+    /// fast path.
+    fn fill_timestamps(
+        &mut self,
+        column: usize,
+        spec: &ColumnSpec,
+        builder: &mut Builder,
+        fail: &mut impl FnMut(usize, String),
+    ) {
+        let ColumnKind::Timestamp {
+            unit,
+            local_tz: None,
+        } = spec.kind
+        else {
+            return self.fill_cells(column, spec, builder, fail);
+        };
+        let mut dates = DateCache::default();
+        let mut fast = |raw: &[u8]| parse::parse_plain_timestamp(raw, &mut dates, unit);
+        match builder {
+            Builder::TsSecond(b) => self.fill_i64(column, spec, b, &mut fast, fail),
+            Builder::TsMilli(b) => self.fill_i64(column, spec, b, &mut fast, fail),
+            Builder::TsMicro(b) => self.fill_i64(column, spec, b, &mut fast, fail),
+            Builder::TsNano(b) => self.fill_i64(column, spec, b, &mut fast, fail),
+            _ => self.fill_cells(column, spec, builder, fail),
         }
     }
 
@@ -251,7 +289,7 @@ impl<'a> ColumnParser<'a> {
         column: usize,
         spec: &ColumnSpec,
         b: &mut PrimitiveBuilder<T>,
-        fast: fn(&[u8]) -> Option<i64>,
+        mut fast: impl FnMut(&[u8]) -> Option<i64>,
         fail: &mut impl FnMut(usize, String),
     ) {
         let mut dates = DateCache::default();

@@ -62,6 +62,51 @@ pub(crate) fn parse_plain_i64(bytes: &[u8]) -> Option<i64> {
     Some(if negative { -value } else { value })
 }
 
+/// Fast path for the common timestamp field: `YYYY-MM-DD HH:MM:SS` (or
+/// with `T`) and up to nine fraction digits, no zone, as ticks of `unit`.
+/// Anything else returns `None` for the general parser to handle or reject.
+#[inline]
+pub(crate) fn parse_plain_timestamp(
+    bytes: &[u8],
+    dates: &mut DateCache,
+    unit: TimeUnit,
+) -> Option<i64> {
+    if bytes.len() < 19
+        || !matches!(bytes[10], b' ' | b'T')
+        || bytes[13] != b':'
+        || bytes[16] != b':'
+    {
+        return None;
+    }
+    let days = dates.days(bytes)?;
+    let (hour, minute, second) = (
+        digits(bytes, 11, 2)?,
+        digits(bytes, 14, 2)?,
+        digits(bytes, 17, 2)?,
+    );
+    if hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let mut nanos = 0u32;
+    if bytes.len() > 19 {
+        let fraction = &bytes[20..];
+        if bytes[19] != b'.' || fraction.is_empty() || fraction.len() > 9 {
+            return None;
+        }
+        let mut scale = 100_000_000u32;
+        for &b in fraction {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            nanos += u32::from(d) * scale;
+            scale /= 10;
+        }
+    }
+    let seconds = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second);
+    to_unit(seconds, nanos, unit)
+}
+
 /// Parse a boolean in the spellings commonly produced by databases and
 /// spreadsheets.
 pub(crate) fn parse_bool(bytes: &[u8]) -> Option<bool> {
@@ -393,6 +438,50 @@ mod tests {
         assert_eq!(parse_date32(b"2023-02-29"), None);
         assert_eq!(parse_date32(b"2024-13-01"), None);
         assert_eq!(parse_date32(b"2024-1-01"), None);
+    }
+
+    #[test]
+    fn plain_timestamps_agree_with_the_general_parser() {
+        let mut dates = DateCache::default();
+        for s in [
+            "2024-01-01 00:00:00",
+            "2024-01-01T23:59:59.5",
+            "2023-12-31 23:59:59.955",
+            "1969-12-31 23:59:59.123456789",
+            "2024-02-29 12:00:00.000001",
+        ] {
+            let Some(general) = parse_timestamp_text(s.as_bytes()) else {
+                panic!("{s} must parse");
+            };
+            for unit in [
+                TimeUnit::Second,
+                TimeUnit::Millisecond,
+                TimeUnit::Nanosecond,
+            ] {
+                assert_eq!(
+                    parse_plain_timestamp(s.as_bytes(), &mut dates, unit),
+                    to_unit(general.seconds, general.nanos, unit),
+                    "{s} {unit:?}"
+                );
+            }
+        }
+        // Left to the general parser (or to be rejected by it).
+        for s in [
+            "2024-01-01 00:00",
+            "2024-01-01 00:00:00Z",
+            "2024-01-01 00:00:00+02:00",
+            "2024-01-01 00:00:00.",
+            "2024-01-01 00:00:00.1234567891",
+            "2024-01-01 24:00:00",
+            "2024-02-30 00:00:00",
+            "2024-01-01 00:00:0x",
+        ] {
+            assert_eq!(
+                parse_plain_timestamp(s.as_bytes(), &mut dates, TimeUnit::Millisecond),
+                None,
+                "{s}"
+            );
+        }
     }
 
     #[test]
