@@ -10,6 +10,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}
 (cd "$ROOT" && cargo build --release -p sluice-cli)
 ARGS=(--sluice "$CARGO_TARGET_DIR/release/sluice" --root "$ROOT"
-      --events "${EVENTS:-2000000}" --rate "${RATE:-100000}")
+      --events "${EVENTS:-2000000}" --rate "${RATE:-100000}"
+      --memory-events "${MEMORY_EVENTS:-5000000}")
 [ -n "${NO_WRITE:-}" ] || ARGS+=(--markdown-into "$ROOT/BENCHMARKS.md")
 python3 "$ROOT/benches/nexmark/report.py" "${ARGS[@]}"
