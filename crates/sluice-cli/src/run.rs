@@ -37,11 +37,17 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<(), CliError>
         let db = builder.open().await?;
         crate::builtins::register(&db).await?;
         let outcome = match execute_and_run(&db, &text, progress).await {
-            Ok(()) => db.shutdown().await.map_err(CliError::from),
+            Ok(cpu_at_start) => db
+                .shutdown()
+                .await
+                .map(|metrics| (metrics, process_cpu_secs() - cpu_at_start))
+                .map_err(CliError::from),
             Err(e) => Err(e),
         };
         match outcome {
-            Ok(metrics) => return print_summary(&metrics, started.elapsed().as_secs_f64()),
+            Ok((metrics, cpu)) => {
+                return print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)
+            }
             Err(e) => {
                 if let Err(shutdown) = db.abort().await {
                     // Usually the same halt reported a second time.
@@ -82,11 +88,13 @@ fn script_dir(file: &Path) -> PathBuf {
     }
 }
 
+/// Execute the script and run the pipeline to its end; returns the process
+/// CPU time at which the pipeline started (the script executed).
 async fn execute_and_run(
     db: &Database,
     text: &str,
     progress: &ProgressSlot,
-) -> Result<(), CliError> {
+) -> Result<f64, CliError> {
     let rows = db.execute(text).await?;
     print_tables(&rows)?;
     if let Some(name) = db.push_sources().await.into_iter().next() {
@@ -98,6 +106,7 @@ async fn execute_and_run(
     // The script is the whole pipeline: sealing lets file sources skip the
     // columns no statement reads.
     db.seal().await;
+    let cpu_at_start = process_cpu_secs();
     let spinner = progress.start();
     let run = db.run_to_completion();
     tokio::pin!(run);
@@ -110,7 +119,14 @@ async fn execute_and_run(
     };
     drop(spinner);
     result?;
-    Ok(())
+    Ok(cpu_at_start)
+}
+
+/// CPU seconds this process has used so far, all threads (exited ones
+/// included).
+fn process_cpu_secs() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 /// Print statement results (SHOW, DESCRIBE, EXPLAIN, SELECT) as tables,
@@ -136,11 +152,14 @@ fn print_tables(batches: &[RecordBatch]) -> Result<(), CliError> {
         .map_err(|e| CliError::io("writing to stdout", e))
 }
 
-fn print_summary(m: &MetricsSnapshot, secs: f64) -> Result<(), CliError> {
+/// The last line of a run: rows, wall seconds of the whole run, and the CPU
+/// seconds (all threads) of running the pipeline once the script was
+/// executed.
+fn print_summary(m: &MetricsSnapshot, secs: f64, cpu: f64) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "sluice: {} rows in, {} rows out, {} late rows dropped, {secs:.3}s",
+        "sluice: {} rows in, {} rows out, {} late rows dropped, {secs:.3}s, {cpu:.3}s CPU",
         m.rows_in(),
         m.rows_emitted(),
         m.late_rows()

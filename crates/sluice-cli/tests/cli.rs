@@ -60,18 +60,20 @@ fn summary(stdout: &str) -> (u64, u64, u64) {
         .unwrap_or_else(|| panic!("no summary line in:\n{stdout}"));
     let rest = line.strip_prefix("sluice: ").unwrap_or_default();
     let parts: Vec<&str> = rest.split(", ").collect();
-    assert_eq!(parts.len(), 4, "summary: {line}");
+    assert_eq!(parts.len(), 5, "summary: {line}");
     let count = |part: &str, suffix: &str| -> u64 {
         part.strip_suffix(suffix)
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("'{part}' in summary '{line}' does not end in '{suffix}'"))
     };
-    let secs = parts[3].strip_suffix('s').unwrap_or_default();
-    let (whole, frac) = secs.split_once('.').unwrap_or_default();
-    assert!(
-        whole.parse::<u64>().is_ok() && frac.len() == 3 && frac.parse::<u64>().is_ok(),
-        "seconds with three decimals in '{line}'"
-    );
+    for (part, suffix) in [(parts[3], "s"), (parts[4], "s CPU")] {
+        let secs = part.strip_suffix(suffix).unwrap_or_default();
+        let (whole, frac) = secs.split_once('.').unwrap_or_default();
+        assert!(
+            whole.parse::<u64>().is_ok() && frac.len() == 3 && frac.parse::<u64>().is_ok(),
+            "'{part}': seconds with three decimals ending in '{suffix}' in '{line}'"
+        );
+    }
     (
         count(parts[0], " rows in"),
         count(parts[1], " rows out"),
