@@ -30,6 +30,7 @@ use crate::query::run_query;
 use crate::{Error, Result};
 
 mod process;
+mod seal;
 pub use process::HandlerFactory;
 use process::RegisteredFunction;
 
@@ -235,7 +236,7 @@ impl Database {
             _ => None,
         };
         if let Some(name) = created {
-            check_not_sealed(&state, name)?;
+            seal::check_not_sealed(&state, name)?;
         }
         match stmt {
             Statement::Set { name, value } => {
@@ -550,17 +551,6 @@ impl Database {
         )
     }
 
-    /// Declare the pipeline complete: no source, stream, sink or binding can
-    /// be added from now on, nor a subscription to a source. In exchange,
-    /// when the pipeline starts, file sources leave the (nullable) columns
-    /// no statement reads unparsed, as a batch engine pushes a projection
-    /// into its scan; malformed values in those columns then go unnoticed.
-    /// `sluice run` seals after executing its script. Seal before
-    /// [`start`](Self::start) for the projection to apply.
-    pub async fn seal(&self) {
-        self.inner.state.lock().await.sealed = true;
-    }
-
     /// Start reading file sources (push sources are live from creation).
     ///
     /// With checkpointing on, this is where the delivery guarantee is
@@ -588,7 +578,7 @@ impl Database {
         }
         state.started = true;
         let unread = if state.sealed {
-            unread_columns(&state)
+            seal::unread_columns(&state)
         } else {
             Vec::new()
         };
@@ -791,40 +781,6 @@ fn relation_for_subscription(
             "no stream, view or source named '{name}'"
         )))
     }
-}
-
-/// Per file source, the declared columns nothing reads.
-fn unread_columns(state: &State) -> Vec<(String, Vec<String>)> {
-    let mut out = Vec::new();
-    for source in &state.catalog.sources {
-        if !matches!(source.connector, SourceConnector::File(_))
-            || state.subscribed_sources.contains(&source.name)
-        {
-            continue;
-        }
-        let read = state.catalog.columns_read(&source.name);
-        let unread: Vec<String> = source
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .filter(|name| !read.contains(name))
-            .collect();
-        if !unread.is_empty() {
-            out.push((source.name.clone(), unread));
-        }
-    }
-    out
-}
-
-/// Refuse to create `name` in a sealed pipeline.
-fn check_not_sealed(state: &State, name: &str) -> Result<()> {
-    if state.sealed {
-        return Err(Error::Sealed(format!(
-            "cannot create '{name}' after seal(); declare every source, stream and sink first"
-        )));
-    }
-    Ok(())
 }
 
 fn checkpoint_rows(rows: &[(u64, i64, u64, Option<u64>)]) -> Result<Vec<RecordBatch>> {

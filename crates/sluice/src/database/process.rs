@@ -178,7 +178,7 @@ impl Database {
         state: &mut State,
         b: CreateProcessStream,
     ) -> Result<ProcessFunctionInfo> {
-        super::check_not_sealed(state, &b.name)?;
+        super::seal::check_not_sealed(state, &b.name)?;
         let (info, input_schema) = Self::plan_binding(state, &b)?;
         let handler = (state
             .functions
