@@ -19,6 +19,16 @@ for component in rustfmt clippy; do
     fi
 done
 
+# The shared cache grows with every rebuilt test binary; when the disk runs
+# low, drop what cargo can regenerate cheaply (incremental state) rather than
+# fail at link time.
+mkdir -p "$CARGO_TARGET_DIR"
+free_kb=$(df -Pk "$CARGO_TARGET_DIR" | awk 'NR == 2 {print $4}')
+if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
+    echo "== low disk space ($((free_kb / 1024)) MiB free): removing incremental build state"
+    rm -rf "$CARGO_TARGET_DIR"/*/incremental
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
