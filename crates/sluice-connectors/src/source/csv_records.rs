@@ -76,16 +76,32 @@ impl RawRecords {
         offset: u64,
     ) {
         let bytes = record.as_slice();
-        let base = self.data.len();
-        self.data.extend_from_slice(bytes);
-        for (&field, &read) in field_of_column.iter().zip(&self.read) {
-            let raw = if read {
-                record.get(field).unwrap_or(&bytes[..0])
-            } else {
-                &bytes[..0]
-            };
-            let start = base + (raw.as_ptr() as usize).saturating_sub(bytes.as_ptr() as usize);
-            self.fields.push((start, start + raw.len()));
+        let read = || {
+            field_of_column
+                .iter()
+                .zip(&self.read)
+                .map(|(&field, &read)| match read {
+                    true => record.get(field).unwrap_or(&bytes[..0]),
+                    false => &bytes[..0],
+                })
+        };
+        let read_bytes: usize = read().map(<[u8]>::len).sum();
+        if read_bytes * 2 >= bytes.len() {
+            // Mostly read: one copy of the whole record.
+            let base = self.data.len();
+            self.data.extend_from_slice(bytes);
+            for raw in read() {
+                let start = base + (raw.as_ptr() as usize).saturating_sub(bytes.as_ptr() as usize);
+                self.fields.push((start, start + raw.len()));
+            }
+        } else {
+            // Wide records read in part (long text columns left out): copy
+            // only the fields read.
+            for raw in read() {
+                let start = self.data.len();
+                self.data.extend_from_slice(raw);
+                self.fields.push((start, self.data.len()));
+            }
         }
         self.offsets.push(offset);
     }
