@@ -2,7 +2,7 @@
 //! with quoting, doubled quotes, embedded newlines and commas, non-ASCII
 //! text, CRLF or LF line ends, blank lines, malformed values and records
 //! with the wrong field count, read with `on_error = 'skip'` in random
-//! batch sizes.
+//! batch sizes, with a long text column parsed or left unread.
 
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, TimeUnit, TimestampMillisecondType};
@@ -17,6 +17,8 @@ struct Row {
     id: Result<i64, String>,
     name: String,
     millis: i64,
+    /// A long text column, read or left unparsed.
+    pad: String,
     /// Quote every field of this row even where not needed.
     quote_all: bool,
     /// Write an extra field, making the record malformed.
@@ -34,13 +36,15 @@ fn row() -> impl Strategy<Value = Row> {
         id,
         name,
         0i64..4_000_000_000_000,
+        "[a-z,\"]{0,80}",
         any::<bool>(),
         prop::bool::weighted(0.05),
     )
-        .prop_map(|(id, name, millis, quote_all, extra_field)| Row {
+        .prop_map(|(id, name, millis, pad, quote_all, extra_field)| Row {
             id,
             name,
             millis,
+            pad,
             quote_all,
             extra_field,
         })
@@ -69,15 +73,18 @@ proptest! {
         crlf in any::<bool>(),
         blank_every in 0usize..7,
         batch_size in 1usize..40,
+        pad_unread in any::<bool>(),
     ) {
         let eol = if crlf { "\r\n" } else { "\n" };
-        let mut text = format!("id,name,ts{eol}");
+        let mut text = format!("id,pad,name,ts{eol}");
         for (i, r) in rows.iter().enumerate() {
             let id = match &r.id {
                 Ok(v) => v.to_string(),
                 Err(bad) => bad.clone(),
             };
             text.push_str(&field(&id, r.quote_all));
+            text.push(',');
+            text.push_str(&field(&r.pad, r.quote_all));
             text.push(',');
             text.push_str(&field(&r.name, r.quote_all));
             text.push(',');
@@ -96,8 +103,12 @@ proptest! {
             ("id", DataType::Int64),
             ("name", DataType::Utf8),
             ("ts", DataType::Timestamp(TimeUnit::Millisecond, None)),
+            ("pad", DataType::Utf8),
         ]);
-        let config = config(dir.path(), "p.csv", FileFormat::Csv, schema.clone(), batch_size, OnError::Skip);
+        let mut config = config(dir.path(), "p.csv", FileFormat::Csv, schema.clone(), batch_size, OnError::Skip);
+        if pad_unread {
+            config.unread_columns = vec!["pad".to_string()];
+        }
         let mut reader = FileSourceReader::open(config).unwrap();
         let batches = read_all(&mut reader, batch_size);
         let batch = concat_batches(&schema, &batches).unwrap();
@@ -109,6 +120,11 @@ proptest! {
             .map(|r| (!r.name.is_empty()).then(|| r.name.clone()))
             .collect();
         let stamps: Vec<Option<i64>> = kept.iter().map(|r| Some(r.millis)).collect();
+        let pads: Vec<Option<String>> = kept
+            .iter()
+            .map(|r| (!pad_unread && !r.pad.is_empty()).then(|| r.pad.clone()))
+            .collect();
+        prop_assert_eq!(strs(&batch, "pad"), pads);
         prop_assert_eq!(i64s(&batch, "id"), ids);
         prop_assert_eq!(strs(&batch, "name"), names);
         prop_assert_eq!(prim::<TimestampMillisecondType>(&batch, "ts"), stamps);
