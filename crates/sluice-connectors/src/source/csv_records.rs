@@ -187,6 +187,8 @@ struct ColumnParser<'a> {
     text: &'a str,
     /// Values that had to be unescaped or validated one by one.
     scratch: String,
+    /// Parsed integers of the column being filled.
+    ints: Vec<i64>,
 }
 
 impl<'a> ColumnParser<'a> {
@@ -202,6 +204,7 @@ impl<'a> ColumnParser<'a> {
             records,
             text,
             scratch: String::new(),
+            ints: Vec::new(),
         }
     }
 
@@ -308,8 +311,22 @@ impl<'a> ColumnParser<'a> {
         mut fast: impl FnMut(&[u8]) -> Option<i64>,
         fail: &mut impl FnMut(usize, String),
     ) {
+        // The leading run of values the fast path takes goes in with one
+        // bulk append; the rest row by row.
+        let rows = self.records.len();
+        let mut run = std::mem::take(&mut self.ints);
+        run.clear();
+        for row in 0..rows {
+            match fast(self.records.field(row, column)) {
+                Some(v) => run.push(v),
+                None => break,
+            }
+        }
+        b.append_slice(&run);
+        let done = run.len();
+        self.ints = run;
         let mut dates = DateCache::default();
-        for row in 0..self.records.len() {
+        for row in done..rows {
             if let Some(v) = fast(self.records.field(row, column)) {
                 b.append_value(v);
                 continue;
