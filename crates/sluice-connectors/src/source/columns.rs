@@ -1,10 +1,11 @@
 //! Typed column assembly shared by the CSV and JSON decoders.
 //!
-//! A row is decoded in two phases: every declared column is first parsed into
-//! a small [`Cell`] (no allocation; text goes into one reused buffer), and
-//! only when the whole row parsed cleanly are the cells appended to the
-//! Arrow builders. That keeps the builders row-aligned when a malformed row
-//! is skipped half-way through, without needing builder rollback.
+//! Values are parsed into small [`Cell`]s (no allocation; text goes into one
+//! reused buffer) before they reach the Arrow builders. The JSON decoder
+//! parses a whole row into cells and appends it only when it parsed
+//! cleanly, which keeps the builders row-aligned when a malformed row is
+//! skipped half-way through. The CSV decoder fills a batch a column at a
+//! time and rebuilds it without the failed rows (see `csv_records`).
 
 use std::sync::Arc;
 

@@ -54,7 +54,7 @@ impl CsvDecoder {
             reader,
             header: Vec::new(),
             field_of_column: Vec::new(),
-            records: RawRecords::new(plan.read.clone()),
+            records: RawRecords::new(Arc::clone(plan)),
             lines: LineLocator::default(),
             rows_consumed: 0,
             skipped: 0,
@@ -145,7 +145,7 @@ impl FileDecoder for CsvDecoder {
                 }
                 self.records.push(&record, &self.field_of_column, offset);
             }
-            let (batch, bad) = self.records.parse(&self.plan)?;
+            let (batch, bad) = self.records.parse()?;
             for record in bad.into_iter().chain(wrong_length) {
                 let line = self.lines.line_of(&self.path, record.offset);
                 report_malformed(

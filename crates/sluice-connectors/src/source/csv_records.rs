@@ -8,6 +8,7 @@
 //! check covers the text of the whole batch.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use arrow::array::PrimitiveBuilder;
 use arrow::datatypes::ArrowPrimitiveType;
@@ -23,8 +24,9 @@ use crate::error::Result;
 const QUOTE: u8 = b'"';
 
 /// Records of one batch, waiting to be parsed.
-#[derive(Debug, Default)]
 pub(crate) struct RawRecords {
+    /// The declared columns and which of them are read.
+    plan: Arc<ReadPlan>,
     /// The fields of the columns read, back to back, exactly as in the file.
     data: Vec<u8>,
     /// For each record, the byte range in `data` of each declared column's
@@ -32,9 +34,6 @@ pub(crate) struct RawRecords {
     fields: Vec<(usize, usize)>,
     /// File offset each record was read from, for error lines.
     offsets: Vec<u64>,
-    /// Per declared column, whether it is read (unread ones stay empty).
-    read: Vec<bool>,
-    columns: usize,
 }
 
 /// A record that could not be decoded: its file offset, the column
@@ -46,13 +45,14 @@ pub(crate) struct BadRecord {
 }
 
 impl RawRecords {
-    /// Records of `read.len()` declared columns, of which those marked in
-    /// `read` are kept.
-    pub fn new(read: Vec<bool>) -> RawRecords {
+    /// Records of `plan`'s declared columns; the fields of the columns it
+    /// does not read are left empty.
+    pub fn new(plan: Arc<ReadPlan>) -> RawRecords {
         RawRecords {
-            columns: read.len(),
-            read,
-            ..RawRecords::default()
+            plan,
+            data: Vec::new(),
+            fields: Vec::new(),
+            offsets: Vec::new(),
         }
     }
 
@@ -79,7 +79,7 @@ impl RawRecords {
         let read = || {
             field_of_column
                 .iter()
-                .zip(&self.read)
+                .zip(&self.plan.read)
                 .map(|(&field, &read)| match read {
                     true => record.get(field).unwrap_or(&bytes[..0]),
                     false => &bytes[..0],
@@ -107,19 +107,20 @@ impl RawRecords {
     }
 
     fn field(&self, row: usize, column: usize) -> &[u8] {
-        let (start, end) = self.fields[row * self.columns + column];
+        let (start, end) = self.fields[row * self.plan.specs.len() + column];
         self.data.get(start..end).unwrap_or_default()
     }
 
     /// Parse every record into a batch of the plan's schema. Records that
     /// fail are left out and returned, in file order, with the first column
     /// that failed; the caller decides whether that stops the read.
-    pub fn parse(&self, plan: &ReadPlan) -> Result<(Option<RecordBatch>, Vec<BadRecord>)> {
+    pub fn parse(&self) -> Result<(Option<RecordBatch>, Vec<BadRecord>)> {
+        let plan = &*self.plan;
         let rows = self.len();
         if rows == 0 {
             return Ok((None, Vec::new()));
         }
-        let reads_text = plan.specs.iter().zip(&self.read).any(|(spec, &read)| {
+        let reads_text = plan.specs.iter().zip(&plan.read).any(|(spec, &read)| {
             read && matches!(spec.kind, ColumnKind::Utf8 | ColumnKind::LargeUtf8)
         });
         let mut parser = ColumnParser::new(self, reads_text);
@@ -129,7 +130,7 @@ impl RawRecords {
             let Some(builder) = columns.builder_mut(c) else {
                 continue;
             };
-            if !self.read.get(c).copied().unwrap_or(true) {
+            if !plan.read.get(c).copied().unwrap_or(true) {
                 builder.append_nulls(rows);
                 continue;
             }
