@@ -64,7 +64,7 @@ pub enum ConnectorError {
 
     /// A glob pattern matched nothing, which almost always means a typo, so
     /// it is reported instead of silently producing an empty stream.
-    #[error("no files match pattern '{pattern}'")]
+    #[error("no files match pattern '{}'", crate::quote::bounded(pattern))]
     NoFiles {
         /// The (resolved) pattern that matched nothing.
         pattern: String,
@@ -79,8 +79,28 @@ pub enum ConnectorError {
         message: String,
     },
 
+    /// A record (CSV record, JSON line) is longer than the source's
+    /// `max_record_bytes`. Always fatal: the reader cannot find where the
+    /// next record starts without reading the whole runaway one.
+    #[error(
+        "{}:{line}: record is longer than max_record_bytes = {limit} bytes (allowed: {} to {} \
+         bytes); a file without line ends, or an unclosed quote, reads as one endless record",
+        file.display(),
+        crate::MIN_MAX_RECORD_BYTES,
+        crate::MAX_MAX_RECORD_BYTES
+    )]
+    RecordTooLong {
+        /// File containing the record.
+        file: PathBuf,
+        /// 1-based line where the record starts.
+        line: u64,
+        /// The limit in force.
+        limit: usize,
+    },
+
     /// An Arrow operation failed; `context` says which one and on what.
-    #[error("{context}: {source}")]
+    /// The cause's text is bounded (it may quote a value from the file).
+    #[error("{context}: {}", crate::quote::bounded(&source.to_string()))]
     Arrow {
         /// What was being done, usually including the file path.
         context: String,
@@ -89,7 +109,8 @@ pub enum ConnectorError {
     },
 
     /// A Parquet operation failed; `context` says which one and on what.
-    #[error("{context}: {source}")]
+    /// The cause's text is bounded (it may quote a value from the file).
+    #[error("{context}: {}", crate::quote::bounded(&source.to_string()))]
     Parquet {
         /// What was being done, usually including the file path.
         context: String,
@@ -119,6 +140,7 @@ impl ConnectorError {
             ConnectorError::InvalidPosition { .. } => "SLC-CONN-006",
             ConnectorError::Arrow { .. } => "SLC-CONN-007",
             ConnectorError::Parquet { .. } => "SLC-CONN-008",
+            ConnectorError::RecordTooLong { .. } => "SLC-CONN-009",
         }
     }
 
@@ -199,6 +221,11 @@ mod tests {
             },
             ConnectorError::arrow("ctx", ArrowError::ComputeError("m".into())),
             ConnectorError::parquet("ctx", ParquetError::General("m".into())),
+            ConnectorError::RecordTooLong {
+                file: "x".into(),
+                line: 1,
+                limit: 1024,
+            },
         ];
         let mut codes: Vec<_> = errs.iter().map(|e| e.code()).collect();
         codes.sort_unstable();
@@ -206,5 +233,28 @@ mod tests {
         assert_eq!(codes.len(), errs.len());
         assert_eq!(errs[0].to_string(), "x: boom");
         assert_eq!(errs[3].to_string(), "no files match pattern '*.csv'");
+    }
+
+    /// Arrow and Parquet causes may quote file contents: bounded to 200
+    /// characters and the length.
+    #[test]
+    fn arrow_and_parquet_causes_are_bounded() {
+        let long = "v".repeat(1_000_000);
+        let arrow = ConnectorError::arrow("reading f", ArrowError::CastError(long.clone()));
+        assert_eq!(
+            arrow.to_string(),
+            format!(
+                "reading f: Cast error: {}… (1000012 bytes)",
+                "v".repeat(188)
+            )
+        );
+        let parquet = ConnectorError::parquet("opening f", ParquetError::General(long));
+        assert_eq!(
+            parquet.to_string(),
+            format!(
+                "opening f: Parquet error: {}… (1000015 bytes)",
+                "v".repeat(185)
+            )
+        );
     }
 }

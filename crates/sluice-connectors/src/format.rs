@@ -60,7 +60,10 @@ impl FromStr for FileFormat {
             "parquet" => Ok(FileFormat::Parquet),
             _ => Err(ConnectorError::invalid_option(
                 "format",
-                format!("unknown file format '{s}' (accepted: {ACCEPTED})"),
+                format!(
+                    "unknown file format '{}' (accepted: {ACCEPTED})",
+                    crate::quote::bounded(s)
+                ),
             )),
         }
     }

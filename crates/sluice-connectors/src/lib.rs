@@ -12,6 +12,7 @@
 mod error;
 mod format;
 pub mod nexmark;
+mod quote;
 mod reader;
 mod sink;
 mod source;
@@ -19,6 +20,14 @@ mod source;
 pub use error::{ConnectorError, Result};
 pub use format::FileFormat;
 pub use nexmark::{NexmarkConfig, NexmarkReader, NexmarkStream};
+pub use quote::{bounded as bounded_quote, MAX_QUOTED_CHARS};
 pub use reader::BatchReader;
 pub use sink::{EpochFileSink, EpochRecord, FileSinkWriter};
-pub use source::{FileSourceConfig, FileSourceReader, OnError, SourcePosition};
+pub use source::{
+    parse_max_record_bytes, FileSourceConfig, FileSourceReader, OnError, SourcePosition,
+    DEFAULT_MAX_RECORD_BYTES, MAX_MAX_RECORD_BYTES, MIN_MAX_RECORD_BYTES,
+};
+
+/// Most rows a source batch may hold (`batch_size`): larger batches would
+/// allocate their builders up front for no gain in throughput.
+pub const MAX_BATCH_SIZE: usize = 1 << 20;

@@ -49,7 +49,10 @@ impl FileSourceReader {
         let pos: SourcePosition =
             serde_json::from_str(offset).map_err(|e| ConnectorError::InvalidOption {
                 option: "offset".into(),
-                message: format!("checkpointed file offset '{offset}' is unreadable: {e}"),
+                message: format!(
+                    "checkpointed file offset '{}' is unreadable: {e}",
+                    crate::quote::bounded(offset)
+                ),
             })?;
         FileSourceReader::open_at(config, &pos)
     }

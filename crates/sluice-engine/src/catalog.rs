@@ -107,6 +107,11 @@ impl SourceDef {
                     Some(v) => parse_count("batch_size", &v)?,
                     None => opts.batch_size,
                 };
+                let max_record_bytes = match with.take("max_record_bytes") {
+                    Some(v) => sluice_connectors::parse_max_record_bytes(&v)
+                        .map_err(|e| EngineError::Option(format!("{context}: {e}")))?,
+                    None => sluice_connectors::DEFAULT_MAX_RECORD_BYTES,
+                };
                 with.finish(
                     &context,
                     &[
@@ -116,6 +121,7 @@ impl SourceDef {
                         "on_error",
                         "batch_size",
                         "idle_timeout",
+                        "max_record_bytes",
                     ],
                 )?;
                 SourceConnector::File(FileSourceConfig {
@@ -126,6 +132,7 @@ impl SourceDef {
                     batch_size,
                     on_error,
                     unread_columns: Vec::new(),
+                    max_record_bytes,
                 })
             }
             Some("nexmark") => {

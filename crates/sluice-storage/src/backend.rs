@@ -33,10 +33,13 @@ pub struct LocalBackend {
 }
 
 impl LocalBackend {
-    /// A backend rooted at `root` (created if missing).
+    /// A backend rooted at `root` (created if missing). Temp files that a
+    /// killed writer left behind are removed (they are hidden from
+    /// listings, so nothing else would).
     pub fn new(root: impl AsRef<Path>) -> Result<Self> {
         let root = root.as_ref().to_path_buf();
         std::fs::create_dir_all(&root).map_err(|e| io(&root, e))?;
+        sweep_temporaries(&root);
         Ok(Self { root })
     }
 }
@@ -45,6 +48,74 @@ fn io(path: &Path, source: std::io::Error) -> StorageError {
     StorageError::Io {
         path: path.display().to_string(),
         source,
+    }
+}
+
+/// Marks a local temp file: `.<name>.tmp-<pid>`.
+const TMP_MARK: &str = ".tmp-";
+
+/// Write `bytes` to a new file at `tmp` and fsync it.
+fn write_durably(tmp: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = std::fs::File::create(tmp).map_err(|e| io(tmp, e))?;
+    f.write_all(bytes).map_err(|e| io(tmp, e))?;
+    f.sync_all().map_err(|e| io(tmp, e))
+}
+
+/// Best-effort removal of what a failed write left; a failure to remove is
+/// logged (the write's own error is the one reported).
+fn remove_leftover(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::debug!(file = %path.display(), "removed the leftover of a failed write"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(
+            file = %path.display(),
+            error = %e,
+            "cannot remove the leftover of a failed checkpoint write"
+        ),
+    }
+}
+
+/// Remove the temp files (`.<name>.tmp-<pid>`) that writers killed in the
+/// middle of a put left under `root`; a live process's files are kept.
+fn sweep_temporaries(root: &Path) {
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+                continue;
+            }
+            let Some(pid) = name
+                .strip_prefix('.')
+                .and_then(|n| n.rsplit_once(TMP_MARK))
+                .and_then(|(_, pid)| pid.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !process_is_alive(pid) {
+                tracing::info!(file = %path.display(), "removing a stale checkpoint temp file");
+                remove_leftover(&path);
+            }
+        }
+    }
+}
+
+/// Whether process `pid` may still be writing. Only Linux can tell (through
+/// `/proc`); elsewhere every other process counts as alive.
+fn process_is_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return false;
+    }
+    if cfg!(target_os = "linux") {
+        Path::new("/proc").join(pid.to_string()).exists()
+    } else {
+        true
     }
 }
 
@@ -61,17 +132,21 @@ impl Backend for LocalBackend {
         let dir = path.parent().unwrap_or(&self.root).to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let tmp = dir.join(format!(
-            ".{}.tmp-{}",
+            ".{}{TMP_MARK}{}",
             path.file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or("object"),
             std::process::id()
         ));
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
-        f.write_all(&bytes).map_err(|e| io(&tmp, e))?;
-        f.sync_all().map_err(|e| io(&tmp, e))?;
-        drop(f);
-        std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
+        let written = write_durably(&tmp, &bytes)
+            .and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| io(&path, e)));
+        if let Err(e) = written {
+            // A full disk must not stay full because of this write: the
+            // temp file is hidden from listings, so nothing else would ever
+            // remove it. The rename is atomic, so `path` never holds a part.
+            remove_leftover(&tmp);
+            return Err(e);
+        }
         sync_dir(&dir)
     }
 
@@ -188,11 +263,23 @@ impl ObjectStoreBackend {
 #[async_trait]
 impl Backend for ObjectStoreBackend {
     async fn put(&self, key: &str, bytes: Bytes) -> Result<()> {
-        self.store
-            .put(&self.path(key), PutPayload::from_bytes(bytes))
-            .await
-            .map(|_| ())
-            .map_err(|e| self.err(key, e))
+        let path = self.path(key);
+        let Err(e) = self.store.put(&path, PutPayload::from_bytes(bytes)).await else {
+            return Ok(());
+        };
+        // Stores promise atomic puts, but a store on a filesystem (or a
+        // misbehaving gateway) can leave a part behind when the disk fills.
+        // Every key is written once (checkpoint ids are never reused), so
+        // whatever is at `path` now came from this failed write.
+        match self.store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(cleanup) => tracing::warn!(
+                object = %path,
+                error = %cleanup,
+                "cannot remove the leftover of a failed checkpoint write"
+            ),
+        }
+        Err(self.err(key, e))
     }
 
     async fn get(&self, key: &str) -> Result<Option<Bytes>> {

@@ -32,6 +32,23 @@ pub enum StorageError {
         /// Why.
         message: String,
     },
+    /// Every checkpoint id is used up: the next id would not fit in a `u64`.
+    /// Ids never wrap, because a wrapped id would sort before (and be
+    /// mistaken for an older checkpoint than) every id already stored.
+    #[error(
+        "checkpoint store {store}: checkpoint ids are exhausted: '{key}' holds id {last}, the \
+         largest possible (u64::MAX = {max}); ids never wrap, so start from an empty state \
+         directory",
+        max = u64::MAX
+    )]
+    IdsExhausted {
+        /// Where the store is.
+        store: String,
+        /// The key that holds the largest id.
+        key: String,
+        /// The largest id found.
+        last: u64,
+    },
     /// Stored data is damaged or not what it claims to be.
     #[error("checkpoint {id}: {message}")]
     Corrupt {
@@ -50,6 +67,7 @@ impl StorageError {
             StorageError::ObjectStore { .. } => "SLC-STO-002",
             StorageError::Url { .. } => "SLC-STO-003",
             StorageError::Corrupt { .. } => "SLC-STO-004",
+            StorageError::IdsExhausted { .. } => "SLC-STO-005",
         }
     }
 }

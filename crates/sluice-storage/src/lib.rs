@@ -12,6 +12,11 @@ mod backend;
 mod error;
 mod manifest;
 mod store;
+#[cfg(any(test, feature = "fault-injection"))]
+pub mod testing;
+
+#[cfg(test)]
+mod fault_tests;
 
 pub use backend::{Backend, LocalBackend, ObjectStoreBackend};
 pub use error::{Result, StorageError};

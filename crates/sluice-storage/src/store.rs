@@ -57,22 +57,58 @@ impl CheckpointStore {
     }
 
     /// Durably reserve the next checkpoint id. Ids only grow: a reserved id
-    /// is burned even if its attempt is abandoned.
+    /// is burned even if its attempt is abandoned. When the largest id in
+    /// use is `u64::MAX` this is [`StorageError::IdsExhausted`], never a
+    /// wrap to 0.
+    ///
+    /// The store has one writer (the pipeline's checkpoint coordinator),
+    /// whose attempts run one after another, so every uncommitted attempt
+    /// below the new id was abandoned: its blobs are removed here first.
+    /// That frees the space a failed checkpoint took (on a full disk, the
+    /// blobs written before the write that failed), which nothing else would
+    /// ever reclaim.
     pub async fn reserve(&self) -> Result<u64> {
-        let mut max = 0u64;
+        let mut max = (0u64, String::new());
         for key in self.backend.list(ATTEMPTS).await? {
             if let Some(id) = key.rsplit('/').next().and_then(parse_id) {
-                max = max.max(id);
+                if id >= max.0 {
+                    max = (id, key);
+                }
             }
         }
-        for id in self.committed_ids().await? {
-            max = max.max(id);
+        let committed = self.committed_ids().await?;
+        if let Some(&id) = committed.last() {
+            if id >= max.0 {
+                max = (id, manifest_key(id));
+            }
         }
-        let id = max + 1;
+        let (last, key) = max;
+        let id = last
+            .checked_add(1)
+            .ok_or_else(|| StorageError::IdsExhausted {
+                store: self.backend.describe(),
+                key,
+                last,
+            })?;
+        self.discard_abandoned(&committed).await?;
         self.backend
             .put(&format!("{ATTEMPTS}/{id:020}"), Bytes::new())
             .await?;
         Ok(id)
+    }
+
+    /// Remove the blobs of every attempt that has no manifest.
+    async fn discard_abandoned(&self, committed: &[u64]) -> Result<()> {
+        for key in self.backend.list(CHECKPOINTS).await? {
+            let Some(id) = key.split('/').nth(1).and_then(parse_id) else {
+                continue;
+            };
+            if committed.binary_search(&id).is_err() {
+                tracing::debug!(checkpoint = id, %key, "removing a blob of an abandoned attempt");
+                self.backend.delete(&key).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Write one blob of checkpoint `id`.

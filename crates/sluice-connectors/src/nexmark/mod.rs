@@ -166,7 +166,10 @@ impl FromStr for NexmarkStream {
             "bid" => Ok(NexmarkStream::Bid),
             _ => Err(ConnectorError::invalid_option(
                 "stream",
-                format!("unknown Nexmark stream '{s}' (accepted: person, auction, bid)"),
+                format!(
+                    "unknown Nexmark stream '{}' (accepted: person, auction, bid)",
+                    crate::quote::bounded(s)
+                ),
             )),
         }
     }
@@ -195,6 +198,28 @@ pub struct NexmarkConfig {
 
 /// Option names [`NexmarkConfig::set`] accepts.
 pub const NEXMARK_OPTIONS: &[&str] = &["events", "rate", "out_of_order_ms", "seed", "batch_size"];
+
+/// Most events a bounded stream may have (10^15: 3 years of event time).
+pub const MAX_EVENTS: u64 = 1_000_000_000_000_000;
+
+/// Fastest accepted pacing, in global events per second.
+pub const MAX_RATE: u64 = 1_000_000_000;
+
+/// Largest accepted event-time disorder: one day, in milliseconds.
+pub const MAX_OUT_OF_ORDER_MS: u64 = 86_400_000;
+
+/// The allowed values of each of [`NEXMARK_OPTIONS`], inclusive; `None`
+/// for a name that is not a Nexmark option.
+pub fn nexmark_option_range(name: &str) -> Option<(u64, u64)> {
+    Some(match name {
+        "events" => (1, MAX_EVENTS),
+        "rate" => (0, MAX_RATE),
+        "out_of_order_ms" => (0, MAX_OUT_OF_ORDER_MS),
+        "seed" => (0, MAX_SEED),
+        "batch_size" => (1, crate::MAX_BATCH_SIZE as u64),
+        _ => return None,
+    })
+}
 
 impl NexmarkConfig {
     /// A configuration for `stream` producing the declared `schema`:
@@ -231,9 +256,11 @@ impl NexmarkConfig {
         }
     }
 
-    /// Set an option from its SQL text (see [`NEXMARK_OPTIONS`]).
+    /// Set an option from its SQL text (see [`NEXMARK_OPTIONS`]); a value
+    /// outside the option's range (see [`nexmark_option_range`]) is refused
+    /// with the range in the error.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        if !NEXMARK_OPTIONS.contains(&name) {
+        let Some((min, max)) = nexmark_option_range(name) else {
             return Err(ConnectorError::invalid_option(
                 name,
                 format!(
@@ -241,29 +268,47 @@ impl NexmarkConfig {
                     NEXMARK_OPTIONS.join(", ")
                 ),
             ));
-        }
-        let n = parse_u64(name, value)?;
+        };
+        let n = value
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| out_of_range(name, value, min, max))?;
         match name {
-            "events" if n == 0 => {
-                return Err(ConnectorError::invalid_option(
-                    name,
-                    "must be positive (omit the option for an unbounded stream)",
-                ))
-            }
             "events" => self.events = Some(n),
             "rate" => self.rate = n,
             "out_of_order_ms" => self.out_of_order_ms = n,
-            "seed" if n > MAX_SEED => {
-                return Err(ConnectorError::invalid_option(
-                    name,
-                    format!("'{value}' is larger than the largest seed, {MAX_SEED}"),
-                ))
-            }
             "seed" => self.seed = n,
             _ => {
-                self.batch_size = usize::try_from(n).ok().filter(|b| *b > 0).ok_or_else(|| {
-                    ConnectorError::invalid_option(name, format!("'{value}' must be positive"))
-                })?
+                self.batch_size =
+                    usize::try_from(n).map_err(|_| out_of_range(name, value, min, max))?
+            }
+        }
+        Ok(())
+    }
+
+    /// Check every setting against its range, including those assigned
+    /// directly (the engine sets `batch_size` from its own option), so a
+    /// reader never allocates for a batch of billions of rows or overflows
+    /// the disorder arithmetic.
+    pub fn validate(&self) -> Result<()> {
+        let settings = [
+            ("events", self.events),
+            ("rate", Some(self.rate)),
+            ("out_of_order_ms", Some(self.out_of_order_ms)),
+            ("seed", Some(self.seed)),
+            (
+                "batch_size",
+                u64::try_from(self.batch_size).ok().or(Some(u64::MAX)),
+            ),
+        ];
+        for (name, value) in settings {
+            let (Some(v), Some((min, max))) = (value, nexmark_option_range(name)) else {
+                continue;
+            };
+            if !(min..=max).contains(&v) {
+                return Err(out_of_range(name, &v.to_string(), min, max));
             }
         }
         Ok(())
@@ -296,10 +341,20 @@ impl NexmarkConfig {
     }
 }
 
-fn parse_u64(name: &str, value: &str) -> Result<u64> {
-    value.trim().parse::<u64>().map_err(|_| {
-        ConnectorError::invalid_option(name, format!("'{value}' is not a non-negative integer"))
-    })
+/// The error for a value of `name` that is not an integer in `min..=max`.
+fn out_of_range(name: &str, value: &str, min: u64, max: u64) -> ConnectorError {
+    let hint = if name == "events" {
+        " (omit the option for an unbounded stream)"
+    } else {
+        ""
+    };
+    ConnectorError::invalid_option(
+        name,
+        format!(
+            "'{}' is not an integer from {min} to {max}{hint}",
+            crate::quote::bounded(value)
+        ),
+    )
 }
 
 /// Map declared columns onto the stream's columns by name.

@@ -51,16 +51,21 @@ impl std::fmt::Debug for NexmarkReader {
 impl NexmarkReader {
     /// A reader at the start of the stream.
     pub fn open(cfg: NexmarkConfig) -> Result<Self> {
+        cfg.validate()?;
         Ok(Self::open_at(cfg, 0))
     }
 
     /// Reopen at an offset produced by [`BatchReader::offset`]: the rows
     /// that follow are identical to those the original reader emitted next.
     pub fn open_at_offset(cfg: NexmarkConfig, offset: &str) -> Result<Self> {
+        cfg.validate()?;
         let pos: NexmarkPosition = serde_json::from_str(offset).map_err(|e| {
             ConnectorError::invalid_option(
                 "offset",
-                format!("checkpointed Nexmark offset '{offset}' is unreadable: {e}"),
+                format!(
+                    "checkpointed Nexmark offset '{}' is unreadable: {e}",
+                    crate::quote::bounded(offset)
+                ),
             )
         })?;
         if pos.stream != cfg.stream.name() || pos.seed != cfg.seed {

@@ -213,6 +213,72 @@ fn options_are_parsed_or_refused() {
         .contains("nexmark person (10 events, unthrottled"));
 }
 
+/// Every option: its bounds are accepted, one past them (and text that is
+/// no integer) refused with the range in the error; a setting assigned
+/// directly (as the engine does with `batch_size`) is checked on open.
+#[test]
+fn every_option_is_range_checked() {
+    let expected = [
+        ("events", 1, 1_000_000_000_000_000),
+        ("rate", 0, 1_000_000_000),
+        ("out_of_order_ms", 0, 86_400_000),
+        ("seed", 0, (1 << 20) - 1),
+        ("batch_size", 1, 1 << 20),
+    ];
+    assert_eq!(
+        expected.iter().map(|e| e.0).collect::<Vec<_>>(),
+        NEXMARK_OPTIONS
+    );
+    for (name, min, max) in expected {
+        assert_eq!(nexmark_option_range(name), Some((min, max)));
+        let mut c = NexmarkConfig::full(NexmarkStream::Bid);
+        for ok in [min, max] {
+            c.set(name, &ok.to_string()).expect(name);
+            c.validate().expect(name);
+        }
+        let hint = if name == "events" {
+            " (omit the option for an unbounded stream)"
+        } else {
+            ""
+        };
+        let mut bad = vec![(max + 1).to_string(), "x".into(), "-1".into(), "1.5".into()];
+        if min > 0 {
+            bad.push((min - 1).to_string());
+        }
+        for value in bad {
+            let e = c.set(name, &value).expect_err(name);
+            assert_eq!(e.code(), "SLC-CONN-004");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "invalid value for option '{name}': '{value}' is not an integer from {min} \
+                     to {max}{hint}"
+                )
+            );
+        }
+    }
+    assert_eq!(nexmark_option_range("speed"), None);
+    for (field, value) in [
+        ("batch_size", usize::MAX as u64),
+        ("out_of_order_ms", u64::MAX),
+    ] {
+        let mut c = NexmarkConfig::full(NexmarkStream::Bid);
+        match field {
+            "batch_size" => c.batch_size = usize::MAX,
+            _ => c.out_of_order_ms = u64::MAX,
+        }
+        let e = NexmarkReader::open(c.clone()).expect_err(field);
+        assert!(
+            e.to_string().starts_with(&format!(
+                "invalid value for option '{field}': '{value}' is not"
+            )),
+            "{e}"
+        );
+        let e = NexmarkReader::open_at_offset(c, "{}").expect_err(field);
+        assert_eq!(e.code(), "SLC-CONN-004");
+    }
+}
+
 #[test]
 fn rate_paces_emission_in_wall_clock_time() {
     let mut cfg = config(NexmarkStream::Bid, 1000);

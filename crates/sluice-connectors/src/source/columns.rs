@@ -166,20 +166,12 @@ impl RowStage {
     }
 }
 
-/// Render a raw value for an error message, bounded so that a runaway field
-/// does not produce a megabyte-long error.
-pub(crate) fn show(bytes: &[u8]) -> String {
-    const MAX: usize = 64;
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX)]);
-    if bytes.len() > MAX {
-        format!("{text}...")
-    } else {
-        text.into_owned()
-    }
-}
-
 fn cannot_parse(bytes: &[u8], spec: &ColumnSpec) -> String {
-    format!("cannot parse '{}' as {}", show(bytes), spec.data_type)
+    format!(
+        "cannot parse '{}' as {}",
+        crate::quote::bounded_bytes(bytes),
+        spec.data_type
+    )
 }
 
 fn out_of_range(value: impl std::fmt::Display, spec: &ColumnSpec) -> String {

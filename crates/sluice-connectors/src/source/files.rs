@@ -54,7 +54,13 @@ pub(crate) fn resolve_files(path: &str, base_dir: Option<&Path>) -> Result<Vec<P
         require_literal_leading_dot: true,
     };
     let entries = glob::glob_with(&pattern, options).map_err(|e| {
-        ConnectorError::invalid_option("path", format!("invalid glob pattern '{pattern}': {e}"))
+        ConnectorError::invalid_option(
+            "path",
+            format!(
+                "invalid glob pattern '{}': {e}",
+                crate::quote::bounded(&pattern)
+            ),
+        )
     })?;
     let mut files = Vec::new();
     for entry in entries {

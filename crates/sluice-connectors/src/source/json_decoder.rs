@@ -17,10 +17,13 @@ use arrow::record_batch::RecordBatch;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
 use super::columns::{int_cell, parse_text, Cell, ColumnKind, ColumnSet, ColumnSpec, RowStage};
-use super::{parse, report_malformed, FileDecoder, ReadPlan};
+use super::{parse, report_malformed, FileDecoder, ReadPlan, Resume};
 use crate::error::{ConnectorError, Result};
 
 const BUFFER_BYTES: usize = 256 * 1024;
+
+/// The UTF-8 byte order mark, accepted at the start of a file only.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Decodes one JSON-lines file.
 pub(crate) struct JsonDecoder {
@@ -30,6 +33,10 @@ pub(crate) struct JsonDecoder {
     line: Vec<u8>,
     /// Physical line number of the line in `line`.
     line_no: u64,
+    /// Bytes of the file read so far.
+    bytes_read: u64,
+    /// Byte offset just after the last consumed data line.
+    end_of_consumed: u64,
     names: HashMap<String, usize>,
     stage: RowStage,
     rows_consumed: u64,
@@ -38,8 +45,9 @@ pub(crate) struct JsonDecoder {
 }
 
 impl JsonDecoder {
-    /// Open `path` and skip `skip_rows` non-blank lines (for resuming).
-    pub fn open(path: &Path, plan: &Arc<ReadPlan>, skip_rows: u64) -> Result<JsonDecoder> {
+    /// Open `path` and skip `resume.rows` non-blank lines (for resuming),
+    /// checking that they end where the checkpoint saw them end.
+    pub fn open(path: &Path, plan: &Arc<ReadPlan>, resume: Resume) -> Result<JsonDecoder> {
         let file = File::open(path).map_err(|e| ConnectorError::io(path, e))?;
         let mut names = HashMap::with_capacity(plan.specs.len());
         for (i, spec) in plan.specs.iter().enumerate() {
@@ -51,25 +59,66 @@ impl JsonDecoder {
             reader: BufReader::with_capacity(BUFFER_BYTES, file),
             line: Vec::new(),
             line_no: 0,
+            bytes_read: 0,
+            end_of_consumed: 0,
             names,
             stage: RowStage::default(),
             rows_consumed: 0,
             skipped: 0,
             done: false,
         };
-        while decoder.rows_consumed < skip_rows {
+        while decoder.rows_consumed < resume.rows {
             if decoder.next_data_line()?.is_none() {
-                tracing::warn!(
-                    file = %path.display(),
-                    wanted = skip_rows,
-                    found = decoder.rows_consumed,
-                    "resume position is past the end of the file"
-                );
                 break;
             }
-            decoder.rows_consumed += 1;
+            decoder.consumed_line();
         }
+        resume.verify(path, decoder.rows_consumed, decoder.end_of_consumed)?;
         Ok(decoder)
+    }
+
+    /// Count the data line just read as consumed.
+    fn consumed_line(&mut self) {
+        self.rows_consumed += 1;
+        self.end_of_consumed = self.bytes_read;
+    }
+
+    /// Read the next physical line into `self.line` (with its `\n`);
+    /// returns its length, 0 at end of file. A line longer than
+    /// `max_record_bytes` (not counting its line end) is an error, found
+    /// without reading more than that much of it.
+    fn read_line(&mut self) -> Result<usize> {
+        let max = self.plan.max_record_bytes;
+        self.line.clear();
+        loop {
+            let chunk = self
+                .reader
+                .fill_buf()
+                .map_err(|e| ConnectorError::io(&self.path, e))?;
+            if chunk.is_empty() {
+                break;
+            }
+            let (take, ends) = match memchr::memchr(b'\n', chunk) {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            let content = self.line.len() + take - usize::from(ends);
+            let content = content - usize::from(ends && chunk[..take].ends_with(b"\r\n"));
+            if content > max {
+                return Err(ConnectorError::RecordTooLong {
+                    file: self.path.clone(),
+                    line: self.line_no + 1,
+                    limit: max,
+                });
+            }
+            self.line.extend_from_slice(&chunk[..take]);
+            self.reader.consume(take);
+            if ends {
+                break;
+            }
+        }
+        self.bytes_read += self.line.len() as u64;
+        Ok(self.line.len())
     }
 
     /// Advance to the next non-blank line; returns its trimmed byte range
@@ -79,21 +128,22 @@ impl JsonDecoder {
             if self.done {
                 return Ok(None);
             }
-            self.line.clear();
-            let n = self
-                .reader
-                .read_until(b'\n', &mut self.line)
-                .map_err(|e| ConnectorError::io(&self.path, e))?;
-            if n == 0 {
+            if self.read_line()? == 0 {
                 self.done = true;
                 return Ok(None);
             }
             self.line_no += 1;
-            let start = self
-                .line
+            // A byte order mark is part of the encoding, not of the first
+            // line (the CSV source drops it too); anywhere else it is data.
+            let bom = if self.line_no == 1 && self.line.starts_with(BOM) {
+                BOM.len()
+            } else {
+                0
+            };
+            let start = self.line[bom..]
                 .iter()
                 .position(|b| !b.is_ascii_whitespace())
-                .unwrap_or(self.line.len());
+                .map_or(self.line.len(), |p| p + bom);
             let end = self
                 .line
                 .iter()
@@ -143,7 +193,7 @@ impl FileDecoder for JsonDecoder {
             let Some((start, end)) = self.next_data_line()? else {
                 break;
             };
-            self.rows_consumed += 1;
+            self.consumed_line();
             match self.parse_line(start, end) {
                 Ok(()) => columns.append_row(&self.stage),
                 Err((column, message)) => report_malformed(
@@ -172,6 +222,10 @@ impl FileDecoder for JsonDecoder {
     fn skipped_rows(&self) -> u64 {
         self.skipped
     }
+
+    fn byte_offset(&self) -> Option<u64> {
+        Some(self.end_of_consumed)
+    }
 }
 
 /// serde_json errors end in "at line 1 column N"; the line is meaningless
@@ -181,6 +235,9 @@ fn describe_json_error(e: &serde_json::Error) -> String {
     if let Some(at) = text.rfind(" at line ") {
         text.truncate(at);
     }
+    // serde quotes the offending value (`invalid type: string "..."`),
+    // which can be the whole line.
+    let text = crate::quote::bounded(&text);
     match e.column() {
         0 => format!("invalid JSON: {text}"),
         column => format!("invalid JSON at character {column}: {text}"),

@@ -46,7 +46,10 @@ impl FromStr for OnError {
             "skip" => Ok(OnError::Skip),
             _ => Err(ConnectorError::invalid_option(
                 "on_error",
-                format!("unknown value '{s}' (accepted: fail, skip)"),
+                format!(
+                    "unknown value '{}' (accepted: fail, skip)",
+                    crate::quote::bounded(s)
+                ),
             )),
         }
     }
@@ -74,11 +77,56 @@ pub struct FileSourceConfig {
     /// NULL there makes the row malformed). Values in them are therefore not
     /// checked. Set only for pipelines that cannot gain readers later.
     pub unread_columns: Vec<String>,
+    /// Longest CSV record or JSON line accepted, in bytes (option
+    /// `max_record_bytes`, see [`parse_max_record_bytes`]). A longer one is
+    /// [`ConnectorError::RecordTooLong`] whatever `on_error` says, and is
+    /// never read whole into memory: a file with no line ends (such as
+    /// `/dev/zero`) fails after about this many bytes.
+    pub max_record_bytes: usize,
+}
+
+/// Default of [`FileSourceConfig::max_record_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 << 20;
+
+/// Smallest accepted `max_record_bytes`: 1 KiB.
+pub const MIN_MAX_RECORD_BYTES: usize = 1 << 10;
+
+/// Largest accepted `max_record_bytes`: 1 GiB.
+pub const MAX_MAX_RECORD_BYTES: usize = 1 << 30;
+
+/// Parse the `max_record_bytes` option: a number of bytes, optionally with
+/// a binary unit (`KiB`, `MiB`, `GiB`, case-insensitive), from
+/// [`MIN_MAX_RECORD_BYTES`] to [`MAX_MAX_RECORD_BYTES`].
+pub fn parse_max_record_bytes(value: &str) -> Result<usize> {
+    let text = value.trim();
+    let lower = text.to_ascii_lowercase();
+    let (digits, unit) = [("gib", 1usize << 30), ("mib", 1 << 20), ("kib", 1 << 10)]
+        .iter()
+        .find_map(|(suffix, unit)| lower.strip_suffix(suffix).map(|d| (d.trim(), *unit)))
+        .unwrap_or((lower.as_str(), 1));
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .filter(|n| (MIN_MAX_RECORD_BYTES..=MAX_MAX_RECORD_BYTES).contains(n))
+        .ok_or_else(|| max_record_bytes_error(&crate::quote::bounded(text)))
+}
+
+fn max_record_bytes_error(value: &str) -> ConnectorError {
+    ConnectorError::invalid_option(
+        "max_record_bytes",
+        format!(
+            "'{value}' is not a size from {MIN_MAX_RECORD_BYTES} bytes (1 KiB) to \
+             {MAX_MAX_RECORD_BYTES} bytes (1 GiB); write bytes, or a number with KiB, MiB or GiB"
+        ),
+    )
 }
 
 /// Where a reader stands, for checkpoints: the next row to read is data row
 /// `rows_consumed` (0-based) of `file`, which is `file_index` in the sorted
-/// file list.
+/// file list. For CSV and JSON lines, `byte_offset` is where those rows end
+/// in the file, so a resume can tell that the file shrank or was replaced
+/// since (rows alone cannot: a replaced file may have as many rows).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SourcePosition {
     /// Index into the sorted list of matched files.
@@ -88,6 +136,10 @@ pub struct SourcePosition {
     /// Data rows of `file` already consumed, including skipped malformed
     /// rows (CSV header and blank JSON lines are not data rows).
     pub rows_consumed: u64,
+    /// Byte offset in `file` just after the last consumed row; `None` for
+    /// Parquet and for positions from before any row was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub byte_offset: Option<u64>,
 }
 
 /// Settings shared by all per-file decoders of one reader.
@@ -98,6 +150,8 @@ pub(crate) struct ReadPlan {
     pub specs: Arc<[ColumnSpec]>,
     pub on_error: OnError,
     pub batch_size: usize,
+    /// See [`FileSourceConfig::max_record_bytes`].
+    pub max_record_bytes: usize,
     /// Per declared column, whether it is parsed (see
     /// [`FileSourceConfig::unread_columns`]).
     pub read: Vec<bool>,
@@ -112,20 +166,67 @@ pub(crate) trait FileDecoder: Send {
     fn rows_consumed(&self) -> u64;
     /// Malformed rows dropped so far.
     fn skipped_rows(&self) -> u64;
+    /// Byte offset just after the last consumed row, where the format has
+    /// one (see [`SourcePosition::byte_offset`]).
+    fn byte_offset(&self) -> Option<u64>;
+}
+
+/// Where a decoder opens: after `rows` data rows, which a checkpoint saw
+/// end at `byte_offset`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Resume {
+    pub rows: u64,
+    pub byte_offset: Option<u64>,
+}
+
+impl Resume {
+    /// Check where the skipped rows ended against the checkpoint:
+    /// `found` rows were there, ending at byte `at`. A file that shrank or
+    /// was replaced under a checkpoint must not be read on from the old
+    /// position: the rows after it would be wrong, or missing, silently.
+    pub fn verify(&self, path: &std::path::Path, found: u64, at: u64) -> Result<()> {
+        let fits = found == self.rows && self.byte_offset.is_none_or(|b| b == at);
+        if fits {
+            return Ok(());
+        }
+        let size = std::fs::metadata(path).map_or_else(
+            |e| format!("cannot be measured: {e}"),
+            |m| format!("is {} bytes", m.len()),
+        );
+        let saved = match self.byte_offset {
+            Some(b) => format!("after row {} at byte {b}", self.rows),
+            None => format!("after row {}", self.rows),
+        };
+        let now = if found < self.rows {
+            format!("the file now has {found} rows and {size}")
+        } else {
+            format!("row {found} now ends at byte {at} and the file {size}")
+        };
+        Err(ConnectorError::InvalidPosition {
+            file: path.to_path_buf(),
+            message: format!(
+                "the checkpoint resumes {saved}, but {now}: the file shrank or was replaced \
+                 since the checkpoint, so its rows cannot be resumed; restore the file, or \
+                 start again without the checkpoint (an empty state directory)"
+            ),
+        })
+    }
 }
 
 fn open_decoder(
     format: FileFormat,
     path: &std::path::Path,
     plan: &Arc<ReadPlan>,
-    skip_rows: u64,
+    resume: Resume,
 ) -> Result<Box<dyn FileDecoder>> {
-    tracing::debug!(file = %path.display(), %format, skip_rows, "opening source file");
+    tracing::debug!(file = %path.display(), %format, ?resume, "opening source file");
     Ok(match format {
-        FileFormat::Csv => Box::new(csv_decoder::CsvDecoder::open(path, plan, skip_rows)?),
-        FileFormat::JsonLines => Box::new(json_decoder::JsonDecoder::open(path, plan, skip_rows)?),
+        FileFormat::Csv => Box::new(csv_decoder::CsvDecoder::open(path, plan, resume)?),
+        FileFormat::JsonLines => Box::new(json_decoder::JsonDecoder::open(path, plan, resume)?),
         FileFormat::Parquet => Box::new(parquet_decoder::ParquetDecoder::open(
-            path, plan, skip_rows,
+            path,
+            plan,
+            resume.rows,
         )?),
     })
 }
@@ -167,6 +268,7 @@ impl FileSourceReader {
             file_index: 0,
             file: files[0].clone(),
             rows_consumed: 0,
+            byte_offset: None,
         };
         Self::start(config.format, plan, files, first)
     }
@@ -186,7 +288,10 @@ impl FileSourceReader {
             files.iter().position(|f| f == &pos.file).ok_or_else(|| {
                 ConnectorError::InvalidPosition {
                     file: pos.file.clone(),
-                    message: format!("the file is not matched by '{}' any more", config.path),
+                    message: format!(
+                        "the file is not matched by '{}' any more",
+                        crate::quote::bounded(&config.path)
+                    ),
                 }
             })?
         };
@@ -194,16 +299,24 @@ impl FileSourceReader {
             file_index: index,
             file: files[index].clone(),
             rows_consumed: pos.rows_consumed,
+            byte_offset: pos.byte_offset,
         };
         Self::start(config.format, plan, files, start)
     }
 
     fn prepare(config: &FileSourceConfig) -> Result<(Arc<ReadPlan>, Vec<PathBuf>)> {
-        if config.batch_size == 0 {
+        if !(1..=crate::MAX_BATCH_SIZE).contains(&config.batch_size) {
             return Err(ConnectorError::invalid_option(
                 "batch_size",
-                "must be at least 1",
+                format!(
+                    "{} is not from 1 to {}",
+                    config.batch_size,
+                    crate::MAX_BATCH_SIZE
+                ),
             ));
+        }
+        if !(MIN_MAX_RECORD_BYTES..=MAX_MAX_RECORD_BYTES).contains(&config.max_record_bytes) {
+            return Err(max_record_bytes_error(&config.max_record_bytes.to_string()));
         }
         let specs = match config.format {
             FileFormat::Csv | FileFormat::JsonLines => {
@@ -223,6 +336,7 @@ impl FileSourceReader {
             specs,
             on_error: config.on_error,
             batch_size: config.batch_size,
+            max_record_bytes: config.max_record_bytes,
             read,
         });
         Ok((plan, files))
@@ -234,7 +348,11 @@ impl FileSourceReader {
         files: Vec<PathBuf>,
         position: SourcePosition,
     ) -> Result<Self> {
-        let current = open_decoder(format, &position.file, &plan, position.rows_consumed)?;
+        let resume = Resume {
+            rows: position.rows_consumed,
+            byte_offset: position.byte_offset,
+        };
+        let current = open_decoder(format, &position.file, &plan, resume)?;
         Ok(FileSourceReader {
             format,
             plan,
@@ -267,7 +385,8 @@ impl FileSourceReader {
                 let Some(path) = self.files.get(self.file_index) else {
                     break;
                 };
-                self.current = Some(open_decoder(self.format, path, &self.plan, 0)?);
+                let resume = Resume::default();
+                self.current = Some(open_decoder(self.format, path, &self.plan, resume)?);
             }
             let Some(decoder) = self.current.as_mut() else {
                 break;
@@ -279,6 +398,7 @@ impl FileSourceReader {
                         file_index: self.file_index,
                         file: self.files[self.file_index].clone(),
                         rows_consumed: decoder.rows_consumed(),
+                        byte_offset: decoder.byte_offset(),
                     };
                     pieces.push(batch);
                 }

@@ -14,7 +14,7 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use parquet::arrow::ProjectionMask;
 
 use super::parse::ticks_per_second;
-use super::{FileDecoder, ReadPlan};
+use super::{FileDecoder, ReadPlan, Resume};
 use crate::error::{ConnectorError, Result};
 
 /// How one file column becomes the declared column.
@@ -124,6 +124,14 @@ impl ParquetDecoder {
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|e| ConnectorError::parquet(context(), e))?;
         let file_schema = builder.schema().clone();
+        // A file with fewer rows than the checkpoint consumed shrank or was
+        // replaced: resuming in it would silently skip or repeat rows.
+        let rows = u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
+        let resume = Resume {
+            rows: skip_rows,
+            byte_offset: None,
+        };
+        resume.verify(path, rows.min(skip_rows), 0)?;
 
         let mut wanted = Vec::with_capacity(plan.schema.fields().len());
         let mut matched = Vec::with_capacity(plan.schema.fields().len());
@@ -241,6 +249,10 @@ impl FileDecoder for ParquetDecoder {
 
     fn skipped_rows(&self) -> u64 {
         0
+    }
+
+    fn byte_offset(&self) -> Option<u64> {
+        None
     }
 }
 

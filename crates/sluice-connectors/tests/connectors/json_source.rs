@@ -191,7 +191,8 @@ fn json_skip_mode_and_resume() {
         SourcePosition {
             file_index: 0,
             file: dir.path().join("s.jsonl"),
-            rows_consumed: 3
+            rows_consumed: 3,
+            byte_offset: Some(30),
         }
     );
     let second = reader.next_batch().unwrap().unwrap();

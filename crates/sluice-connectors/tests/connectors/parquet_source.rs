@@ -13,7 +13,7 @@ const T0_MS: i64 = 1_704_067_200_000;
 
 /// Write `rows` rows: id Int32, name Utf8, ts Timestamp(ms), in small row
 /// groups so reads cross row-group boundaries.
-fn write_parquet(path: &std::path::Path, rows: i32) {
+pub(crate) fn write_parquet(path: &std::path::Path, rows: i32) {
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int32, false),
         Field::new("name", DataType::Utf8, true),

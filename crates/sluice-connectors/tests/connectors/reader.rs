@@ -61,7 +61,8 @@ fn glob_reads_files_in_sorted_order() {
         SourcePosition {
             file_index: 2,
             file: dir.path().join("part-c.csv"),
-            rows_consumed: 5
+            rows_consumed: 5,
+            byte_offset: Some(18),
         }
     );
 }
@@ -141,7 +142,7 @@ fn zero_batch_size_is_rejected() {
     ));
     assert_eq!(
         err.to_string(),
-        "invalid value for option 'batch_size': must be at least 1"
+        "invalid value for option 'batch_size': 0 is not from 1 to 1048576"
     );
 }
 
@@ -172,7 +173,8 @@ fn open_at_resumes_exactly_after_last_batch() {
         SourcePosition {
             file_index: 1,
             file: dir.path().join("part-b.csv"),
-            rows_consumed: 3
+            rows_consumed: 3,
+            byte_offset: Some(9),
         }
     );
 
@@ -186,6 +188,7 @@ fn open_at_resumes_exactly_after_last_batch() {
         file_index: 0,
         file: dir.path().join("part-a.csv"),
         rows_consumed: 5,
+        byte_offset: None,
     };
     let mut resumed = FileSourceReader::open_at(cfg(), &end_of_a).unwrap();
     assert_eq!(ids(&read_all(&mut resumed, 4)), (5..15).collect::<Vec<_>>());
@@ -200,6 +203,7 @@ fn open_at_resumes_exactly_after_last_batch() {
         file_index: 0,
         file: dir.path().join("part-gone.csv"),
         rows_consumed: 1,
+        byte_offset: None,
     };
     let err = FileSourceReader::open_at(cfg(), &gone).unwrap_err();
     assert_eq!(err.code(), "SLC-CONN-006");

@@ -42,6 +42,7 @@ pub fn config(
         batch_size,
         on_error,
         unread_columns: Vec::new(),
+        max_record_bytes: sluice_connectors::DEFAULT_MAX_RECORD_BYTES,
     }
 }
 
