@@ -5,6 +5,7 @@ use std::time::Duration;
 
 mod conflicts;
 mod options;
+mod sql;
 
 /// Every test here is bounded: a refusal that wedged the pipeline must fail,
 /// not hang.
