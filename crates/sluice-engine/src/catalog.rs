@@ -21,6 +21,8 @@ use crate::process::{
     ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionInfo, ProcessRuntime, ValueState,
 };
 
+mod conflicts;
+
 /// How a source gets its rows.
 #[derive(Debug, Clone)]
 pub enum SourceConnector {
@@ -91,7 +93,7 @@ impl SourceDef {
         let mut with = stmt.options;
         let connector_name = with.take("connector");
         let idle_timeout = match with.take("idle_timeout") {
-            Some(v) => parse_duration("idle_timeout", &v)?,
+            Some(v) => parse_duration("idle_timeout", &v).map_err(|e| in_context(&context, e))?,
             None => opts.idle_timeout,
         };
         let connector = match connector_name.as_deref() {
@@ -104,7 +106,9 @@ impl SourceDef {
                 let format = take_format(&mut with, &path, &context)?;
                 let on_error = take_on_error(&mut with, &context)?;
                 let batch_size = match with.take("batch_size") {
-                    Some(v) => parse_count("batch_size", &v)?,
+                    Some(v) => {
+                        parse_count("batch_size", &v).map_err(|e| in_context(&context, e))?
+                    }
                     None => opts.batch_size,
                 };
                 let max_record_bytes = match with.take("max_record_bytes") {
@@ -175,6 +179,14 @@ impl SourceDef {
             connector,
             idle_timeout,
         })
+    }
+}
+
+/// Prefix an option error with the object it belongs to (`source 's': ...`).
+fn in_context(context: &str, e: EngineError) -> EngineError {
+    match e {
+        EngineError::Option(m) => EngineError::Option(format!("{context}: {m}")),
+        other => other,
     }
 }
 

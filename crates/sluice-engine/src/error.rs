@@ -56,6 +56,11 @@ pub enum EngineError {
     /// panic), or its binding or state does not fit.
     #[error(transparent)]
     Process(#[from] crate::process::ProcessError),
+    /// A declaration that would destroy or mix data (two sinks on one
+    /// file, a sink on a source's input, late rows sent into an existing
+    /// relation); names both objects.
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// An internal invariant broke; a bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -79,6 +84,7 @@ impl EngineError {
             EngineError::Storage(e) => e.code(),
             EngineError::Process(_) => "SLC-ENG-010",
             EngineError::Sealed(_) => "SLC-ENG-011",
+            EngineError::Conflict(_) => "SLC-ENG-012",
         }
     }
 

@@ -23,9 +23,27 @@ pub enum SqlError {
     /// An option in a `WITH (...)` list or a `SET` that is unknown or malformed.
     #[error("invalid option: {0}")]
     Option(String),
+    /// A function called with argument types none of its signatures takes
+    /// (e.g. `SUM(varchar)`); names the call and the accepted forms.
+    #[error("type error: {message}")]
+    Signature {
+        /// The call, its argument types and what the function takes.
+        message: String,
+        /// DataFusion's own report.
+        #[source]
+        source: Box<datafusion::error::DataFusionError>,
+    },
     /// DataFusion rejected the query while planning it.
     #[error("planning failed: {0}")]
-    Plan(#[from] datafusion::error::DataFusionError),
+    Plan(datafusion::error::DataFusionError),
+}
+
+impl From<datafusion::error::DataFusionError> for SqlError {
+    /// A signature mismatch is the user's type error; anything else is a
+    /// planning error.
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        SqlError::try_signature(e).unwrap_or_else(SqlError::Plan)
+    }
 }
 
 impl SqlError {
@@ -35,7 +53,7 @@ impl SqlError {
             SqlError::Syntax(_) => "SLC-SQL-001",
             SqlError::Unsupported(_) => "SLC-SQL-002",
             SqlError::Catalog(_) => "SLC-SQL-003",
-            SqlError::Type(_) => "SLC-SQL-004",
+            SqlError::Type(_) | SqlError::Signature { .. } => "SLC-SQL-004",
             SqlError::Option(_) => "SLC-SQL-005",
             SqlError::Plan(_) => "SLC-SQL-006",
         }

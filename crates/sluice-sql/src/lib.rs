@@ -15,6 +15,7 @@ pub mod ast;
 pub mod bounds;
 pub mod columns_read;
 pub mod error;
+mod function_errors;
 mod join;
 pub mod parser;
 pub mod plan;

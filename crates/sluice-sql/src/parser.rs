@@ -13,7 +13,7 @@ use datafusion::sql::sqlparser::ast as sp;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
-use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{Location, Span, Token, TokenWithSpan, Tokenizer};
 
 use crate::ast::{
     CreateProcessStream, CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement,
@@ -33,6 +33,10 @@ pub fn parse_sql(sql: &str) -> Result<Vec<Statement>> {
 }
 
 /// Split a token list at top-level semicolons, dropping empty statements.
+///
+/// Each statement ends with an end-of-input token placed right after its
+/// last word, so an error "at the end" still says where (sqlparser's own
+/// end-of-input token has no position).
 fn split_statements(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {
     let mut out = Vec::new();
     let mut current = Vec::new();
@@ -43,7 +47,7 @@ fn split_statements(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {
             Token::RParen => depth -= 1,
             Token::SemiColon if depth == 0 => {
                 if has_content(&current) {
-                    out.push(std::mem::take(&mut current));
+                    out.push(with_located_end(std::mem::take(&mut current)));
                 } else {
                     current.clear();
                 }
@@ -54,9 +58,30 @@ fn split_statements(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {
         current.push(t);
     }
     if has_content(&current) {
-        out.push(current);
+        out.push(with_located_end(current));
     }
     out
+}
+
+fn with_located_end(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let end = tokens
+        .iter()
+        .rev()
+        .find(|t| !matches!(t.token, Token::Whitespace(_) | Token::EOF))
+        .map_or(Location::new(0, 0), |t| t.span.end);
+    tokens.retain(|t| t.token != Token::EOF);
+    tokens.push(TokenWithSpan::new(Token::EOF, Span::new(end, end)));
+    tokens
+}
+
+/// What was found where a word was expected, with its position.
+fn found(t: &TokenWithSpan) -> String {
+    let at = t.span.start;
+    match &t.token {
+        Token::EOF => format!("the end of the statement{at}"),
+        Token::Word(w) => format!("unknown word '{}'{at}", w.value),
+        other => format!("'{other}'{at}"),
+    }
 }
 
 fn has_content(tokens: &[TokenWithSpan]) -> bool {
@@ -100,10 +125,9 @@ fn expect_word(p: &mut Parser<'_>, word: &str) -> Result<()> {
     if parse_word(p, word) {
         Ok(())
     } else {
-        let found = p.peek_token();
         Err(SqlError::Syntax(format!(
-            "expected {word}, found {} at {}",
-            found.token, found.span.start
+            "expected {word}, found {}",
+            found(&p.peek_token())
         )))
     }
 }
@@ -114,7 +138,7 @@ fn expect_end(p: &mut Parser<'_>, what: &str) -> Result<()> {
         Ok(())
     } else {
         Err(SqlError::Syntax(format!(
-            "unexpected {} at {} after {what}",
+            "unexpected {}{} after {what}",
             t.token, t.span.start
         )))
     }
@@ -146,6 +170,14 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     }
     if lead(0, "CREATE") && lead(1, "SINK") {
         return parse_create_sink(&mut p);
+    }
+    if lead(0, "CREATE") {
+        // None of the CREATE forms above: name the word that is not one.
+        p.next_token();
+        parse_kind(&mut p, false, "CREATE")?;
+        return Err(SqlError::Syntax(
+            "expected CREATE SOURCE | STREAM | MATERIALIZED VIEW | SINK".into(),
+        ));
     }
     if lead(0, "DROP") {
         return parse_drop(&mut p);
@@ -532,7 +564,7 @@ fn parse_create_sink(p: &mut Parser<'_>) -> Result<Statement> {
     }))
 }
 
-fn parse_kind(p: &mut Parser<'_>, plural: bool) -> Result<ObjectKind> {
+fn parse_kind(p: &mut Parser<'_>, plural: bool, after: &str) -> Result<ObjectKind> {
     let s = |w: &str| {
         if plural {
             format!("{w}S")
@@ -550,18 +582,19 @@ fn parse_kind(p: &mut Parser<'_>, plural: bool) -> Result<ObjectKind> {
         expect_word(p, &s("VIEW"))?;
         Ok(ObjectKind::MaterializedView)
     } else {
-        let t = p.peek_token();
         Err(SqlError::Syntax(format!(
-            "expected SOURCE, STREAM, MATERIALIZED VIEW or SINK{}, found {}",
-            if plural { " (plural)" } else { "" },
-            t.token
+            "{} after {after}: expected {}",
+            found(&p.peek_token()),
+            ["SOURCE", "STREAM", "MATERIALIZED VIEW", "SINK"]
+                .map(s)
+                .join(", ")
         )))
     }
 }
 
 fn parse_drop(p: &mut Parser<'_>) -> Result<Statement> {
     expect_word(p, "DROP")?;
-    let kind = parse_kind(p, false)?;
+    let kind = parse_kind(p, false, "DROP")?;
     let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
     let name = ident(p)?;
     expect_end(p, "DROP")?;
@@ -574,7 +607,7 @@ fn parse_drop(p: &mut Parser<'_>) -> Result<Statement> {
 
 fn parse_show(p: &mut Parser<'_>) -> Result<Statement> {
     expect_word(p, "SHOW")?;
-    let kind = parse_kind(p, true)?;
+    let kind = parse_kind(p, true, "SHOW")?;
     expect_end(p, "SHOW")?;
     Ok(Statement::Show(kind))
 }

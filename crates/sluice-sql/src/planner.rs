@@ -418,6 +418,11 @@ pub(crate) fn check_scalar_expr(e: &Expr) -> Result<()> {
     }
 }
 
+/// The most hopping windows one row may fall in (`size / slide`). Each row
+/// is copied into every window it belongs to, so an unbounded ratio (a 1 ms
+/// slide over a 1 day size is 86,400,000 copies) exhausts memory on one row.
+pub const MAX_HOP_WINDOWS_PER_ROW: i64 = 1000;
+
 /// If `e` is a window function call, its window.
 fn window_call(e: &Expr, input: &DFSchema) -> Result<Option<(WindowFunction, WindowSpec)>> {
     let Expr::ScalarFunction(f) = e else {
@@ -467,6 +472,13 @@ fn window_call(e: &Expr, input: &DFSchema) -> Result<Option<(WindowFunction, Win
                 return Err(SqlError::Type(format!(
                     "{}(): the size ({size_ms} ms) must be a multiple of the slide ({slide_ms} ms)",
                     func.name()
+                )));
+            }
+            if size_ms / slide_ms > MAX_HOP_WINDOWS_PER_ROW {
+                return Err(SqlError::Unsupported(format!(
+                    "{}(): a size of {size_ms} ms with a slide of {slide_ms} ms puts every row in {} windows; at most {MAX_HOP_WINDOWS_PER_ROW} windows per row are allowed (use a slide of at least size / {MAX_HOP_WINDOWS_PER_ROW})",
+                    func.name(),
+                    size_ms / slide_ms
                 )));
             }
             WindowKind::Hop { slide_ms, size_ms }

@@ -240,26 +240,32 @@ impl Database {
         }
         match stmt {
             Statement::Set { name, value } => {
-                if state.running.is_some() && OPEN_TIME_OPTIONS.contains(&name.as_str()) {
+                // The value is checked first, so a bad value is reported with
+                // its allowed range whenever it is set.
+                let mut next = state.options.clone();
+                next.set(&name, &value)?;
+                let name = sluice_engine::options::spec(&name)?.name;
+                if state.running.is_some() && OPEN_TIME_OPTIONS.contains(&name) {
                     return Err(Error::Option(format!(
                         "option '{name}' sizes the pipeline and must be set before the first CREATE"
                     )));
                 }
-                if state.started && START_TIME_OPTIONS.contains(&name.as_str()) {
+                if state.started && START_TIME_OPTIONS.contains(&name) {
                     return Err(Error::Option(format!(
                         "option '{name}' is read when the pipeline starts; set it before start"
                     )));
                 }
-                state.options.set(&name, &value)?;
+                state.options = next;
                 Ok(vec![])
             }
             Statement::CreateSource(src) => {
                 state.catalog.check_free(&src.name)?;
                 if let Some(late) = &src.late_data_to {
-                    state.catalog.check_free(late)?;
+                    state.catalog.check_late_target(&src.name, late)?;
                 }
                 let def =
                     SourceDef::from_statement(src, &state.options, self.inner.base_dir.as_deref())?;
+                state.catalog.check_source_files(&def)?;
                 let mut next = state.catalog.clone();
                 next.sources.push(def.clone());
                 admit_while_running(&state, &next)?;
@@ -472,10 +478,9 @@ impl Database {
                 let path = with.require("path", &context)?;
                 let format = take_format(&mut with, &path, &context)?;
                 with.finish(&context, &["connector", "path", "format"])?;
-                SinkConnector::File {
-                    path: resolve_path(self.inner.base_dir.as_deref(), &path),
-                    format,
-                }
+                let path = resolve_path(self.inner.base_dir.as_deref(), &path);
+                catalog.check_sink_path(&cs.name, &path)?;
+                SinkConnector::File { path, format }
             }
             Some(other) => {
                 return Err(Error::Option(format!(

@@ -80,7 +80,11 @@ pub async fn run_query(
     let stmt = datafusion::sql::parser::Statement::Statement(Box::new(sp::Statement::Query(
         Box::new(query.clone()),
     )));
-    let plan = state.statement_to_plan(stmt).await.map_err(df)?;
+    // A call no signature takes is the user's type error, as in CREATE STREAM.
+    let plan = state
+        .statement_to_plan(stmt)
+        .await
+        .map_err(|e| sluice_sql::SqlError::try_signature(e).map_or_else(df, Error::Sql))?;
     let frame = ctx.execute_logical_plan(plan).await.map_err(df)?;
     frame.collect().await.map_err(df)
 }

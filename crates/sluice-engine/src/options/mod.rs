@@ -8,6 +8,12 @@ use sluice_sql::WithOptions;
 
 use crate::error::{EngineError, Result};
 
+mod spec;
+#[cfg(test)]
+mod tests;
+
+pub use spec::{spec, OptionKind, OptionSpec, PIPELINE_OPTION_SPECS};
+
 /// The delivery guarantee of a checkpointed pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
@@ -82,44 +88,33 @@ pub const PIPELINE_OPTIONS: &[&str] = &[
 ];
 
 impl PipelineOptions {
-    /// Set one option by name.
+    /// Set one option by name, refusing an unknown name or a value outside
+    /// the option's allowed range (see [`PIPELINE_OPTION_SPECS`]).
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        match name.to_ascii_lowercase().as_str() {
-            "checkpoint_interval" => {
-                self.checkpoint_interval = match value.trim() {
-                    "off" | "none" | "0" => None,
-                    v => Some(parse_duration(name, v)?),
-                }
-            }
+        let spec = spec(name)?;
+        match spec.name {
+            "checkpoint_interval" => self.checkpoint_interval = spec.duration(value)?,
             "delivery" => {
-                self.delivery = match value.trim() {
-                    "at_least_once" => Delivery::AtLeastOnce,
+                self.delivery = match spec.choice(value)? {
                     "exactly_once" => Delivery::ExactlyOnce,
-                    other => {
-                        return Err(EngineError::Option(format!(
-                            "option 'delivery': '{other}' is not one of at_least_once, exactly_once"
-                        )))
-                    }
+                    _ => Delivery::AtLeastOnce,
                 }
             }
-            "checkpoint_store" => self.checkpoint_store = Some(value.trim().to_string()),
-            "checkpoint_retain" => self.checkpoint_retain = parse_count(name, value)?,
+            "checkpoint_store" => self.checkpoint_store = Some(spec.text(value)?),
+            "checkpoint_retain" => self.checkpoint_retain = spec.count(value)?,
             "checkpoint_alignment_timeout" => {
-                self.checkpoint_alignment_timeout = parse_duration(name, value)?
+                self.checkpoint_alignment_timeout = spec.required_duration(value)?
             }
-            "idle_timeout" => self.idle_timeout = parse_duration(name, value)?,
-            "batch_size" => self.batch_size = parse_count(name, value)?,
-            "channel_capacity" => self.channel_capacity = parse_count(name, value)?,
-            "subscription_buffer" => self.subscription_buffer = parse_count(name, value)?,
-            "subscription_history" => self.subscription_history = parse_count(name, value)?,
-            "subscription_history_bytes" => {
-                self.subscription_history_bytes = parse_count(name, value)?
-            }
-            "max_batches_per_cycle" => self.max_batches_per_cycle = parse_count(name, value)?,
+            "idle_timeout" => self.idle_timeout = spec.required_duration(value)?,
+            "batch_size" => self.batch_size = spec.count(value)?,
+            "channel_capacity" => self.channel_capacity = spec.count(value)?,
+            "subscription_buffer" => self.subscription_buffer = spec.count(value)?,
+            "subscription_history" => self.subscription_history = spec.count(value)?,
+            "subscription_history_bytes" => self.subscription_history_bytes = spec.count(value)?,
+            "max_batches_per_cycle" => self.max_batches_per_cycle = spec.count(value)?,
             other => {
-                return Err(EngineError::Option(format!(
-                    "unknown option '{other}' (known options: {})",
-                    PIPELINE_OPTIONS.join(", ")
+                return Err(EngineError::Internal(format!(
+                    "option '{other}' has a spec but no field"
                 )))
             }
         }
@@ -127,23 +122,16 @@ impl PipelineOptions {
     }
 }
 
-/// Parse a duration such as `5s`, `250ms`, `1m`.
+/// Parse the duration option `name` (e.g. a source's `idle_timeout`),
+/// checked against the range of the pipeline option of the same name.
 pub fn parse_duration(name: &str, value: &str) -> Result<Duration> {
-    humantime::parse_duration(value.trim()).map_err(|e| {
-        EngineError::Option(format!(
-            "option '{name}': '{value}' is not a duration ({e}); use e.g. 5s or 250ms"
-        ))
-    })
+    spec(name)?.required_duration(value)
 }
 
-/// Parse a positive count.
+/// Parse the count option `name` (e.g. a source's `batch_size`), checked
+/// against the range of the pipeline option of the same name.
 pub fn parse_count(name: &str, value: &str) -> Result<usize> {
-    match value.trim().parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(EngineError::Option(format!(
-            "option '{name}': '{value}' is not a positive integer"
-        ))),
-    }
+    spec(name)?.count(value)
 }
 
 /// Resolve a connector path against the base directory.
@@ -176,21 +164,5 @@ pub fn take_on_error(opts: &mut WithOptions, context: &str) -> Result<OnError> {
             .parse::<OnError>()
             .map_err(|e| EngineError::Option(format!("{context}: {e}"))),
         None => Ok(OnError::Fail),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_option_is_refused_with_the_known_list() {
-        let mut o = PipelineOptions::default();
-        let e = o.set("checkpoint_intervall", "1s").unwrap_err().to_string();
-        assert!(e.contains("unknown option 'checkpoint_intervall'"), "{e}");
-        assert!(e.contains("idle_timeout"), "{e}");
-        o.set("idle_timeout", "250ms").unwrap();
-        assert_eq!(o.idle_timeout, Duration::from_millis(250));
-        assert!(o.set("batch_size", "0").is_err());
     }
 }
