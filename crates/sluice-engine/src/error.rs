@@ -56,6 +56,10 @@ pub enum EngineError {
     /// panic), or its binding or state does not fit.
     #[error(transparent)]
     Process(#[from] crate::process::ProcessError),
+    /// An integer result, or a window bound, does not fit its type. Never
+    /// wrapped around: the row's result would be a wrong number.
+    #[error("arithmetic overflow (SLC-ENG-012) in column '{column}': {detail}", column = .0.column.as_deref().unwrap_or("?"), detail = .0.detail)]
+    Overflow(sluice_sql::checked::ArithmeticOverflow),
     /// An internal invariant broke; a bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -79,14 +83,27 @@ impl EngineError {
             EngineError::Storage(e) => e.code(),
             EngineError::Process(_) => "SLC-ENG-010",
             EngineError::Sealed(_) => "SLC-ENG-011",
+            EngineError::Overflow(_) => "SLC-ENG-012",
         }
     }
 
-    /// Wrap a DataFusion error with the stream it happened in.
+    /// Wrap a DataFusion error with the stream it happened in; an integer
+    /// overflow becomes [`EngineError::Overflow`].
     pub fn exec(context: impl Into<String>, source: datafusion::error::DataFusionError) -> Self {
+        if let Some(o) = sluice_sql::checked::overflow_of(&source) {
+            return EngineError::Overflow(o);
+        }
         EngineError::Execution {
             context: context.into(),
             source,
+        }
+    }
+
+    /// An overflow not yet placed in a column is placed in `column`.
+    pub fn in_column(self, column: &str) -> Self {
+        match self {
+            EngineError::Overflow(o) => EngineError::Overflow(o.in_column(column)),
+            other => other,
         }
     }
 }
