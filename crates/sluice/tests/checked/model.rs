@@ -51,6 +51,9 @@ fn batches(
     out
 }
 
+/// An operator of the model: None when even i128 cannot hold the result.
+type Op = fn(i128, i128) -> Option<i128>;
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -90,7 +93,7 @@ proptest! {
     fn projected_arithmetic_matches_the_i128_model((t, rows, sizes) in case()) {
         let (ty, dt, min, max) = &INTEGER_TYPES[t];
         // Both operands have the declared type, and so does the result.
-        let ops: [(&str, fn(i128, i128) -> Option<i128>); 3] = [
+        let ops: [(&str, Op); 3] = [
             ("+", |a, b| a.checked_add(b)),
             ("-", |a, b| a.checked_sub(b)),
             ("*", |a, b| a.checked_mul(b)),
