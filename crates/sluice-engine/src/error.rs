@@ -58,11 +58,24 @@ pub enum EngineError {
     Process(#[from] crate::process::ProcessError),
     /// An integer result, or a window bound, does not fit its type. Never
     /// wrapped around: the row's result would be a wrong number.
-    #[error("arithmetic overflow (SLC-ENG-012) in column '{column}': {detail}", column = .0.column.as_deref().unwrap_or("?"), detail = .0.detail)]
+    #[error("{}", overflow_message(.0))]
     Overflow(sluice_sql::checked::ArithmeticOverflow),
     /// An internal invariant broke; a bug.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// `arithmetic overflow (SLC-ENG-012) in column 'c': detail`; the code is
+/// part of the text because a cycle's error reaches the user inside a halt
+/// or fault message, which has a code of its own.
+fn overflow_message(o: &sluice_sql::checked::ArithmeticOverflow) -> String {
+    match &o.column {
+        Some(c) => format!(
+            "arithmetic overflow (SLC-ENG-012) in column '{c}': {}",
+            o.detail
+        ),
+        None => format!("arithmetic overflow (SLC-ENG-012): {}", o.detail),
+    }
 }
 
 impl EngineError {

@@ -154,13 +154,18 @@ async fn one_shot_select_sums_and_multiplies_checked() {
     )
     .await
     .unwrap();
-    db.execute("CREATE MATERIALIZED VIEW m AS SELECT k, v FROM s")
+    db.execute("CREATE MATERIALIZED VIEW m AS SELECT k, v, ts FROM s")
         .await
         .unwrap();
     let src = db.source("s").await.unwrap();
     src.push(batch(
         &DataType::Int64,
-        &[(1, MAX, 0, 1_000), (2, MAX, 0, 2_000), (3, -MAX, 0, 3_000)],
+        &[
+            (1, MAX, 0, 1_000),
+            (2, MAX, 0, 2_000),
+            (3, -MAX, 0, 3_000),
+            (4, 0, 0, i64::MIN),
+        ],
     ))
     .await
     .unwrap();
@@ -179,8 +184,12 @@ async fn one_shot_select_sums_and_multiplies_checked() {
             "Overflow happened on: 9223372036854775807 * 2",
         ),
         (
-            "SELECT -v - 2 AS d FROM m",
+            "SELECT -v - 2 AS d FROM m WHERE k < 4",
             "Overflow happened on: -9223372036854775807 - 2",
+        ),
+        (
+            "SELECT tumble(ts, INTERVAL '10' SECOND) AS w FROM m WHERE k = 4",
+            "tumble(): the window of event time -9223372036854775808 (Timestamp(ms)) with size 10000 ms and offset 0 ms is outside the representable time range",
         ),
     ];
     for (sql, detail) in cases {
@@ -188,7 +197,7 @@ async fn one_shot_select_sums_and_multiplies_checked() {
         assert_eq!(e.code(), "SLC-ENG-012", "{sql}: {e}");
         assert_eq!(
             e.to_string(),
-            format!("arithmetic overflow (SLC-ENG-012) in column '?': {detail}"),
+            format!("arithmetic overflow (SLC-ENG-012): {detail}"),
             "{sql}"
         );
     }
