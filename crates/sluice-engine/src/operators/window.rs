@@ -69,6 +69,16 @@ pub fn window_starts(
     Ok(())
 }
 
+/// The end of an open window; every window was checked to have one when it
+/// opened, so a failure here means damaged state (e.g. a checkpoint).
+fn window_end(start: i64, size: i64) -> Result<i64> {
+    start.checked_add(size).ok_or_else(|| {
+        crate::error::EngineError::Internal(format!(
+            "open window at {start} ms has no representable end (size {size} ms)"
+        ))
+    })
+}
+
 fn window_size(kind: WindowKind) -> i64 {
     match kind {
         WindowKind::Tumble { size_ms, .. } | WindowKind::Hop { size_ms, .. } => size_ms,
@@ -254,7 +264,9 @@ impl WindowAggregate {
                     scope.changes(&self.def.codec, &self.def.funcs)?
                 {
                     let len = kinds.len();
-                    let cols = self.def.columns(keys, *start, start + size, values, len)?;
+                    let cols =
+                        self.def
+                            .columns(keys, *start, window_end(*start, size)?, values, len)?;
                     out.push(output_batch(&self.def.schema, cols, Some(&kinds))?);
                 }
             }
@@ -267,7 +279,9 @@ impl WindowAggregate {
             let scope = entry.remove();
             if self.def.emit == EmitMode::OnWindowClose && !scope.is_empty() {
                 let (keys, values, len) = scope.finish(&self.def.codec)?;
-                let cols = self.def.columns(keys, start, start + size, values, len)?;
+                let cols = self
+                    .def
+                    .columns(keys, start, window_end(start, size)?, values, len)?;
                 out.push(output_batch(&self.def.schema, cols, None)?);
             }
         }

@@ -126,6 +126,11 @@ async fn projected_arithmetic_overflows_naming_the_column() {
             "column 'neg': Overflow happened on: 0 - -9223372036854775808",
         ),
         (
+            "SELECT k, v / -1 AS quotient FROM s",
+            MIN,
+            "column 'quotient': Overflow happened on: -9223372036854775808 / -1",
+        ),
+        (
             "SELECT k, v FROM s WHERE v * 2 > 0",
             MAX,
             "column 'WHERE v@1 * 2 > 0': Overflow happened on: 9223372036854775807 * 2",
@@ -144,6 +149,21 @@ async fn projected_arithmetic_overflows_naming_the_column() {
             "{query}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_remainder_that_fits_is_not_an_overflow() {
+    // i64::MIN % -1 is 0 (the quotient overflows, the remainder does not).
+    let rows = vec![batch(&DataType::Int64, &[(1, MIN, 0, 1_000)])];
+    let out = run(
+        "BIGINT",
+        "ts",
+        &["CREATE MATERIALIZED VIEW out AS SELECT k, v % -1 AS remainder FROM s"],
+        rows,
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, vec!["1|0".to_string()]);
 }
 
 #[tokio::test]
