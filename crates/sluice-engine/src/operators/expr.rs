@@ -103,3 +103,44 @@ pub fn time_column(ms: i64, data_type: &DataType, len: usize, column: &str) -> R
     let arr: ArrayRef = Arc::new(Int64Array::from_value(v, len));
     Ok(cast(&arr, data_type)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{TimestampNanosecondArray, TimestampSecondArray};
+    use arrow::datatypes::TimeUnit;
+
+    #[test]
+    fn event_time_in_seconds_beyond_the_millisecond_range_is_an_overflow() {
+        let arr: ArrayRef = Arc::new(TimestampSecondArray::from(vec![
+            Some(1),
+            None,
+            Some(i64::MAX / 1000 + 1),
+        ]));
+        let e = event_time_ms(&arr, "ts").unwrap_err();
+        assert_eq!(e.code(), "SLC-ENG-012");
+        assert_eq!(
+            e.to_string(),
+            "arithmetic overflow (SLC-ENG-012) in column 'ts': event time 9223372036854776 (Timestamp(s)) is outside the millisecond range of a BIGINT"
+        );
+        let ok: ArrayRef = Arc::new(TimestampSecondArray::from(vec![Some(-2), None]));
+        let ms = event_time_ms(&ok, "ts").unwrap();
+        assert_eq!(ms.iter().collect::<Vec<_>>(), vec![Some(-2000), None]);
+    }
+
+    #[test]
+    fn a_window_bound_beyond_a_nanosecond_timestamp_is_an_overflow() {
+        let ns = DataType::Timestamp(TimeUnit::Nanosecond, None);
+        let e = time_column(i64::MAX / 1_000_000 + 1, &ns, 1, "ws").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "arithmetic overflow (SLC-ENG-012) in column 'ws': window bound 9223372036855 ms does not fit in Timestamp(ns)"
+        );
+        let col = time_column(-5, &ns, 2, "ws").unwrap();
+        let col = col
+            .as_any()
+            .downcast_ref::<TimestampNanosecondArray>()
+            .unwrap();
+        assert_eq!(col.values().to_vec(), vec![-5_000_000, -5_000_000]);
+    }
+}

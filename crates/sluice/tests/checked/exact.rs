@@ -221,6 +221,27 @@ async fn one_shot_select_sums_and_multiplies_checked() {
             "{sql}"
         );
     }
+    // Arithmetic that fits is unchanged, and keeps the name it was written with.
+    assert_eq!(
+        select(
+            &db,
+            "SELECT k + 1 AS k1, COUNT(*) AS n FROM m GROUP BY k + 1"
+        )
+        .await
+        .unwrap(),
+        vec!["2|1", "3|1", "4|1", "5|1"]
+    );
+    let named = db
+        .execute("SELECT k * 2, -k FROM m WHERE k = 1")
+        .await
+        .unwrap();
+    let names: Vec<String> = named[0]
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names, vec!["m.k * Int64(2)", "(- m.k)"]);
     // The exact sum fits: MAX + MAX - MAX.
     assert_eq!(
         select(&db, "SELECT SUM(v) AS t FROM m").await.unwrap(),
