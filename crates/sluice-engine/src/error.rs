@@ -61,9 +61,26 @@ pub enum EngineError {
     /// relation); names both objects.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// An integer result, or a window bound, does not fit its type. Never
+    /// wrapped around: the row's result would be a wrong number.
+    #[error("{}", overflow_message(.0))]
+    Overflow(sluice_sql::checked::ArithmeticOverflow),
     /// An internal invariant broke; a bug.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// `arithmetic overflow (SLC-ENG-013) in column 'c': detail`; the code is
+/// part of the text because a cycle's error reaches the user inside a halt
+/// or fault message, which has a code of its own.
+fn overflow_message(o: &sluice_sql::checked::ArithmeticOverflow) -> String {
+    match &o.column {
+        Some(c) => format!(
+            "arithmetic overflow (SLC-ENG-013) in column '{c}': {}",
+            o.detail
+        ),
+        None => format!("arithmetic overflow (SLC-ENG-013): {}", o.detail),
+    }
 }
 
 impl EngineError {
@@ -85,14 +102,27 @@ impl EngineError {
             EngineError::Process(_) => "SLC-ENG-010",
             EngineError::Sealed(_) => "SLC-ENG-011",
             EngineError::Conflict(_) => "SLC-ENG-012",
+            EngineError::Overflow(_) => "SLC-ENG-013",
         }
     }
 
-    /// Wrap a DataFusion error with the stream it happened in.
+    /// Wrap a DataFusion error with the stream it happened in; an integer
+    /// overflow becomes [`EngineError::Overflow`].
     pub fn exec(context: impl Into<String>, source: datafusion::error::DataFusionError) -> Self {
+        if let Some(o) = sluice_sql::checked::overflow_of(&source) {
+            return EngineError::Overflow(o);
+        }
         EngineError::Execution {
             context: context.into(),
             source,
+        }
+    }
+
+    /// An overflow not yet placed in a column is placed in `column`.
+    pub fn in_column(self, column: &str) -> Self {
+        match self {
+            EngineError::Overflow(o) => EngineError::Overflow(o.in_column(column)),
+            other => other,
         }
     }
 }

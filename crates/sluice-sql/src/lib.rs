@@ -13,6 +13,7 @@
 
 pub mod ast;
 pub mod bounds;
+pub mod checked;
 pub mod columns_read;
 pub mod error;
 mod function_errors;

@@ -46,6 +46,7 @@ impl StreamPlanner {
         for udf in window_udfs() {
             ctx.register_udf(udf);
         }
+        crate::checked::register_aggregates(&ctx);
         for name in catalog.relation_names() {
             if let Some((schema, _)) = catalog.relation(&name) {
                 let table: Arc<dyn TableProvider> = Arc::new(EmptyTable::new(schema));

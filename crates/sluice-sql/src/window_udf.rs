@@ -127,9 +127,26 @@ pub fn timestamp_scale(dt: &DataType) -> Option<(i64, i64)> {
     }
 }
 
-/// Start of the tumbling window of `size` ms shifted by `offset` ms containing `t`.
-pub fn tumble_start(t: i64, size: i64, offset: i64) -> i64 {
-    (t - offset).div_euclid(size) * size + offset
+/// Start of the tumbling window of `size` ms shifted by `offset` ms
+/// containing `t`, or None when that start is not a BIGINT (an event time
+/// near `i64::MIN`). Computed in `i128`, so no step can wrap.
+pub fn tumble_start(t: i64, size: i64, offset: i64) -> Option<i64> {
+    let (t, size, offset) = (i128::from(t), i128::from(size), i128::from(offset));
+    if size <= 0 {
+        return None;
+    }
+    i64::try_from((t - offset).div_euclid(size) * size + offset).ok()
+}
+
+/// Event time in ms from a value in units of `(mul, div)` (see
+/// [`timestamp_scale`]), or None when it does not fit.
+pub fn to_ms(v: i64, (mul, div): (i64, i64)) -> Option<i64> {
+    v.checked_mul(mul).map(|v| v / div)
+}
+
+/// Milliseconds back to units of `(mul, div)`, or None when they do not fit.
+pub fn from_ms(ms: i64, (mul, div): (i64, i64)) -> Option<i64> {
+    ms.checked_mul(div).map(|v| v / mul)
 }
 
 impl ScalarUDFImpl for WindowUdf {
@@ -187,7 +204,7 @@ impl ScalarUDFImpl for WindowUdf {
         }
         let end_shift = if self.func.is_end() { size } else { 0 };
         let out_type = args.return_type().clone();
-        let Some((mul, div)) = timestamp_scale(&out_type) else {
+        let Some(scale) = timestamp_scale(&out_type) else {
             return exec_err!("{}(): unsupported time type {out_type}", self.func.name());
         };
         let input = match &args.args[0] {
@@ -196,10 +213,23 @@ impl ScalarUDFImpl for WindowUdf {
         };
         let raw: ArrayRef = cast(&input, &DataType::Int64)?;
         let raw = raw.as_primitive::<Int64Type>();
-        let starts: arrow::array::Int64Array = raw.unary(|v| {
-            let ms = v * mul / div;
-            (tumble_start(ms, size, offset) + end_shift) * div / mul
-        });
+        let bound = |v: i64| -> DfResult<i64> {
+            to_ms(v, scale)
+                .and_then(|ms| tumble_start(ms, size, offset))
+                .and_then(|start| start.checked_add(end_shift))
+                .and_then(|ms| from_ms(ms, scale))
+                .ok_or_else(|| {
+                    crate::checked::ArithmeticOverflow::new(format!(
+                        "{}(): the window of event time {v} ({out_type}) with size {size} ms and offset {offset} ms is outside the representable time range",
+                        self.func.name()
+                    ))
+                    .into_datafusion()
+                })
+        };
+        let starts = raw
+            .iter()
+            .map(|v| v.map(bound).transpose())
+            .collect::<DfResult<arrow::array::Int64Array>>()?;
         let out = cast(&(Arc::new(starts) as ArrayRef), &out_type)?;
         if out.len() == 1 && matches!(args.args[0], ColumnarValue::Scalar(_)) {
             return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
@@ -214,12 +244,27 @@ mod tests {
 
     #[test]
     fn tumble_start_handles_offsets_and_negatives() {
-        assert_eq!(tumble_start(0, 10, 0), 0);
-        assert_eq!(tumble_start(9, 10, 0), 0);
-        assert_eq!(tumble_start(10, 10, 0), 10);
-        assert_eq!(tumble_start(-1, 10, 0), -10);
-        assert_eq!(tumble_start(12, 10, 3), 3);
-        assert_eq!(tumble_start(13, 10, 3), 13);
-        assert_eq!(tumble_start(2, 10, 3), -7);
+        assert_eq!(tumble_start(0, 10, 0), Some(0));
+        assert_eq!(tumble_start(9, 10, 0), Some(0));
+        assert_eq!(tumble_start(10, 10, 0), Some(10));
+        assert_eq!(tumble_start(-1, 10, 0), Some(-10));
+        assert_eq!(tumble_start(12, 10, 3), Some(3));
+        assert_eq!(tumble_start(13, 10, 3), Some(13));
+        assert_eq!(tumble_start(2, 10, 3), Some(-7));
+    }
+
+    #[test]
+    fn tumble_start_never_wraps_at_the_ends_of_the_range() {
+        // i64::MIN = -9223372036854775808: its 10 ms window would start at
+        // ...810, below the range; the old formula wrapped to near i64::MAX.
+        assert_eq!(tumble_start(i64::MIN, 10, 0), None);
+        assert_eq!(tumble_start(i64::MIN + 8, 10, 0), Some(i64::MIN + 8));
+        assert_eq!(tumble_start(i64::MIN, 10, 5), None);
+        assert_eq!(tumble_start(i64::MAX, 10, 0), Some(i64::MAX - 7));
+        assert_eq!(tumble_start(i64::MAX, 10, -3), Some(i64::MAX));
+        assert_eq!(tumble_start(0, 0, 0), None, "a zero size has no window");
+        assert_eq!(to_ms(i64::MAX, (1000, 1)), None);
+        assert_eq!(to_ms(i64::MIN, (1, 1000)), Some(i64::MIN / 1000));
+        assert_eq!(from_ms(i64::MAX / 10, (1, 1000)), None);
     }
 }

@@ -57,6 +57,7 @@ pub async fn run_query(
     for udf in window_udfs() {
         ctx.register_udf(udf);
     }
+    sluice_sql::checked::register(&ctx);
     let df = |e: DataFusionError| Error::exec("SELECT", e);
     for (name, view) in views {
         let rows = view.snapshot()?;

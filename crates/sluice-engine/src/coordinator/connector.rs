@@ -156,7 +156,8 @@ impl ConnectorPipelineCallback {
         let Some(idx) = state.def.time_index else {
             return Ok(None);
         };
-        event_time_ms(batch.column(idx))
+        let column = batch.schema().field(idx).name().clone();
+        event_time_ms(batch.column(idx), &column)
             .map(Some)
             .map_err(|e| CycleError::Source {
                 source_name: state.def.name.clone(),

@@ -24,6 +24,7 @@ use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
 use super::expr::{eval, eval_predicate, PhysExpr};
+use super::named::{NamedGroups, NamedRow};
 use crate::error::{EngineError, Result};
 
 /// Encodes key columns into comparable rows; handles the no-key case.
@@ -161,6 +162,8 @@ impl GroupTable {
 
 /// One aggregate function of a GROUP BY, lowered once.
 pub struct AggregateFunction {
+    /// The output column it computes, for errors.
+    column: Arc<str>,
     expr: Arc<AggregateFunctionExpr>,
     inputs: Vec<PhysExpr>,
     filter: Option<PhysExpr>,
@@ -175,19 +178,32 @@ pub struct AggregateFunctions {
 }
 
 impl AggregateFunctions {
-    /// Lower logical aggregate expressions against the aggregation input.
-    pub fn lower(aggregates: &[Expr], input: &DFSchema) -> Result<Self> {
+    /// Lower logical aggregate expressions against the aggregation input;
+    /// `columns` names the output column of each (for errors).
+    pub fn lower(aggregates: &[Expr], input: &DFSchema, columns: &[String]) -> Result<Self> {
         let props = ExecutionProps::new();
         let ctx = PhysicalPlanningContext::default();
         let physical_schema = input.as_arrow().clone();
         let mut funcs = Vec::with_capacity(aggregates.len());
-        for e in aggregates {
+        for (i, e) in aggregates.iter().enumerate() {
             let lowered = LoweredAggregateBuilder::new(e, input, &physical_schema, &props, &ctx)
                 .build()
                 .map_err(|err| EngineError::exec(format!("aggregate {e}"), err))?;
-            let mut inputs = lowered.aggregate.expressions();
-            inputs.extend(lowered.order_bys.iter().map(|s| Arc::clone(&s.expr)));
+            // Arguments are evaluated here, not by DataFusion: make their
+            // integer arithmetic checked like every other expression.
+            let inputs = lowered
+                .aggregate
+                .expressions()
+                .into_iter()
+                .chain(lowered.order_bys.iter().map(|s| Arc::clone(&s.expr)))
+                .map(|x| sluice_sql::checked::binary::fail_on_overflow(x, &physical_schema))
+                .collect::<datafusion::error::Result<Vec<_>>>()?;
+            let column = match columns.get(i) {
+                Some(c) => Arc::from(c.as_str()),
+                None => Arc::from(e.schema_name().to_string()),
+            };
             funcs.push(AggregateFunction {
+                column,
                 expr: lowered.aggregate,
                 inputs,
                 filter: lowered.filter,
@@ -204,12 +220,12 @@ impl AggregateFunctions {
                 let values = f
                     .inputs
                     .iter()
-                    .map(|e| eval(e, batch))
+                    .map(|e| eval(e, batch).map_err(|err| err.in_column(&f.column)))
                     .collect::<Result<Vec<_>>>()?;
                 let filter = f
                     .filter
                     .as_ref()
-                    .map(|p| eval_predicate(p, batch))
+                    .map(|p| eval_predicate(p, batch).map_err(|err| err.in_column(&f.column)))
                     .transpose()?;
                 Ok((values, filter))
             })
@@ -221,27 +237,33 @@ impl AggregateFunctions {
         self.funcs
             .iter()
             .map(|f| {
-                if f.expr.groups_accumulator_supported() {
-                    Ok(f.expr.create_groups_accumulator()?)
+                let acc: Box<dyn GroupsAccumulator> = if f.expr.groups_accumulator_supported() {
+                    f.expr.create_groups_accumulator()?
                 } else {
                     let expr = Arc::clone(&f.expr);
-                    let acc: Box<dyn GroupsAccumulator> =
-                        Box::new(GroupsAccumulatorAdapter::new(move || {
-                            expr.create_accumulator()
-                        }));
-                    Ok(acc)
-                }
+                    Box::new(GroupsAccumulatorAdapter::new(move || {
+                        expr.create_accumulator()
+                    }))
+                };
+                let named: Box<dyn GroupsAccumulator> =
+                    Box::new(NamedGroups(acc, Arc::clone(&f.column)));
+                Ok(named)
             })
             .collect()
     }
 
     /// Fresh row accumulators (used by session windows, which merge).
     pub fn row_accumulators(&self) -> Result<Vec<Box<dyn datafusion::logical_expr::Accumulator>>> {
-        Ok(self
-            .funcs
+        self.funcs
             .iter()
-            .map(|f| f.expr.create_accumulator())
-            .collect::<datafusion::error::Result<Vec<_>>>()?)
+            .map(|f| {
+                let acc: Box<dyn datafusion::logical_expr::Accumulator> = Box::new(NamedRow(
+                    f.expr.create_accumulator()?,
+                    Arc::clone(&f.column),
+                ));
+                Ok(acc)
+            })
+            .collect()
     }
 
     /// Number of functions.

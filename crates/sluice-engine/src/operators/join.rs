@@ -90,7 +90,8 @@ impl Side {
     fn expiry_of(&self, batch: &RecordBatch) -> Result<i64> {
         let mut expiry = i64::MAX;
         for (expr, lag, strict) in &self.bounds {
-            let values = crate::operators::expr::event_time_ms(&eval(expr, batch)?)?;
+            let values =
+                crate::operators::expr::event_time_ms(&eval(expr, batch)?, &expr.to_string())?;
             if values.null_count() > 0 {
                 continue;
             }

@@ -8,6 +8,7 @@ pub mod changelog;
 pub mod expr;
 pub mod groups;
 pub mod join;
+pub mod named;
 pub mod retract;
 pub mod session;
 pub mod window;
@@ -20,7 +21,7 @@ use rustc_hash::FxHashMap;
 use sluice_sql::{StreamNode, WindowKind};
 
 use crate::error::{EngineError, Result};
-use expr::{compile, eval, eval_predicate, PhysExpr};
+use expr::{compile, eval_column, eval_predicate, PhysExpr};
 use groups::{AggregateFunctions, KeyCodec};
 use join::HashJoin;
 use retract::ChangelogAggregate;
@@ -29,6 +30,11 @@ use window::{UpdatingAggregate, WindowAggregate, WindowedGroupBy};
 
 /// Batches available to a cycle, by source or stream name.
 pub type CycleInputs = FxHashMap<Arc<str>, Vec<RecordBatch>>;
+
+/// Output column names a projection gives its input's columns (input
+/// column name to the name the user wrote), so errors deep in the tree name
+/// the column as written (`total`, not `sum(bids.price)`).
+type Aliases = FxHashMap<String, String>;
 
 /// A compiled operator tree.
 pub enum Operator {
@@ -75,26 +81,50 @@ pub enum Operator {
 impl Operator {
     /// Lower a plan node into an operator tree.
     pub fn compile(node: &StreamNode) -> Result<Operator> {
+        Self::compile_named(node, &Aliases::default())
+    }
+
+    fn compile_named(node: &StreamNode, aliases: &Aliases) -> Result<Operator> {
+        let named = |schema: &datafusion::common::DFSchema, from: usize, count: usize| {
+            (from..from + count)
+                .map(|i| {
+                    let own = schema.field(i).name();
+                    aliases.get(own).unwrap_or(own).clone()
+                })
+                .collect::<Vec<String>>()
+        };
         Ok(match node {
             StreamNode::Scan { input, .. } => Operator::Scan {
                 input: Arc::from(input.as_str()),
             },
             StreamNode::Filter { input, predicate } => Operator::Filter {
                 predicate: compile(predicate, input.schema())?,
-                input: Box::new(Operator::compile(input)?),
+                input: Box::new(Operator::compile_named(input, aliases)?),
             },
             StreamNode::Project {
                 input,
                 exprs,
                 schema,
-            } => Operator::Project {
-                exprs: exprs
-                    .iter()
-                    .map(|e| compile(e, input.schema()))
-                    .collect::<Result<_>>()?,
-                input: Box::new(Operator::compile(input)?),
-                schema: Arc::new(schema.as_arrow().clone()),
-            },
+            } => {
+                // A column passed through (renamed or not) keeps the name
+                // it has at the top.
+                let mut inner = Aliases::default();
+                for (i, e) in exprs.iter().enumerate() {
+                    if let datafusion::logical_expr::Expr::Column(c) = e.clone().unalias() {
+                        let own = schema.field(i).name();
+                        let top = aliases.get(own).unwrap_or(own);
+                        inner.entry(c.name).or_insert_with(|| top.clone());
+                    }
+                }
+                Operator::Project {
+                    exprs: exprs
+                        .iter()
+                        .map(|e| compile(e, input.schema()))
+                        .collect::<Result<_>>()?,
+                    input: Box::new(Operator::compile_named(input, &inner)?),
+                    schema: Arc::new(schema.as_arrow().clone()),
+                }
+            }
             StreamNode::Union { inputs, schema } => Operator::Union {
                 inputs: inputs
                     .iter()
@@ -115,6 +145,7 @@ impl Operator {
                 let key_types = key_types(keys, in_schema)?;
                 let def = WindowedGroupBy {
                     time: compile(&window.time, in_schema)?,
+                    time_name: window.time.schema_name().to_string(),
                     time_type: window.time_type.clone(),
                     keys: keys
                         .iter()
@@ -122,7 +153,11 @@ impl Operator {
                         .collect::<Result<_>>()?,
                     slots: slots.clone(),
                     codec: KeyCodec::new(&key_types)?,
-                    funcs: AggregateFunctions::lower(aggregates, in_schema)?,
+                    funcs: AggregateFunctions::lower(
+                        aggregates,
+                        in_schema,
+                        &named(schema, slots.len(), aggregates.len()),
+                    )?,
                     schema: Arc::new(schema.as_arrow().clone()),
                     emit: *emit,
                 };
@@ -190,7 +225,11 @@ impl Operator {
                             .map(|k| compile(k, in_schema))
                             .collect::<Result<_>>()?,
                         KeyCodec::new(&key_types)?,
-                        AggregateFunctions::lower(aggregates, in_schema)?,
+                        AggregateFunctions::lower(
+                            aggregates,
+                            in_schema,
+                            &named(schema, keys.len(), aggregates.len()),
+                        )?,
                         arrow_in,
                         change_index,
                         Arc::new(schema.as_arrow().clone()),
@@ -205,7 +244,11 @@ impl Operator {
                         .map(|k| compile(k, in_schema))
                         .collect::<Result<_>>()?,
                     KeyCodec::new(&key_types)?,
-                    AggregateFunctions::lower(aggregates, in_schema)?,
+                    AggregateFunctions::lower(
+                        aggregates,
+                        in_schema,
+                        &named(schema, keys.len(), aggregates.len()),
+                    )?,
                     Arc::new(schema.as_arrow().clone()),
                 )?;
                 Operator::Updating(Box::new(Operator::compile(input)?), Box::new(op))
@@ -232,7 +275,8 @@ impl Operator {
             Operator::Filter { input, predicate } => {
                 let mut out = Vec::new();
                 for b in input.run(inputs, watermark)? {
-                    let mask = eval_predicate(predicate, &b)?;
+                    let mask = eval_predicate(predicate, &b)
+                        .map_err(|e| e.in_column(&format!("WHERE {predicate}")))?;
                     let f = arrow::compute::filter_record_batch(&b, &mask)?;
                     if f.num_rows() > 0 {
                         out.push(f);
@@ -250,7 +294,8 @@ impl Operator {
                 .map(|b| {
                     let cols = exprs
                         .iter()
-                        .map(|e| eval(e, b))
+                        .zip(schema.fields())
+                        .map(|(e, f)| eval_column(e, b, f.name()))
                         .collect::<Result<Vec<_>>>()?;
                     let opts = arrow::record_batch::RecordBatchOptions::new()
                         .with_row_count(Some(b.num_rows()));

@@ -16,7 +16,7 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
 
 use super::changelog::output_batch;
-use super::expr::{eval, event_time_ms};
+use super::expr::{eval, event_time_ms, overflow};
 use super::groups::{select_inputs, KeyRows};
 use super::window::WindowedGroupBy;
 use crate::error::Result;
@@ -70,7 +70,22 @@ impl SessionAggregate {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let times = event_time_ms(&eval(&self.def.time, batch)?)?;
+        let times = event_time_ms(&eval(&self.def.time, batch)?, &self.def.time_name)?;
+        // A session ends `gap` after its last event: that end must be a
+        // BIGINT, and then every sum below is too.
+        if let Some(t) = times
+            .iter()
+            .flatten()
+            .find(|t| t.checked_add(self.gap_ms).is_none())
+        {
+            return Err(overflow(
+                &self.def.time_name,
+                format!(
+                    "event time {t} ms: its session end (gap {} ms) is outside the BIGINT millisecond range",
+                    self.gap_ms
+                ),
+            ));
+        }
         let keys = self.def.encode_keys(batch)?;
         let inputs = self.def.funcs.evaluate_inputs(batch)?;
         // Rows per key, then sorted by event time.

@@ -18,25 +18,65 @@ use sluice_sql::window_udf::tumble_start;
 use sluice_sql::{EmitMode, WindowKind};
 
 use super::changelog::output_batch;
-use super::expr::{eval, event_time_ms, time_column, PhysExpr};
+use super::expr::{eval, event_time_ms, overflow, time_column, PhysExpr};
 use super::groups::{AggregateFunctions, GroupedAggregates, KeyCodec, KeyRows, ScopeSnapshot};
 use crate::error::Result;
 use crate::state::{SnapshotReader, SnapshotWriter};
 
 /// Window starts a row at `t` belongs to, for fixed-size windows.
-pub fn window_starts(kind: WindowKind, t: i64, out: &mut Vec<i64>) {
+///
+/// Every window must be representable: its start and its end (start +
+/// size) are BIGINT milliseconds. A row near either end of the range whose
+/// window is not gets the reason as an error, never a wrapped window (an
+/// event time of `i64::MIN` used to land in a window near `i64::MAX`).
+pub fn window_starts(
+    kind: WindowKind,
+    t: i64,
+    out: &mut Vec<i64>,
+) -> std::result::Result<(), String> {
     out.clear();
+    let outside =
+        |what: String| format!("event time {t} ms: {what} is outside the BIGINT millisecond range");
+    let fits = |start: i64, size: i64| start.checked_add(size).is_some();
     match kind {
-        WindowKind::Tumble { size_ms, offset_ms } => out.push(tumble_start(t, size_ms, offset_ms)),
+        WindowKind::Tumble { size_ms, offset_ms } => {
+            let what = || format!("its tumble window of {size_ms} ms (offset {offset_ms} ms)");
+            match tumble_start(t, size_ms, offset_ms) {
+                Some(start) if fits(start, size_ms) => out.push(start),
+                _ => return Err(outside(what())),
+            }
+        }
         WindowKind::Hop { slide_ms, size_ms } => {
-            let mut start = tumble_start(t, slide_ms, 0);
-            while start > t - size_ms {
-                out.push(start);
-                start -= slide_ms;
+            let what = |start: i128| {
+                format!(
+                    "its hop window [{start}, {}) ms (slide {slide_ms} ms, size {size_ms} ms)",
+                    start + i128::from(size_ms)
+                )
+            };
+            // In i128: the lowest start, t - size + slide, may be below i64::MIN.
+            let (t128, slide, size) = (i128::from(t), i128::from(slide_ms), i128::from(size_ms));
+            let mut start = t128.div_euclid(slide) * slide;
+            while start > t128 - size {
+                match i64::try_from(start) {
+                    Ok(s) if fits(s, size_ms) => out.push(s),
+                    _ => return Err(outside(what(start))),
+                }
+                start -= slide;
             }
         }
         WindowKind::Session { .. } => {}
     }
+    Ok(())
+}
+
+/// The end of an open window; every window was checked to have one when it
+/// opened, so a failure here means damaged state (e.g. a checkpoint).
+fn window_end(start: i64, size: i64) -> Result<i64> {
+    start.checked_add(size).ok_or_else(|| {
+        crate::error::EngineError::Internal(format!(
+            "open window at {start} ms has no representable end (size {size} ms)"
+        ))
+    })
 }
 
 fn window_size(kind: WindowKind) -> i64 {
@@ -50,6 +90,8 @@ fn window_size(kind: WindowKind) -> i64 {
 pub struct WindowedGroupBy {
     /// Event-time expression.
     pub time: PhysExpr,
+    /// Its name, for errors about a row's window.
+    pub time_name: String,
     /// Type of the event time, for window bound columns.
     pub time_type: DataType,
     /// Key expressions.
@@ -87,11 +129,12 @@ impl WindowedGroupBy {
         len: usize,
     ) -> Result<Vec<ArrayRef>> {
         let mut cols = Vec::with_capacity(self.slots.len() + values.len() + 1);
-        for slot in &self.slots {
+        for (i, slot) in self.slots.iter().enumerate() {
+            let name = self.schema.field(i).name();
             cols.push(match slot {
                 GroupSlot::Key(i) => std::sync::Arc::clone(&keys[*i]),
-                GroupSlot::WindowStart => time_column(start, &self.time_type, len)?,
-                GroupSlot::WindowEnd => time_column(end, &self.time_type, len)?,
+                GroupSlot::WindowStart => time_column(start, &self.time_type, len, name)?,
+                GroupSlot::WindowEnd => time_column(end, &self.time_type, len, name)?,
             });
         }
         cols.extend(values);
@@ -132,13 +175,14 @@ impl WindowAggregate {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let times = event_time_ms(&eval(&self.def.time, batch)?)?;
+        let times = event_time_ms(&eval(&self.def.time, batch)?, &self.def.time_name)?;
         let size = window_size(self.kind);
         let mut by_window: FxHashMap<i64, Vec<u32>> = FxHashMap::default();
         let mut starts = Vec::new();
         for (row, t) in times.iter().enumerate() {
             let Some(t) = t else { continue };
-            window_starts(self.kind, t, &mut starts);
+            window_starts(self.kind, t, &mut starts)
+                .map_err(|detail| overflow(&self.def.time_name, detail))?;
             for s in &starts {
                 if s.saturating_add(size) <= self.closed_through {
                     self.dropped_late += 1;
@@ -220,7 +264,9 @@ impl WindowAggregate {
                     scope.changes(&self.def.codec, &self.def.funcs)?
                 {
                     let len = kinds.len();
-                    let cols = self.def.columns(keys, *start, start + size, values, len)?;
+                    let cols =
+                        self.def
+                            .columns(keys, *start, window_end(*start, size)?, values, len)?;
                     out.push(output_batch(&self.def.schema, cols, Some(&kinds))?);
                 }
             }
@@ -233,7 +279,9 @@ impl WindowAggregate {
             let scope = entry.remove();
             if self.def.emit == EmitMode::OnWindowClose && !scope.is_empty() {
                 let (keys, values, len) = scope.finish(&self.def.codec)?;
-                let cols = self.def.columns(keys, start, start + size, values, len)?;
+                let cols = self
+                    .def
+                    .columns(keys, start, window_end(start, size)?, values, len)?;
                 out.push(output_batch(&self.def.schema, cols, None)?);
             }
         }
@@ -319,7 +367,7 @@ mod tests {
 
     fn starts(kind: WindowKind, t: i64) -> Vec<i64> {
         let mut v = Vec::new();
-        window_starts(kind, t, &mut v);
+        window_starts(kind, t, &mut v).unwrap();
         v.sort();
         v
     }
