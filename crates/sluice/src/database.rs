@@ -23,6 +23,7 @@ use sluice_engine::output::sink::SinkRuntime;
 use sluice_engine::output::subscription::{ResumeFrom, Subscription, SubscriptionRegistry};
 use sluice_engine::sources::{PushSource, SourceMessage};
 use sluice_sql::{CreateSink, ObjectKind, Statement, StreamPlanner};
+use sluice_storage::object_store::{path::Path as ObjectPath, ObjectStore};
 use sluice_storage::{CheckpointInfo, CheckpointStore, LocalBackend, ObjectStoreBackend};
 use tokio::sync::{mpsc, Mutex};
 
@@ -73,6 +74,8 @@ struct Inner {
     state: Mutex<State>,
     base_dir: Option<PathBuf>,
     state_dir: Option<PathBuf>,
+    /// A store given to [`DatabaseBuilder::checkpoint_object_store`].
+    checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
     _lock: Option<std::fs::File>,
     metrics: Arc<PipelineMetrics>,
     subscriptions: Arc<SubscriptionRegistry>,
@@ -90,6 +93,7 @@ pub struct DatabaseBuilder {
     state_dir: Option<PathBuf>,
     base_dir: Option<PathBuf>,
     options: PipelineOptions,
+    checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
 }
 
 impl DatabaseBuilder {
@@ -102,6 +106,18 @@ impl DatabaseBuilder {
     /// Resolve relative connector paths against `dir` (default: the working directory).
     pub fn base_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.base_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Keep checkpoints in `store`, an `object_store` store built by the
+    /// caller: the hook for stores a `checkpoint_store` URL cannot describe
+    /// (custom credentials or clients, a wrapper that meters or fails
+    /// writes in tests). Checkpoints go to the root of the store. It takes
+    /// the place of the state directory's `checkpoints` folder; setting the
+    /// `checkpoint_store` option as well is refused when the pipeline starts,
+    /// because two stores would each hold half of the pipeline's history.
+    pub fn checkpoint_object_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.checkpoint_object_store = Some(store);
         self
     }
 
@@ -133,6 +149,7 @@ impl DatabaseBuilder {
                 }),
                 base_dir: self.base_dir,
                 state_dir: self.state_dir,
+                checkpoint_object_store: self.checkpoint_object_store,
                 _lock: lock,
                 metrics: Arc::new(PipelineMetrics::new()),
                 subscriptions: Arc::new(SubscriptionRegistry::default()),
@@ -611,11 +628,23 @@ impl Database {
     }
 
     fn checkpoint_store(&self, options: &PipelineOptions) -> Result<Option<CheckpointStore>> {
+        let custom = &self.inner.checkpoint_object_store;
         let backend: Box<dyn sluice_storage::Backend> =
-            match (&options.checkpoint_store, &self.inner.state_dir) {
-                (Some(url), _) => Box::new(ObjectStoreBackend::from_url(url)?),
-                (None, Some(dir)) => Box::new(LocalBackend::new(dir.join("checkpoints"))?),
-                (None, None) => return Ok(None),
+            match (custom, &options.checkpoint_store, &self.inner.state_dir) {
+                (Some(store), Some(url), _) => {
+                    return Err(Error::Option(format!(
+                        "checkpoint_store = '{url}' conflicts with the object store {store} given \
+                         to DatabaseBuilder::checkpoint_object_store; use one of them"
+                    )))
+                }
+                (Some(store), None, _) => Box::new(ObjectStoreBackend::new(
+                    Arc::clone(store),
+                    ObjectPath::default(),
+                    store.to_string(),
+                )),
+                (None, Some(url), _) => Box::new(ObjectStoreBackend::from_url(url)?),
+                (None, None, Some(dir)) => Box::new(LocalBackend::new(dir.join("checkpoints"))?),
+                (None, None, None) => return Ok(None),
             };
         Ok(Some(CheckpointStore::new(backend)))
     }
@@ -630,7 +659,7 @@ impl Database {
         }
         let Some(store) = self.checkpoint_store(o)? else {
             return Err(Error::Option(
-                "checkpointing (checkpoint_interval or delivery = 'exactly_once') needs a state directory (--state-dir, Database::open(dir)) or a checkpoint_store URL".into(),
+                "checkpointing (checkpoint_interval or delivery = 'exactly_once') needs a state directory (--state-dir, Database::open(dir)), a checkpoint_store URL or DatabaseBuilder::checkpoint_object_store".into(),
             ));
         };
         sluice_engine::process::admission::admit(&state.catalog, o.delivery)?;
