@@ -700,10 +700,22 @@ impl Database {
         if !state.started {
             return Err(Error::Checkpoint("the pipeline has not started".into()));
         }
-        match &state.running {
-            Some(r) => r.coordinator.checkpoint().await,
-            None => Err(Error::NotRunning),
+        let Some(r) = &state.running else {
+            return Err(Error::NotRunning);
+        };
+        // A halted or faulted pipeline has discarded the sink output it had
+        // not committed, but its sources' positions moved past that input:
+        // a checkpoint now would commit those positions, and a reopened
+        // pipeline would never produce the discarded rows again.
+        let status = r.coordinator.status();
+        if let Some(reason) = status.halted.or(status.fault) {
+            return Err(Error::Checkpoint(format!(
+                "no checkpoint is taken after the pipeline stopped ({reason}): it would commit \
+                 input whose output was discarded; reopen on the same state to recover from \
+                 the last committed checkpoint"
+            )));
         }
+        r.coordinator.checkpoint().await
     }
 
     /// Committed checkpoints, oldest first.

@@ -5,3 +5,4 @@
 mod common;
 mod failed_write;
 mod stays_full;
+mod stopped;
