@@ -396,6 +396,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn only_the_newest_attempt_marker_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(Box::new(LocalBackend::new(dir.path()).unwrap()));
+        for want in 1..=4 {
+            assert_eq!(store.reserve().await.unwrap(), want);
+        }
+        assert_eq!(
+            store.backend.list(ATTEMPTS).await.unwrap(),
+            vec![format!("{ATTEMPTS}/{:020}", 4)]
+        );
+    }
+
+    #[tokio::test]
     async fn prune_keeps_the_newest() {
         let dir = tempfile::tempdir().unwrap();
         let store = CheckpointStore::new(Box::new(LocalBackend::new(dir.path()).unwrap()));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sluice::object_store::ObjectStore;
 
 use crate::common::{
-    bounded, committed, faulty, hidden_sink_files, leftovers, objects, rows, Fixture, MODES,
+    bounded, committed, faulty, hidden_sink_files, leftovers, objects, rows, Fixture,
 };
 
 /// How the checkpoint write fails.
@@ -192,9 +192,4 @@ async fn exactly_once_failed_checkpoint_write_faults_and_reopening_replays_exact
         seen[1..].iter().all(|(_, e)| *e == Ending::Reopened),
         "{seen:?}"
     );
-}
-
-#[test]
-fn modes_cover_both_checkpointed_deliveries() {
-    assert_eq!(MODES, ["at_least_once", "exactly_once"]);
 }

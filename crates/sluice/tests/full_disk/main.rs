@@ -4,5 +4,6 @@
 
 mod common;
 mod failed_write;
+mod hook;
 mod stays_full;
 mod stopped;
