@@ -59,6 +59,10 @@ pub enum EngineError {
     /// An internal invariant broke; a bug.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The coordinator thread died of a panic that escaped containment:
+    /// the pipeline is gone, and every later call says so (and why).
+    #[error("the pipeline's coordinator thread panicked ({0}); reopen the database to recover from the last checkpoint")]
+    CoordinatorPanicked(String),
 }
 
 impl EngineError {
@@ -79,6 +83,7 @@ impl EngineError {
             EngineError::Storage(e) => e.code(),
             EngineError::Process(_) => "SLC-ENG-010",
             EngineError::Sealed(_) => "SLC-ENG-011",
+            EngineError::CoordinatorPanicked(_) => "SLC-ENG-012",
         }
     }
 

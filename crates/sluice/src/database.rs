@@ -514,12 +514,10 @@ impl Database {
         let schema = Arc::clone(&def.schema);
         let finished = Arc::clone(state.push_finished.entry(name.to_string()).or_default());
         let r = self.running(&mut state)?;
-        Ok(PushSource::new(
-            Arc::from(name),
-            schema,
-            r.source_tx.clone(),
-            finished,
-        ))
+        Ok(
+            PushSource::new(Arc::from(name), schema, r.source_tx.clone(), finished)
+                .watching(r.coordinator.death()),
+        )
     }
 
     /// Subscribe to a stream, materialized view or source: every later output batch is delivered.
