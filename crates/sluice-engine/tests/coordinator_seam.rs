@@ -750,6 +750,14 @@ async fn a_panic_in_a_cycle_halts_or_faults_and_the_coordinator_lives_on() {
 #[tokio::test]
 async fn a_dead_coordinator_reports_its_panic_on_every_later_call() {
     let mut h = start(|s| (s.panic_cycle_on, s.panic_on_abort) = (Some(7), true));
+    let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+    let push = sluice_engine::sources::PushSource::new(
+        Arc::from("A"),
+        Arc::clone(&schema),
+        h.tx.clone(),
+        Default::default(),
+    )
+    .watching(h.handle.death());
     h.send(vec![batch("A", 7)]).await;
     let dead = |r: Result<(), EngineError>| match r {
         Err(e @ EngineError::CoordinatorPanicked(_)) => {
@@ -765,6 +773,8 @@ async fn a_dead_coordinator_reports_its_panic_on_every_later_call() {
     );
     dead(bounded(h.handle.control(ControlMsg::Start)).await);
     dead(bounded(h.handle.checkpoint()).await.map(|_| ()));
+    let rows = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![8]))]).unwrap();
+    dead(bounded(push.push(rows)).await);
     dead(h.shutdown(false).await);
 }
 

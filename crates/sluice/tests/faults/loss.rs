@@ -99,7 +99,8 @@ async fn a_transient_failure_replays_and_loses_nothing() {
             assert!(msg.contains(&format!("stream '{}'", p.stream())), "{msg}");
             assert!(msg.contains(&want), "{msg}");
             if action == FaultAction::Panic {
-                assert!(msg.contains("panicked"), "{msg}");
+                let panicked = format!("stream '{}' panicked: {want}", p.stream());
+                assert!(msg.contains(&panicked), "{msg}");
             }
             p.run_once().await.expect("the replay completes");
             assert_eq!(fault.fired(), 1);

@@ -37,15 +37,29 @@ async fn every_component_fault_stops_the_run_with_its_name_and_a_rerun_recovers(
                 let case = format!("{site:?} {action:?} {mode:?}");
                 let p = Pipeline::new(root.path(), &tag, mode);
                 std::fs::copy(&clean, &p.input).unwrap();
-                let (name, component) = match site {
-                    FaultSite::Source => (p.source(), format!("source '{}'", p.source())),
-                    FaultSite::Stream => (p.stream(), format!("stream '{}'", p.stream())),
-                    FaultSite::SinkWrite | FaultSite::SinkCommit => {
-                        (p.sink(), format!("sink '{}'", p.sink()))
-                    }
-                    FaultSite::Subscription => {
-                        (p.stream(), format!("subscription to '{}'", p.stream()))
-                    }
+                // The fault's name, the component every error names, and
+                // what a contained panic is reported as.
+                let (name, component, panicked) = match site {
+                    FaultSite::Source => (
+                        p.source(),
+                        format!("source '{}'", p.source()),
+                        format!("source '{}': the reader panicked", p.source()),
+                    ),
+                    FaultSite::Stream => (
+                        p.stream(),
+                        format!("stream '{}'", p.stream()),
+                        format!("stream '{}' panicked", p.stream()),
+                    ),
+                    FaultSite::SinkWrite | FaultSite::SinkCommit => (
+                        p.sink(),
+                        format!("sink '{}'", p.sink()),
+                        format!("sink '{}' panicked", p.sink()),
+                    ),
+                    FaultSite::Subscription => (
+                        p.stream(),
+                        format!("subscription to '{}'", p.stream()),
+                        format!("subscription delivery of '{}' panicked", p.stream()),
+                    ),
                 };
                 // Rows, not batches: how many cycles the rows take varies.
                 let trigger = match site {
@@ -86,7 +100,8 @@ async fn every_component_fault_stops_the_run_with_its_name_and_a_rerun_recovers(
                 let injected = format!("injected fault at {site} '{name}'");
                 assert!(msg.contains(&injected), "{case}: {msg}");
                 if action == FaultAction::Panic {
-                    assert!(msg.contains("panicked"), "{case}: {msg}");
+                    let want = format!("{panicked}: {injected}");
+                    assert!(msg.contains(&want), "{case}: {msg}");
                 }
                 // The database still says what happened, never "not running".
                 let again = bounded(db.shutdown()).await;
