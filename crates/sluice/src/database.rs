@@ -729,8 +729,13 @@ impl Database {
         self.stop(false).await
     }
 
-    /// Stop without publishing: every sink's unpublished output is discarded,
-    /// so no sink file appears under its final name. For a run that failed.
+    /// Stop without publishing: every sink's unpublished output is discarded.
+    /// For a run that failed. Without checkpoints no sink file appears
+    /// under its final name; under exactly-once a sink file holds exactly
+    /// the committed epochs (and does not exist before the first epoch with
+    /// rows committed); under at-least-once it holds the rows delivered so
+    /// far, and a rerun on the same state directory continues from the last
+    /// checkpoint (repeating at most the rows delivered after it).
     pub async fn abort(&self) -> Result<MetricsSnapshot> {
         self.stop(true).await
     }

@@ -37,9 +37,8 @@ pub enum CycleError {
     Execution(String),
     /// A process function's call was rejected (a limit, a handler error or
     /// a panic), or anything failed in a cycle after a process function
-    /// accepted calls. Earlier calls of the cycle did apply, so the cycle is
-    /// never dropped: it faults for replay when checkpointing is on, and
-    /// halts otherwise.
+    /// accepted calls. Like every failed cycle it is never dropped: it
+    /// faults for replay when checkpointing is on, and halts otherwise.
     #[error("{0}")]
     Process(String),
     /// Output could not be published.

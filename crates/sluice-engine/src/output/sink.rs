@@ -3,8 +3,9 @@
 //! A sink writes in one of three modes. Without checkpoints its file is
 //! published atomically at shutdown. With exactly-once delivery it is
 //! transactional: rows go to epochs that become visible when the checkpoint
-//! that seals them commits. With at-least-once delivery rows are appended
-//! as they come.
+//! that seals them commits (the file itself appears with the first
+//! committed rows). With at-least-once delivery rows are appended as they
+//! come, so after a failure the file holds what was delivered so far.
 
 use std::path::PathBuf;
 use std::sync::Arc;
