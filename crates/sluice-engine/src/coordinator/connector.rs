@@ -285,8 +285,8 @@ impl CycleExecution for ConnectorPipelineCallback {
         }
         let mut marks = std::mem::take(&mut self.cycle_marks);
         // Once a process function accepted calls, its state and activation
-        // ids moved on: a later failure in the same cycle must not be
-        // dropped either, or the accepted output would be lost.
+        // ids moved on: a later failure in the same cycle is reported as a
+        // process failure (no failed cycle is ever dropped in any case).
         let mut processed = false;
         for s in self.streams.iter_mut() {
             let name = Arc::clone(&s.name);
