@@ -38,8 +38,10 @@ impl Mode {
         [
             "--state-dir",
             "state",
+            // No periodic checkpoint before the signal: the one the stop
+            // reports is the final checkpoint it took.
             "--set",
-            "checkpoint_interval=100ms",
+            "checkpoint_interval=1h",
             "--set",
             delivery,
         ]
@@ -59,14 +61,19 @@ fn setup(dir: &Path) {
 }
 
 /// Whether the run's output is growing where this mode writes it: the
-/// hidden temporary files without checkpoints, the final files with them.
+/// hidden temporary files without checkpoints, the staged epoch files under
+/// exactly-once, the final files under at-least-once.
 fn output_growing(dir: &Path, mode: Mode) -> bool {
     let out = dir.join("out");
+    let hidden = |marker: &str| {
+        entries(&out).iter().any(|n| {
+            n.contains(marker) && std::fs::metadata(out.join(n)).is_ok_and(|m| m.len() > 0)
+        })
+    };
     match mode {
-        Mode::NoCheckpoints => entries(&out).iter().any(|n| {
-            n.contains(".tmp-") && std::fs::metadata(out.join(n)).is_ok_and(|m| m.len() > 0)
-        }),
-        _ => WINDOW_FILES.iter().any(|f| has_rows(&out.join(f))),
+        Mode::NoCheckpoints => hidden(".tmp-"),
+        Mode::ExactlyOnce => hidden(".epoch-"),
+        Mode::AtLeastOnce => WINDOW_FILES.iter().any(|f| has_rows(&out.join(f))),
     }
 }
 
@@ -158,6 +165,11 @@ fn signal_mid_run(mode: Mode, signal: i32) {
                 .zip(&got)
                 .any(|((_, w), (_, h))| h.len() < w.len()),
             "{mode:?}: the signalled run wrote everything"
+        );
+        // The final checkpoint (the only one) committed rows.
+        assert!(
+            WINDOW_FILES.iter().any(|f| has_rows(&out.join(f))),
+            "{mode:?}: the stop committed nothing"
         );
     }
 
