@@ -95,7 +95,14 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
                     drop(db);
                     continue;
                 }
-                return Err(e);
+                // Say that recovery was tried, so "recover from the last
+                // checkpoint" does not read as advice still to follow.
+                return Err(match e {
+                    CliError::Sluice(source) if is_fault && recoveries > 0 => {
+                        CliError::Unrecovered { recoveries, source }
+                    }
+                    e => e,
+                });
             }
         }
     }
