@@ -56,3 +56,27 @@ impl Database {
         checkpoint_delivery(&self.inner.state.lock().await.options)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every combination of the two options that turn checkpointing on.
+    #[test]
+    fn checkpointing_follows_interval_and_delivery() {
+        for interval in [None, Some(std::time::Duration::from_millis(50))] {
+            for delivery in [Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
+                let o = PipelineOptions {
+                    checkpoint_interval: interval,
+                    delivery,
+                    ..PipelineOptions::default()
+                };
+                let want = match (interval, delivery) {
+                    (None, Delivery::AtLeastOnce) => None,
+                    _ => Some(delivery),
+                };
+                assert_eq!(checkpoint_delivery(&o), want, "{interval:?} {delivery:?}");
+            }
+        }
+    }
+}
