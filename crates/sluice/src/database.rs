@@ -29,8 +29,10 @@ use tokio::sync::{mpsc, Mutex};
 use crate::query::run_query;
 use crate::{Error, Result};
 
+mod outputs;
 mod process;
 mod seal;
+pub use outputs::SinkOutput;
 pub use process::HandlerFactory;
 use process::RegisteredFunction;
 
