@@ -102,26 +102,23 @@ fn division_by_zero_exactly_once_exits_1_after_recoveries() {
     assert_eq!(temp_files(dir.path()), Vec::<std::path::PathBuf>::new());
 }
 
-/// At-least-once must never drop input: the failed cycle faults (and the
-/// CLI's recoveries fail the same way) or halts; either way the run exits 1
-/// naming the failure. Which of the two the engine chooses is the faults
-/// branch's decision, so both exact lines are accepted.
+/// At-least-once must never drop input: with checkpoints the failed cycle
+/// is a consistency fault, the CLI's recoveries replay it and fail the same
+/// way, and the run exits 1 naming the failure (it used to exit 0 with the
+/// failed cycles' rows missing).
 #[test]
-#[ignore = "needs branch faults"]
 fn division_by_zero_at_least_once_with_checkpoints_exits_1() {
     let args = checkpointed("at_least_once");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (dir, code, errors) = run(&args);
     assert_eq!(code, Some(1), "{errors:?}");
-    let halted = format!("error[SLC-ENG-005]: pipeline halted: {FAILURE}");
-    let unrecovered = format!(
-        "error[SLC-ENG-008]: pipeline fault (recover from the last checkpoint): {FAILURE}; \
-         the run was recovered from the last checkpoint 3 times and failed the same way \
-         each time"
-    );
-    assert!(
-        errors == [halted.clone()] || errors == [unrecovered.clone()],
-        "expected exactly one of\n{halted}\n{unrecovered}\ngot {errors:?}"
+    assert_eq!(
+        errors,
+        [format!(
+            "error[SLC-ENG-008]: pipeline fault (recover from the last checkpoint): {FAILURE}; \
+             the run was recovered from the last checkpoint 3 times and failed the same way \
+             each time"
+        )]
     );
     assert_eq!(temp_files(dir.path()), Vec::<std::path::PathBuf>::new());
 }
