@@ -8,6 +8,14 @@ use std::fmt;
 pub enum CliError {
     /// An error from the database, with its stable code.
     Sluice(sluice::Error),
+    /// A consistency fault that came back after every recovery `sluice
+    /// run` attempted (a deterministic failure replays the same way).
+    Unrecovered {
+        /// Recoveries attempted from the last checkpoint.
+        recoveries: u32,
+        /// The fault of the last attempt.
+        source: sluice::Error,
+    },
     /// An error found by the CLI itself.
     Cli {
         /// Stable code, `SLC-CLI-nnn`.
@@ -28,7 +36,7 @@ impl CliError {
     /// The stable code printed as `error[CODE]`.
     pub fn code(&self) -> &'static str {
         match self {
-            CliError::Sluice(e) => e.code(),
+            CliError::Sluice(e) | CliError::Unrecovered { source: e, .. } => e.code(),
             CliError::Cli { code, .. } => code,
         }
     }
@@ -62,12 +70,24 @@ impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CliError::Sluice(e) => write!(f, "{e}"),
+            CliError::Unrecovered { recoveries, source } => write!(
+                f,
+                "{source}; the run was recovered from the last checkpoint {recoveries} times \
+                 and failed the same way each time"
+            ),
             CliError::Cli { message, .. } => f.write_str(message),
         }
     }
 }
 
-impl std::error::Error for CliError {}
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Sluice(e) | CliError::Unrecovered { source: e, .. } => Some(e),
+            CliError::Cli { .. } => None,
+        }
+    }
+}
 
 impl From<sluice::Error> for CliError {
     fn from(e: sluice::Error) -> Self {

@@ -10,15 +10,18 @@
 //! resolve against the script's directory, executes the script, runs the
 //! pipeline until every file source is exhausted, and shuts down (which
 //! publishes sink files). Errors are printed as `error[CODE]: message` and
-//! end the process with status 1.
+//! end the process with status 1. SIGINT and SIGTERM stop a run cleanly
+//! (see `interrupt`) and end it with status 130 or 143.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod bench;
 mod builtins;
 mod error;
+mod interrupt;
 mod progress;
 mod run;
+mod signals;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -28,6 +31,7 @@ use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use crate::error::CliError;
+use crate::run::RunEnd;
 
 /// Keep freed batch buffers in the heap. Every Arrow batch allocates buffers
 /// large enough that glibc would map them fresh from the kernel and unmap
@@ -90,12 +94,13 @@ fn main() -> ExitCode {
     {
         Ok(rt) => match cli.command {
             Command::Run(args) => rt.block_on(run::run(args, &progress)),
-            Command::Bench(args) => rt.block_on(bench::bench(args)),
+            Command::Bench(args) => rt.block_on(bench::bench(args)).map(|()| RunEnd::Completed),
         },
         Err(e) => Err(CliError::io("starting the async runtime", e)),
     };
     match outcome {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(RunEnd::Completed) => ExitCode::SUCCESS,
+        Ok(RunEnd::Signalled(signal)) => ExitCode::from(signal.exit_code()),
         Err(e) => {
             eprintln!("error[{}]: {e}", e.code());
             ExitCode::FAILURE

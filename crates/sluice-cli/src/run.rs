@@ -10,17 +10,29 @@ use sluice::{Database, MetricsSnapshot};
 
 use crate::error::CliError;
 use crate::progress::{ProgressSlot, REFRESH};
+use crate::signals::{Signal, Signals};
 use crate::RunArgs;
 
 /// How many times a consistency fault is recovered from in one run.
 const MAX_RECOVERIES: u32 = 3;
 
+/// How `sluice run` ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Every source was read to its end and the sinks were published.
+    Completed,
+    /// A signal stopped the run (cleanly; see [`crate::interrupt`]).
+    Signalled(Signal),
+}
+
 /// Run the script named by `args`. On failure the database is still shut
 /// down, so a halted pipeline discards its sink output. A consistency fault
 /// (for example a checkpoint that failed under exactly-once delivery) is
 /// recovered from by reopening the database, which resumes from its last
-/// committed checkpoint.
-pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<(), CliError> {
+/// committed checkpoint. SIGINT and SIGTERM stop the run cleanly at any
+/// point; a second one aborts at once.
+pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliError> {
+    let signals = Signals::install(progress)?;
     let started = Instant::now();
     let options = parse_sets(&args.set)?;
     let text = std::fs::read_to_string(&args.file)
@@ -36,17 +48,40 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<(), CliError>
         }
         let db = builder.open().await?;
         crate::builtins::register(&db).await?;
-        let outcome = match execute_and_run(&db, &text, progress).await {
-            Ok(cpu_at_start) => db
+        // The signal wins over a run that finishes at the same moment: the
+        // stop it asks for is then a clean stop of a finished pipeline.
+        let ran = tokio::select! {
+            biased;
+            signal = signals.first() => Err(signal),
+            r = execute_and_run(&db, &text, progress, &signals) => Ok(r),
+        };
+        let outcome = match ran {
+            Err(signal) => {
+                crate::interrupt::stop(&db, signal, &signals).await;
+                return Ok(RunEnd::Signalled(signal));
+            }
+            Ok(Ok(cpu_at_start)) => db
                 .shutdown()
                 .await
                 .map(|metrics| (metrics, process_cpu_secs() - cpu_at_start))
                 .map_err(CliError::from),
-            Err(e) => Err(e),
+            Ok(Err(e)) => Err(e),
         };
         match outcome {
             Ok((metrics, cpu)) => {
-                return print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)
+                print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
+                // A signal that came while the finished run published its
+                // sinks found nothing left to stop.
+                return Ok(match signals.received() {
+                    Some(signal) => {
+                        signals.say(&format!(
+                            "{}: the run had already finished; its output was published",
+                            signal.name()
+                        ));
+                        RunEnd::Signalled(signal)
+                    }
+                    None => RunEnd::Completed,
+                });
             }
             Err(e) => {
                 if let Err(shutdown) = db.abort().await {
@@ -60,7 +95,14 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<(), CliError>
                     drop(db);
                     continue;
                 }
-                return Err(e);
+                // Say that recovery was tried, so "recover from the last
+                // checkpoint" does not read as advice still to follow.
+                return Err(match e {
+                    CliError::Sluice(source) if is_fault && recoveries > 0 => {
+                        CliError::Unrecovered { recoveries, source }
+                    }
+                    e => e,
+                });
             }
         }
     }
@@ -94,6 +136,7 @@ async fn execute_and_run(
     db: &Database,
     text: &str,
     progress: &ProgressSlot,
+    signals: &Signals,
 ) -> Result<f64, CliError> {
     let rows = db.execute(text).await?;
     print_tables(&rows)?;
@@ -106,6 +149,13 @@ async fn execute_and_run(
     // The script is the whole pipeline: sealing lets file sources skip the
     // columns no statement reads.
     db.seal().await;
+    signals.watch_sinks(
+        db.sink_outputs()
+            .await
+            .into_iter()
+            .map(|s| s.path)
+            .collect(),
+    );
     let cpu_at_start = process_cpu_secs();
     let spinner = progress.start();
     let run = db.run_to_completion();

@@ -68,6 +68,10 @@ pub enum EngineError {
     /// An internal invariant broke; a bug.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The coordinator thread died of a panic that escaped containment:
+    /// the pipeline is gone, and every later call says so (and why).
+    #[error("the pipeline's coordinator thread panicked ({0}); reopen the database to recover from the last checkpoint")]
+    CoordinatorPanicked(String),
 }
 
 /// `arithmetic overflow (SLC-ENG-013) in column 'c': detail`; the code is
@@ -103,6 +107,7 @@ impl EngineError {
             EngineError::Sealed(_) => "SLC-ENG-011",
             EngineError::Conflict(_) => "SLC-ENG-012",
             EngineError::Overflow(_) => "SLC-ENG-013",
+            EngineError::CoordinatorPanicked(_) => "SLC-ENG-014",
         }
     }
 

@@ -4,10 +4,12 @@
 pub mod catalog;
 pub mod coordinator;
 pub mod error;
+pub mod fault;
 pub mod metrics;
 pub mod operators;
 pub mod options;
 pub mod output;
+pub mod panic;
 pub mod process;
 pub mod sources;
 pub mod state;

@@ -39,6 +39,9 @@ pub enum SourceEvent {
     },
     /// The source failed; the pipeline halts with this message.
     Failed(String),
+    /// The reader panicked (the message names the source and carries the
+    /// panic's): a halt without checkpoints, a fault with them.
+    Panicked(String),
 }
 
 /// A message on the source channel.
@@ -88,7 +91,6 @@ pub fn spawn_reader(
     std::thread::Builder::new()
         .name(format!("sluice-source-{name}"))
         .spawn(move || {
-            let mut answered = 0u64;
             let send = |event: SourceEvent| {
                 !control.stop.load(Ordering::Acquire)
                     && tx
@@ -98,33 +100,60 @@ pub fn spawn_reader(
                         })
                         .is_ok()
             };
-            loop {
-                let wanted = control.requested.load(Ordering::Acquire);
-                if wanted != 0 && wanted != answered {
-                    answered = wanted;
-                    let offset = reader.offset();
-                    if !send(SourceEvent::Barrier {
-                        attempt: wanted,
-                        offset,
-                    }) {
-                        return;
-                    }
-                }
-                let event = match reader.next_batch() {
-                    Ok(Some(b)) => SourceEvent::Batch(b),
-                    Ok(None) => SourceEvent::Finished {
-                        offset: reader.offset(),
-                    },
-                    Err(e) => SourceEvent::Failed(format!("source '{name}': {e}")),
-                };
-                let skipped = reader.skipped_rows();
-                metrics.source(&name, |c| c.skipped_rows = skipped);
-                let last = !matches!(event, SourceEvent::Batch(_));
-                if !send(event) || last {
-                    return;
-                }
+            // A panicking reader must still tell the coordinator, or the
+            // pipeline would wait for its Finished message forever.
+            let read = crate::panic::contain(
+                || format!("source '{name}': the reader"),
+                || read_until_done(&name, reader.as_mut(), &metrics, &control, &send),
+            );
+            if let Err(reason) = read {
+                tracing::error!(source = %name, %reason, "source reader panicked");
+                send(SourceEvent::Panicked(reason));
             }
         })
+}
+
+/// The reader loop: batches, barriers when asked, then Finished or Failed.
+fn read_until_done(
+    name: &Arc<str>,
+    reader: &mut dyn BatchReader,
+    metrics: &PipelineMetrics,
+    control: &SourceBarrierControl,
+    send: &dyn Fn(SourceEvent) -> bool,
+) {
+    let mut answered = 0u64;
+    loop {
+        let wanted = control.requested.load(Ordering::Acquire);
+        if wanted != 0 && wanted != answered {
+            answered = wanted;
+            let offset = reader.offset();
+            if !send(SourceEvent::Barrier {
+                attempt: wanted,
+                offset,
+            }) {
+                return;
+            }
+        }
+        let event = match reader.next_batch() {
+            Ok(Some(b)) => {
+                match crate::fault::hit(crate::fault::FaultSite::Source, name, b.num_rows() as u64)
+                {
+                    Ok(()) => SourceEvent::Batch(b),
+                    Err(e) => SourceEvent::Failed(format!("source '{name}': {e}")),
+                }
+            }
+            Ok(None) => SourceEvent::Finished {
+                offset: reader.offset(),
+            },
+            Err(e) => SourceEvent::Failed(format!("source '{name}': {e}")),
+        };
+        let skipped = reader.skipped_rows();
+        metrics.source(name, |c| c.skipped_rows = skipped);
+        let last = !matches!(event, SourceEvent::Batch(_));
+        if !send(event) || last {
+            return;
+        }
+    }
 }
 
 /// The Rust handle of a push source.
@@ -135,6 +164,8 @@ pub struct PushSource {
     tx: mpsc::Sender<SourceMessage>,
     /// Shared by every handle of the source: set by `finish`.
     finished: Arc<std::sync::atomic::AtomicBool>,
+    /// Why the coordinator died, if it did (reported instead of "not running").
+    death: crate::coordinator::CoordinatorDeath,
 }
 
 impl PushSource {
@@ -151,7 +182,15 @@ impl PushSource {
             schema,
             tx,
             finished,
+            death: Default::default(),
         }
+    }
+
+    /// Report `death` (the coordinator's panic) when a push finds the
+    /// pipeline gone.
+    pub fn watching(mut self, death: crate::coordinator::CoordinatorDeath) -> Self {
+        self.death = death;
+        self
     }
 
     fn check_open(&self) -> Result<()> {
@@ -176,7 +215,7 @@ impl PushSource {
                 event,
             })
             .await
-            .map_err(|_| EngineError::NotRunning)
+            .map_err(|_| self.death.not_running())
     }
 
     /// Push a batch; waits while the pipeline is backpressured. The batch

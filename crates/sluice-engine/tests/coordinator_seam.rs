@@ -51,7 +51,11 @@ struct Script {
     halt_on: Option<i64>,
     fault_on: Option<i64>,
     fault_on_cycle_error: bool,
-    drops_failed_cycles: bool,
+    /// A cycle holding this value panics (outside any component's own
+    /// containment: the coordinator loop must catch it).
+    panic_cycle_on: Option<i64>,
+    /// `abort_sinks` panics (escapes the loop: the thread dies).
+    panic_on_abort: bool,
     cycle_delay: Duration,
     interval: Option<Duration>,
     /// Ten seconds when unset.
@@ -146,6 +150,10 @@ impl CycleExecution for ScriptedCallback {
             if has(s.fail_cycle_on) {
                 return Err(CycleError::Execution("operator blew up".into()));
             }
+            if has(s.panic_cycle_on) {
+                drop(s);
+                panic!("operator exploded");
+            }
             s.cycle_delay
         };
         tokio::time::sleep(delay).await;
@@ -158,9 +166,6 @@ impl CycleExecution for ScriptedCallback {
     }
     fn fault_on_cycle_error(&self) -> bool {
         self.script().fault_on_cycle_error
-    }
-    fn drops_failed_cycles(&self) -> bool {
-        self.script().drops_failed_cycles
     }
 }
 
@@ -189,6 +194,9 @@ impl OutputPublication for ScriptedCallback {
     }
     fn abort_sinks(&mut self) -> Result<(), String> {
         self.note("sinks.abort".into());
+        if self.script().panic_on_abort {
+            panic!("abort exploded");
+        }
         Ok(())
     }
 }
@@ -686,14 +694,88 @@ async fn cycle_error_faults_when_asked() {
     .await;
 }
 
+/// No failed cycle is ever dropped: later input is not taken in.
 #[tokio::test]
-async fn cycle_error_is_dropped_when_asked_and_the_pipeline_carries_on() {
-    let h = start(|s| (s.fail_cycle_on, s.drops_failed_cycles) = (Some(13), true));
-    h.send(vec![batch("A", 13), batch("A", 14)]).await;
-    h.expect_log("cycle wm=13 A=[13] | cycle error noted | cycle wm=14 A=[14] | sinks.write")
+async fn a_failed_cycle_is_never_dropped_and_later_input_stays_out() {
+    for fault in [false, true] {
+        let h = start(|s| (s.fail_cycle_on, s.fault_on_cycle_error) = (Some(13), fault));
+        h.send(vec![batch("A", 13)]).await;
+        let r = h.finished().await;
+        if fault {
+            assert_fault(r, "operator blew up");
+        } else {
+            assert_halted(r, "operator blew up");
+        }
+        assert!(h.tx.send(batch("A", 14)).await.is_err(), "intake stopped");
+        h.expect_log(
+            "cycle wm=13 A=[13] | cycle error noted | invalidate: operator blew up | sinks.abort",
+        )
         .await;
-    let st = h.handle.status();
-    assert_eq!((st.cycles, st.halted, st.fault), (1, None, None));
+        let st = h.handle.status();
+        assert_eq!(st.cycles, 0);
+    }
+}
+
+/// A panic the components did not contain stops intake from the loop:
+/// a halt without checkpoints, a fault with them; the coordinator still
+/// answers and shuts down.
+#[tokio::test]
+async fn a_panic_in_a_cycle_halts_or_faults_and_the_coordinator_lives_on() {
+    let reason = "the coordinator panicked: operator exploded";
+    for fault in [false, true] {
+        let mut h = start(|s| (s.panic_cycle_on, s.fault_on_cycle_error) = (Some(7), fault));
+        h.send(vec![batch("A", 7)]).await;
+        let r = h.finished().await;
+        if fault {
+            assert_fault(r, reason);
+        } else {
+            assert_halted(r, reason);
+        }
+        h.expect_log(&format!(
+            "cycle wm=7 A=[7] | invalidate: {reason} | sinks.abort"
+        ))
+        .await;
+        let again = bounded(h.handle.control(ControlMsg::Start)).await;
+        assert!(again.is_ok(), "the coordinator still answers: {again:?}");
+        let r = h.shutdown(true).await;
+        assert!(
+            matches!(&r, Err(e) if e.to_string().contains(reason)),
+            "{r:?}"
+        );
+    }
+}
+
+/// When a panic escapes the loop too, the thread dies, and every later
+/// call says that it panicked and why, never a bare "not running".
+#[tokio::test]
+async fn a_dead_coordinator_reports_its_panic_on_every_later_call() {
+    let mut h = start(|s| (s.panic_cycle_on, s.panic_on_abort) = (Some(7), true));
+    let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+    let push = sluice_engine::sources::PushSource::new(
+        Arc::from("A"),
+        Arc::clone(&schema),
+        h.tx.clone(),
+        Default::default(),
+    )
+    .watching(h.handle.death());
+    h.send(vec![batch("A", 7)]).await;
+    let dead = |r: Result<(), EngineError>| match r {
+        Err(e @ EngineError::CoordinatorPanicked(_)) => {
+            assert_eq!(e.code(), "SLC-ENG-014");
+            assert!(e.to_string().contains("abort exploded"), "{e}");
+        }
+        other => panic!("expected the coordinator's panic, got {other:?}"),
+    };
+    dead(h.finished().await);
+    assert_eq!(
+        h.handle.status().panicked.as_deref(),
+        Some("abort exploded")
+    );
+    dead(bounded(h.handle.control(ControlMsg::Start)).await);
+    dead(bounded(h.handle.checkpoint()).await.map(|_| ()));
+    let rows = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![8]))]).unwrap();
+    dead(bounded(push.push(rows)).await);
+    dead(h.shutdown(false).await);
 }
 
 #[tokio::test]

@@ -30,8 +30,10 @@ use tokio::sync::{mpsc, Mutex};
 use crate::query::run_query;
 use crate::{Error, Result};
 
+mod outputs;
 mod process;
 mod seal;
+pub use outputs::SinkOutput;
 pub use process::HandlerFactory;
 use process::RegisteredFunction;
 
@@ -536,12 +538,10 @@ impl Database {
         let schema = Arc::clone(&def.schema);
         let finished = Arc::clone(state.push_finished.entry(name.to_string()).or_default());
         let r = self.running(&mut state)?;
-        Ok(PushSource::new(
-            Arc::from(name),
-            schema,
-            r.source_tx.clone(),
-            finished,
-        ))
+        Ok(
+            PushSource::new(Arc::from(name), schema, r.source_tx.clone(), finished)
+                .watching(r.coordinator.death()),
+        )
     }
 
     /// Subscribe to a stream, materialized view or source: every later output batch is delivered.
@@ -777,8 +777,13 @@ impl Database {
         self.stop(false).await
     }
 
-    /// Stop without publishing: every sink's unpublished output is discarded,
-    /// so no sink file appears under its final name. For a run that failed.
+    /// Stop without publishing: every sink's unpublished output is discarded.
+    /// For a run that failed. Without checkpoints no sink file appears
+    /// under its final name; under exactly-once a sink file holds exactly
+    /// the committed epochs (and does not exist before the first epoch with
+    /// rows committed); under at-least-once it holds the rows delivered so
+    /// far, and a rerun on the same state directory continues from the last
+    /// checkpoint (repeating at most the rows delivered after it).
     pub async fn abort(&self) -> Result<MetricsSnapshot> {
         self.stop(true).await
     }

@@ -21,7 +21,7 @@
 mod database;
 mod query;
 
-pub use database::{Database, DatabaseBuilder, HandlerFactory};
+pub use database::{Database, DatabaseBuilder, HandlerFactory, SinkOutput};
 pub use sluice_engine::coordinator::CheckpointReport;
 pub use sluice_engine::metrics::MetricsSnapshot;
 pub use sluice_engine::options::{Delivery, PipelineOptions};

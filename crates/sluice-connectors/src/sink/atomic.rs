@@ -35,6 +35,7 @@ impl TempFile {
         })?;
         let dir = parent_dir(target);
         fs::create_dir_all(dir).map_err(|e| ConnectorError::io(dir, e))?;
+        remove_stale(dir, &name.to_string_lossy())?;
         let id = NEXT_TEMP_ID.fetch_add(1, Ordering::Relaxed);
         let temp_name = format!(
             ".{}.tmp-{}-{id}",
@@ -98,6 +99,59 @@ impl Drop for TempFile {
             }
         }
     }
+}
+
+/// Remove the temp files of `name` in `dir` that earlier processes left
+/// behind when they died (a kill, a crash, a power cut): their owner's pid
+/// is in the name, and a file whose owner no longer runs can never be
+/// committed. Files of live processes (this one included) are never
+/// touched, so two programs writing next to each other are safe.
+pub(crate) fn remove_stale(dir: &Path, name: &str) -> Result<usize> {
+    let prefix = format!(".{name}.tmp-");
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => return Err(ConnectorError::io(dir, e)),
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().to_string();
+        let Some(pid) = file
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.split_once('-'))
+            .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || process_alive(pid) {
+            continue;
+        }
+        match fs::remove_file(entry.path()) {
+            Ok(()) => {
+                removed += 1;
+                tracing::info!(
+                    file = %entry.path().display(),
+                    pid,
+                    "removed a sink temp file left by a process that no longer runs"
+                );
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ConnectorError::io(entry.path(), e)),
+        }
+    }
+    Ok(removed)
+}
+
+/// Whether a process with this pid runs (Linux: it has a `/proc` entry).
+#[cfg(target_os = "linux")]
+fn process_alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Without `/proc` liveness is unknown: assume alive and never remove.
+#[cfg(not(target_os = "linux"))]
+fn process_alive(_pid: u32) -> bool {
+    true
 }
 
 fn parent_dir(path: &Path) -> &Path {

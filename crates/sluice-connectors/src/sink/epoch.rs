@@ -9,6 +9,14 @@
 //! middle of an append gives the same bytes. Only appendable formats (CSV,
 //! JSON lines) can be transactional.
 //!
+//! A transactional sink does not touch the final file until its first epoch
+//! with rows commits: that epoch's staged file starts with the header, and
+//! its commit (re)creates the final file from offset 0. So on any error
+//! before then no file of this run appears under the final name (not even
+//! a header-only one), and afterwards the final file holds exactly the
+//! committed epochs. A clean close of a sink that never committed rows
+//! publishes a header-only file, as an atomic sink does.
+//!
 //! The same type in `direct` mode appends rows to the final file at once
 //! (at-least-once delivery: nothing is held back, a replay may repeat rows).
 
@@ -75,7 +83,9 @@ impl EpochFileSink {
         }
     }
 
-    /// Start a fresh output: the final file is (re)created with just its header.
+    /// Start a fresh output. Direct: the final file is (re)created with
+    /// just its header. Transactional: the final file is left alone until
+    /// the first epoch with rows commits.
     pub fn create(
         path: &Path,
         format: FileFormat,
@@ -86,20 +96,26 @@ impl EpochFileSink {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         }
-        let header = encode(
-            format,
-            &schema,
-            &RecordBatch::new_empty(schema.clone()),
-            true,
-        )?;
-        let mut f = File::create(path).map_err(|e| io(path, e))?;
-        f.write_all(&header).map_err(|e| io(path, e))?;
-        f.sync_all().map_err(|e| io(path, e))?;
-        sync_parent(path)?;
         let mut sink = Self::blank(path, format, schema, direct, 0);
-        sink.sealed_len = header.len() as u64;
+        if direct {
+            let header = sink.header()?;
+            let mut f = File::create(path).map_err(|e| io(path, e))?;
+            f.write_all(&header).map_err(|e| io(path, e))?;
+            f.sync_all().map_err(|e| io(path, e))?;
+            sync_parent(path)?;
+            sink.sealed_len = header.len() as u64;
+        }
         sink.discard_orphans(0)?;
         Ok(sink)
+    }
+
+    fn header(&self) -> Result<Vec<u8>> {
+        encode(
+            self.format,
+            &self.schema,
+            &RecordBatch::new_empty(self.schema.clone()),
+            true,
+        )
     }
 
     /// Resume after recovery: commit the checkpoint's sealed epochs again
@@ -116,7 +132,9 @@ impl EpochFileSink {
     ) -> Result<Self> {
         Self::check_format(path, format)?;
         let mut sink = Self::blank(path, format, schema, direct, next_epoch);
-        if !path.exists() {
+        // A transactional sink that committed nothing yet has no file.
+        let nothing_committed = !direct && committed_len == 0;
+        if !path.exists() && !nothing_committed {
             return Err(io(
                 path,
                 std::io::Error::new(
@@ -133,12 +151,15 @@ impl EpochFileSink {
             let end = sealed
                 .last()
                 .map_or(committed_len, |r| r.final_len_before + r.staged_len);
-            let f = OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|e| io(path, e))?;
-            f.set_len(end).map_err(|e| io(path, e))?;
-            f.sync_all().map_err(|e| io(path, e))?;
+            // Nothing committed: the file (if any) is not this run's yet.
+            if end > 0 {
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| io(path, e))?;
+                f.set_len(end).map_err(|e| io(path, e))?;
+                f.sync_all().map_err(|e| io(path, e))?;
+            }
             sink.sealed_len = end;
         } else {
             sink.sealed_len = std::fs::metadata(path).map_err(|e| io(path, e))?.len();
@@ -170,7 +191,8 @@ impl EpochFileSink {
             .with_file_name(format!(".{name}.epoch-{epoch:012}"))
     }
 
-    /// Remove staged files of epochs at or after `from` (never committed).
+    /// Remove staged files of epochs at or after `from` (never committed),
+    /// and temp files of this sink left by processes that died.
     fn discard_orphans(&self, from: u64) -> Result<()> {
         let dir = match self.path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -181,6 +203,8 @@ impl EpochFileSink {
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
+        // Temp files of dead processes (a header publication cut short).
+        super::atomic::remove_stale(&dir, &name)?;
         let prefix = format!(".{name}.epoch-");
         let entries = std::fs::read_dir(&dir).map_err(|e| io(&dir, e))?;
         for entry in entries.flatten() {
@@ -247,8 +271,16 @@ impl EpochFileSink {
         }
         if self.staged.is_none() {
             let p = self.staged_path(self.epoch);
-            let f = File::create(&p).map_err(|e| io(&p, e))?;
-            self.staged = Some((p, f, 0));
+            let mut f = File::create(&p).map_err(|e| io(&p, e))?;
+            // The first epoch with rows carries the header: its commit
+            // creates the final file.
+            let mut len = 0;
+            if self.sealed_len == 0 {
+                let header = self.header()?;
+                f.write_all(&header).map_err(|e| io(&p, e))?;
+                len = header.len() as u64;
+            }
+            self.staged = Some((p, f, len));
         }
         if let Some((p, f, len)) = self.staged.as_mut() {
             f.write_all(&bytes).map_err(|e| io(p, e))?;
@@ -301,18 +333,17 @@ impl EpochFileSink {
         let Some(staged) = &r.staged else {
             return Ok(());
         };
-        let mut final_file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.path)
-            .map_err(|e| io(&self.path, e))?;
-        let len = final_file.metadata().map_err(|e| io(&self.path, e))?.len();
         let mut data = Vec::with_capacity(r.staged_len as usize);
         match File::open(staged) {
             Ok(mut s) => {
                 s.read_to_end(&mut data).map_err(|e| io(staged, e))?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let len = match std::fs::metadata(&self.path) {
+                    Ok(m) => m.len(),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                    Err(e) => return Err(io(&self.path, e)),
+                };
                 // Already committed and cleaned up, unless the final file is short.
                 if len >= r.final_len_before + r.staged_len {
                     return Ok(());
@@ -336,6 +367,14 @@ impl EpochFileSink {
                 )),
             ));
         }
+        // The epoch that starts the file (re)creates it; any other needs it.
+        let first = r.final_len_before == 0;
+        let mut final_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(first)
+            .open(&self.path)
+            .map_err(|e| io(&self.path, e))?;
         final_file
             .set_len(r.final_len_before)
             .map_err(|e| io(&self.path, e))?;
@@ -344,8 +383,24 @@ impl EpochFileSink {
             .map_err(|e| io(&self.path, e))?;
         final_file.write_all(&data).map_err(|e| io(&self.path, e))?;
         final_file.sync_all().map_err(|e| io(&self.path, e))?;
+        if first {
+            sync_parent(&self.path)?;
+        }
         std::fs::remove_file(staged).map_err(|e| io(staged, e))?;
         Ok(())
+    }
+
+    /// Clean end of a run: a transactional sink that never committed rows
+    /// publishes a header-only file (atomically), so a run that succeeded
+    /// always leaves its output file. Call after every epoch is settled.
+    pub fn close(self) -> Result<u64> {
+        if !self.direct && self.sealed_len == 0 {
+            let (temp, mut file) = super::atomic::TempFile::create(&self.path)?;
+            file.write_all(&self.header()?)
+                .map_err(|e| io(temp.path(), e))?;
+            temp.commit(file)?;
+        }
+        Ok(self.rows)
     }
 
     /// Throw away the open epoch's rows (its staged file).

@@ -23,13 +23,16 @@ fn epochs_are_visible_only_after_commit() {
     let path = dir.path().join("out.csv");
     let mut sink =
         EpochFileSink::create(&path, FileFormat::Csv, batch(&[]).schema(), false).unwrap();
-    assert_eq!(read(&path), "v\n");
+    assert!(
+        !path.exists(),
+        "no file (not even a header) before a commit"
+    );
     sink.write(&batch(&[1, 2])).unwrap();
-    assert_eq!(read(&path), "v\n", "staged rows are not visible");
+    assert!(!path.exists(), "staged rows are not visible");
     let e0 = sink.pre_commit().unwrap();
     sink.write(&batch(&[3])).unwrap();
     let e1 = sink.pre_commit().unwrap();
-    assert_eq!(read(&path), "v\n");
+    assert!(!path.exists());
     sink.commit(std::slice::from_ref(&e0)).unwrap();
     assert_eq!(read(&path), "v\n1\n2\n");
     sink.commit(&[e0, e1]).unwrap();
@@ -97,4 +100,78 @@ fn direct_mode_appends_at_once_and_parquet_is_refused() {
     .unwrap()
     .to_string();
     assert!(err.contains("cannot commit epochs"), "{err}");
+}
+
+/// A transactional sink leaves the final path alone until its first epoch
+/// with rows commits: an empty epoch, an abort, or an error before then
+/// leave an earlier run's file as it was; the first commit replaces it.
+#[test]
+fn the_final_file_appears_with_the_first_committed_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.csv");
+    std::fs::write(&path, "v\n99\n").unwrap();
+    let schema = batch(&[]).schema();
+    let mut sink = EpochFileSink::create(&path, FileFormat::Csv, schema.clone(), false).unwrap();
+    let empty = sink.pre_commit().unwrap();
+    sink.commit(std::slice::from_ref(&empty)).unwrap();
+    assert_eq!(
+        read(&path),
+        "v\n99\n",
+        "an epoch without rows commits nothing"
+    );
+    sink.write(&batch(&[1])).unwrap();
+    sink.rollback_open_epoch().unwrap();
+    assert_eq!(
+        read(&path),
+        "v\n99\n",
+        "a rolled-back epoch leaves the file alone"
+    );
+    sink.write(&batch(&[2])).unwrap();
+    let e = sink.pre_commit().unwrap();
+    assert_eq!(e.final_len_before, 0, "the first epoch starts the file");
+    sink.commit(std::slice::from_ref(&e)).unwrap();
+    assert_eq!(read(&path), "v\n2\n");
+    // Recovery from a checkpoint that committed nothing leaves no file.
+    let fresh = dir.path().join("fresh.csv");
+    let sink =
+        EpochFileSink::recover(&fresh, FileFormat::Csv, schema.clone(), false, 0, &[], 3).unwrap();
+    assert!(!fresh.exists());
+    // A clean close of a sink that committed no rows publishes a header-only file.
+    assert_eq!(sink.close().unwrap(), 0);
+    assert_eq!(read(&fresh), "v\n");
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(
+        names.is_empty(),
+        "no temp or staged file is left: {names:?}"
+    );
+}
+
+/// Recovery after a crash between the durable checkpoint and the first
+/// commit: the sealed first epoch is committed again and creates the file.
+#[test]
+fn recovery_commits_the_first_epoch_and_creates_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.json");
+    let schema = batch(&[]).schema();
+    let mut sink =
+        EpochFileSink::create(&path, FileFormat::JsonLines, schema.clone(), false).unwrap();
+    sink.write(&batch(&[4, 5])).unwrap();
+    let e0 = sink.pre_commit().unwrap();
+    drop(sink);
+    assert!(!path.exists());
+    EpochFileSink::recover(
+        &path,
+        FileFormat::JsonLines,
+        schema,
+        false,
+        0,
+        std::slice::from_ref(&e0),
+        e0.epoch + 1,
+    )
+    .unwrap();
+    assert_eq!(read(&path), "{\"v\":4}\n{\"v\":5}\n");
 }

@@ -186,3 +186,50 @@ fn parquet_sink_round_trip() {
             .unwrap();
     assert_eq!(batch, expected);
 }
+
+/// Temp files of an earlier process that died are removed when a sink of
+/// the same file opens; those of live processes (this one, or any other
+/// that runs), of other files, or with names that are not ours stay.
+#[test]
+fn stale_temp_files_of_dead_processes_are_removed_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.csv");
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let mut live = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let live_pid = live.id();
+    let own = std::process::id();
+    let stale = [
+        format!(".data.csv.tmp-{dead_pid}-0"),
+        format!(".data.csv.tmp-{dead_pid}-17"),
+    ];
+    let kept = [
+        format!(".data.csv.tmp-{live_pid}-3"),
+        format!(".data.csv.tmp-{own}-999999"),
+        format!(".other.csv.tmp-{dead_pid}-0"),
+        format!(".data.csv.tmp-{dead_pid}-x"),
+        ".data.csv.tmp-garbage".to_string(),
+        "data.csv".to_string(),
+    ];
+    for name in stale.iter().chain(&kept) {
+        std::fs::write(dir.path().join(name), "old").unwrap();
+    }
+    let sink = FileSinkWriter::create(&path, FileFormat::Csv, sample_schema()).unwrap();
+    let _ = live.kill();
+    let _ = live.wait();
+    // The sink's own new temp file is there too.
+    let own_old = format!(".data.csv.tmp-{own}-999999");
+    let own_prefix = format!(".data.csv.tmp-{own}-");
+    let (new, rest): (Vec<String>, Vec<String>) = listing(dir.path())
+        .into_iter()
+        .partition(|n| n.starts_with(&own_prefix) && *n != own_old);
+    assert_eq!(new.len(), 1, "{new:?}");
+    let mut expected: Vec<String> = kept.to_vec();
+    expected.sort();
+    assert_eq!(rest, expected);
+    sink.abort().unwrap();
+}

@@ -37,9 +37,8 @@ pub enum CycleError {
     Execution(String),
     /// A process function's call was rejected (a limit, a handler error or
     /// a panic), or anything failed in a cycle after a process function
-    /// accepted calls. Earlier calls of the cycle did apply, so the cycle is
-    /// never dropped: it faults for replay when checkpointing is on, and
-    /// halts otherwise.
+    /// accepted calls. Like every failed cycle it is never dropped: it
+    /// faults for replay when checkpointing is on, and halts otherwise.
     #[error("{0}")]
     Process(String),
     /// Output could not be published.
@@ -188,17 +187,14 @@ pub trait CycleExecution {
     fn record_cycle(&self, events_ingested: u64, batches: u64, elapsed_ns: u64);
     /// Record the three timed phases of a published cycle.
     fn record_cycle_phases(&self, _execute_ns: u64, _output_store_ns: u64, _sink_enqueue_ns: u64) {}
-    /// Count a failed cycle that was dropped.
+    /// Count a failed cycle.
     fn note_cycle_error(&self) {}
-    /// Whether a failed cycle should fault for recovery (exactly-once:
-    /// replay from the last committed cut) rather than be dropped.
+    /// Whether a failed cycle (or a panic anywhere in the pipeline) faults
+    /// for recovery, which replays from the last committed checkpoint,
+    /// rather than halting. True whenever checkpointing is on, in every
+    /// delivery mode: a failed cycle's input is never dropped, because
+    /// at-least-once must not lose rows any more than exactly-once may.
     fn fault_on_cycle_error(&self) -> bool {
-        false
-    }
-    /// Whether a failed cycle is dropped and counted while the pipeline
-    /// carries on (at-least-once). When neither this nor
-    /// [`Self::fault_on_cycle_error`] holds, a failed cycle halts the pipeline.
-    fn drops_failed_cycles(&self) -> bool {
         false
     }
     /// Whether operators hold deferred input.

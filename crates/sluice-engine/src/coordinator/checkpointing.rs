@@ -110,8 +110,14 @@ impl ConnectorPipelineCallback {
         }
         let mut sinks = BTreeMap::new();
         for sink in self.sinks.iter_mut() {
-            if let Some(cp) = sink.pre_commit()? {
-                sinks.insert(sink.name().to_string(), cp);
+            let name = sink.name().to_string();
+            let sealed = crate::panic::contain(
+                || format!("sealing the epoch of sink '{name}'"),
+                || sink.pre_commit(),
+            )
+            .map_err(EngineError::Internal)??;
+            if let Some(cp) = sealed {
+                sinks.insert(name, cp);
             }
         }
         let fingerprint = self
@@ -224,8 +230,15 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         // Durable from here on: the sinks' sealed epochs must become visible.
         // A sink that cannot commit now is a continuation fault; the
         // checkpoint itself stays committed and recovery re-commits it.
-        for sink in self.sinks.iter_mut() {
-            if let Err(e) = sink.commit() {
+        for i in 0..self.sinks.len() {
+            let sink = &mut self.sinks[i];
+            let name = sink.name().to_string();
+            let committed = crate::panic::contain(
+                || format!("sink '{name}'"),
+                || sink.commit().map_err(|e| e.to_string()),
+            )
+            .and_then(|r| r);
+            if let Err(e) = committed {
                 let reason = format!("checkpoint {} is durable but committing {e}", attempt.id);
                 self.record_checkpoint_continuation_fault(attempt, &reason);
                 break;

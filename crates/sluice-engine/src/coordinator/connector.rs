@@ -19,6 +19,7 @@ use super::callback::{
 };
 use super::streams::{InstalledStream, MarkMap, StreamFailure};
 use crate::catalog::{SourceConnector, SourceDef};
+use crate::fault::FaultSite;
 use crate::metrics::PipelineMetrics;
 use crate::operators::expr::event_time_ms;
 use crate::options::Delivery;
@@ -285,16 +286,33 @@ impl CycleExecution for ConnectorPipelineCallback {
         }
         let mut marks = std::mem::take(&mut self.cycle_marks);
         // Once a process function accepted calls, its state and activation
-        // ids moved on: a later failure in the same cycle must not be
-        // dropped either, or the accepted output would be lost.
+        // ids moved on: a later failure in the same cycle is reported as a
+        // process failure (no failed cycle is ever dropped in any case).
         let mut processed = false;
         for s in self.streams.iter_mut() {
-            s.run(&mut data, &mut marks, watermark)
-                .map_err(|f| match f {
-                    StreamFailure::Process(m) => CycleError::Process(m),
-                    StreamFailure::Other(m) if processed => CycleError::Process(m),
-                    StreamFailure::Other(m) => CycleError::Execution(m),
-                })?;
+            let name = Arc::clone(&s.name);
+            // A panicking operator fails the cycle like an operator error.
+            crate::panic::contain(
+                || format!("stream '{name}'"),
+                || {
+                    s.run(&mut data, &mut marks, watermark)?;
+                    let rows: usize = data
+                        .get(&name)
+                        .map_or(0, |b| b.iter().map(RecordBatch::num_rows).sum());
+                    if rows == 0 {
+                        return Ok(());
+                    }
+                    crate::fault::hit(FaultSite::Stream, &name, rows as u64)
+                        .map_err(|e| StreamFailure::Other(format!("stream '{name}': {e}")))
+                },
+            )
+            .map_err(StreamFailure::Other)
+            .and_then(|r| r)
+            .map_err(|f| match f {
+                StreamFailure::Process(m) => CycleError::Process(m),
+                StreamFailure::Other(m) if processed => CycleError::Process(m),
+                StreamFailure::Other(m) => CycleError::Execution(m),
+            })?;
             processed |= s.is_process();
         }
         Ok(CycleOutcome { results: data })
@@ -317,15 +335,7 @@ impl CycleExecution for ConnectorPipelineCallback {
     }
 
     fn fault_on_cycle_error(&self) -> bool {
-        self.checkpoints
-            .as_ref()
-            .is_some_and(|c| c.delivery == Delivery::ExactlyOnce)
-    }
-
-    fn drops_failed_cycles(&self) -> bool {
-        self.checkpoints
-            .as_ref()
-            .is_some_and(|c| c.delivery == Delivery::AtLeastOnce)
+        self.checkpoints.is_some()
     }
 }
 
@@ -339,7 +349,12 @@ impl OutputPublication for ConnectorPipelineCallback {
             self.shared.metrics.add_output(&s.name, rows as u64);
             if let Some(view) = &s.view {
                 for b in batches {
-                    view.apply(b).map_err(|e| {
+                    crate::panic::contain(
+                        || format!("materialized view '{}'", s.name),
+                        || view.apply(b),
+                    )
+                    .map_err(CycleError::Output)?
+                    .map_err(|e| {
                         CycleError::Output(format!("materialized view '{}': {e}", s.name))
                     })?;
                 }
@@ -350,10 +365,21 @@ impl OutputPublication for ConnectorPipelineCallback {
 
     fn push_to_streams(&self, results: &BatchMap) -> Result<(), CycleError> {
         for (name, batches) in results {
-            self.shared
-                .subscriptions
-                .publish(name, batches)
-                .map_err(|e| CycleError::Output(format!("subscription to '{name}': {e}")))?;
+            let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+            crate::panic::contain(
+                || format!("subscription delivery of '{name}'"),
+                || {
+                    if rows > 0 {
+                        crate::fault::hit(FaultSite::Subscription, name, rows as u64)?;
+                    }
+                    self.shared
+                        .subscriptions
+                        .publish(name, batches)
+                        .map_err(|e| e.to_string())
+                },
+            )
+            .and_then(|r| r)
+            .map_err(|e| CycleError::Output(format!("subscription to '{name}': {e}")))?;
         }
         Ok(())
     }
@@ -373,12 +399,19 @@ impl OutputPublication for ConnectorPipelineCallback {
             }
             // Pushed rows can arrive before `start`: open the sink for them
             // in the mode known so far (atomic unless checkpointing is on).
-            if !sink.is_open() {
-                sink.begin(self.sink_mode, None)
-                    .map_err(|e| CycleError::Output(format!("sink '{}': {e}", sink.name())))?;
-            }
-            sink.write(results, wm)
-                .map_err(|e| CycleError::Output(format!("sink '{}': {e}", sink.name())))?;
+            let mode = self.sink_mode;
+            let name = sink.name().to_string();
+            crate::panic::contain(
+                || format!("sink '{name}'"),
+                || {
+                    if !sink.is_open() {
+                        sink.begin(mode, None)?;
+                    }
+                    sink.write(results, wm)
+                },
+            )
+            .map_err(CycleError::Output)?
+            .map_err(|e| CycleError::Output(e.to_string()))?;
         }
         Ok(())
     }
@@ -413,8 +446,11 @@ impl OutputPublication for ConnectorPipelineCallback {
     async fn close_sinks(&mut self) -> Result<(), String> {
         let mut failures = Vec::new();
         for sink in self.sinks.iter_mut() {
-            if let Err(e) = sink.close() {
-                failures.push(e.to_string());
+            let name = sink.name().to_string();
+            match crate::panic::contain(|| format!("closing sink '{name}'"), || sink.close()) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => failures.push(e.to_string()),
+                Err(panic) => failures.push(panic),
             }
         }
         if failures.is_empty() {
@@ -428,7 +464,14 @@ impl OutputPublication for ConnectorPipelineCallback {
         let failures: Vec<String> = self
             .sinks
             .iter_mut()
-            .filter_map(|s| s.abort().err().map(|e| e.to_string()))
+            .filter_map(|s| {
+                let name = s.name().to_string();
+                match crate::panic::contain(|| format!("aborting sink '{name}'"), || s.abort()) {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(panic) => Some(panic),
+                }
+            })
             .collect();
         if failures.is_empty() {
             Ok(())

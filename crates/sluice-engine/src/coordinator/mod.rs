@@ -11,15 +11,18 @@
 pub mod callback;
 mod checkpointing;
 pub mod connector;
+mod handle;
 pub mod streams;
 
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
+
+use futures::FutureExt;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::error::{EngineError, Result};
 use crate::sources::{SourceEvent, SourceMessage};
 pub use callback::{
     BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
@@ -27,6 +30,7 @@ pub use callback::{
     PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
 };
 pub use connector::{CheckpointConfig, ConnectorPipelineCallback, SharedOutputs};
+pub use handle::{wait_finished, CoordinatorDeath, CoordinatorHandle};
 pub use streams::StreamProducer;
 
 /// What the coordinator reports about the pipeline.
@@ -43,6 +47,8 @@ pub struct PipelineStatus {
     pub cycles: u64,
     /// Whether the coordinator has shut down.
     pub stopped: bool,
+    /// The coordinator thread died of this panic (the pipeline is gone).
+    pub panicked: Option<String>,
 }
 
 /// Commands for the coordinator.
@@ -59,6 +65,12 @@ pub enum Command {
         /// Discard unpublished sink output instead of publishing it.
         discard: bool,
     },
+}
+
+/// What the loop does after a step.
+enum Step {
+    Continue,
+    Stop,
 }
 
 /// Tunables of the loop.
@@ -106,87 +118,115 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     }
 
     /// Run until shut down.
+    ///
+    /// Each step runs inside `catch_unwind`: a panic that escapes the
+    /// per-component containment (see [`crate::panic`]) stops intake like
+    /// any other failure, and the loop keeps serving commands so the
+    /// caller still gets a shutdown and an error saying what happened.
     pub async fn run(mut self) {
         let mut idle = tokio::time::interval(self.config.idle_tick);
         idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Created once checkpointing is enabled (at start).
         let mut checkpoints: Option<tokio::time::Interval> = None;
         loop {
-            if checkpoints.is_none() {
-                if let Some(period) = self.callback.checkpoint_interval() {
-                    let mut i =
-                        tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-                    i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                    checkpoints = Some(i);
+            let step = AssertUnwindSafe(self.step(&mut idle, &mut checkpoints))
+                .catch_unwind()
+                .await;
+            match step {
+                Ok(Step::Continue) => {}
+                Ok(Step::Stop) => return,
+                Err(payload) => {
+                    let reason = format!(
+                        "the coordinator panicked: {}",
+                        crate::panic::panic_message(&*payload)
+                    );
+                    tracing::error!(%reason, "coordinator step panicked");
+                    self.fail(reason);
                 }
             }
-            if !self.stopped_intake && !self.held.is_empty() {
-                let n = self.held.len().min(self.config.max_batches_per_cycle);
-                let batch: Vec<SourceMessage> = self.held.drain(..n).collect();
-                self.process(batch).await;
-                yield_to_timers().await;
-                self.check_halt_and_fault();
-                continue;
+        }
+    }
+
+    /// One turn of the loop: held input, a command, a timer or new input.
+    async fn step(
+        &mut self,
+        idle: &mut tokio::time::Interval,
+        checkpoints: &mut Option<tokio::time::Interval>,
+    ) -> Step {
+        if checkpoints.is_none() {
+            if let Some(period) = self.callback.checkpoint_interval() {
+                let mut i = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                *checkpoints = Some(i);
             }
-            tokio::select! {
-                biased;
-                cmd = self.commands.recv() => match cmd {
-                    Some(Command::Control(msg, ack)) => {
-                        self.callback.apply_control(msg);
-                        // Recovered sources may all be finished already: one
-                        // cycle closes what remains and reports completion.
-                        if self.callback.all_sources_finished() && !self.status.borrow().finished {
-                            self.run_cycle(BatchMap::default(), 0, 0).await;
-                        }
-                        let _ = ack.send(());
-                    }
-                    Some(Command::Checkpoint(reply)) => {
-                        let r = match self.run_checkpoint(FLAG_MANUAL).await {
-                            BarrierOutcome::Committed(report) => Ok(report),
-                            BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => Err(e),
-                        };
-                        let _ = reply.send(r);
-                    }
-                    Some(Command::Shutdown { reply, discard }) => {
-                        let r = self.shutdown(discard).await;
-                        let _ = reply.send(r);
-                        return;
-                    }
-                    None => {
-                        let _ = self.shutdown(true).await;
-                        return;
-                    }
-                },
-                _ = async {
-                    match checkpoints.as_mut() {
-                        Some(i) => {
-                            i.tick().await;
-                        }
-                        None => std::future::pending::<()>().await,
-                    }
-                }, if !self.stopped_intake => {
-                    // Nothing changed since the last checkpoint: nothing to capture.
-                    if self.cycles_since_checkpoint > 0 {
-                        let _ = self.run_checkpoint(0).await;
-                    }
-                }
-                _ = idle.tick(), if !self.stopped_intake => {
-                    let before = self.callback.current_watermark();
-                    self.callback.tick_idle_watermark();
-                    if self.callback.current_watermark() != before {
+        }
+        if !self.stopped_intake && !self.held.is_empty() {
+            let n = self.held.len().min(self.config.max_batches_per_cycle);
+            let batch: Vec<SourceMessage> = self.held.drain(..n).collect();
+            self.process(batch).await;
+            yield_to_timers().await;
+            self.check_halt_and_fault();
+            return Step::Continue;
+        }
+        tokio::select! {
+            biased;
+            cmd = self.commands.recv() => match cmd {
+                Some(Command::Control(msg, ack)) => {
+                    self.callback.apply_control(msg);
+                    // Recovered sources may all be finished already: one
+                    // cycle closes what remains and reports completion.
+                    if self.callback.all_sources_finished() && !self.status.borrow().finished {
                         self.run_cycle(BatchMap::default(), 0, 0).await;
                     }
+                    let _ = ack.send(());
                 }
-                msg = self.source_rx.recv(), if !self.stopped_intake => {
-                    if let Some(first) = msg {
-                        let batch = self.gather(first);
-                        self.process(batch).await;
-                        yield_to_timers().await;
+                Some(Command::Checkpoint(reply)) => {
+                    let r = match self.run_checkpoint(FLAG_MANUAL).await {
+                        BarrierOutcome::Committed(report) => Ok(report),
+                        BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => Err(e),
+                    };
+                    let _ = reply.send(r);
+                }
+                Some(Command::Shutdown { reply, discard }) => {
+                    let r = self.shutdown(discard).await;
+                    let _ = reply.send(r);
+                    return Step::Stop;
+                }
+                None => {
+                    let _ = self.shutdown(true).await;
+                    return Step::Stop;
+                }
+            },
+            _ = async {
+                match checkpoints.as_mut() {
+                    Some(i) => {
+                        i.tick().await;
                     }
+                    None => std::future::pending::<()>().await,
+                }
+            }, if !self.stopped_intake => {
+                // Nothing changed since the last checkpoint: nothing to capture.
+                if self.cycles_since_checkpoint > 0 {
+                    let _ = self.run_checkpoint(0).await;
                 }
             }
-            self.check_halt_and_fault();
+            _ = idle.tick(), if !self.stopped_intake => {
+                let before = self.callback.current_watermark();
+                self.callback.tick_idle_watermark();
+                if self.callback.current_watermark() != before {
+                    self.run_cycle(BatchMap::default(), 0, 0).await;
+                }
+            }
+            msg = self.source_rx.recv(), if !self.stopped_intake => {
+                if let Some(first) = msg {
+                    let batch = self.gather(first);
+                    self.process(batch).await;
+                    yield_to_timers().await;
+                }
+            }
         }
+        self.check_halt_and_fault();
+        Step::Continue
     }
 
     fn check_halt_and_fault(&mut self) {
@@ -226,6 +266,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
 
     fn halt(&mut self, reason: String) {
         self.stop_intake(reason, false);
+    }
+
+    /// A failed cycle or a panic: a fault when checkpointing is on (the
+    /// input is replayed from the last checkpoint, never dropped), a halt
+    /// otherwise.
+    fn fail(&mut self, reason: String) {
+        let fault = self.callback.fault_on_cycle_error();
+        self.stop_intake(reason, fault);
     }
 
     fn gather(&mut self, first: SourceMessage) -> Vec<SourceMessage> {
@@ -273,6 +321,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 // A barrier outside alignment belongs to an abandoned attempt.
                 SourceEvent::Barrier { .. } => {}
                 SourceEvent::Failed(reason) => return self.halt(reason),
+                SourceEvent::Panicked(reason) => return self.fail(reason),
             }
         }
         self.run_cycle(batches, events, count).await;
@@ -289,17 +338,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             Ok(o) => o,
             Err(e) => {
                 self.callback.note_cycle_error();
-                let replayable = self.callback.drops_failed_cycles();
-                if self.callback.fault_on_cycle_error()
-                    || (replayable && matches!(e, CycleError::Process(_)))
-                {
-                    return self.stop_intake(e.to_string(), true);
-                }
-                if self.callback.drops_failed_cycles() {
-                    tracing::warn!(error = %e, "cycle failed; dropped (at-least-once)");
-                    return;
-                }
-                return self.halt(e.to_string());
+                return self.fail(e.to_string());
             }
         };
         let executed = Instant::now();
@@ -309,12 +348,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             .and_then(|_| self.callback.push_to_streams(&outcome.results));
         if let Err(e) = published {
             self.callback.abort_subscription_output();
-            return self.halt(e.to_string());
+            return self.fail(e.to_string());
         }
         let stored = Instant::now();
         if let Err(e) = self.callback.write_to_sinks(&outcome.results, None).await {
             self.callback.abort_subscription_output();
-            return self.halt(e.to_string());
+            return self.fail(e.to_string());
         }
         self.callback.commit_subscription_output();
         let done = Instant::now();
@@ -511,116 +550,6 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         self.callback.invalidate_subscriptions("shutdown");
         self.status.send_modify(|s| s.stopped = true);
         result.and(closed)
-    }
-}
-
-/// A running coordinator.
-pub struct CoordinatorHandle {
-    commands: mpsc::UnboundedSender<Command>,
-    status: watch::Receiver<PipelineStatus>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl CoordinatorHandle {
-    /// Run `coordinator` on a dedicated compute thread.
-    pub fn spawn<C: PipelineCallback>(
-        callback: C,
-        source_rx: mpsc::Receiver<SourceMessage>,
-        config: CoordinatorConfig,
-    ) -> Result<Self> {
-        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-        let (status_tx, status_rx) = watch::channel(PipelineStatus::default());
-        let coordinator = StreamingCoordinator::new(callback, source_rx, cmd_rx, status_tx, config);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| EngineError::Internal(format!("coordinator runtime: {e}")))?;
-        let thread = std::thread::Builder::new()
-            .name("sluice-coordinator".into())
-            .spawn(move || runtime.block_on(coordinator.run()))
-            .map_err(|e| EngineError::Internal(format!("coordinator thread: {e}")))?;
-        Ok(Self {
-            commands: cmd_tx,
-            status: status_rx,
-            thread: Some(thread),
-        })
-    }
-
-    /// Apply DDL and wait until it is in effect.
-    pub async fn control(&self, msg: ControlMsg) -> Result<()> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Control(msg, tx))
-            .map_err(|_| EngineError::NotRunning)?;
-        rx.await.map_err(|_| EngineError::NotRunning)
-    }
-
-    /// The latest status.
-    pub fn status(&self) -> PipelineStatus {
-        self.status.borrow().clone()
-    }
-
-    /// Take a checkpoint now and wait for its outcome.
-    pub async fn checkpoint(&self) -> Result<CheckpointReport> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Checkpoint(tx))
-            .map_err(|_| EngineError::NotRunning)?;
-        rx.await
-            .map_err(|_| EngineError::NotRunning)?
-            .map_err(EngineError::Checkpoint)
-    }
-
-    /// A receiver of status updates.
-    pub fn status_receiver(&self) -> watch::Receiver<PipelineStatus> {
-        self.status.clone()
-    }
-
-    /// Wait until every source finished or the pipeline halted.
-    pub async fn wait_finished(&self) -> Result<()> {
-        wait_finished(self.status.clone()).await
-    }
-}
-
-/// Wait on a status receiver until every source finished or the pipeline halted.
-pub async fn wait_finished(mut rx: watch::Receiver<PipelineStatus>) -> Result<()> {
-    {
-        let s = rx
-            .wait_for(|s| s.finished || s.halted.is_some() || s.fault.is_some() || s.stopped)
-            .await
-            .map_err(|_| EngineError::NotRunning)?
-            .clone();
-        match (s.halted, s.fault) {
-            (Some(h), _) => Err(EngineError::Halted(h)),
-            (None, Some(f)) => Err(EngineError::Fault(f)),
-            (None, None) => Ok(()),
-        }
-    }
-}
-
-impl CoordinatorHandle {
-    /// Close sinks (or discard their output if halted or `discard`) and
-    /// stop the coordinator.
-    pub async fn shutdown(&mut self, discard: bool) -> Result<()> {
-        let (tx, rx) = oneshot::channel();
-        if self
-            .commands
-            .send(Command::Shutdown { reply: tx, discard })
-            .is_err()
-        {
-            return Err(EngineError::NotRunning);
-        }
-        let r = rx.await.map_err(|_| EngineError::NotRunning)?;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let status = self.status.borrow().clone();
-        match (r, status.halted, status.fault) {
-            (_, Some(h), _) => Err(EngineError::Halted(h)),
-            (_, None, Some(f)) => Err(EngineError::Fault(f)),
-            (Err(e), None, None) => Err(EngineError::Halted(format!("shutdown: {e}"))),
-            (Ok(()), None, None) => Ok(()),
-        }
     }
 }
 

@@ -3,8 +3,9 @@
 //! A sink writes in one of three modes. Without checkpoints its file is
 //! published atomically at shutdown. With exactly-once delivery it is
 //! transactional: rows go to epochs that become visible when the checkpoint
-//! that seals them commits. With at-least-once delivery rows are appended
-//! as they come.
+//! that seals them commits (the file itself appears with the first
+//! committed rows). With at-least-once delivery rows are appended as they
+//! come, so after a failure the file holds what was delivered so far.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -132,12 +133,21 @@ impl SinkRuntime {
     /// Write this cycle's rows of its input.
     pub fn write(&mut self, results: &CycleInputs, watermark: i64) -> Result<u64> {
         let batches = match &mut self.filter {
-            Some(f) => f.run(results, watermark)?,
+            Some(f) => f
+                .run(results, watermark)
+                .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", self.def.name)))?,
             None => results.get(&self.from).cloned().unwrap_or_default(),
         };
         if batches.is_empty() {
             return Ok(0);
         }
+        let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+        crate::fault::hit(
+            crate::fault::FaultSite::SinkWrite,
+            &self.def.name,
+            total as u64,
+        )
+        .map_err(|e| self.err(e))?;
         let mut rows = 0;
         for b in &batches {
             let r = match self.writer.as_mut() {
@@ -171,6 +181,8 @@ impl SinkRuntime {
 
     /// The checkpoint is durable: make its sealed epochs visible.
     pub fn commit(&mut self) -> Result<()> {
+        crate::fault::hit(crate::fault::FaultSite::SinkCommit, &self.def.name, 0)
+            .map_err(|e| self.err(e))?;
         let Some(Writer::Epoch(w)) = self.writer.as_mut() else {
             return Ok(());
         };
@@ -194,7 +206,7 @@ impl SinkRuntime {
     pub fn close(&mut self) -> Result<u64> {
         match self.writer.take() {
             Some(Writer::Atomic(w)) => w.finish().map_err(|e| self.err(e)),
-            Some(Writer::Epoch(w)) => Ok(w.rows_written()),
+            Some(Writer::Epoch(w)) => w.close().map_err(|e| self.err(e)),
             None => Ok(0),
         }
     }

@@ -288,11 +288,7 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return Err(self.error("-", format!("handler error: {e}"))),
             Err(payload) => {
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "no message".into());
+                let message = crate::panic::panic_message(&*payload);
                 return Err(self.error("-", format!("handler panicked: {message}")));
             }
         };

@@ -1,0 +1,161 @@
+//! The clean stop after SIGINT or SIGTERM: what happens to sink output
+//! depends on the delivery mode, and the user is told which it was.
+//!
+//! - Checkpointing off: nothing is published. Sinks write to temporary
+//!   files that become visible only when a run completes, so the stop
+//!   discards them and no partial file appears under a final name.
+//! - Exactly-once: a final checkpoint commits what was processed (sink
+//!   epochs become visible with it), and a rerun on the same state
+//!   directory resumes from it and ends with the bytes of an uninterrupted
+//!   run.
+//! - At-least-once with checkpoints: a final checkpoint records where the
+//!   sources stood; the rows already appended to the sinks stay, and a
+//!   rerun resumes from the checkpoint.
+
+use sluice::{Database, Delivery, SinkOutput};
+
+use crate::signals::{Signal, Signals};
+
+/// Stop `db` after `signal` and report on stderr what became of the output.
+/// An error of the stop itself (a final checkpoint that did not commit) is
+/// printed too; the exit status stays the signal's either way.
+pub async fn stop(db: &Database, signal: Signal, signals: &Signals) {
+    let sinks = db.sink_outputs().await;
+    let delivery = db.checkpoint_delivery().await;
+    let stopped = match delivery {
+        None => db.abort().await,
+        Some(_) => db.shutdown().await,
+    };
+    let checkpoint = match delivery {
+        None => None,
+        Some(_) => match db.checkpoints().await {
+            Ok(list) => list.last().map(|c| c.id),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing checkpoints after the stop");
+                None
+            }
+        },
+    };
+    if let Err(e) = &stopped {
+        signals.say(&format!("error[{}]: {e}", e.code()));
+    }
+    signals.say(&report(
+        signal,
+        delivery,
+        &sinks,
+        checkpoint,
+        stopped.is_ok(),
+    ));
+}
+
+/// The line that tells the user what the stop did to each sink's output.
+pub fn report(
+    signal: Signal,
+    delivery: Option<Delivery>,
+    sinks: &[SinkOutput],
+    checkpoint: Option<u64>,
+    clean: bool,
+) -> String {
+    let name = signal.name();
+    let sinks = sink_list(sinks);
+    let at = match checkpoint {
+        Some(id) => format!("checkpoint {id}"),
+        None => "no committed checkpoint".to_string(),
+    };
+    match (delivery, clean) {
+        (None, _) => format!(
+            "{name}: stopped; checkpointing is off, so the output of {sinks} was discarded \
+             and no sink file was published; a rerun starts over"
+        ),
+        (Some(Delivery::ExactlyOnce), true) => format!(
+            "{name}: stopped at {at}; the output of {sinks} is exactly what it committed \
+             (exactly_once); rerun with the same --state-dir to resume"
+        ),
+        (Some(Delivery::AtLeastOnce), true) => format!(
+            "{name}: stopped at {at}; the output delivered so far stays in {sinks} \
+             (at_least_once); rerun with the same --state-dir to resume"
+        ),
+        (Some(Delivery::ExactlyOnce), false) => format!(
+            "{name}: stopped without a final checkpoint; output not committed by {at} \
+             was discarded from {sinks} (exactly_once); rerun with the same --state-dir \
+             to resume from it"
+        ),
+        (Some(Delivery::AtLeastOnce), false) => format!(
+            "{name}: stopped without a final checkpoint; the output delivered so far \
+             stays in {sinks} (at_least_once); rerun with the same --state-dir to resume \
+             from {at} (rows after it may repeat)"
+        ),
+    }
+}
+
+/// `sink 'a'`, `sinks 'a', 'b'`, or `no sink`.
+fn sink_list(sinks: &[SinkOutput]) -> String {
+    let names: Vec<String> = sinks.iter().map(|s| format!("'{}'", s.name)).collect();
+    match names.len() {
+        0 => "no sink".to_string(),
+        1 => format!("sink {}", names[0]),
+        _ => format!("sinks {}", names.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sinks(names: &[&str]) -> Vec<SinkOutput> {
+        names
+            .iter()
+            .map(|n| SinkOutput {
+                name: n.to_string(),
+                path: format!("out/{n}.csv").into(),
+            })
+            .collect()
+    }
+
+    /// Every mode, clean or not, names the signal, the sinks and what a
+    /// rerun does.
+    #[test]
+    fn every_mode_names_the_signal_the_sinks_and_the_rerun() {
+        let modes = [
+            None,
+            Some(Delivery::AtLeastOnce),
+            Some(Delivery::ExactlyOnce),
+        ];
+        for signal in [Signal::Interrupt, Signal::Terminate] {
+            for delivery in modes {
+                for clean in [true, false] {
+                    let line = report(signal, delivery, &sinks(&["a", "b"]), Some(4), clean);
+                    assert!(line.starts_with(signal.name()), "{line}");
+                    assert!(line.contains("sinks 'a', 'b'"), "{line}");
+                    assert!(line.contains("rerun"), "{line}");
+                    if delivery.is_some() {
+                        assert!(line.contains("checkpoint 4"), "{line}");
+                        assert!(line.contains("--state-dir"), "{line}");
+                    } else {
+                        assert!(line.contains("discarded"), "{line}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn exact_lines() {
+        assert_eq!(
+            report(Signal::Terminate, None, &sinks(&["a"]), None, true),
+            "SIGTERM: stopped; checkpointing is off, so the output of sink 'a' was discarded \
+             and no sink file was published; a rerun starts over"
+        );
+        assert_eq!(
+            report(
+                Signal::Interrupt,
+                Some(Delivery::ExactlyOnce),
+                &sinks(&["a", "b"]),
+                Some(12),
+                true
+            ),
+            "SIGINT: stopped at checkpoint 12; the output of sinks 'a', 'b' is exactly what it \
+             committed (exactly_once); rerun with the same --state-dir to resume"
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! The handle to a running coordinator: its compute thread, commands,
+//! status, and what every caller is told once the thread is gone.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::{
+    CheckpointReport, Command, ControlMsg, CoordinatorConfig, PipelineCallback, PipelineStatus,
+    StreamingCoordinator,
+};
+use crate::error::{EngineError, Result};
+use crate::sources::SourceMessage;
+
+/// A running coordinator.
+pub struct CoordinatorHandle {
+    commands: mpsc::UnboundedSender<Command>,
+    status: watch::Receiver<PipelineStatus>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    death: CoordinatorDeath,
+}
+
+/// Why the coordinator thread died, once it did: shared with everything
+/// that talks to it (push sources too), so a call after the death reports
+/// the panic instead of a bare "not running".
+#[derive(Clone, Default, Debug)]
+pub struct CoordinatorDeath(Arc<OnceLock<String>>);
+
+impl CoordinatorDeath {
+    /// The panic message, if the coordinator thread died.
+    pub fn reason(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+
+    /// The error for a call that found the coordinator gone.
+    pub fn not_running(&self) -> EngineError {
+        match self.reason() {
+            Some(r) => EngineError::CoordinatorPanicked(r.to_string()),
+            None => EngineError::NotRunning,
+        }
+    }
+}
+
+impl CoordinatorHandle {
+    /// Run `coordinator` on a dedicated compute thread.
+    pub fn spawn<C: PipelineCallback>(
+        callback: C,
+        source_rx: mpsc::Receiver<SourceMessage>,
+        config: CoordinatorConfig,
+    ) -> Result<Self> {
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (status_tx, status_rx) = watch::channel(PipelineStatus::default());
+        let last_word = status_tx.clone();
+        let coordinator = StreamingCoordinator::new(callback, source_rx, cmd_rx, status_tx, config);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| EngineError::Internal(format!("coordinator runtime: {e}")))?;
+        let death = CoordinatorDeath::default();
+        let note = death.clone();
+        let thread = std::thread::Builder::new()
+            .name("sluice-coordinator".into())
+            .spawn(move || {
+                let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    runtime.block_on(coordinator.run())
+                }));
+                if let Err(payload) = run {
+                    // The loop contains panics itself; this is the last net.
+                    let reason = crate::panic::panic_message(&*payload);
+                    tracing::error!(%reason, "the coordinator thread panicked");
+                    let _ = note.0.set(reason.clone());
+                    last_word.send_modify(|s| {
+                        s.panicked = Some(reason);
+                        s.stopped = true;
+                    });
+                }
+            })
+            .map_err(|e| EngineError::Internal(format!("coordinator thread: {e}")))?;
+        Ok(Self {
+            commands: cmd_tx,
+            status: status_rx,
+            thread: Some(thread),
+            death,
+        })
+    }
+
+    /// Why the coordinator thread died, shared with whoever needs to tell.
+    pub fn death(&self) -> CoordinatorDeath {
+        self.death.clone()
+    }
+
+    /// Apply DDL and wait until it is in effect.
+    pub async fn control(&self, msg: ControlMsg) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Control(msg, tx))
+            .map_err(|_| self.death.not_running())?;
+        rx.await.map_err(|_| self.death.not_running())
+    }
+
+    /// The latest status.
+    pub fn status(&self) -> PipelineStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Take a checkpoint now and wait for its outcome.
+    pub async fn checkpoint(&self) -> Result<CheckpointReport> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Checkpoint(tx))
+            .map_err(|_| self.death.not_running())?;
+        rx.await
+            .map_err(|_| self.death.not_running())?
+            .map_err(EngineError::Checkpoint)
+    }
+
+    /// A receiver of status updates.
+    pub fn status_receiver(&self) -> watch::Receiver<PipelineStatus> {
+        self.status.clone()
+    }
+
+    /// Wait until every source finished or the pipeline halted.
+    pub async fn wait_finished(&self) -> Result<()> {
+        wait_finished(self.status.clone()).await
+    }
+}
+
+/// Wait on a status receiver until every source finished or the pipeline halted.
+pub async fn wait_finished(mut rx: watch::Receiver<PipelineStatus>) -> Result<()> {
+    let waited = rx
+        .wait_for(|s| s.finished || s.halted.is_some() || s.fault.is_some() || s.stopped)
+        .await
+        .map(|s| s.clone());
+    // Without a sender any more, the last status says whether it died.
+    let s = match waited {
+        Ok(s) => s,
+        Err(_) => rx.borrow().clone(),
+    };
+    status_result(s)
+}
+
+/// The error a final status stands for, if any.
+fn status_result(s: PipelineStatus) -> Result<()> {
+    match (s.panicked, s.halted, s.fault) {
+        (Some(p), _, _) => Err(EngineError::CoordinatorPanicked(p)),
+        (None, Some(h), _) => Err(EngineError::Halted(h)),
+        (None, None, Some(f)) => Err(EngineError::Fault(f)),
+        (None, None, None) if s.finished || s.stopped => Ok(()),
+        (None, None, None) => Err(EngineError::NotRunning),
+    }
+}
+
+impl CoordinatorHandle {
+    /// Close sinks (or discard their output if halted or `discard`) and
+    /// stop the coordinator.
+    pub async fn shutdown(&mut self, discard: bool) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .commands
+            .send(Command::Shutdown { reply: tx, discard })
+            .is_err()
+        {
+            return Err(self.death.not_running());
+        }
+        let r = rx.await;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let r = r.map_err(|_| self.death.not_running())?;
+        let status = self.status.borrow().clone();
+        match (r, status.panicked, status.halted, status.fault) {
+            (_, Some(p), _, _) => Err(EngineError::CoordinatorPanicked(p)),
+            (_, None, Some(h), _) => Err(EngineError::Halted(h)),
+            (_, None, None, Some(f)) => Err(EngineError::Fault(f)),
+            (Err(e), None, None, None) => Err(EngineError::Halted(format!("shutdown: {e}"))),
+            (Ok(()), None, None, None) => Ok(()),
+        }
+    }
+}
