@@ -23,13 +23,14 @@ use sluice_engine::output::sink::SinkRuntime;
 use sluice_engine::output::subscription::{ResumeFrom, Subscription, SubscriptionRegistry};
 use sluice_engine::sources::{PushSource, SourceMessage};
 use sluice_sql::{CreateSink, ObjectKind, Statement, StreamPlanner};
-use sluice_storage::object_store::{path::Path as ObjectPath, ObjectStore};
-use sluice_storage::{CheckpointInfo, CheckpointStore, LocalBackend, ObjectStoreBackend};
+use sluice_storage::object_store::ObjectStore;
+use sluice_storage::CheckpointInfo;
 use tokio::sync::{mpsc, Mutex};
 
 use crate::query::run_query;
 use crate::{Error, Result};
 
+mod checkpoint_store;
 mod outputs;
 mod process;
 mod seal;
@@ -625,28 +626,6 @@ impl Database {
             }
         }
         r.coordinator.control(ControlMsg::Start).await
-    }
-
-    fn checkpoint_store(&self, options: &PipelineOptions) -> Result<Option<CheckpointStore>> {
-        let custom = &self.inner.checkpoint_object_store;
-        let backend: Box<dyn sluice_storage::Backend> =
-            match (custom, &options.checkpoint_store, &self.inner.state_dir) {
-                (Some(store), Some(url), _) => {
-                    return Err(Error::Option(format!(
-                        "checkpoint_store = '{url}' conflicts with the object store {store} given \
-                         to DatabaseBuilder::checkpoint_object_store; use one of them"
-                    )))
-                }
-                (Some(store), None, _) => Box::new(ObjectStoreBackend::new(
-                    Arc::clone(store),
-                    ObjectPath::default(),
-                    store.to_string(),
-                )),
-                (None, Some(url), _) => Box::new(ObjectStoreBackend::from_url(url)?),
-                (None, None, Some(dir)) => Box::new(LocalBackend::new(dir.join("checkpoints"))?),
-                (None, None, None) => return Ok(None),
-            };
-        Ok(Some(CheckpointStore::new(backend)))
     }
 
     /// Checkpointing for this pipeline, or None when it is off; refuses a
