@@ -21,4 +21,7 @@ mod fault_tests;
 pub use backend::{Backend, LocalBackend, ObjectStoreBackend};
 pub use error::{Result, StorageError};
 pub use manifest::{BlobRef, Manifest, SinkCheckpoint, SinkEpochRecord, SourceCheckpoint};
+/// The `object_store` crate this one is built on, so callers name the same
+/// `ObjectStore` trait when they hand in a store of their own.
+pub use object_store;
 pub use store::{CheckpointInfo, CheckpointStore, LoadedCheckpoint};

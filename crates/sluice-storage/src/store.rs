@@ -94,7 +94,46 @@ impl CheckpointStore {
         self.backend
             .put(&format!("{ATTEMPTS}/{id:020}"), Bytes::new())
             .await?;
+        // The new marker alone now holds the largest id, so the markers of
+        // earlier attempts say nothing more. Without this, every attempt
+        // that fails while no checkpoint commits (a disk that stays full)
+        // would leave one more object behind.
+        for key in self.backend.list(ATTEMPTS).await? {
+            let older = key
+                .rsplit('/')
+                .next()
+                .and_then(parse_id)
+                .is_some_and(|a| a < id);
+            if older {
+                self.backend.delete(&key).await?;
+            }
+        }
         Ok(id)
+    }
+
+    /// Best-effort removal of everything attempt `id` wrote, after one of
+    /// its writes failed: the manifest first (so a half-removed attempt is
+    /// never taken for a committed checkpoint), then its blobs. On a full
+    /// disk this gives the space back at once instead of at the next
+    /// attempt, which may never come. A failure to remove is logged; the
+    /// write's own error is the one reported.
+    async fn discard_failed_attempt(&self, id: u64) {
+        let prefix = format!("{CHECKPOINTS}/{id:020}/");
+        let manifest = manifest_key(id);
+        let mut keys = match self.backend.list(&prefix).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!(checkpoint = id, error = %e, "cannot list a failed attempt to remove it");
+                return;
+            }
+        };
+        keys.retain(|k| *k != manifest);
+        keys.insert(0, manifest);
+        for key in keys {
+            if let Err(e) = self.backend.delete(&key).await {
+                tracing::warn!(checkpoint = id, %key, error = %e, "cannot remove a blob of a failed attempt");
+            }
+        }
     }
 
     /// Remove the blobs of every attempt that has no manifest.
@@ -116,7 +155,10 @@ impl CheckpointStore {
         let key = format!("{CHECKPOINTS}/{id:020}/{}", name.replace('/', "__"));
         let crc32 = crc32fast::hash(&bytes);
         let len = bytes.len() as u64;
-        self.backend.put(&key, bytes).await?;
+        if let Err(e) = self.backend.put(&key, bytes).await {
+            self.discard_failed_attempt(id).await;
+            return Err(e);
+        }
         Ok(BlobRef {
             name: name.to_string(),
             key,
@@ -134,9 +176,14 @@ impl CheckpointStore {
         })?;
         let mut bytes = format!("{:08x}\n", crc32fast::hash(&body)).into_bytes();
         bytes.extend_from_slice(&body);
-        self.backend
+        let put = self
+            .backend
             .put(&manifest_key(manifest.id), Bytes::from(bytes))
-            .await
+            .await;
+        if put.is_err() {
+            self.discard_failed_attempt(manifest.id).await;
+        }
+        put
     }
 
     async fn committed_ids(&self) -> Result<Vec<u64>> {
@@ -346,6 +393,19 @@ mod tests {
         let raw = std::fs::read(&m).unwrap();
         std::fs::write(&m, &raw[..raw.len() / 2]).unwrap();
         assert!(store.latest_valid().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn only_the_newest_attempt_marker_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(Box::new(LocalBackend::new(dir.path()).unwrap()));
+        for want in 1..=4 {
+            assert_eq!(store.reserve().await.unwrap(), want);
+        }
+        assert_eq!(
+            store.backend.list(ATTEMPTS).await.unwrap(),
+            vec![format!("{ATTEMPTS}/{:020}", 4)]
+        );
     }
 
     #[tokio::test]

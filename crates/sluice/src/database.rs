@@ -23,12 +23,14 @@ use sluice_engine::output::sink::SinkRuntime;
 use sluice_engine::output::subscription::{ResumeFrom, Subscription, SubscriptionRegistry};
 use sluice_engine::sources::{PushSource, SourceMessage};
 use sluice_sql::{CreateSink, ObjectKind, Statement, StreamPlanner};
-use sluice_storage::{CheckpointInfo, CheckpointStore, LocalBackend, ObjectStoreBackend};
+use sluice_storage::object_store::ObjectStore;
+use sluice_storage::CheckpointInfo;
 use tokio::sync::{mpsc, Mutex};
 
 use crate::query::run_query;
 use crate::{Error, Result};
 
+mod checkpoint_store;
 mod outputs;
 mod process;
 mod seal;
@@ -75,6 +77,8 @@ struct Inner {
     state: Mutex<State>,
     base_dir: Option<PathBuf>,
     state_dir: Option<PathBuf>,
+    /// A store given to [`DatabaseBuilder::checkpoint_object_store`].
+    checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
     _lock: Option<std::fs::File>,
     metrics: Arc<PipelineMetrics>,
     subscriptions: Arc<SubscriptionRegistry>,
@@ -92,6 +96,7 @@ pub struct DatabaseBuilder {
     state_dir: Option<PathBuf>,
     base_dir: Option<PathBuf>,
     options: PipelineOptions,
+    checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
 }
 
 impl DatabaseBuilder {
@@ -104,6 +109,18 @@ impl DatabaseBuilder {
     /// Resolve relative connector paths against `dir` (default: the working directory).
     pub fn base_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.base_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Keep checkpoints in `store`, an `object_store` store built by the
+    /// caller: the hook for stores a `checkpoint_store` URL cannot describe
+    /// (custom credentials or clients, a wrapper that meters or fails
+    /// writes in tests). Checkpoints go to the root of the store. It takes
+    /// the place of the state directory's `checkpoints` folder; setting the
+    /// `checkpoint_store` option as well is refused when the pipeline starts,
+    /// because two stores would each hold half of the pipeline's history.
+    pub fn checkpoint_object_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.checkpoint_object_store = Some(store);
         self
     }
 
@@ -135,6 +152,7 @@ impl DatabaseBuilder {
                 }),
                 base_dir: self.base_dir,
                 state_dir: self.state_dir,
+                checkpoint_object_store: self.checkpoint_object_store,
                 _lock: lock,
                 metrics: Arc::new(PipelineMetrics::new()),
                 subscriptions: Arc::new(SubscriptionRegistry::default()),
@@ -610,16 +628,6 @@ impl Database {
         r.coordinator.control(ControlMsg::Start).await
     }
 
-    fn checkpoint_store(&self, options: &PipelineOptions) -> Result<Option<CheckpointStore>> {
-        let backend: Box<dyn sluice_storage::Backend> =
-            match (&options.checkpoint_store, &self.inner.state_dir) {
-                (Some(url), _) => Box::new(ObjectStoreBackend::from_url(url)?),
-                (None, Some(dir)) => Box::new(LocalBackend::new(dir.join("checkpoints"))?),
-                (None, None) => return Ok(None),
-            };
-        Ok(Some(CheckpointStore::new(backend)))
-    }
-
     /// Checkpointing for this pipeline, or None when it is off; refuses a
     /// delivery guarantee that a source or sink cannot honour.
     fn checkpoint_config(&self, state: &State) -> Result<Option<CheckpointConfig>> {
@@ -630,7 +638,7 @@ impl Database {
         }
         let Some(store) = self.checkpoint_store(o)? else {
             return Err(Error::Option(
-                "checkpointing (checkpoint_interval or delivery = 'exactly_once') needs a state directory (--state-dir, Database::open(dir)) or a checkpoint_store URL".into(),
+                "checkpointing (checkpoint_interval or delivery = 'exactly_once') needs a state directory (--state-dir, Database::open(dir)), a checkpoint_store URL or DatabaseBuilder::checkpoint_object_store".into(),
             ));
         };
         sluice_engine::process::admission::admit(&state.catalog, o.delivery)?;
@@ -671,10 +679,22 @@ impl Database {
         if !state.started {
             return Err(Error::Checkpoint("the pipeline has not started".into()));
         }
-        match &state.running {
-            Some(r) => r.coordinator.checkpoint().await,
-            None => Err(Error::NotRunning),
+        let Some(r) = &state.running else {
+            return Err(Error::NotRunning);
+        };
+        // A halted or faulted pipeline has discarded the sink output it had
+        // not committed, but its sources' positions moved past that input:
+        // a checkpoint now would commit those positions, and a reopened
+        // pipeline would never produce the discarded rows again.
+        let status = r.coordinator.status();
+        if let Some(reason) = status.halted.or(status.fault) {
+            return Err(Error::Checkpoint(format!(
+                "no checkpoint is taken after the pipeline stopped ({reason}): it would commit \
+                 input whose output was discarded; reopen on the same state to recover from \
+                 the last committed checkpoint"
+            )));
         }
+        r.coordinator.checkpoint().await
     }
 
     /// Committed checkpoints, oldest first.

@@ -41,6 +41,8 @@ pub mod process {
 }
 pub use sluice_engine::EngineError as Error;
 pub use sluice_sql::CHANGE_COLUMN;
+/// Re-exported `object_store`, for [`DatabaseBuilder::checkpoint_object_store`].
+pub use sluice_storage::object_store;
 pub use sluice_storage::CheckpointInfo;
 
 /// Result alias of the public API.
