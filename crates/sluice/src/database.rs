@@ -682,18 +682,8 @@ impl Database {
         let Some(r) = &state.running else {
             return Err(Error::NotRunning);
         };
-        // A halted or faulted pipeline has discarded the sink output it had
-        // not committed, but its sources' positions moved past that input:
-        // a checkpoint now would commit those positions, and a reopened
-        // pipeline would never produce the discarded rows again.
-        let status = r.coordinator.status();
-        if let Some(reason) = status.halted.or(status.fault) {
-            return Err(Error::Checkpoint(format!(
-                "no checkpoint is taken after the pipeline stopped ({reason}): it would commit \
-                 input whose output was discarded; reopen on the same state to recover from \
-                 the last committed checkpoint"
-            )));
-        }
+        // The coordinator refuses a checkpoint once the pipeline stopped
+        // (see `Command::Checkpoint`): it owns that status.
         r.coordinator.checkpoint().await
     }
 

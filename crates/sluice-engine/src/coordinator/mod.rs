@@ -181,6 +181,22 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     let _ = ack.send(());
                 }
                 Some(Command::Checkpoint(reply)) => {
+                    // A halted or faulted pipeline has discarded the sink
+                    // output it had not committed, but its sources' positions
+                    // moved past that input: a checkpoint now would commit
+                    // those positions, and a reopened pipeline would never
+                    // produce the discarded rows again. Checked here, where
+                    // the status is owned, so no fault can land in between.
+                    if self.stopped_intake {
+                        let status = self.status.borrow().clone();
+                        let reason = status.halted.or(status.fault).unwrap_or_default();
+                        let _ = reply.send(Err(format!(
+                            "no checkpoint is taken after the pipeline stopped ({reason}): it \
+                             would commit input whose output was discarded; reopen on the same \
+                             state to recover from the last committed checkpoint"
+                        )));
+                        return Step::Continue;
+                    }
                     let r = match self.run_checkpoint(FLAG_MANUAL).await {
                         BarrierOutcome::Committed(report) => Ok(report),
                         BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => Err(e),
