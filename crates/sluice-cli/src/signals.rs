@@ -161,10 +161,17 @@ fn remove_own_temp_files(sinks: &[PathBuf]) -> usize {
             continue;
         };
         for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(&prefix)
-                && std::fs::remove_file(entry.path()).is_ok()
-            {
-                removed += 1;
+            if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(
+                    file = %entry.path().display(),
+                    error = %e,
+                    "cannot remove a temporary sink file after the abort"
+                ),
             }
         }
     }

@@ -6,69 +6,24 @@
 //! whose output is its own activation log, and checks that replay after each
 //! crash reproduced the same activation ids for the same callbacks.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use support::*;
+
 const ROWS: u64 = 200_000;
-
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-}
+/// Longest one run may take before the test fails instead of hanging.
+const WATCHDOG: Duration = Duration::from_secs(180);
 
 fn write_input(dir: &Path) {
-    let mut rng = Lcg(42);
-    let mut out = String::with_capacity(ROWS as usize * 40);
-    out.push_str("id,k,v,ts\n");
-    for id in 0..ROWS {
-        let k = rng.next() % 100;
-        let v = rng.next() % 1000;
-        // ~10 ms apart with up to 1.5 s of disorder, and a late straggler now and then.
-        let base = 1_700_000_000_000 + id as i64 * 10;
-        let jitter = (rng.next() % 1500) as i64;
-        let ts = if id % 997 == 0 {
-            base - 6_000
-        } else {
-            base - jitter
-        };
-        out.push_str(&format!("{id},{k},{v},{ts}\n"));
-    }
-    std::fs::write(dir.join("events.csv"), out).unwrap();
+    write_events(dir, ROWS, 42);
     std::fs::write(
         dir.join("pipeline.sql"),
-        "CREATE SOURCE events (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP, \
-             WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) \
-         WITH (connector = 'file', path = 'events.csv', format = 'csv', batch_size = '500');
-         CREATE STREAM sevens AS SELECT id, k, v, ts FROM events WHERE v % 7 = 0;
-         CREATE STREAM per_key AS SELECT k, tumble(ts, INTERVAL '5' SECOND) AS ws, \
-             COUNT(*) AS n, SUM(v) AS total, MAX(v) AS hi \
-             FROM events GROUP BY k, tumble(ts, INTERVAL '5' SECOND);
-         CREATE STREAM sessions AS SELECT k, session(ts, INTERVAL '300' MILLISECOND) AS s, COUNT(*) AS n \
-             FROM events WHERE k < 5 GROUP BY k, session(ts, INTERVAL '300' MILLISECOND);
-         CREATE SINK sevens_out FROM sevens WITH (connector = 'file', path = 'out/sevens.csv');
-         CREATE SINK agg_out FROM per_key WITH (connector = 'file', path = 'out/agg.csv');
-         CREATE SINK sessions_out FROM sessions WITH (connector = 'file', path = 'out/sessions.json');",
+        format!("{EVENTS_SOURCE}\n{WINDOWS}"),
     )
     .unwrap();
-}
-
-fn sluice(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    c.current_dir(dir)
-        .arg("run")
-        .args(args)
-        .arg("pipeline.sql")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    c
 }
 
 /// Events keyed by `key` with an `amount`, for the process-function pipeline.
@@ -108,36 +63,6 @@ enum Check {
     SameActivations,
 }
 
-fn outputs(dir: &Path, files: &[&str]) -> Vec<(String, String)> {
-    files
-        .iter()
-        .map(|f| {
-            let p = dir.join("out").join(f);
-            (
-                f.to_string(),
-                std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
-            )
-        })
-        .collect()
-}
-
-fn newest_checkpoint(state: &Path) -> Option<PathBuf> {
-    let root = state.join("checkpoints").join("checkpoints");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.join("MANIFEST").exists())
-        .collect();
-    dirs.sort();
-    dirs.pop()
-}
-
-fn kill(mut child: Child) {
-    let _ = child.kill(); // SIGKILL
-    let _ = child.wait();
-}
-
 fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Check) {
     let base = tempfile::tempdir().unwrap();
     let reference = base.path().join("reference");
@@ -147,8 +72,8 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
         setup(d);
     }
     let started = Instant::now();
-    let status = sluice(&reference, &[]).status().unwrap();
-    assert!(status.success());
+    let (status, stderr) = Run::spawn(sluice(&reference, &[])).wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
     let uninterrupted = started.elapsed();
     let expected = outputs(&reference, files);
     assert!(
@@ -161,15 +86,14 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let state = crashed.join("state");
-    let state_arg = state.display().to_string();
     let args = [
-        "--state-dir",
-        state_arg.as_str(),
-        "--set",
-        "checkpoint_interval=50ms",
-        "--set",
+        "--state-dir".to_string(),
+        state.display().to_string(),
+        "--set".to_string(),
+        "checkpoint_interval=50ms".to_string(),
+        "--set".to_string(),
+        format!("delivery={delivery}"),
     ];
-    let delivery_arg = format!("delivery={delivery}");
     let mut rng = Lcg(7);
     let window = uninterrupted.as_millis().max(200) as u64;
     let mut killed_after_checkpoint = 0;
@@ -183,9 +107,7 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
             .sum()
     };
     for i in 0..kills {
-        let mut child = sluice(&crashed, &[&args[..], &[delivery_arg.as_str()]].concat())
-            .spawn()
-            .unwrap();
+        let mut run = Run::spawn(sluice(&crashed, &args));
         let before = written();
         // Odd kills at a random moment; even ones (the first included, so
         // that the first run cannot simply finish) once output appeared.
@@ -197,7 +119,7 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
             // (a committed checkpoint under exactly-once) but before the end,
             // so recovery starts mid-stream.
             let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+            while Instant::now() < deadline && run.running() {
                 if written() > before {
                     break;
                 }
@@ -211,15 +133,15 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
         // `sluice run` exits when it is done, so a run still alive that has
         // written output since it started is killed mid-stream. (File sizes
         // alone cannot tell: at-least-once replays append duplicates.)
-        let running = matches!(child.try_wait(), Ok(None));
+        let running = run.running();
         let progressed = written() > before;
-        kill(child);
+        run.kill();
         if running && progressed {
             killed_mid_stream += 1;
         }
         // Halfway, damage the newest checkpoint: recovery must fall back to the previous one.
         if i == kills / 2 && !corrupted {
-            if let Some(cp) = newest_checkpoint(&state) {
+            if let Some(cp) = newest_checkpoint_dir(&state) {
                 let blob = std::fs::read_dir(&cp)
                     .unwrap()
                     .filter_map(|e| e.ok())
@@ -236,14 +158,8 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
             }
         }
     }
-    let out = sluice(&crashed, &[&args[..], &[delivery_arg.as_str()]].concat())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (status, stderr) = Run::spawn(sluice(&crashed, &args)).wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
     assert!(
         killed_after_checkpoint > 0,
         "no kill happened after a checkpoint; the test proves nothing"
@@ -253,7 +169,7 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
         "no kill landed between the first output and the last; the test proves nothing"
     );
     let checkpoints = newest_checkpoint(&state)
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
+        .map(|id| id.to_string())
         .unwrap_or_default();
     eprintln!(
         "{delivery}: uninterrupted run {uninterrupted:?}; {kills} kills, {killed_after_checkpoint} after a checkpoint existed, {killed_mid_stream} with the output partly written; corrupted newest: {corrupted}; last checkpoint {checkpoints}"
@@ -269,13 +185,7 @@ fn crash_and_compare(setup: fn(&Path), files: &[&str], delivery: &str, check: Ch
             );
         } else {
             // At least once: every expected row is there (duplicates allowed).
-            let have: std::collections::HashSet<&str> = have.lines().collect();
-            for line in want.lines() {
-                assert!(
-                    have.contains(line),
-                    "{name}: row missing after {kills} kills: {line}"
-                );
-            }
+            assert_nothing_missing(name, want, have, &format!("after {kills} kills"));
         }
     }
 }
@@ -308,16 +218,19 @@ fn same_activations(want: &str, have: &str) {
     }
 }
 
-const FILES: &[&str] = &["sevens.csv", "agg.csv", "sessions.json"];
-
 #[test]
 fn exactly_once_survives_sigkill() {
-    crash_and_compare(write_input, FILES, "exactly_once", Check::Exact);
+    crash_and_compare(write_input, WINDOW_FILES, "exactly_once", Check::Exact);
 }
 
 #[test]
 fn at_least_once_loses_nothing_after_sigkill() {
-    crash_and_compare(write_input, FILES, "at_least_once", Check::NothingMissing);
+    crash_and_compare(
+        write_input,
+        WINDOW_FILES,
+        "at_least_once",
+        Check::NothingMissing,
+    );
 }
 
 #[test]

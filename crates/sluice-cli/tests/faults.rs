@@ -44,11 +44,10 @@ fn setup(dir: &Path) {
 }
 
 /// Run with `args`; the exit status and the `error[...]` lines of stderr.
-fn run(args: &[&str]) -> (tempfile::TempDir, Option<i32>, Vec<String>) {
+fn run(args: &[String]) -> (tempfile::TempDir, Option<i32>, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     setup(dir.path());
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let (status, stderr) = Run::spawn(sluice(dir.path(), &args)).wait(WATCHDOG);
+    let (status, stderr) = Run::spawn(sluice(dir.path(), args)).wait(WATCHDOG);
     let errors = stderr
         .lines()
         .filter(|l| l.starts_with("error["))
@@ -57,8 +56,11 @@ fn run(args: &[&str]) -> (tempfile::TempDir, Option<i32>, Vec<String>) {
     (dir, status.code(), errors)
 }
 
-fn checkpointed(delivery: &str) -> Vec<String> {
-    [
+/// A checkpointed run under `delivery`: a deterministic failure replays the
+/// same way from every checkpoint, so the CLI's recoveries end with the
+/// fault, the run exits 1 and the error says they were tried.
+fn fails_after_recoveries(delivery: &str) {
+    let args = [
         "--state-dir",
         "state",
         "--set",
@@ -66,8 +68,18 @@ fn checkpointed(delivery: &str) -> Vec<String> {
         "--set",
         &format!("delivery={delivery}"),
     ]
-    .map(String::from)
-    .to_vec()
+    .map(String::from);
+    let (dir, code, errors) = run(&args);
+    assert_eq!(code, Some(1), "{errors:?}");
+    assert_eq!(
+        errors,
+        [format!(
+            "error[SLC-ENG-008]: pipeline fault (recover from the last checkpoint): {FAILURE}; \
+             the run was recovered from the last checkpoint 3 times and failed the same way \
+             each time"
+        )]
+    );
+    assert_eq!(temp_files(dir.path()), Vec::<std::path::PathBuf>::new());
 }
 
 #[test]
@@ -82,24 +94,9 @@ fn division_by_zero_without_checkpoints_exits_1_and_publishes_nothing() {
     assert_eq!(temp_files(dir.path()), Vec::<std::path::PathBuf>::new());
 }
 
-/// A deterministic failure replays the same way from every checkpoint, so
-/// the CLI's recoveries end with the fault, and the error says they were
-/// tried.
 #[test]
 fn division_by_zero_exactly_once_exits_1_after_recoveries() {
-    let args = checkpointed("exactly_once");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (dir, code, errors) = run(&args);
-    assert_eq!(code, Some(1));
-    assert_eq!(
-        errors,
-        [format!(
-            "error[SLC-ENG-008]: pipeline fault (recover from the last checkpoint): {FAILURE}; \
-             the run was recovered from the last checkpoint 3 times and failed the same way \
-             each time"
-        )]
-    );
-    assert_eq!(temp_files(dir.path()), Vec::<std::path::PathBuf>::new());
+    fails_after_recoveries("exactly_once");
 }
 
 /// At-least-once must never drop input: with checkpoints the failed cycle
@@ -108,17 +105,5 @@ fn division_by_zero_exactly_once_exits_1_after_recoveries() {
 /// failed cycles' rows missing).
 #[test]
 fn division_by_zero_at_least_once_with_checkpoints_exits_1() {
-    let args = checkpointed("at_least_once");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (dir, code, errors) = run(&args);
-    assert_eq!(code, Some(1), "{errors:?}");
-    assert_eq!(
-        errors,
-        [format!(
-            "error[SLC-ENG-008]: pipeline fault (recover from the last checkpoint): {FAILURE}; \
-             the run was recovered from the last checkpoint 3 times and failed the same way \
-             each time"
-        )]
-    );
-    assert_eq!(temp_files(dir.path()), Vec::<std::path::PathBuf>::new());
+    fails_after_recoveries("at_least_once");
 }

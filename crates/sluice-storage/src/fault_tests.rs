@@ -2,7 +2,6 @@
 //! After any failed write nothing of it is left behind, and the previous
 //! checkpoint is intact and recoverable.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -14,7 +13,7 @@ use object_store::memory::InMemory;
 use object_store::ObjectStore;
 
 use crate::backend::{Backend, LocalBackend, ObjectStoreBackend};
-use crate::manifest::Manifest;
+use crate::store::tests::manifest;
 use crate::store::CheckpointStore;
 use crate::testing::FaultyStore;
 use crate::StorageError;
@@ -26,22 +25,10 @@ async fn bounded<F: Future>(f: F) -> F::Output {
         .expect("test timed out")
 }
 
-fn manifest(id: u64) -> Manifest {
-    Manifest {
-        id,
-        created_ms: 1,
-        pipeline: "p".into(),
-        watermark: 5,
-        sources: BTreeMap::new(),
-        sinks: BTreeMap::new(),
-        blobs: Vec::new(),
-    }
-}
-
 /// Reserve, write two blobs (`small` and a `big_len`-byte one), commit.
 async fn checkpoint(store: &CheckpointStore, big_len: usize) -> Result<u64, StorageError> {
     let id = store.reserve().await?;
-    let mut m = manifest(id);
+    let mut m = manifest(id, Vec::new());
     m.blobs.push(
         store
             .write_blob(id, "small", Bytes::from(format!("state-{id}")))
@@ -207,7 +194,7 @@ async fn reserve_at_u64_max_is_an_error_not_a_wrap() {
 
         let dir = tempfile::tempdir().unwrap();
         let store = CheckpointStore::new(Box::new(LocalBackend::new(dir.path()).unwrap()));
-        store.commit(&manifest(u64::MAX)).await.unwrap();
+        store.commit(&manifest(u64::MAX, Vec::new())).await.unwrap();
         let err = store.reserve().await.unwrap_err();
         assert_eq!(err.code(), "SLC-STO-005");
         assert!(

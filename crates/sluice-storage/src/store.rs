@@ -307,14 +307,15 @@ impl CheckpointStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use super::*;
     use crate::backend::{LocalBackend, ObjectStoreBackend};
 
-    fn manifest(id: u64, blobs: Vec<BlobRef>) -> Manifest {
+    /// A manifest of checkpoint `id` holding `blobs` (shared with the fault tests).
+    pub(crate) fn manifest(id: u64, blobs: Vec<BlobRef>) -> Manifest {
         Manifest {
             id,
             created_ms: 1,

@@ -1,6 +1,6 @@
-//! Helpers shared by the signal and soak tests of the `sluice` binary:
-//! generated input, a child process with its stderr collected as it comes,
-//! signals, and what a directory holds.
+//! Helpers shared by the crash, fault, signal and soak tests of the `sluice`
+//! binary: generated input, a child process with its stderr collected as it
+//! comes, signals, and what a directory holds.
 
 #![allow(dead_code)]
 
@@ -221,15 +221,26 @@ pub fn temp_files_of(root: &Path, pid: u32) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The id of the newest committed checkpoint in a state directory.
-pub fn newest_checkpoint(state: &Path) -> Option<u64> {
+/// The folder of the newest committed checkpoint in a state directory
+/// (checkpoint folders are named by their zero-padded id, so the largest
+/// name is the newest).
+pub fn newest_checkpoint_dir(state: &Path) -> Option<PathBuf> {
     let root = state.join("checkpoints").join("checkpoints");
     std::fs::read_dir(root)
         .ok()?
         .filter_map(|e| e.ok())
-        .filter(|e| e.path().join("MANIFEST").exists())
-        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .map(|e| e.path())
+        .filter(|p| p.join("MANIFEST").exists())
         .max()
+}
+
+/// The id of the newest committed checkpoint in a state directory.
+pub fn newest_checkpoint(state: &Path) -> Option<u64> {
+    newest_checkpoint_dir(state)?
+        .file_name()?
+        .to_string_lossy()
+        .parse()
+        .ok()
 }
 
 /// The contents of `files` in `dir/out`, in order.

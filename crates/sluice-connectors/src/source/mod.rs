@@ -175,7 +175,10 @@ pub(crate) trait FileDecoder: Send {
 /// end at `byte_offset`.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Resume {
+    /// Data rows to skip (see [`SourcePosition::rows_consumed`]).
     pub rows: u64,
+    /// Where the checkpoint saw those rows end, if the format has offsets
+    /// (see [`SourcePosition::byte_offset`]).
     pub byte_offset: Option<u64>,
 }
 

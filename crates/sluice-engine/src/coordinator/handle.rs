@@ -169,12 +169,10 @@ impl CoordinatorHandle {
         }
         let r = r.map_err(|_| self.death.not_running())?;
         let status = self.status.borrow().clone();
-        match (r, status.panicked, status.halted, status.fault) {
-            (_, Some(p), _, _) => Err(EngineError::CoordinatorPanicked(p)),
-            (_, None, Some(h), _) => Err(EngineError::Halted(h)),
-            (_, None, None, Some(f)) => Err(EngineError::Fault(f)),
-            (Err(e), None, None, None) => Err(EngineError::Halted(format!("shutdown: {e}"))),
-            (Ok(()), None, None, None) => Ok(()),
+        // A panic, halt or fault outranks how the shutdown itself went.
+        if status.panicked.is_some() || status.halted.is_some() || status.fault.is_some() {
+            return status_result(status);
         }
+        r.map_err(|e| EngineError::Halted(format!("shutdown: {e}")))
     }
 }

@@ -133,9 +133,7 @@ impl SinkRuntime {
     /// Write this cycle's rows of its input.
     pub fn write(&mut self, results: &CycleInputs, watermark: i64) -> Result<u64> {
         let batches = match &mut self.filter {
-            Some(f) => f
-                .run(results, watermark)
-                .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", self.def.name)))?,
+            Some(f) => f.run(results, watermark).map_err(|e| self.err(e))?,
             None => results.get(&self.from).cloned().unwrap_or_default(),
         };
         if batches.is_empty() {

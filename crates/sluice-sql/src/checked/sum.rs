@@ -168,38 +168,30 @@ impl Target {
             .ok_or_else(|| self.overflow(format_args!("{sum} + {v} (beyond 128 bits)")))
     }
 
+    /// An exact sum (if any) narrowed to `T`, or an overflow naming it.
+    fn fit<T: TryFrom<i128>>(&self, sum: Option<i128>) -> Result<Option<T>> {
+        sum.map(|s| T::try_from(s).map_err(|_| self.overflow(s)))
+            .transpose()
+    }
+
     /// The exact sum as a value of the result type, or an overflow.
     fn scalar(&self, sum: Option<i128>) -> Result<ScalarValue> {
-        Ok(match (&self.out, sum) {
-            (DataType::Int64, s) => ScalarValue::Int64(
-                s.map(|s| i64::try_from(s).map_err(|_| self.overflow(s)))
-                    .transpose()?,
-            ),
-            (_, s) => ScalarValue::UInt64(
-                s.map(|s| u64::try_from(s).map_err(|_| self.overflow(s)))
-                    .transpose()?,
-            ),
+        Ok(match self.out {
+            DataType::Int64 => ScalarValue::Int64(self.fit(sum)?),
+            _ => ScalarValue::UInt64(self.fit(sum)?),
         })
     }
 
     /// Exact sums as an array of the result type, or an overflow.
     fn array(&self, sums: &[i128], seen: &[bool]) -> Result<ArrayRef> {
-        let pairs = sums.iter().zip(seen);
+        let sums = sums.iter().zip(seen).map(|(s, ok)| ok.then_some(*s));
         Ok(match self.out {
             DataType::Int64 => Arc::new(
-                pairs
-                    .map(|(s, ok)| {
-                        ok.then(|| i64::try_from(*s).map_err(|_| self.overflow(s)))
-                            .transpose()
-                    })
+                sums.map(|s| self.fit::<i64>(s))
                     .collect::<Result<Int64Array>>()?,
             ),
             _ => Arc::new(
-                pairs
-                    .map(|(s, ok)| {
-                        ok.then(|| u64::try_from(*s).map_err(|_| self.overflow(s)))
-                            .transpose()
-                    })
+                sums.map(|s| self.fit::<u64>(s))
                     .collect::<Result<UInt64Array>>()?,
             ),
         })
@@ -223,6 +215,19 @@ fn exact_values(a: &dyn Array) -> Result<Vec<Option<i128>>> {
         DataType::Decimal128(_, 0) => a.as_primitive::<Decimal128Type>().iter().collect(),
         other => return exec_err!("checked sum: unexpected input type {other}"),
     })
+}
+
+/// The only argument of `sum`.
+fn only_argument(values: &[ArrayRef]) -> Result<&ArrayRef> {
+    match values.first() {
+        Some(v) => Ok(v),
+        None => exec_err!("sum takes one argument"),
+    }
+}
+
+/// Whether row `row` passes the aggregate's `FILTER (WHERE ...)`, if any.
+fn kept(opt_filter: Option<&BooleanArray>, row: usize) -> bool {
+    opt_filter.is_none_or(|f| f.is_valid(row) && f.value(row))
 }
 
 fn state_array(values: impl IntoIterator<Item = Option<i128>>) -> Result<ArrayRef> {
@@ -253,17 +258,11 @@ impl RowSum {
 
 impl Accumulator for RowSum {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        match values.first() {
-            Some(v) => self.fold(v.as_ref(), 1),
-            None => exec_err!("sum takes one argument"),
-        }
+        self.fold(only_argument(values)?.as_ref(), 1)
     }
 
     fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        match values.first() {
-            Some(v) => self.fold(v.as_ref(), -1),
-            None => exec_err!("sum takes one argument"),
-        }
+        self.fold(only_argument(values)?.as_ref(), -1)
     }
 
     fn supports_retract_batch(&self) -> bool {
@@ -296,9 +295,7 @@ struct DistinctSum {
 
 impl Accumulator for DistinctSum {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        let Some(v) = values.first() else {
-            return exec_err!("sum takes one argument");
-        };
+        let v = only_argument(values)?;
         self.values
             .extend(exact_values(v.as_ref())?.into_iter().flatten());
         Ok(())
@@ -359,15 +356,12 @@ impl GroupSums {
         opt_filter: Option<&BooleanArray>,
         total_num_groups: usize,
     ) -> Result<()> {
-        let Some(values) = values.first() else {
-            return exec_err!("sum takes one argument");
-        };
+        let values = only_argument(values)?;
         self.sums.resize(total_num_groups, 0);
         self.seen.resize(total_num_groups, false);
         let values = exact_values(values.as_ref())?;
         for (row, (g, v)) in group_indices.iter().zip(values).enumerate() {
-            let keep = opt_filter.is_none_or(|f| f.is_valid(row) && f.value(row));
-            let (Some(v), true) = (v, keep) else {
+            let (Some(v), true) = (v, kept(opt_filter, row)) else {
                 continue;
             };
             let (Some(sum), Some(seen)) = (self.sums.get_mut(*g), self.seen.get_mut(*g)) else {
@@ -405,16 +399,14 @@ impl GroupsAccumulator for GroupSums {
         values: &[ArrayRef],
         opt_filter: Option<&BooleanArray>,
     ) -> Result<Vec<ArrayRef>> {
-        let Some(values) = values.first() else {
-            return exec_err!("sum takes one argument");
-        };
+        let values = only_argument(values)?;
         let exact = exact_values(values.as_ref())?;
-        Ok(vec![state_array(exact.into_iter().enumerate().map(
-            |(row, v)| {
-                let keep = opt_filter.is_none_or(|f| f.is_valid(row) && f.value(row));
-                v.filter(|_| keep)
-            },
-        ))?])
+        Ok(vec![state_array(
+            exact
+                .into_iter()
+                .enumerate()
+                .map(|(row, v)| v.filter(|_| kept(opt_filter, row))),
+        )?])
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {

@@ -1,0 +1,303 @@
+//! The scripted `PipelineCallback`: knobs the tests turn, and a log of
+//! every call the coordinator makes.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, Int64Array};
+use arrow::record_batch::RecordBatch;
+use rustc_hash::FxHashMap;
+use sluice_engine::coordinator::{
+    BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
+    CheckpointReport, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
+    RuntimeControl, SourceIntake,
+};
+use sluice_storage::SourceCheckpoint;
+
+pub(crate) type Log = Arc<Mutex<Vec<String>>>;
+
+/// What `checkpoint_with_barrier` does for one attempt (else: commit).
+pub(crate) enum Capture {
+    /// A sink pre-commit failed: before the manifest.
+    Fail(String),
+    /// The manifest is durable but committing a sink failed.
+    ContinuationFault(String),
+}
+
+/// Knobs, shared with the test so they can change while the pipeline runs.
+#[derive(Default)]
+pub(crate) struct Script {
+    pub(crate) fail_reserve: Option<String>,
+    /// `reserve_subscription_cut` / `publish_barrier` fail with this.
+    pub(crate) fail_cut: Option<String>,
+    pub(crate) fail_publish: Option<String>,
+    /// Sources `inject_source_barriers` reports as pending.
+    pub(crate) pending: Vec<&'static str>,
+    /// Outcomes of successive captures; they commit once it is exhausted.
+    pub(crate) captures: VecDeque<Capture>,
+    /// `record_checkpoint_failure` raises a fault (as exactly-once does).
+    pub(crate) fault_on_checkpoint_failure: bool,
+    /// A cycle holding this value fails.
+    pub(crate) fail_cycle_on: Option<i64>,
+    /// A cycle holding this value leaves a pending halt / fault behind.
+    pub(crate) halt_on: Option<i64>,
+    pub(crate) fault_on: Option<i64>,
+    pub(crate) fault_on_cycle_error: bool,
+    /// A cycle holding this value panics (outside any component's own
+    /// containment: the coordinator loop must catch it).
+    pub(crate) panic_cycle_on: Option<i64>,
+    /// `abort_sinks` panics (escapes the loop: the thread dies).
+    pub(crate) panic_on_abort: bool,
+    pub(crate) cycle_delay: Duration,
+    pub(crate) interval: Option<Duration>,
+    /// Ten seconds when unset.
+    pub(crate) alignment_timeout: Option<Duration>,
+    pub(crate) settles: bool,
+    pub(crate) halt: Option<String>,
+    pub(crate) fault: Option<String>,
+}
+
+pub(crate) struct ScriptedCallback {
+    pub(crate) log: Log,
+    pub(crate) script: Arc<Mutex<Script>>,
+    pub(crate) next_id: u64,
+    pub(crate) watermark: i64,
+}
+
+impl ScriptedCallback {
+    fn note(&self, entry: String) {
+        self.log.lock().unwrap().push(entry);
+    }
+    fn script(&self) -> std::sync::MutexGuard<'_, Script> {
+        self.script.lock().unwrap()
+    }
+}
+
+pub(crate) fn values(batch: &RecordBatch) -> Vec<i64> {
+    let col = batch.column(0).as_any().downcast_ref::<Int64Array>();
+    col.map(|c| c.values().to_vec()).unwrap_or_default()
+}
+
+/// "A=[1,2] B=[10]", sources in name order.
+pub(crate) fn describe(batches: &BatchMap) -> String {
+    let mut parts: Vec<String> = batches
+        .iter()
+        .map(|(n, b)| format!(" {n}={:?}", b.iter().flat_map(values).collect::<Vec<_>>()))
+        .collect();
+    parts.sort();
+    parts.concat().replace(", ", ",")
+}
+
+impl SourceIntake for ScriptedCallback {
+    fn filter_late_rows(
+        &self,
+        _: &str,
+        batch: &RecordBatch,
+    ) -> Result<Option<RecordBatch>, CycleError> {
+        Ok(Some(batch.clone()))
+    }
+    fn extract_watermark(
+        &mut self,
+        _: &str,
+        batch: &RecordBatch,
+        floor: i64,
+    ) -> Result<(), CycleError> {
+        let max = values(batch).into_iter().max().unwrap_or(i64::MIN);
+        self.watermark = self.watermark.max(max).max(floor);
+        Ok(())
+    }
+    fn advance_source_watermark(&mut self, _: &str, watermark: i64) {
+        self.watermark = self.watermark.max(watermark);
+    }
+    fn finish_source(&mut self, source: &str, offset: Option<String>) {
+        let offset = offset.unwrap_or_default();
+        self.note(format!("finish {source} offset={offset}"));
+    }
+    fn all_sources_finished(&self) -> bool {
+        false
+    }
+    fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+}
+
+impl CycleExecution for ScriptedCallback {
+    async fn execute_cycle(
+        &mut self,
+        batches: &BatchMap,
+        watermark: i64,
+    ) -> Result<CycleOutcome, CycleError> {
+        self.note(format!("cycle wm={watermark}{}", describe(batches)));
+        let has = |v: Option<i64>| {
+            v.is_some_and(|v| batches.values().flatten().any(|b| values(b).contains(&v)))
+        };
+        let delay = {
+            let mut s = self.script();
+            if has(s.halt_on) {
+                s.halt = Some("halt requested".into());
+            }
+            if has(s.fault_on) {
+                s.fault = Some("fault requested".into());
+            }
+            if has(s.fail_cycle_on) {
+                return Err(CycleError::Execution("operator blew up".into()));
+            }
+            if has(s.panic_cycle_on) {
+                drop(s);
+                panic!("operator exploded");
+            }
+            s.cycle_delay
+        };
+        tokio::time::sleep(delay).await;
+        let results = batches.clone();
+        Ok(CycleOutcome { results })
+    }
+    fn record_cycle(&self, _: u64, _: u64, _: u64) {}
+    fn note_cycle_error(&self) {
+        self.note("cycle error noted".into());
+    }
+    fn fault_on_cycle_error(&self) -> bool {
+        self.script().fault_on_cycle_error
+    }
+}
+
+impl OutputPublication for ScriptedCallback {
+    async fn write_to_sinks(&mut self, _: &BatchMap, _: Option<Instant>) -> Result<(), CycleError> {
+        self.note("sinks.write".into());
+        Ok(())
+    }
+    fn reserve_subscription_cut(&mut self, attempt: CheckpointAttempt) -> Result<(), String> {
+        self.note(format!("cut {}", attempt.id));
+        self.script().fail_cut.clone().map_or(Ok(()), Err)
+    }
+    fn abort_subscription_cut(&mut self, attempt: CheckpointAttempt) {
+        self.note(format!("cut abort {}", attempt.id));
+    }
+    fn publish_barrier(&mut self, attempt: CheckpointAttempt) -> Result<(), String> {
+        self.note(format!("publish {}", attempt.id));
+        self.script().fail_publish.clone().map_or(Ok(()), Err)
+    }
+    fn invalidate_subscriptions(&self, reason: &str) {
+        self.note(format!("invalidate: {reason}"));
+    }
+    async fn close_sinks(&mut self) -> Result<(), String> {
+        self.note("sinks.close".into());
+        Ok(())
+    }
+    fn abort_sinks(&mut self) -> Result<(), String> {
+        self.note("sinks.abort".into());
+        if self.script().panic_on_abort {
+            panic!("abort exploded");
+        }
+        Ok(())
+    }
+}
+
+impl RuntimeControl for ScriptedCallback {
+    fn apply_control(&mut self, _: ControlMsg) {}
+    fn take_pipeline_halt(&mut self) -> Option<String> {
+        let halt = self.script().halt.take();
+        halt.inspect(|h| self.note(format!("halt: {h}")))
+    }
+    fn take_pipeline_fault(&mut self) -> Option<String> {
+        let fault = self.script().fault.take();
+        fault.inspect(|f| self.note(format!("fault: {f}")))
+    }
+}
+
+impl CheckpointLifecycle for ScriptedCallback {
+    fn checkpoint_interval(&self) -> Option<Duration> {
+        self.script().interval
+    }
+    fn alignment_timeout(&self) -> Duration {
+        let timeout = self.script().alignment_timeout;
+        timeout.unwrap_or(Duration::from_secs(10))
+    }
+    fn settles_on_shutdown(&self) -> bool {
+        self.script().settles
+    }
+    async fn reserve_checkpoint_attempt(
+        &mut self,
+        _: Instant,
+    ) -> Result<CheckpointAttempt, String> {
+        if let Some(e) = self.script().fail_reserve.clone() {
+            self.note(format!("reserve failed: {e}"));
+            return Err(e);
+        }
+        self.next_id += 1;
+        self.note(format!("reserve {}", self.next_id));
+        Ok(CheckpointAttempt { id: self.next_id })
+    }
+    async fn publish_checkpoint_prepare(
+        &mut self,
+        attempt: CheckpointAttempt,
+        _: Instant,
+        _: Instant,
+        flags: u64,
+        _: Option<CheckpointAssignmentFence>,
+    ) -> Result<(), String> {
+        self.note(format!("prepare {} flags={flags}", attempt.id));
+        Ok(())
+    }
+    fn inject_source_barriers(&mut self, attempt: CheckpointAttempt) -> Vec<Arc<str>> {
+        let pending = self.script().pending.clone();
+        self.note(format!("inject {} [{}]", attempt.id, pending.join(",")));
+        pending.into_iter().map(Arc::from).collect()
+    }
+    async fn checkpoint_with_barrier(
+        &mut self,
+        offsets: FxHashMap<String, SourceCheckpoint>,
+        attempt: CheckpointAttempt,
+        started: Instant,
+        _: Instant,
+        flags: u64,
+        _: Option<CheckpointAssignmentFence>,
+    ) -> BarrierOutcome {
+        let mut o: Vec<String> = offsets
+            .iter()
+            .map(|(k, v)| format!(" {k}={}", v.offset.as_deref().unwrap_or("-")))
+            .collect();
+        o.sort();
+        let (id, o) = (attempt.id, o.concat());
+        self.note(format!("capture {id} flags={flags}{o}"));
+        let scripted = self.script().captures.pop_front();
+        match scripted {
+            Some(Capture::Fail(reason)) => return BarrierOutcome::Failed(reason),
+            Some(Capture::ContinuationFault(reason)) => {
+                self.record_checkpoint_continuation_fault(attempt, &reason)
+            }
+            None => {}
+        }
+        BarrierOutcome::Committed(CheckpointReport {
+            id: attempt.id,
+            duration: started.elapsed(),
+            state_bytes: 0,
+        })
+    }
+    async fn abandon_checkpoint_attempt(
+        &mut self,
+        attempt: CheckpointAttempt,
+        reason: &str,
+        flags: u64,
+        _: Option<CheckpointAssignmentFence>,
+    ) -> Result<(), String> {
+        self.note(format!("abandon {} flags={flags}: {reason}", attempt.id));
+        Ok(())
+    }
+    fn record_checkpoint_failure(&mut self, id: u64, reason: &str) {
+        self.note(format!("checkpoint failed {id}: {reason}"));
+        let mut s = self.script();
+        if s.fault_on_checkpoint_failure {
+            s.fault = Some(format!("checkpoint {id} failed: {reason}"));
+        }
+    }
+    fn record_checkpoint_continuation_fault(&mut self, attempt: CheckpointAttempt, reason: &str) {
+        self.note(format!("continuation fault {}: {reason}", attempt.id));
+        let id = attempt.id;
+        self.script().fault = Some(format!("after checkpoint {id} became durable: {reason}"));
+    }
+    fn record_checkpoint_admission_failure(&mut self, reason: &str) {
+        self.note(format!("admission failure: {reason}"));
+    }
+}
