@@ -260,14 +260,17 @@ async fn local_open_removes_stale_temp_files() {
         std::fs::write(dir.path().join(".MANIFEST.tmp-4294967294"), b"stale").unwrap();
         std::fs::write(folder.join(".op.tmp-1"), b"pid 1 is alive").unwrap();
         std::fs::write(folder.join(".hidden"), b"not ours").unwrap();
+        // This process's own in-flight write (another backend of ours).
+        let own = format!(".op.tmp-{}", std::process::id());
+        std::fs::write(folder.join(&own), b"in flight").unwrap();
         LocalBackend::new(dir.path()).unwrap();
-        assert_eq!(
-            all_files(dir.path()),
-            vec![
-                "checkpoints/00000000000000000003/.hidden".to_string(),
-                "checkpoints/00000000000000000003/.op.tmp-1".to_string(),
-            ]
-        );
+        let mut expected = vec![
+            "checkpoints/00000000000000000003/.hidden".to_string(),
+            "checkpoints/00000000000000000003/.op.tmp-1".to_string(),
+            format!("checkpoints/00000000000000000003/{own}"),
+        ];
+        expected.sort();
+        assert_eq!(all_files(dir.path()), expected);
     })
     .await;
 }
