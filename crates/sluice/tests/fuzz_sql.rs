@@ -28,6 +28,25 @@ fn corpus() -> Vec<(String, Vec<u8>)> {
     files
 }
 
+/// Cases per property: the given default, or `SLUICE_FUZZ_CASES` for a
+/// longer local campaign (the watchdogs then allow an hour).
+fn cases(default: u32) -> u32 {
+    std::env::var("SLUICE_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The watchdog limit for a property run: `default`, or an hour for a
+/// campaign sized by `SLUICE_FUZZ_CASES`.
+fn run_limit(default: Duration) -> Duration {
+    if std::env::var_os("SLUICE_FUZZ_CASES").is_some() {
+        Duration::from_secs(3600)
+    } else {
+        default
+    }
+}
+
 /// Run `f` on its own thread and fail if it takes longer than `limit`.
 fn with_watchdog(limit: Duration, f: impl FnOnce() + Send + 'static) {
     let (tx, rx) = mpsc::channel();
@@ -46,9 +65,9 @@ fn with_watchdog(limit: Duration, f: impl FnOnce() + Send + 'static) {
     }
 }
 
-fn runner(cases: u32) -> TestRunner {
+fn runner(default_cases: u32) -> TestRunner {
     TestRunner::new(Config {
-        cases,
+        cases: cases(default_cases),
         failure_persistence: None,
         ..Config::default()
     })
@@ -118,7 +137,7 @@ fn mutate(mut bytes: Vec<u8>, edits: &[(u8, usize, u8, Vec<u8>)], donors: &[Vec<
 
 #[test]
 fn mutated_corpus_runs_cleanly() {
-    with_watchdog(Duration::from_secs(120), || {
+    with_watchdog(run_limit(Duration::from_secs(120)), || {
         let files: Vec<Vec<u8>> = corpus().into_iter().map(|(_, b)| b).collect();
         let tokens = prop::sample::select(
             [
@@ -581,7 +600,7 @@ fn statement() -> impl Strategy<Value = String> {
 
 #[test]
 fn generated_statements_run_cleanly() {
-    with_watchdog(Duration::from_secs(120), || {
+    with_watchdog(run_limit(Duration::from_secs(120)), || {
         let script = prop::collection::vec(statement(), 1..4).prop_map(|s| s.join(";\n"));
         let executed = std::cell::Cell::new(0u32);
         runner(256)

@@ -43,6 +43,25 @@ pub fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
     files
 }
 
+/// Cases per property: the given default, or `SLUICE_FUZZ_CASES` for a
+/// longer local campaign (the watchdogs then allow an hour).
+pub fn cases(default: u32) -> u32 {
+    std::env::var("SLUICE_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The watchdog limit for a property run: `default`, or an hour for a
+/// campaign sized by `SLUICE_FUZZ_CASES`.
+pub fn run_limit(default: Duration) -> Duration {
+    if std::env::var_os("SLUICE_FUZZ_CASES").is_some() {
+        Duration::from_secs(3600)
+    } else {
+        default
+    }
+}
+
 /// Run `f` on its own thread and fail if it takes longer than `limit`.
 pub fn with_watchdog(limit: Duration, f: impl FnOnce() + Send + 'static) {
     let (tx, rx) = mpsc::channel();
@@ -238,11 +257,11 @@ fn mutate(mut bytes: Vec<u8>, corpus: &[(String, Vec<u8>)], edits: &[Mutation]) 
     bytes
 }
 
-fn run_mutations(format: FileFormat, target: &'static str, cases: u32) {
-    with_watchdog(Duration::from_secs(120), move || {
+fn run_mutations(format: FileFormat, target: &'static str, default_cases: u32) {
+    with_watchdog(run_limit(Duration::from_secs(120)), move || {
         let files = corpus(target);
         let mut runner = TestRunner::new(Config {
-            cases,
+            cases: cases(default_cases),
             failure_persistence: None,
             ..Config::default()
         });

@@ -25,7 +25,7 @@ use proptest::test_runner::{Config, TestRunner};
 use sluice_connectors::fuzzing;
 use sluice_connectors::FileFormat;
 
-use super::fuzz_inputs::with_watchdog;
+use super::fuzz_inputs::{cases, run_limit, with_watchdog};
 
 /// Values for any column: valid for some types, out of range or malformed
 /// for others.
@@ -325,13 +325,13 @@ pub fn parquet_file(
 
 fn run<S: Strategy<Value = Vec<u8>>>(
     format: FileFormat,
-    cases: u32,
+    default_cases: u32,
     strategy: impl FnOnce() -> S + Send + 'static,
 ) {
-    with_watchdog(Duration::from_secs(120), move || {
+    with_watchdog(run_limit(Duration::from_secs(120)), move || {
         let strategy = strategy();
         let mut runner = TestRunner::new(Config {
-            cases,
+            cases: cases(default_cases),
             failure_persistence: None,
             ..Config::default()
         });
