@@ -278,15 +278,15 @@ fn run_mutations(format: FileFormat, target: &'static str, default_cases: u32) {
 
 #[test]
 fn mutated_csv_corpus_reads_cleanly() {
-    run_mutations(FileFormat::Csv, "csv", 96);
+    run_mutations(FileFormat::Csv, "csv", 256);
 }
 
 #[test]
 fn mutated_json_corpus_reads_cleanly() {
-    run_mutations(FileFormat::JsonLines, "json", 96);
+    run_mutations(FileFormat::JsonLines, "json", 256);
 }
 
 #[test]
 fn mutated_parquet_corpus_reads_cleanly() {
-    run_mutations(FileFormat::Parquet, "parquet", 96);
+    run_mutations(FileFormat::Parquet, "parquet", 256);
 }

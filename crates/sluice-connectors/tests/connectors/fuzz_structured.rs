@@ -353,17 +353,17 @@ fn run<S: Strategy<Value = Vec<u8>>>(
 
 #[test]
 fn structured_csv_reads_cleanly() {
-    run(FileFormat::Csv, 128, csv_file);
+    run(FileFormat::Csv, 256, csv_file);
 }
 
 #[test]
 fn structured_json_reads_cleanly() {
-    run(FileFormat::JsonLines, 128, json_file);
+    run(FileFormat::JsonLines, 256, json_file);
 }
 
 #[test]
 fn structured_parquet_reads_cleanly() {
-    run(FileFormat::Parquet, 64, parquet_strategy);
+    run(FileFormat::Parquet, 128, parquet_strategy);
 }
 
 fn parquet_strategy() -> impl Strategy<Value = Vec<u8>> {
