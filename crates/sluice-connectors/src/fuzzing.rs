@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::record_batch::RecordBatch;
 
 use crate::{ConnectorError, FileFormat, FileSourceConfig, FileSourceReader, OnError};
 
@@ -205,8 +207,50 @@ pub fn check_file_input(format: FileFormat, input: &[u8]) -> Vec<ReadOutcome> {
     let schemas = schemas();
     read_cases()
         .iter()
-        .map(|case| read_case(format, &path, &schemas[case.schema], case))
+        .map(|case| {
+            let schema = &schemas[case.schema];
+            let (outcome, batches) = read_batches(format, &path, schema, case);
+            if case.resume {
+                // Resuming from a saved position must give exactly the rows
+                // of an uninterrupted read, as a restart from a checkpoint
+                // relies on.
+                let straight = ReadCase {
+                    resume: false,
+                    ..case.clone()
+                };
+                let (expected, expected_batches) = read_batches(format, &path, schema, &straight);
+                check_same_read(&outcome, &batches, &expected, &expected_batches, schema);
+            }
+            outcome
+        })
         .collect()
+}
+
+fn check_same_read(
+    resumed: &ReadOutcome,
+    resumed_batches: &[RecordBatch],
+    straight: &ReadOutcome,
+    straight_batches: &[RecordBatch],
+    schema: &SchemaRef,
+) {
+    match (resumed, straight) {
+        (ReadOutcome::Rows { .. }, ReadOutcome::Rows { .. }) => {
+            let concat = |b: &[RecordBatch]| {
+                concat_batches(schema, b).unwrap_or_else(|e| panic!("concatenating batches: {e}"))
+            };
+            assert_eq!(
+                concat(resumed_batches),
+                concat(straight_batches),
+                "resuming from the position after the first batch changed the rows read"
+            );
+        }
+        (ReadOutcome::Error(a), ReadOutcome::Error(b)) => assert_eq!(
+            a.code(),
+            b.code(),
+            "resumed read failed with {a}, an uninterrupted one with {b}"
+        ),
+        _ => panic!("resumed read gave {resumed:?}, an uninterrupted one {straight:?}"),
+    }
 }
 
 fn config(
@@ -233,18 +277,30 @@ pub fn read_case(
     schema: &SchemaRef,
     case: &ReadCase,
 ) -> ReadOutcome {
+    read_batches(format, path, schema, case).0
+}
+
+/// Read one input under one case, keeping the batches.
+fn read_batches(
+    format: FileFormat,
+    path: &Path,
+    schema: &SchemaRef,
+    case: &ReadCase,
+) -> (ReadOutcome, Vec<RecordBatch>) {
     let cfg = config(format, path, schema, case);
     let mut reader = match FileSourceReader::open(cfg.clone()) {
         Ok(r) => r,
-        Err(e) => return clean(e),
+        Err(e) => return (clean(e), Vec::new()),
     };
     let mut rows = 0;
+    let mut batches = Vec::new();
     let mut resumed = !case.resume;
     for _ in 0..MAX_BATCHES {
         match reader.next_batch() {
             Ok(Some(batch)) => {
                 check_batch(&batch, schema, case.batch_size);
                 rows += batch.num_rows();
+                batches.push(batch);
                 if !resumed {
                     // Continue from the saved position in a fresh reader,
                     // the way a restart after a checkpoint does.
@@ -253,7 +309,7 @@ pub fn read_case(
                     let pos = reader.position();
                     reader = match FileSourceReader::open_at(cfg.clone(), &pos) {
                         Ok(r) => r,
-                        Err(e) => return clean(e),
+                        Err(e) => return (clean(e), batches),
                     };
                     if case.on_error == OnError::Fail {
                         assert_eq!(skipped, 0, "rows skipped under on_error = fail");
@@ -271,9 +327,9 @@ pub fn read_case(
                     Ok(Some(b)) => panic!("{} rows after the end of input", b.num_rows()),
                     Err(e) => panic!("error after the end of input: {e}"),
                 }
-                return ReadOutcome::Rows { rows, skipped };
+                return (ReadOutcome::Rows { rows, skipped }, batches);
             }
-            Err(e) => return clean(e),
+            Err(e) => return (clean(e), batches),
         }
     }
     panic!(
@@ -282,7 +338,7 @@ pub fn read_case(
     );
 }
 
-fn check_batch(batch: &arrow::record_batch::RecordBatch, schema: &SchemaRef, batch_size: usize) {
+fn check_batch(batch: &RecordBatch, schema: &SchemaRef, batch_size: usize) {
     assert!(batch.num_rows() > 0, "empty batch returned");
     assert!(
         batch.num_rows() <= batch_size,
