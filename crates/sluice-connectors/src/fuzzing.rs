@@ -249,6 +249,12 @@ fn check_same_read(
             b.code(),
             "resumed read failed with {a}, an uninterrupted one with {b}"
         ),
+        // The parquet crate notices some corruption only on one of the two
+        // read paths (a resume skips rows with a row selection, which may
+        // never decode the damaged page): a corrupt Parquet file may fail
+        // one way and not the other. Text formats have no such excuse.
+        (ReadOutcome::Error(e), _) | (_, ReadOutcome::Error(e))
+            if matches!(e.code(), "SLC-CONN-007" | "SLC-CONN-008") => {}
         _ => panic!("resumed read gave {resumed:?}, an uninterrupted one {straight:?}"),
     }
 }
