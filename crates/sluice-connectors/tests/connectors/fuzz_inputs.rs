@@ -147,24 +147,60 @@ fn all_types_seeds_decode_in_full() {
     }
 }
 
-/// Regression (found by the mutation test): a bit flipped in the Arrow
-/// schema that Parquet writers embed in the footer made arrow-ipc panic
-/// (`unwrap()` on a failed integer conversion; other flips panic on an
-/// integer width of 5 bits). It is a clean Parquet error naming the file.
+/// Regressions: corrupt Parquet files on which the parquet crate (or
+/// arrow-ipc, decoding the Arrow schema embedded in the footer) panics
+/// instead of returning an error. Each is a clean Parquet error naming the
+/// file and carrying the panic message (some read cases stop at other
+/// damage first, with a clean error too). Found by the
+/// mutation test (the first) and the `parquet` fuzz target (the others).
 #[test]
-fn corrupt_embedded_arrow_schema_is_a_clean_error() {
-    let bytes =
-        std::fs::read(corpus_dir("parquet").join("regression_ipc_schema_int_width.parquet"))
-            .unwrap();
-    for outcome in fuzzing::check_file_input(FileFormat::Parquet, &bytes) {
-        let ReadOutcome::Error(e) = outcome else {
-            panic!("expected an error, got {outcome:?}");
-        };
-        assert_eq!(e.code(), "SLC-CONN-008", "{e}");
-        let text = e.to_string();
-        assert!(text.starts_with("reading parquet file "), "{text}");
-        assert!(text.contains("input.parquet"), "{text}");
-        assert!(text.contains("the file is corrupt"), "{text}");
+fn corrupt_parquet_panics_are_clean_errors() {
+    let cases = [
+        (
+            "regression_ipc_schema_bad_int_width.parquet",
+            "Int type with bit width of 24 and signed of false not supported",
+        ),
+        (
+            "regression_ipc_schema_int_overflow.parquet",
+            "called `Result::unwrap()` on an `Err` value: TryFromIntError",
+        ),
+        (
+            "regression_ipc_schema_no_fields.parquet",
+            "called `Option::unwrap()` on a `None` value",
+        ),
+        (
+            "regression_negative_column_start.parquet",
+            "column start and length should not be negative",
+        ),
+    ];
+    let listed: Vec<String> = corpus("parquet")
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| name.starts_with("regression_"))
+        .collect();
+    assert_eq!(listed, cases.map(|(name, _)| name.to_string()).to_vec());
+    for (file, panic) in cases {
+        let bytes = std::fs::read(corpus_dir("parquet").join(file)).unwrap();
+        let mut contained = 0;
+        for outcome in fuzzing::check_file_input(FileFormat::Parquet, &bytes) {
+            let ReadOutcome::Error(e) = outcome else {
+                panic!("{file}: expected an error, got {outcome:?}");
+            };
+            let text = e.to_string();
+            // Some read paths notice the damage before reaching the panic.
+            assert!(
+                matches!(e.code(), "SLC-CONN-007" | "SLC-CONN-008"),
+                "{file}: {e}"
+            );
+            assert!(text.starts_with("reading parquet file "), "{file}: {text}");
+            assert!(text.contains("input.parquet: "), "{file}: {text}");
+            if text.contains("the file is corrupt: ") {
+                assert_eq!(e.code(), "SLC-CONN-008", "{file}: {e}");
+                assert!(text.contains(panic), "{file}: {text}");
+                contained += 1;
+            }
+        }
+        assert!(contained > 0, "{file}: no read case reached the panic");
     }
 }
 
