@@ -11,6 +11,7 @@
 
 mod error;
 mod format;
+pub mod fuzzing;
 pub mod nexmark;
 mod quote;
 mod reader;

@@ -19,6 +19,7 @@
 //! ```
 
 mod database;
+pub mod fuzzing;
 mod query;
 
 pub use database::{Database, DatabaseBuilder, HandlerFactory, SinkOutput};

@@ -12,6 +12,7 @@ use arrow::error::ArrowError;
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
+use parquet::errors::ParquetError;
 
 use super::parse::ticks_per_second;
 use super::{FileDecoder, ReadPlan, Resume};
@@ -95,6 +96,28 @@ fn convert_timestamp(
     Ok(make_array(data))
 }
 
+/// Run a call that decodes file bytes inside the parquet crate, turning a
+/// panic into an error naming the file.
+///
+/// The parquet and arrow-ipc crates panic on some corrupt inputs instead of
+/// returning an error (a flipped bit in the embedded Arrow schema, for
+/// one, panics on an integer width that does not exist); a corrupt file
+/// must be a clean error, not a crashed reader thread. The reader is not
+/// used again after such an error (see [`super::FileSourceReader`]).
+fn contain_panic<T>(path: &Path, f: impl FnOnce() -> T) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        ConnectorError::parquet(
+            format!("reading parquet file {}", path.display()),
+            ParquetError::General(format!("the file is corrupt: {message}")),
+        )
+    })
+}
+
 fn strict() -> CastOptions<'static> {
     CastOptions {
         safe: false,
@@ -121,7 +144,7 @@ impl ParquetDecoder {
     pub fn open(path: &Path, plan: &Arc<ReadPlan>, skip_rows: u64) -> Result<ParquetDecoder> {
         let context = || format!("opening parquet file {}", path.display());
         let file = File::open(path).map_err(|e| ConnectorError::io(path, e))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        let builder = contain_panic(path, || ParquetRecordBatchReaderBuilder::try_new(file))?
             .map_err(|e| ConnectorError::parquet(context(), e))?;
         let file_schema = builder.schema().clone();
         // A file with fewer rows than the checkpoint consumed shrank or was
@@ -178,8 +201,7 @@ impl ParquetDecoder {
             let offset = usize::try_from(skip_rows).unwrap_or(usize::MAX);
             builder = builder.with_offset(offset);
         }
-        let reader = builder
-            .build()
+        let reader = contain_panic(path, || builder.build())?
             .map_err(|e| ConnectorError::parquet(context(), e))?;
         Ok(ParquetDecoder {
             path: path.to_path_buf(),
@@ -218,7 +240,7 @@ impl FileDecoder for ParquetDecoder {
         let batch = loop {
             let next = match self.pending.take() {
                 Some(b) => b,
-                None => match self.reader.next() {
+                None => match contain_panic(&self.path, || self.reader.next())? {
                     None => return Ok(None),
                     Some(Ok(b)) => b,
                     Some(Err(e)) => {

@@ -7,6 +7,9 @@ mod support;
 
 mod csv_property;
 mod csv_source;
+mod fuzz_corpus;
+mod fuzz_inputs;
+mod fuzz_structured;
 mod json_source;
 mod limits;
 mod parquet_source;

@@ -1,0 +1,2 @@
+-- comment only
+/* block */ SHOW SOURCES; /* unterminated

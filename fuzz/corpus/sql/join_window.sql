@@ -1,0 +1,1 @@
+CREATE STREAM jw AS SELECT p.city, tumble(b.date_time, INTERVAL '10' SECOND) AS w, COUNT(*) AS n FROM bids b JOIN people p ON b.bidder = p.id GROUP BY p.city, tumble(b.date_time, INTERVAL '10' SECOND);

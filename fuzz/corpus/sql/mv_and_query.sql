@@ -1,0 +1,3 @@
+CREATE MATERIALIZED VIEW mv2 AS SELECT city, COUNT(*) AS n FROM people GROUP BY city;
+SELECT * FROM mv2 WHERE n > 1 ORDER BY city LIMIT 10;
+SELECT name, n FROM by_name;

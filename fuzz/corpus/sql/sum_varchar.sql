@@ -1,0 +1,1 @@
+CREATE STREAM sv AS SELECT SUM(name) FROM t;

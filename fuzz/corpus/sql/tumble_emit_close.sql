@@ -1,0 +1,1 @@
+CREATE STREAM s1 AS SELECT auction, tumble(date_time, INTERVAL '10' SECOND) AS w, COUNT(*) AS n, AVG(price) AS a, MIN(price), MAX(price) FROM bids GROUP BY auction, tumble(date_time, INTERVAL '10' SECOND) EMIT ON WINDOW CLOSE;

@@ -1,0 +1,1 @@
+CREATE STREAM стр AS SELECT '😀' AS e, name || 'é' FROM t;
