@@ -273,6 +273,7 @@ fn config(
         batch_size: case.batch_size,
         on_error: case.on_error,
         unread_columns: case.unread.clone(),
+        max_record_bytes: crate::DEFAULT_MAX_RECORD_BYTES,
     }
 }
 
