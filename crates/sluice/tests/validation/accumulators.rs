@@ -85,10 +85,12 @@ fn aggregate_names() -> BTreeSet<String> {
 }
 
 /// The statements one call is tried in: a grouped view (updating), a
-/// tumbling window (grouped accumulators) and a session window (row
-/// accumulators).
-fn statements(call: &str) -> [String; 3] {
+/// tumbling window (grouped accumulators), a session window (row
+/// accumulators) and an aggregate over the changelog of `last`
+/// (retracting).
+fn statements(call: &str) -> [String; 4] {
     [
+        format!("CREATE STREAM c AS SELECT {call} AS x FROM last"),
         format!("CREATE MATERIALIZED VIEW g AS SELECT k, {call} AS x FROM s GROUP BY k"),
         format!(
             "CREATE STREAM t AS SELECT {call} AS x FROM s GROUP BY tumble(ts, INTERVAL '1' SECOND)"
@@ -120,6 +122,11 @@ async fn try_call(call: &str) -> usize {
     db.execute("CREATE MATERIALIZED VIEW base AS SELECT k, v, w, name FROM s")
         .await
         .unwrap();
+    db.execute(
+        "CREATE MATERIALIZED VIEW last AS SELECT k, MAX(v) AS v, MIN(w) AS w, MAX(name) AS name FROM s GROUP BY k",
+    )
+    .await
+    .unwrap();
     let mut accepted = 0;
     for sql in statements(call) {
         let explained = db.execute(&format!("EXPLAIN {sql}")).await;
