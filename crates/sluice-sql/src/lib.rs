@@ -11,6 +11,7 @@
 //! `MATERIALIZED VIEW` with `EMIT`, `CREATE SINK`, and the window functions
 //! `tumble`, `hop`, `session` (plus `tumble_end`, `hop_end`).
 
+pub mod accumulators;
 pub mod ast;
 pub mod bounds;
 pub mod checked;

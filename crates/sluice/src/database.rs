@@ -440,6 +440,10 @@ impl Database {
                 let text = match *inner {
                     Statement::CreateStream(cs) => {
                         let plan = StreamPlanner::plan_stream(&state.catalog, &cs).await?;
+                        // Lowering refuses what CREATE would refuse (e.g.
+                        // aggregate arguments checked only by DataFusion's
+                        // accumulators); the operator itself is dropped.
+                        Operator::compile(&plan.root)?;
                         let kind = if plan.changelog { "changelog" } else { "append-only" };
                         format!("{} ({kind})\n{}", plan.name, plan.root)
                     }

@@ -81,11 +81,21 @@ pub async fn run_query(
     let stmt = datafusion::sql::parser::Statement::Statement(Box::new(sp::Statement::Query(
         Box::new(query.clone()),
     )));
-    // A call no signature takes is the user's type error, as in CREATE STREAM.
-    let plan = state
-        .statement_to_plan(stmt)
+    // Everything before the first row is computed is planning: its errors
+    // (a call no signature takes, aggregate arguments checked only by
+    // physical planning or by accumulator creation) are the user's type or
+    // planning errors, as in CREATE STREAM.
+    // An overflow found while folding constants stays an overflow.
+    let plan_error = |e: DataFusionError| match sluice_sql::checked::overflow_of(&e) {
+        Some(_) => Error::exec("SELECT", e),
+        None => Error::Sql(sluice_sql::SqlError::from(e)),
+    };
+    let plan = state.statement_to_plan(stmt).await.map_err(plan_error)?;
+    let frame = ctx.execute_logical_plan(plan).await.map_err(plan_error)?;
+    let task = frame.task_ctx();
+    let physical = frame.create_physical_plan().await.map_err(plan_error)?;
+    sluice_sql::accumulators::probe_plan(physical.as_ref())?;
+    datafusion::physical_plan::collect(physical, Arc::new(task))
         .await
-        .map_err(|e| sluice_sql::SqlError::try_signature(e).map_or_else(df, Error::Sql))?;
-    let frame = ctx.execute_logical_plan(plan).await.map_err(df)?;
-    frame.collect().await.map_err(df)
+        .map_err(df)
 }

@@ -198,10 +198,14 @@ impl AggregateFunctions {
                 .chain(lowered.order_bys.iter().map(|s| Arc::clone(&s.expr)))
                 .map(|x| sluice_sql::checked::binary::fail_on_overflow(x, &physical_schema))
                 .collect::<datafusion::error::Result<Vec<_>>>()?;
-            let column = match columns.get(i) {
+            let column: Arc<str> = match columns.get(i) {
                 Some(c) => Arc::from(c.as_str()),
                 None => Arc::from(e.schema_name().to_string()),
             };
+            // Some arguments are only validated when an accumulator is
+            // created: do it once here so the statement is refused at
+            // CREATE instead of halting the pipeline when data arrives.
+            sluice_sql::accumulators::probe(&lowered.aggregate, &column)?;
             funcs.push(AggregateFunction {
                 column,
                 expr: lowered.aggregate,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+mod accumulators;
 mod conflicts;
 mod options;
 mod sql;
