@@ -112,7 +112,7 @@ fn external_overflow(
     x.downcast_ref::<ArrowError>().and_then(arrow_overflow)
 }
 
-/// The SQL name of an integer result type, for messages.
+/// The SQL name of an integer or decimal result type, for messages.
 pub fn sql_type_name(dt: &datafusion::arrow::datatypes::DataType) -> String {
     use datafusion::arrow::datatypes::DataType as D;
     match dt {
@@ -124,6 +124,7 @@ pub fn sql_type_name(dt: &datafusion::arrow::datatypes::DataType) -> String {
         D::UInt16 => "SMALLINT UNSIGNED".into(),
         D::UInt32 => "INT UNSIGNED".into(),
         D::UInt64 => "BIGINT UNSIGNED".into(),
+        D::Decimal128(p, s) => format!("DECIMAL({p}, {s})"),
         other => other.to_string(),
     }
 }
