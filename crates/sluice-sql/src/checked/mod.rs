@@ -20,6 +20,7 @@
 //! engine can name the stream and column it happened in.
 
 pub mod binary;
+pub mod decimal;
 pub mod sum;
 
 use std::sync::Arc;

@@ -244,7 +244,7 @@ impl Target {
 }
 
 /// Whether the unscaled decimal `v` has at most `precision` digits.
-fn fits_precision(v: i128, precision: u8) -> bool {
+pub(crate) fn fits_precision(v: i128, precision: u8) -> bool {
     match 10i128.checked_pow(u32::from(precision)) {
         Some(limit) => v.unsigned_abs() < limit.unsigned_abs(),
         // 10^39 and beyond exceed i128: every i128 fits.
@@ -253,7 +253,7 @@ fn fits_precision(v: i128, precision: u8) -> bool {
 }
 
 /// The unscaled `v` at `scale` as SQL writes it (`-12.30` for -1230, 2).
-fn show_decimal(v: i128, scale: i8) -> String {
+pub(crate) fn show_decimal(v: i128, scale: i8) -> String {
     let digits = v.unsigned_abs().to_string();
     let sign = if v < 0 { "-" } else { "" };
     let Ok(scale) = usize::try_from(scale) else {

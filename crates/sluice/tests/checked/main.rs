@@ -7,5 +7,6 @@
 //! every integer type against an `i128` model.
 
 mod common;
+mod decimal;
 mod exact;
 mod model;
