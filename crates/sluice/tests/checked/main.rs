@@ -8,5 +8,6 @@
 
 mod common;
 mod decimal;
+mod decimal_model;
 mod exact;
 mod model;
