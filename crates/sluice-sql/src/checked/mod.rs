@@ -8,7 +8,12 @@
 //!   in `i128` (its intermediate state is a `DECIMAL(38, 0)`), so the order
 //!   rows arrive in, and retractions, never matter: the result is the exact
 //!   sum, or an [`ArithmeticOverflow`] error when that sum does not fit the
-//!   result type. Every other input type is handled by DataFusion's own `sum`.
+//!   result type. `DECIMAL` (`Decimal128`) inputs are added the same way
+//!   (unscaled, state `DECIMAL(38, s)`), with checked `i128` additions, and
+//!   the result must fit the result's precision. Every other input type is
+//!   handled by DataFusion's own `sum`.
+//! - [`decimal::DecimalFits`] refuses a decimal `+ - *` result with more
+//!   digits than its precision (Arrow only fails when the `i128` overflows).
 //! - [`binary::fail_on_overflow`] turns every integer `+`, `-`, `*` and unary
 //!   `-` of a physical expression into its checked form; the engine applies
 //!   it to every expression it compiles.
