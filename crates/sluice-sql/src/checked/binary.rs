@@ -20,6 +20,7 @@ use datafusion::common::{exec_err, ScalarValue};
 use datafusion::error::Result;
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::type_coercion::binary::BinaryTypeCoercer;
 use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs, ScalarUDF,
@@ -28,6 +29,9 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_expr::expressions::{BinaryExpr, Literal, NegativeExpr};
 use datafusion::physical_expr::PhysicalExpr;
+
+use super::decimal::{check_fits, DecimalFits};
+use super::sql_type_name;
 
 fn is_checked_op(op: &Operator) -> bool {
     matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply)
@@ -43,9 +47,16 @@ pub fn fail_on_overflow(
     expr.transform_up(|e| {
         if let Some(b) = e.downcast_ref::<BinaryExpr>() {
             if is_checked_op(b.op()) {
-                let checked = BinaryExpr::new(Arc::clone(b.left()), *b.op(), Arc::clone(b.right()))
-                    .with_fail_on_overflow(true);
-                return Ok(Transformed::yes(Arc::new(checked) as Arc<dyn PhysicalExpr>));
+                let checked: Arc<dyn PhysicalExpr> = Arc::new(
+                    BinaryExpr::new(Arc::clone(b.left()), *b.op(), Arc::clone(b.right()))
+                        .with_fail_on_overflow(true),
+                );
+                // A decimal result may also exceed its precision without
+                // overflowing the i128 it is kept in.
+                if matches!(checked.data_type(schema)?, DataType::Decimal128(_, _)) {
+                    return Ok(Transformed::yes(Arc::new(DecimalFits::new(checked))));
+                }
+                return Ok(Transformed::yes(checked));
             }
         }
         if let Some(n) = e.downcast_ref::<NegativeExpr>() {
@@ -102,7 +113,11 @@ fn checked_expr(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Transf
     match e {
         Expr::BinaryExpr(b) if is_checked_op(&b.op) => {
             let (lt, rt) = (b.left.get_type(schema)?, b.right.get_type(schema)?);
-            if lt.is_integer() && lt == rt {
+            let decimals = matches!(
+                (&lt, &rt),
+                (DataType::Decimal128(_, _), DataType::Decimal128(_, _))
+            );
+            if (lt.is_integer() && lt == rt) || decimals {
                 return Ok(Transformed::yes(call(b.op, *b.left, *b.right)));
             }
             Ok(Transformed::no(Expr::BinaryExpr(b)))
@@ -154,8 +169,12 @@ impl ScalarUDFImpl for CheckedBinary {
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
         match arg_types {
             [l, r] if l == r && l.is_integer() => Ok(l.clone()),
+            // The type DataFusion gives the same decimal operation.
+            [l @ DataType::Decimal128(_, _), r @ DataType::Decimal128(_, _)] => {
+                BinaryTypeCoercer::new(l, &self.op, r).get_result_type()
+            }
             _ => exec_err!(
-                "{} takes two integers of one type, got {arg_types:?}",
+                "{} takes two integers of one type or two decimals, got {arg_types:?}",
                 self.name
             ),
         }
@@ -170,10 +189,30 @@ impl ScalarUDFImpl for CheckedBinary {
             Operator::Minus => numeric::sub,
             _ => numeric::mul,
         };
-        datafusion::physical_expr_common::datum::apply(
+        let value = datafusion::physical_expr_common::datum::apply(
             l,
             r,
             |a, b| -> std::result::Result<ArrayRef, _> { kernel(a, b) },
-        )
+        )?;
+        let out = args.return_field.data_type();
+        if !matches!(out, DataType::Decimal128(_, _)) {
+            return Ok(value);
+        }
+        check_fits(&value, out, |row| {
+            format!("{} {} {}", show(l, row), self.op, show(r, row))
+        })?;
+        // Arrow's kernel and DataFusion's coercion agree on the type; cast in
+        // case they ever differ (the value fits, so the cast is exact).
+        value.cast_to(out, None)
+    }
+}
+
+/// An operand's value at `row`, for a message.
+fn show(v: &ColumnarValue, row: usize) -> String {
+    match v {
+        ColumnarValue::Scalar(s) => s.to_string(),
+        ColumnarValue::Array(a) => ScalarValue::try_from_array(a, row)
+            .map(|s| s.to_string())
+            .unwrap_or_else(|_| format!("<{}>", sql_type_name(a.data_type()))),
     }
 }

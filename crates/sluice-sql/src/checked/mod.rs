@@ -8,7 +8,12 @@
 //!   in `i128` (its intermediate state is a `DECIMAL(38, 0)`), so the order
 //!   rows arrive in, and retractions, never matter: the result is the exact
 //!   sum, or an [`ArithmeticOverflow`] error when that sum does not fit the
-//!   result type. Every other input type is handled by DataFusion's own `sum`.
+//!   result type. `DECIMAL` (`Decimal128`) inputs are added the same way
+//!   (unscaled, state `DECIMAL(38, s)`), with checked `i128` additions, and
+//!   the result must fit the result's precision. Every other input type is
+//!   handled by DataFusion's own `sum`.
+//! - [`decimal::DecimalFits`] refuses a decimal `+ - *` result with more
+//!   digits than its precision (Arrow only fails when the `i128` overflows).
 //! - [`binary::fail_on_overflow`] turns every integer `+`, `-`, `*` and unary
 //!   `-` of a physical expression into its checked form; the engine applies
 //!   it to every expression it compiles.
@@ -20,6 +25,7 @@
 //! engine can name the stream and column it happened in.
 
 pub mod binary;
+pub mod decimal;
 pub mod sum;
 
 use std::sync::Arc;
@@ -112,7 +118,7 @@ fn external_overflow(
     x.downcast_ref::<ArrowError>().and_then(arrow_overflow)
 }
 
-/// The SQL name of an integer result type, for messages.
+/// The SQL name of an integer or decimal result type, for messages.
 pub fn sql_type_name(dt: &datafusion::arrow::datatypes::DataType) -> String {
     use datafusion::arrow::datatypes::DataType as D;
     match dt {
@@ -124,6 +130,7 @@ pub fn sql_type_name(dt: &datafusion::arrow::datatypes::DataType) -> String {
         D::UInt16 => "SMALLINT UNSIGNED".into(),
         D::UInt32 => "INT UNSIGNED".into(),
         D::UInt64 => "BIGINT UNSIGNED".into(),
+        D::Decimal128(p, s) => format!("DECIMAL({p}, {s})"),
         other => other.to_string(),
     }
 }

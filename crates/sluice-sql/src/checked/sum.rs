@@ -1,5 +1,10 @@
-//! `sum` that refuses to wrap: integer inputs are added exactly in `i128`
-//! and the result is checked against its type when it is produced.
+//! `sum` that refuses to wrap: integer and `DECIMAL` (`Decimal128`) inputs
+//! are added exactly in `i128` and the result is checked against its type
+//! (its range, or a decimal's precision) when it is produced.
+//!
+//! DataFusion's own decimal sum wraps once the `i128` passes ~1.7e38 and
+//! never checks the declared precision of its result, so a `DECIMAL(38, 2)`
+//! sum could be a wrong number or have 39 digits; here it is an error.
 //!
 //! Keeping the exact sum (rather than checking each `i64` addition) makes
 //! the outcome independent of how rows are split into batches, cycles,
@@ -30,20 +35,35 @@ use super::{sql_type_name, ArithmeticOverflow};
 /// Precision of the exact intermediate sum's state column.
 const STATE_PRECISION: u8 = 38;
 
-/// `sum` with checked integer results; DataFusion's `sum` for other types.
+/// `sum` with checked integer and `Decimal128` results; DataFusion's `sum`
+/// for other types.
 #[derive(Debug, Default, PartialEq, Eq, Hash)]
 pub struct CheckedSum {
     inner: Sum,
 }
 
-/// The integer result types the checked path handles (DataFusion widens
-/// every signed input to `Int64` and every unsigned one to `UInt64`).
+/// The result types the checked path handles (DataFusion widens every
+/// signed input to `Int64` and every unsigned one to `UInt64`; a
+/// `DECIMAL(p, s)` sums to `DECIMAL(min(38, p + 10), s)` of the same scale,
+/// so its unscaled values add as they are).
 fn is_checked(dt: &DataType) -> bool {
-    matches!(dt, DataType::Int64 | DataType::UInt64)
+    matches!(
+        dt,
+        DataType::Int64 | DataType::UInt64 | DataType::Decimal128(_, _)
+    )
 }
 
-fn state_type() -> DataType {
-    DataType::Decimal128(STATE_PRECISION, 0)
+/// The scale of the exact sum: a decimal result's, 0 for integers.
+fn scale_of(dt: &DataType) -> i8 {
+    match dt {
+        DataType::Decimal128(_, s) => *s,
+        _ => 0,
+    }
+}
+
+/// The state column: the exact unscaled sum at the result's scale.
+fn state_type(out: &DataType) -> DataType {
+    DataType::Decimal128(STATE_PRECISION, scale_of(out))
 }
 
 impl AggregateUDFImpl for CheckedSum {
@@ -82,7 +102,7 @@ impl AggregateUDFImpl for CheckedSum {
         }
         Ok(vec![Arc::new(Field::new(
             format!("{}[sum]", args.name),
-            state_type(),
+            state_type(args.return_type()),
             true,
         ))])
     }
@@ -113,7 +133,7 @@ impl AggregateUDFImpl for CheckedSum {
         }
         if args.is_distinct {
             return datafusion::common::not_impl_err!(
-                "SUM(DISTINCT) of integers over a sliding window frame"
+                "SUM(DISTINCT) of integers or decimals over a sliding window frame"
             );
         }
         Ok(Box::new(RowSum {
@@ -154,6 +174,11 @@ impl Target {
         }
     }
 
+    /// An exact (unscaled) sum as the SQL value it stands for.
+    fn show(&self, v: i128) -> String {
+        show_decimal(v, scale_of(&self.out))
+    }
+
     fn overflow(&self, what: impl std::fmt::Display) -> datafusion::error::DataFusionError {
         ArithmeticOverflow::new(format!(
             "{} = {what} does not fit in {}",
@@ -164,8 +189,13 @@ impl Target {
     }
 
     fn add(&self, sum: i128, v: i128) -> Result<i128> {
-        sum.checked_add(v)
-            .ok_or_else(|| self.overflow(format_args!("{sum} + {v} (beyond 128 bits)")))
+        sum.checked_add(v).ok_or_else(|| {
+            self.overflow(format_args!(
+                "{} + {} (beyond 128 bits)",
+                self.show(sum),
+                self.show(v)
+            ))
+        })
     }
 
     /// An exact sum (if any) narrowed to `T`, or an overflow naming it.
@@ -174,10 +204,20 @@ impl Target {
             .transpose()
     }
 
+    /// An exact unscaled sum (if any) that has at most `precision` digits,
+    /// or an overflow naming it.
+    fn fit_digits(&self, precision: u8, sum: Option<i128>) -> Result<Option<i128>> {
+        match sum {
+            Some(s) if !fits_precision(s, precision) => Err(self.overflow(self.show(s))),
+            other => Ok(other),
+        }
+    }
+
     /// The exact sum as a value of the result type, or an overflow.
     fn scalar(&self, sum: Option<i128>) -> Result<ScalarValue> {
         Ok(match self.out {
             DataType::Int64 => ScalarValue::Int64(self.fit(sum)?),
+            DataType::Decimal128(p, s) => ScalarValue::Decimal128(self.fit_digits(p, sum)?, p, s),
             _ => ScalarValue::UInt64(self.fit(sum)?),
         })
     }
@@ -190,6 +230,11 @@ impl Target {
                 sums.map(|s| self.fit::<i64>(s))
                     .collect::<Result<Int64Array>>()?,
             ),
+            DataType::Decimal128(p, s) => Arc::new(
+                sums.map(|v| self.fit_digits(p, v))
+                    .collect::<Result<Decimal128Array>>()?
+                    .with_precision_and_scale(p, s)?,
+            ),
             _ => Arc::new(
                 sums.map(|s| self.fit::<u64>(s))
                     .collect::<Result<UInt64Array>>()?,
@@ -198,8 +243,33 @@ impl Target {
     }
 }
 
-/// The values of an input (`Int64`, `UInt64`) or state (`DECIMAL(38, 0)`)
-/// column as exact integers.
+/// Whether the unscaled decimal `v` has at most `precision` digits.
+pub(crate) fn fits_precision(v: i128, precision: u8) -> bool {
+    match 10i128.checked_pow(u32::from(precision)) {
+        Some(limit) => v.unsigned_abs() < limit.unsigned_abs(),
+        // 10^39 and beyond exceed i128: every i128 fits.
+        None => true,
+    }
+}
+
+/// The unscaled `v` at `scale` as SQL writes it (`-12.30` for -1230, 2).
+pub(crate) fn show_decimal(v: i128, scale: i8) -> String {
+    let digits = v.unsigned_abs().to_string();
+    let sign = if v < 0 { "-" } else { "" };
+    let Ok(scale) = usize::try_from(scale) else {
+        // A negative scale multiplies by a power of ten.
+        return format!("{v}{}", "0".repeat(usize::from(scale.unsigned_abs())));
+    };
+    if scale == 0 {
+        return v.to_string();
+    }
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    format!("{sign}{int}.{frac}")
+}
+
+/// The values of an input (`Int64`, `UInt64`, `Decimal128`) or state
+/// (`DECIMAL(38, s)`) column as exact unscaled integers.
 fn exact_values(a: &dyn Array) -> Result<Vec<Option<i128>>> {
     Ok(match a.data_type() {
         DataType::Int64 => a
@@ -212,7 +282,7 @@ fn exact_values(a: &dyn Array) -> Result<Vec<Option<i128>>> {
             .iter()
             .map(|v| v.map(i128::from))
             .collect(),
-        DataType::Decimal128(_, 0) => a.as_primitive::<Decimal128Type>().iter().collect(),
+        DataType::Decimal128(_, _) => a.as_primitive::<Decimal128Type>().iter().collect(),
         other => return exec_err!("checked sum: unexpected input type {other}"),
     })
 }
@@ -230,12 +300,12 @@ fn kept(opt_filter: Option<&BooleanArray>, row: usize) -> bool {
     opt_filter.is_none_or(|f| f.is_valid(row) && f.value(row))
 }
 
-fn state_array(values: impl IntoIterator<Item = Option<i128>>) -> Result<ArrayRef> {
+fn state_array(out: &DataType, values: impl IntoIterator<Item = Option<i128>>) -> Result<ArrayRef> {
     Ok(Arc::new(
         values
             .into_iter()
             .collect::<Decimal128Array>()
-            .with_precision_and_scale(STATE_PRECISION, 0)?,
+            .with_precision_and_scale(STATE_PRECISION, scale_of(out))?,
     ))
 }
 
@@ -274,7 +344,11 @@ impl Accumulator for RowSum {
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![ScalarValue::Decimal128(self.sum, STATE_PRECISION, 0)])
+        Ok(vec![ScalarValue::Decimal128(
+            self.sum,
+            STATE_PRECISION,
+            scale_of(&self.target.out),
+        )])
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
@@ -402,6 +476,7 @@ impl GroupsAccumulator for GroupSums {
         let values = only_argument(values)?;
         let exact = exact_values(values.as_ref())?;
         Ok(vec![state_array(
+            &self.target.out,
             exact
                 .into_iter()
                 .enumerate()
@@ -419,6 +494,7 @@ impl GroupsAccumulator for GroupSums {
         let sums = emit_to.take_needed(&mut self.sums);
         let seen = emit_to.take_needed(&mut self.seen);
         Ok(vec![state_array(
+            &self.target.out,
             sums.into_iter().zip(seen).map(|(s, ok)| ok.then_some(s)),
         )?])
     }
