@@ -53,7 +53,26 @@ pub fn window_starts(
                     start + i128::from(size_ms)
                 )
             };
-            // In i128: the lowest start, t - size + slide, may be below i64::MIN.
+            // Per row: i64 steps when the latest start, its end and the
+            // lowest bound all fit (every window then fits).
+            let fast = t
+                .div_euclid(slide_ms)
+                .checked_mul(slide_ms)
+                .filter(|last| last.checked_add(size_ms).is_some())
+                .zip(t.checked_sub(size_ms));
+            if let Some((last, floor)) = fast {
+                let mut start = last;
+                while start > floor {
+                    out.push(start);
+                    match start.checked_sub(slide_ms) {
+                        Some(s) => start = s,
+                        None => break,
+                    }
+                }
+                return Ok(());
+            }
+            // Exactly, in i128: the lowest start, t - size + slide, may be
+            // below i64::MIN.
             let (t128, slide, size) = (i128::from(t), i128::from(slide_ms), i128::from(size_ms));
             let mut start = t128.div_euclid(slide) * slide;
             while start > t128 - size {
@@ -390,6 +409,61 @@ mod tests {
         assert_eq!(starts(k, 4), vec![4]);
         assert_eq!(starts(k, 13), vec![4]);
         assert_eq!(starts(k, 14), vec![14]);
+    }
+
+    /// Hop windows by the exact `i128` definition: every start `s` with
+    /// `s % slide == 0` and `s <= t < s + size`, or an error when one of them
+    /// (or its end) is not a BIGINT.
+    fn exact_hop(t: i64, slide: i64, size: i64) -> Option<Vec<i64>> {
+        let (t, slide, size) = (i128::from(t), i128::from(slide), i128::from(size));
+        let mut out = Vec::new();
+        let mut start = t.div_euclid(slide) * slide;
+        while start > t - size {
+            let s = i64::try_from(start).ok()?;
+            i64::try_from(start + size).ok()?;
+            out.push(s);
+            start -= slide;
+        }
+        out.sort();
+        Some(out)
+    }
+
+    /// The i64 fast path of hop assignment agrees with the exact definition,
+    /// the ends of the time range included.
+    #[test]
+    fn hop_assignment_matches_the_exact_definition_everywhere() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as i64
+        };
+        let mut times = vec![i64::MIN, i64::MIN + 1, -1, 0, 1, i64::MAX - 1, i64::MAX];
+        for _ in 0..300 {
+            let t = next();
+            times.push(t);
+            times.push(i64::MIN.saturating_add(t & 0xffff));
+            times.push(i64::MAX.saturating_sub(t & 0xffff));
+        }
+        for (slide, size) in [(1, 1), (5, 15), (7, 20), (1000, 10_000), (3, 3000)] {
+            let kind = WindowKind::Hop {
+                slide_ms: slide,
+                size_ms: size,
+            };
+            for &t in &times {
+                let mut got = Vec::new();
+                let got = window_starts(kind, t, &mut got).ok().map(|()| {
+                    got.sort();
+                    got
+                });
+                assert_eq!(
+                    got,
+                    exact_hop(t, slide, size),
+                    "t {t} slide {slide} size {size}"
+                );
+            }
+        }
     }
 
     #[test]
