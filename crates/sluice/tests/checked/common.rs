@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::arrow::array::{ArrayRef, Int64Array, TimestampMillisecondArray, UInt64Array};
+use sluice::arrow::array::{
+    ArrayRef, Decimal128Array, Int64Array, TimestampMillisecondArray, UInt64Array,
+};
 use sluice::arrow::compute::cast;
 use sluice::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use sluice::arrow::record_batch::RecordBatch;
@@ -32,8 +34,16 @@ pub const INTEGER_TYPES: [(&str, DataType, i128, i128); 8] = [
     ("BIGINT UNSIGNED", DataType::UInt64, 0, u64::MAX as i128),
 ];
 
-/// A column of `dt` holding `values` (each within the type's range).
+/// A column of `dt` holding `values` (each within the type's range; for a
+/// DECIMAL, unscaled values).
 pub fn int_column(dt: &DataType, values: &[i128]) -> ArrayRef {
+    if let DataType::Decimal128(precision, scale) = dt {
+        return Arc::new(
+            Decimal128Array::from_iter_values(values.iter().copied())
+                .with_precision_and_scale(*precision, *scale)
+                .unwrap(),
+        );
+    }
     let wide: ArrayRef = if dt.is_unsigned_integer() {
         Arc::new(UInt64Array::from_iter_values(
             values.iter().map(|v| u64::try_from(*v).unwrap()),
@@ -124,3 +134,34 @@ pub async fn select(db: &Database, sql: &str) -> Result<Vec<String>, Error> {
     rows.sort();
     Ok(rows)
 }
+
+/// The halt a cycle error turns into, with its code and message.
+pub fn halted(r: Result<Vec<String>, Error>) -> (String, String) {
+    let e = r.expect_err("the pipeline must fail");
+    assert!(matches!(e, Error::Halted(_)), "{e}");
+    (e.code().to_string(), e.to_string())
+}
+
+/// Every streaming aggregation `SUM(v) AS total` can run in.
+pub const AGGREGATIONS: [(&str, &[&str]); 5] = [
+    (
+        "updating GROUP BY",
+        &["CREATE MATERIALIZED VIEW out AS SELECT k, SUM(v) AS total FROM s GROUP BY k"],
+    ),
+    (
+        "tumble window",
+        &["CREATE MATERIALIZED VIEW out AS SELECT k, tumble(ts, INTERVAL '10' SECOND) AS ws, SUM(v) AS total FROM s GROUP BY k, tumble(ts, INTERVAL '10' SECOND)"],
+    ),
+    (
+        "hop window",
+        &["CREATE MATERIALIZED VIEW out AS SELECT k, hop(ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND) AS ws, SUM(v) AS total FROM s GROUP BY k, hop(ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND)"],
+    ),
+    (
+        "session window",
+        &["CREATE MATERIALIZED VIEW out AS SELECT k, session(ts, INTERVAL '10' SECOND) AS ss, SUM(v) AS total FROM s GROUP BY k, session(ts, INTERVAL '10' SECOND)"],
+    ),
+    (
+        "tumble window, EMIT CHANGES",
+        &["CREATE MATERIALIZED VIEW out AS SELECT k, tumble(ts, INTERVAL '10' SECOND) AS ws, SUM(v) AS total FROM s GROUP BY k, tumble(ts, INTERVAL '10' SECOND) EMIT CHANGES"],
+    ),
+];

@@ -4,12 +4,10 @@
 
 use std::sync::Arc;
 
-use sluice::arrow::array::{Decimal128Array, Int64Array, TimestampMillisecondArray};
 use sluice::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use sluice::arrow::record_batch::RecordBatch;
-use sluice::Error;
 
-use crate::common::{run, select};
+use crate::common::{batch, halted, run, select, AGGREGATIONS};
 
 /// The largest unscaled value of 38 digits.
 pub const MAX38: i128 = 10i128.pow(38) - 1;
@@ -17,63 +15,8 @@ pub const MAX38: i128 = 10i128.pow(38) - 1;
 /// Rows `(k, v, w, ts)` of source `s`, `v` and `w` unscaled values of
 /// `DECIMAL(38, scale)`.
 pub fn decimal_batch(scale: i8, rows: &[(i64, i128, i128, i64)]) -> RecordBatch {
-    let dt = DataType::Decimal128(38, scale);
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, true),
-        Field::new("v", dt.clone(), true),
-        Field::new("w", dt, true),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
-    ]));
-    let col = |f: fn(&(i64, i128, i128, i64)) -> i128| {
-        Arc::new(
-            Decimal128Array::from_iter_values(rows.iter().map(f))
-                .with_precision_and_scale(38, scale)
-                .unwrap(),
-        )
-    };
-    RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
-            col(|r| r.1),
-            col(|r| r.2),
-            Arc::new(TimestampMillisecondArray::from_iter_values(
-                rows.iter().map(|r| r.3),
-            )),
-        ],
-    )
-    .unwrap()
+    batch(&DataType::Decimal128(38, scale), rows)
 }
-
-fn halted(r: Result<Vec<String>, Error>) -> (String, String) {
-    let e = r.expect_err("the pipeline must fail");
-    assert!(matches!(e, Error::Halted(_)), "{e}");
-    (e.code().to_string(), e.to_string())
-}
-
-/// Every streaming aggregation `SUM(v) AS total` can run in.
-const AGGREGATIONS: [(&str, &[&str]); 5] = [
-    (
-        "updating GROUP BY",
-        &["CREATE MATERIALIZED VIEW out AS SELECT k, SUM(v) AS total FROM s GROUP BY k"],
-    ),
-    (
-        "tumble window",
-        &["CREATE MATERIALIZED VIEW out AS SELECT k, tumble(ts, INTERVAL '10' SECOND) AS ws, SUM(v) AS total FROM s GROUP BY k, tumble(ts, INTERVAL '10' SECOND)"],
-    ),
-    (
-        "hop window",
-        &["CREATE MATERIALIZED VIEW out AS SELECT k, hop(ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND) AS ws, SUM(v) AS total FROM s GROUP BY k, hop(ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND)"],
-    ),
-    (
-        "session window",
-        &["CREATE MATERIALIZED VIEW out AS SELECT k, session(ts, INTERVAL '10' SECOND) AS ss, SUM(v) AS total FROM s GROUP BY k, session(ts, INTERVAL '10' SECOND)"],
-    ),
-    (
-        "tumble window, EMIT CHANGES",
-        &["CREATE MATERIALIZED VIEW out AS SELECT k, tumble(ts, INTERVAL '10' SECOND) AS ws, SUM(v) AS total FROM s GROUP BY k, tumble(ts, INTERVAL '10' SECOND) EMIT CHANGES"],
-    ),
-];
 
 #[tokio::test]
 async fn decimal_sum_beyond_38_digits_is_an_overflow_in_every_aggregation() {

@@ -1,19 +1,11 @@
 //! Exact outcomes of overflow and of windows that cannot be represented.
 
 use sluice::arrow::datatypes::DataType;
-use sluice::Error;
 
-use crate::common::{batch, run, select};
+use crate::common::{batch, halted, run, select, AGGREGATIONS};
 
 const MAX: i128 = i64::MAX as i128;
 const MIN: i128 = i64::MIN as i128;
-
-/// The halt a cycle error turns into, with its code and message.
-fn halted(r: Result<Vec<String>, Error>) -> (String, String) {
-    let e = r.expect_err("the pipeline must fail");
-    assert!(matches!(e, Error::Halted(_)), "{e}");
-    (e.code().to_string(), e.to_string())
-}
 
 fn two_max_rows() -> Vec<sluice::arrow::record_batch::RecordBatch> {
     vec![batch(
@@ -26,29 +18,7 @@ const SUM_OVERFLOW: &str = "arithmetic overflow (SLC-ENG-013) in column 'total':
 
 #[tokio::test]
 async fn sum_of_two_bigint_max_is_an_overflow_in_every_aggregation() {
-    let cases: [(&str, &[&str]); 5] = [
-        (
-            "updating GROUP BY",
-            &["CREATE MATERIALIZED VIEW out AS SELECT k, SUM(v) AS total FROM s GROUP BY k"],
-        ),
-        (
-            "tumble window",
-            &["CREATE MATERIALIZED VIEW out AS SELECT k, tumble(ts, INTERVAL '10' SECOND) AS ws, SUM(v) AS total FROM s GROUP BY k, tumble(ts, INTERVAL '10' SECOND)"],
-        ),
-        (
-            "hop window",
-            &["CREATE MATERIALIZED VIEW out AS SELECT k, hop(ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND) AS ws, SUM(v) AS total FROM s GROUP BY k, hop(ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND)"],
-        ),
-        (
-            "session window",
-            &["CREATE MATERIALIZED VIEW out AS SELECT k, session(ts, INTERVAL '10' SECOND) AS ss, SUM(v) AS total FROM s GROUP BY k, session(ts, INTERVAL '10' SECOND)"],
-        ),
-        (
-            "tumble window, EMIT CHANGES",
-            &["CREATE MATERIALIZED VIEW out AS SELECT k, tumble(ts, INTERVAL '10' SECOND) AS ws, SUM(v) AS total FROM s GROUP BY k, tumble(ts, INTERVAL '10' SECOND) EMIT CHANGES"],
-        ),
-    ];
-    for (what, statements) in cases {
+    for (what, statements) in AGGREGATIONS {
         let (code, message) = halted(run("BIGINT", "ts", statements, two_max_rows()).await);
         assert_eq!(code, "SLC-ENG-005", "{what}");
         assert_eq!(
