@@ -162,7 +162,24 @@ impl EpochFileSink {
             }
             sink.sealed_len = end;
         } else {
-            sink.sealed_len = std::fs::metadata(path).map_err(|e| io(path, e))?.len();
+            // Direct: rows written after the checkpoint are replayed, and a
+            // crash may have torn the last of them mid-row. Cut the file
+            // back to its length at the checkpoint (fsynced there, a batch
+            // boundary) so a rerun never appends after half a row. The
+            // checkpoint's own epoch record holds that length.
+            let at_checkpoint = sealed
+                .last()
+                .map_or(committed_len, |r| r.final_len_before + r.staged_len);
+            let len = std::fs::metadata(path).map_err(|e| io(path, e))?.len();
+            if len > at_checkpoint {
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| io(path, e))?;
+                f.set_len(at_checkpoint).map_err(|e| io(path, e))?;
+                f.sync_all().map_err(|e| io(path, e))?;
+            }
+            sink.sealed_len = len.min(at_checkpoint);
         }
         sink.discard_orphans(next_epoch)?;
         Ok(sink)
