@@ -2,8 +2,17 @@
 //! cost of periodic checkpoints. Prints markdown tables.
 //!
 //! Run with: `benches/checkpoint.sh` (release build), or
-//! `cargo run --release -p sluice --example checkpoint_bench -- 10 100 1000`
+//! `cargo run --release -p sluice --example checkpoint_bench -- 100 1000`
 //! where the arguments are target state sizes in MB.
+//!
+//! The pause table fills each size of state, then measures what a
+//! checkpoint costs the rows flowing through: a probe batch every 40 ms is
+//! timed from `push` to its subscriber (p50, p99 and the largest, which is
+//! the longest stall of the compute thread), then the pipeline is fed as
+//! fast as it takes rows. Each size runs with `checkpoint_interval = 1s`
+//! and with checkpoints off. `CHECKPOINT_BENCH=pause` runs only that
+//! table; `PAUSE_SECS` sets each phase's length (default 15 s);
+//! `CHECKPOINT_BENCH_EVENTS=N` adds the old throughput table over N events.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -136,6 +145,192 @@ async fn throughput(interval: &str, events: usize) -> sluice::Result<(f64, u64)>
     Ok(((events / chunk * chunk) as f64 / secs, checkpoints))
 }
 
+/// The load of one pause run.
+struct PauseRun {
+    /// Probe latencies (ms), sorted.
+    latencies_ms: Vec<f64>,
+    /// Rows per second at full speed with the state in place.
+    throughput: f64,
+    /// Checkpoints committed during the run.
+    checkpoints: u64,
+    /// Mean duration of those checkpoints (ms).
+    checkpoint_ms: f64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+const PAUSE_DDL: &str = "CREATE SOURCE s (k BIGINT, v BIGINT, payload VARCHAR, ts TIMESTAMP, seq BIGINT,
+        WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);
+    CREATE STREAM agg AS SELECT k, tumble(ts, INTERVAL '1' DAY) AS day,
+        COUNT(*) AS n, SUM(v) AS total, MAX(payload) AS top
+    FROM s GROUP BY k, tumble(ts, INTERVAL '1' DAY);
+    CREATE STREAM probe AS SELECT seq FROM s WHERE seq >= 0;";
+
+fn pause_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("payload", DataType::Utf8, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        Field::new("seq", DataType::Int64, true),
+    ]))
+}
+
+/// A batch over keys `first_key..first_key + rows` (mod `key_space`);
+/// its first row carries `seq` (the probe), the others -1.
+fn pause_batch(
+    first_key: i64,
+    rows: usize,
+    key_space: i64,
+    payload: &sluice::arrow::array::ArrayRef,
+    seq: i64,
+) -> sluice::Result<RecordBatch> {
+    let keys: sluice::arrow::array::ArrayRef = Arc::new(Int64Array::from_iter_values(
+        (0..rows as i64).map(|i| (first_key + i) % key_space),
+    ));
+    let seqs = Int64Array::from_iter_values((0..rows).map(|i| if i == 0 { seq } else { -1 }));
+    Ok(RecordBatch::try_new(
+        pause_schema(),
+        vec![
+            Arc::clone(&keys),
+            keys,
+            payload.slice(0, rows),
+            Arc::new(TimestampMillisecondArray::from(vec![1_000; rows])),
+            Arc::new(seqs),
+        ],
+    )?)
+}
+
+/// Fill `mb` of aggregate state, then (1) push paced probe batches for
+/// `PAUSE_SECS` and measure how long each took from `push` to the
+/// subscriber (the compute thread's stalls show up here), then (2) push
+/// as fast as the pipeline takes for `PAUSE_SECS` and count rows per second.
+async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
+    let secs: u64 = std::env::var("PAUSE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15);
+    let dir = tempfile::tempdir().map_err(|e| sluice::Error::Internal(e.to_string()))?;
+    let db = Database::builder()
+        .state_dir(dir.path())
+        .set("checkpoint_interval", interval)?
+        .open()
+        .await?;
+    db.execute(PAUSE_DDL).await?;
+    db.start().await?;
+    let src = db.source("s").await?;
+    let mut sub = db.subscribe("probe").await?;
+    let groups = (mb * 1_000_000 / BYTES_PER_GROUP) as i64;
+    let chunk = 8_192usize;
+    let payload: sluice::arrow::array::ArrayRef = Arc::new(StringArray::from(
+        (0..65_536).map(|k| format!("{k:064}")).collect::<Vec<_>>(),
+    ));
+    let mut k = 0i64;
+    while k < groups {
+        let n = 65_536usize.min((groups - k) as usize);
+        src.push(pause_batch(k, n, groups, &payload, -1)?).await?;
+        k += n as i64;
+    }
+    while db.metrics().events_ingested < groups as u64 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = db.metrics();
+    // (1) Latency: 25 probe batches a second, each timed from push to delivery.
+    let pushed: Arc<parking_lot::Mutex<Vec<Instant>>> = Arc::default();
+    let pushed_c = Arc::clone(&pushed);
+    let consumer = tokio::spawn(async move {
+        let mut lat = Vec::new();
+        while let Ok(Some(b)) = sub.next().await {
+            let at = Instant::now();
+            let seqs = b
+                .data
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .cloned();
+            let times = pushed_c.lock();
+            for s in seqs.iter().flat_map(|a| a.values().to_vec()) {
+                if let Some(p) = times.get(s as usize) {
+                    lat.push(at.duration_since(*p).as_secs_f64() * 1e3);
+                }
+            }
+        }
+        lat
+    });
+    let period = Duration::from_millis(40);
+    let mut tick = tokio::time::interval(period);
+    let probes = (secs * 1000 / 40) as i64;
+    for seq in 0..probes {
+        tick.tick().await;
+        let b = pause_batch(k, chunk, groups, &payload, seq)?;
+        k += chunk as i64;
+        pushed.lock().push(Instant::now());
+        src.push(b).await?;
+    }
+    // (2) Throughput: as fast as the pipeline takes batches.
+    let ingested = db.metrics().events_ingested;
+    let started = Instant::now();
+    let until = started + Duration::from_secs(secs);
+    while Instant::now() < until {
+        src.push(pause_batch(k, chunk, groups, &payload, -1)?).await?;
+        k += chunk as i64;
+    }
+    let throughput =
+        (db.metrics().events_ingested - ingested) as f64 / started.elapsed().as_secs_f64();
+    let after = db.metrics();
+    db.abort().await?;
+    drop(src);
+    let mut latencies_ms = consumer
+        .await
+        .map_err(|e| sluice::Error::Internal(e.to_string()))?;
+    latencies_ms.sort_by(f64::total_cmp);
+    let checkpoints = after.checkpoints - before.checkpoints;
+    let checkpoint_ms = after
+        .last_checkpoint
+        .map_or(0.0, |r| r.duration.as_secs_f64() * 1e3);
+    Ok(PauseRun {
+        latencies_ms,
+        throughput,
+        checkpoints,
+        checkpoint_ms,
+    })
+}
+
+async fn pause_table(sizes: &[u64]) -> sluice::Result<()> {
+    println!();
+    println!("Probe: 25 batches/s of 8192 rows (one probe row each) over the state, push -> subscriber; then full speed. checkpoint_interval 1s vs off.");
+    println!();
+    println!("| state | interval | checkpoints | last checkpoint | probe p50 | probe p99 | probe max (stall) | rows/s at full speed |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for &mb in sizes {
+        let off = pause_run(mb, "off").await?;
+        let on = pause_run(mb, "1s").await?;
+        for (name, r) in [("off", &off), ("1s", &on)] {
+            let delta = if name == "off" {
+                String::new()
+            } else {
+                format!(" ({:+.1}%)", (r.throughput / off.throughput - 1.0) * 100.0)
+            };
+            println!(
+                "| {mb} MB | {name} | {} | {:.0} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0}{delta} |",
+                r.checkpoints,
+                r.checkpoint_ms,
+                percentile(&r.latencies_ms, 0.5),
+                percentile(&r.latencies_ms, 0.99),
+                r.latencies_ms.last().copied().unwrap_or(f64::NAN),
+                r.throughput,
+            );
+        }
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> sluice::Result<()> {
     let sizes: Vec<u64> = std::env::args()
@@ -143,21 +338,28 @@ async fn main() -> sluice::Result<()> {
         .filter_map(|a| a.parse().ok())
         .collect();
     let sizes = if sizes.is_empty() {
-        vec![10, 100]
+        vec![100, 1000]
     } else {
         sizes
     };
-    println!(
-        "| state | groups | checkpoint size | checkpoint duration | recovery (open + restore) |"
-    );
-    println!("|---|---|---|---|---|");
-    for mb in sizes {
-        println!("{}", state_size_row(mb).await?);
+    let only_pause = std::env::var("CHECKPOINT_BENCH").is_ok_and(|v| v == "pause");
+    if !only_pause {
+        println!(
+            "| state | groups | checkpoint size | checkpoint duration | recovery (open + restore) |"
+        );
+        println!("|---|---|---|---|---|");
+        for &mb in &sizes {
+            println!("{}", state_size_row(mb).await?);
+        }
     }
-    let events: usize = std::env::var("CHECKPOINT_BENCH_EVENTS")
+    pause_table(&sizes).await?;
+    // The long throughput table (300M events) only when asked for.
+    let Some(events) = std::env::var("CHECKPOINT_BENCH_EVENTS")
         .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300_000_000);
+        .and_then(|v| v.parse::<usize>().ok())
+    else {
+        return Ok(());
+    };
     let (off, _) = throughput("off", events).await?;
     let (on, taken) = throughput("1s", events).await?;
     println!();
