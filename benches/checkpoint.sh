@@ -6,7 +6,8 @@
 # Usage: benches/checkpoint.sh [SIZE_MB ...]   (default: 100 1000)
 #   CHECKPOINT_BENCH=pause      only the pause/latency/throughput table
 #   PAUSE_SECS=N                length of each probe and full-speed phase (15)
-#   CHECKPOINT_BENCH_EVENTS=N   also the old throughput table over N events
+#   CHECKPOINT_BENCH_EVENTS=N   also the throughput table over N events
+#   CHECKPOINT_BENCH=throughput only that table; CHECKPOINT_BENCH_INTERVAL its interval (1s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
