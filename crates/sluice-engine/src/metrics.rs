@@ -19,6 +19,11 @@ pub struct PipelineMetrics {
     checkpoints: AtomicU64,
     checkpoints_failed: AtomicU64,
     checkpoints_abandoned: AtomicU64,
+    checkpoints_skipped: AtomicU64,
+    checkpoint_pause_last_ns: AtomicU64,
+    checkpoint_pause_max_ns: AtomicU64,
+    checkpoint_pause_total_ns: AtomicU64,
+    checkpoint_pauses: AtomicU64,
     last_checkpoint: Mutex<Option<crate::coordinator::callback::CheckpointReport>>,
     watermark: AtomicI64,
     per_source: Mutex<BTreeMap<String, SourceCounters>>,
@@ -61,6 +66,20 @@ pub struct MetricsSnapshot {
     pub checkpoints_failed: u64,
     /// Checkpoint attempts abandoned before capture.
     pub checkpoints_abandoned: u64,
+    /// Periodic checkpoints skipped because a checkpoint tail was still in
+    /// flight.
+    pub checkpoints_skipped: u64,
+    /// Compute-thread pause of the last checkpoint attempt: the time the
+    /// coordinator could not run cycles (reservation, drain, capture and
+    /// handing off the tail; not the time cycles ran during alignment, nor
+    /// the tail's writes, which run off the compute thread).
+    pub checkpoint_pause_last_ns: u64,
+    /// The largest such pause.
+    pub checkpoint_pause_max_ns: u64,
+    /// All such pauses added up.
+    pub checkpoint_pause_total_ns: u64,
+    /// Attempts whose pause was recorded.
+    pub checkpoint_pauses: u64,
     /// The last committed checkpoint.
     pub last_checkpoint: Option<crate::coordinator::callback::CheckpointReport>,
     /// Current pipeline watermark (ms; i64::MIN before any).
@@ -128,6 +147,22 @@ impl PipelineMetrics {
         self.checkpoints_failed.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Record one checkpoint attempt's compute-thread pause.
+    pub fn record_checkpoint_pause(&self, pause_ns: u64) {
+        self.checkpoint_pause_last_ns
+            .store(pause_ns, Ordering::Relaxed);
+        self.checkpoint_pause_max_ns
+            .fetch_max(pause_ns, Ordering::Relaxed);
+        self.checkpoint_pause_total_ns
+            .fetch_add(pause_ns, Ordering::Relaxed);
+        self.checkpoint_pauses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count a periodic checkpoint skipped at the tail bound.
+    pub fn note_checkpoint_skipped(&self) {
+        self.checkpoints_skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Count an abandoned checkpoint attempt.
     pub fn note_checkpoint_abandoned(&self) {
         self.checkpoints_abandoned.fetch_add(1, Ordering::Relaxed);
@@ -162,6 +197,11 @@ impl PipelineMetrics {
             checkpoints: self.checkpoints.load(Ordering::Relaxed),
             checkpoints_failed: self.checkpoints_failed.load(Ordering::Relaxed),
             checkpoints_abandoned: self.checkpoints_abandoned.load(Ordering::Relaxed),
+            checkpoints_skipped: self.checkpoints_skipped.load(Ordering::Relaxed),
+            checkpoint_pause_last_ns: self.checkpoint_pause_last_ns.load(Ordering::Relaxed),
+            checkpoint_pause_max_ns: self.checkpoint_pause_max_ns.load(Ordering::Relaxed),
+            checkpoint_pause_total_ns: self.checkpoint_pause_total_ns.load(Ordering::Relaxed),
+            checkpoint_pauses: self.checkpoint_pauses.load(Ordering::Relaxed),
             last_checkpoint: self.last_checkpoint.lock().clone(),
             watermark: self.watermark.load(Ordering::Relaxed),
             sources: self.per_source.lock().clone(),

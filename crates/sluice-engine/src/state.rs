@@ -17,10 +17,15 @@ use bytes::Bytes;
 use crate::error::{EngineError, Result};
 
 /// Builds one operator snapshot.
+///
+/// Batches are kept as they are (Arrow arrays are reference counted, so
+/// keeping one shares its buffers instead of copying them); encoding waits
+/// for [`StatePart::encode`], which a checkpoint runs off the compute
+/// thread.
 #[derive(Default)]
 pub struct SnapshotWriter {
     meta: BTreeMap<String, String>,
-    parts: Vec<Vec<u8>>,
+    parts: Vec<RecordBatch>,
 }
 
 impl SnapshotWriter {
@@ -29,26 +34,64 @@ impl SnapshotWriter {
         self.meta.insert(key.to_string(), value.to_string());
     }
 
-    /// Append a batch as its own part.
+    /// Append a batch as its own part (shared, not copied).
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        let mut buf = Vec::new();
-        {
-            let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
-            w.write(batch)?;
-            w.finish()?;
-        }
-        self.parts.push(buf);
+        self.parts.push(batch.clone());
         Ok(())
+    }
+
+    /// The snapshot, not yet encoded.
+    pub fn finish_deferred(self) -> StatePart {
+        StatePart::Deferred {
+            meta: self.meta,
+            parts: self.parts,
+        }
     }
 
     /// The encoded snapshot.
     pub fn finish(self) -> Result<Bytes> {
-        let meta = serde_json::to_vec(&self.meta)
+        self.finish_deferred().encode()
+    }
+}
+
+/// One piece of captured state: either bytes already, or Arrow batches
+/// whose encoding is left to whoever writes them (a checkpoint tail).
+#[derive(Debug, Clone)]
+pub enum StatePart {
+    /// Encoded when captured.
+    Encoded(Bytes),
+    /// Captured as shared batches; [`Self::encode`] makes the bytes.
+    Deferred {
+        /// Scalar fields.
+        meta: BTreeMap<String, String>,
+        /// Batch parts, in order.
+        parts: Vec<RecordBatch>,
+    },
+}
+
+impl StatePart {
+    /// The snapshot format's bytes: length-prefixed frames, the JSON map of
+    /// scalar fields first, then one Arrow IPC stream per batch.
+    pub fn encode(self) -> Result<Bytes> {
+        let (meta, parts) = match self {
+            StatePart::Encoded(b) => return Ok(b),
+            StatePart::Deferred { meta, parts } => (meta, parts),
+        };
+        let meta = serde_json::to_vec(&meta)
             .map_err(|e| EngineError::Internal(format!("encoding snapshot: {e}")))?;
         let mut out = Vec::new();
-        for frame in std::iter::once(&meta).chain(self.parts.iter()) {
-            out.extend_from_slice(&(frame.len() as u64).to_le_bytes());
-            out.extend_from_slice(frame);
+        out.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+        out.extend_from_slice(&meta);
+        let mut buf = Vec::new();
+        for batch in &parts {
+            buf.clear();
+            {
+                let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
+                w.write(batch)?;
+                w.finish()?;
+            }
+            out.extend_from_slice(&(buf.len() as u64).to_le_bytes());
+            out.extend_from_slice(&buf);
         }
         Ok(Bytes::from(out))
     }

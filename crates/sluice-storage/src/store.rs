@@ -30,8 +30,13 @@ pub struct LoadedCheckpoint {
 }
 
 /// Checkpoints of one pipeline.
+///
+/// Cloning is cheap and shares the backend: the checkpoint coordinator
+/// hands a clone to each checkpoint tail, which writes off the compute
+/// thread.
+#[derive(Clone)]
 pub struct CheckpointStore {
-    backend: Box<dyn Backend>,
+    backend: std::sync::Arc<dyn Backend>,
 }
 
 const ATTEMPTS: &str = "attempts";
@@ -48,7 +53,9 @@ fn parse_id(part: &str) -> Option<u64> {
 impl CheckpointStore {
     /// A store over a backend.
     pub fn new(backend: Box<dyn Backend>) -> Self {
-        Self { backend }
+        Self {
+            backend: std::sync::Arc::from(backend),
+        }
     }
 
     /// Where checkpoints are kept.

@@ -6,8 +6,10 @@
 //! capacity: a put that does not fit writes the part that fits (as a
 //! filesystem-backed store does when the disk fills) and then fails with
 //! "no space left". Deletes give the space back. A put can also be made to
-//! fail outright, by number. Multipart uploads are passed through unchecked
-//! (the checkpoint store does not use them).
+//! fail outright, by number, or be held (puts under a prefix wait until
+//! released, so a test can act while a checkpoint write is in flight).
+//! Multipart uploads are passed through unchecked (the checkpoint store
+//! does not use them).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -50,6 +52,10 @@ impl Faults {
 pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
     faults: Arc<Mutex<Faults>>,
+    /// Puts under this prefix wait while it is set.
+    hold: Arc<tokio::sync::watch::Sender<Option<String>>>,
+    /// Puts waiting on `hold` now.
+    held: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl FaultyStore {
@@ -58,7 +64,41 @@ impl FaultyStore {
         Self {
             inner,
             faults: Arc::default(),
+            hold: Arc::new(tokio::sync::watch::channel(None).0),
+            held: Arc::default(),
         }
+    }
+
+    /// Hold every put whose key starts with `prefix` until
+    /// [`Self::release_puts`]; a held put has not been admitted yet (it is
+    /// not counted for [`Self::fail_put`]).
+    pub fn hold_puts(&self, prefix: &str) {
+        self.hold.send_replace(Some(prefix.to_string()));
+    }
+
+    /// Let held puts (and later ones) go on.
+    pub fn release_puts(&self) {
+        self.hold.send_replace(None);
+    }
+
+    /// Puts waiting on [`Self::hold_puts`] now.
+    pub fn held_puts(&self) -> u64 {
+        self.held.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    async fn wait_if_held(&self, location: &Path) {
+        let mut rx = self.hold.subscribe();
+        let holds = |h: &Option<String>| {
+            h.as_deref()
+                .is_some_and(|p| location.as_ref().starts_with(p))
+        };
+        if !holds(&rx.borrow_and_update()) {
+            return;
+        }
+        self.held.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        // The sender lives as long as `self`: the wait ends on release.
+        let _ = rx.wait_for(|h| !holds(h)).await;
+        self.held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     fn faults(&self) -> MutexGuard<'_, Faults> {
@@ -166,6 +206,7 @@ impl ObjectStore for FaultyStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
+        self.wait_if_held(location).await;
         let len = payload.content_length() as u64;
         match self.admit(location, len) {
             Fate::Write => self.inner.put_opts(location, payload, opts).await,

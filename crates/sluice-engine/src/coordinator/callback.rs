@@ -92,7 +92,13 @@ pub struct CheckpointReport {
 pub enum BarrierOutcome {
     /// Durable, sinks committed.
     Committed(CheckpointReport),
-    /// Given up before capture (alignment timeout, shutdown); nothing to undo.
+    /// Captured; the durable half (encode, write, manifest) runs as a
+    /// tracked tail off the compute thread. Its outcome comes from
+    /// [`CheckpointLifecycle::complete_checkpoint_tail`] once
+    /// [`CheckpointLifecycle::next_checkpoint_tail`] names the attempt.
+    Tailing(CheckpointAttempt),
+    /// Given up before capture (alignment timeout, shutdown), or cancelled
+    /// before its manifest because recovery took over; nothing to undo.
     Aborted(String),
     /// Failed during or after capture.
     Failed(String),
@@ -354,6 +360,52 @@ pub trait CheckpointLifecycle {
     }
     /// A failure before an attempt could be reserved.
     fn record_checkpoint_admission_failure(&mut self, _reason: &str) {}
+    /// Tails holding a slot: durability not yet completed, or still pruning.
+    fn checkpoint_tails_in_flight(&mut self) -> usize {
+        0
+    }
+    /// The bound on tails in flight. At the bound a periodic checkpoint is
+    /// skipped (the next tick takes it) and a manual or shutdown checkpoint
+    /// waits for a slot.
+    fn max_checkpoint_tails(&self) -> usize {
+        1
+    }
+    /// The attempt whose tail's durability just became known, for
+    /// [`Self::complete_checkpoint_tail`]; `None` at once when no tail
+    /// awaits completion. Cancel safe (the coordinator selects on it).
+    fn next_checkpoint_tail(&mut self) -> impl Future<Output = Option<CheckpointAttempt>> + Send {
+        async { None }
+    }
+    /// Finish a tail named by [`Self::next_checkpoint_tail`]: when durable,
+    /// commit the sinks' sealed epochs (only now: a sink's epoch becomes
+    /// visible only after its checkpoint is durable) and report it.
+    /// `Failed` when the tail wrote nothing durable; `Aborted` when
+    /// recovery cancelled it (no sink epoch is committed then).
+    fn complete_checkpoint_tail(&mut self, attempt: CheckpointAttempt) -> BarrierOutcome {
+        BarrierOutcome::Failed(format!("checkpoint {} has no tail", attempt.id))
+    }
+    /// Wait until no tail holds a slot (completed tails finish pruning).
+    fn wait_checkpoint_tails_idle(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+    /// Cancel checkpoint tails once recovery owns the pipeline (a halt or
+    /// fault stopped intake): a tail that has not begun its manifest write
+    /// never commits, and no cancelled tail's sink epochs are committed.
+    /// Returns whether a tail was stopped before its manifest by this call.
+    fn cancel_checkpoint_tails_for_recovery(&mut self) -> bool {
+        false
+    }
+    /// Join every tracked checkpoint tail before connector teardown. The
+    /// coordinator completes each tail first; one finished but never
+    /// completed is an error.
+    fn settle_checkpoint_tail_tasks(&mut self) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
+    }
+    /// Time the compute thread could not run cycles for one attempt
+    /// (reservation, drain, capture and handing off the tail).
+    fn record_checkpoint_pause(&self, _pause_ns: u64) {}
+    /// A periodic checkpoint was skipped: the tail bound was reached.
+    fn note_checkpoint_skipped(&self) {}
 }
 
 /// The whole seam: every role together.

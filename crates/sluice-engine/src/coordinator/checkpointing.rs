@@ -1,5 +1,12 @@
 //! The checkpoint side of `ConnectorPipelineCallback`: barriers, capture,
 //! the durable manifest, two-phase sink commit, and recovery.
+//!
+//! Capture runs on the compute thread and only takes a consistent snapshot
+//! (operator state as shared Arrow batches, sealed sink epochs, source
+//! positions). Encoding, the blob writes, the manifest and pruning run as
+//! a tracked tail on the checkpoint worker (see [`super::tails`]); once the
+//! tail reports the manifest durable, [`CheckpointLifecycle::complete_checkpoint_tail`]
+//! commits the sinks' sealed epochs on the compute thread, which owns them.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -14,8 +21,10 @@ use super::callback::{
     CheckpointReport,
 };
 use super::connector::ConnectorPipelineCallback;
+use super::tails::{TailJob, TailResult};
 use crate::error::{EngineError, Result};
 use crate::options::Delivery;
+use crate::state::StatePart;
 
 fn view_blob(name: &str) -> String {
     format!("view/{name}")
@@ -79,11 +88,13 @@ impl ConnectorPipelineCallback {
         Ok(())
     }
 
-    async fn capture(
+    /// The consistent snapshot, on the compute thread: nothing is encoded
+    /// or written here.
+    fn capture(
         &mut self,
         attempt: CheckpointAttempt,
         mut offsets: FxHashMap<String, SourceCheckpoint>,
-    ) -> Result<(Manifest, Vec<(String, Bytes)>)> {
+    ) -> Result<(Manifest, Vec<(String, StatePart)>)> {
         let mut blobs = Vec::new();
         for s in self.streams.iter_mut() {
             let mut parts = Vec::new();
@@ -92,7 +103,7 @@ impl ConnectorPipelineCallback {
                 blobs.push((stream_blob(&s.name, i), p));
             }
             if let Some(view) = &s.view {
-                blobs.push((view_blob(&s.name), view.snapshot_bytes()?));
+                blobs.push((view_blob(&s.name), view.snapshot_part()?));
             }
         }
         let mut sources = BTreeMap::new();
@@ -211,22 +222,70 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
                 }
             }
         }
-        let (mut manifest, blobs) = match self.capture(attempt, offsets).await {
+        let (manifest, parts) = match self.capture(attempt, offsets) {
             Ok(c) => c,
             Err(e) => return BarrierOutcome::Failed(format!("capturing state: {e}")),
         };
         let Some(c) = &self.checkpoints else {
             return BarrierOutcome::Failed("checkpointing is off".into());
         };
-        for (name, bytes) in blobs {
-            match c.store.write_blob(attempt.id, &name, bytes).await {
-                Ok(r) => manifest.blobs.push(r),
-                Err(e) => return BarrierOutcome::Failed(format!("writing state '{name}': {e}")),
+        let job = TailJob {
+            id: attempt.id,
+            started: attempt_started,
+            store: c.store.clone(),
+            manifest,
+            parts,
+            retain: c.retain,
+        };
+        match self.tails.spawn(job) {
+            Ok(()) => BarrierOutcome::Tailing(attempt),
+            Err(e) => BarrierOutcome::Failed(e.to_string()),
+        }
+    }
+
+    fn checkpoint_tails_in_flight(&mut self) -> usize {
+        self.tails.in_flight()
+    }
+
+    fn max_checkpoint_tails(&self) -> usize {
+        super::tails::MAX_IN_FLIGHT
+    }
+
+    async fn next_checkpoint_tail(&mut self) -> Option<CheckpointAttempt> {
+        self.tails
+            .next_durable()
+            .await
+            .map(|id| CheckpointAttempt { id })
+    }
+
+    fn complete_checkpoint_tail(&mut self, attempt: CheckpointAttempt) -> BarrierOutcome {
+        let Some(done) = self.tails.take(attempt.id) else {
+            return BarrierOutcome::Failed(format!(
+                "checkpoint {} has no finished tail to complete",
+                attempt.id
+            ));
+        };
+        let state_bytes = match done.result {
+            TailResult::Failed(e) => {
+                tracing::warn!(checkpoint = attempt.id, code = e.code(), error = %e, "checkpoint tail failed");
+                return BarrierOutcome::Failed(e.to_string());
             }
-        }
-        if let Err(e) = c.store.commit(&manifest).await {
-            return BarrierOutcome::Failed(format!("writing the manifest: {e}"));
-        }
+            TailResult::Cancelled => {
+                return BarrierOutcome::Aborted(format!(
+                    "checkpoint {} was cancelled before its manifest: recovery took over",
+                    attempt.id
+                ))
+            }
+            // Durable, but recovery owns the pipeline now: it re-commits
+            // the sealed epochs from the manifest, never this generation.
+            TailResult::Durable { .. } if done.cancelled => {
+                return BarrierOutcome::Aborted(format!(
+                    "checkpoint {} became durable after recovery took over; its sink epochs are left to recovery",
+                    attempt.id
+                ))
+            }
+            TailResult::Durable { state_bytes } => state_bytes,
+        };
         // Durable from here on: the sinks' sealed epochs must become visible.
         // A sink that cannot commit now is a continuation fault; the
         // checkpoint itself stays committed and recovery re-commits it.
@@ -244,15 +303,10 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
                 break;
             }
         }
-        if let Some(c) = &self.checkpoints {
-            if let Err(e) = c.store.prune(c.retain).await {
-                tracing::warn!(error = %e, "pruning old checkpoints failed");
-            }
-        }
         let report = CheckpointReport {
             id: attempt.id,
-            duration: attempt_started.elapsed(),
-            state_bytes: manifest.state_bytes(),
+            duration: done.started.elapsed(),
+            state_bytes,
         };
         self.shared.metrics.record_checkpoint(&report);
         tracing::debug!(
@@ -261,6 +315,43 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             "checkpoint committed"
         );
         BarrierOutcome::Committed(report)
+    }
+
+    async fn wait_checkpoint_tails_idle(&mut self) {
+        self.tails.idle().await;
+    }
+
+    fn cancel_checkpoint_tails_for_recovery(&mut self) -> bool {
+        let stopped = self.tails.cancel();
+        if stopped {
+            // That checkpoint never becomes durable: the epochs it sealed
+            // are referred to by no checkpoint, so nothing would ever
+            // remove their staged files.
+            for sink in self.sinks.iter_mut() {
+                if let Err(e) = sink.discard_sealed() {
+                    tracing::warn!(sink = sink.name(), error = %e, "discarding sealed epochs failed");
+                }
+            }
+        }
+        stopped
+    }
+
+    async fn settle_checkpoint_tail_tasks(&mut self) -> std::result::Result<(), String> {
+        if self.tails.next_durable().await.is_some() {
+            // The coordinator completes every tail before settling; one
+            // left here is reported, not silently committed.
+            return Err("a checkpoint tail finished but was never completed".into());
+        }
+        self.tails.idle().await;
+        Ok(())
+    }
+
+    fn record_checkpoint_pause(&self, pause_ns: u64) {
+        self.shared.metrics.record_checkpoint_pause(pause_ns);
+    }
+
+    fn note_checkpoint_skipped(&self) {
+        self.shared.metrics.note_checkpoint_skipped();
     }
 
     async fn abandon_checkpoint_attempt(

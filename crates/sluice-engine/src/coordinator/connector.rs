@@ -70,6 +70,8 @@ pub struct ConnectorPipelineCallback {
     pub(super) checkpoints: Option<CheckpointConfig>,
     pub(super) sink_mode: SinkMode,
     pub(super) fault: Option<String>,
+    /// Durable halves of checkpoints, running off the compute thread.
+    pub(super) tails: super::tails::CheckpointTails,
 }
 
 /// Checkpointing of one pipeline.
@@ -110,6 +112,7 @@ impl ConnectorPipelineCallback {
             checkpoints: None,
             sink_mode: SinkMode::Atomic,
             fault: None,
+            tails: super::tails::CheckpointTails::default(),
         }
     }
 

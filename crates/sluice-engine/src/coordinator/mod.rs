@@ -13,6 +13,7 @@ mod checkpointing;
 pub mod connector;
 mod handle;
 pub mod streams;
+mod tails;
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -32,6 +33,7 @@ pub use callback::{
 pub use connector::{CheckpointConfig, ConnectorPipelineCallback, SharedOutputs};
 pub use handle::{wait_finished, CoordinatorDeath, CoordinatorHandle};
 pub use streams::StreamProducer;
+pub use tails::TailError;
 
 /// What the coordinator reports about the pipeline.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -92,8 +94,21 @@ pub struct StreamingCoordinator<C: PipelineCallback> {
     /// Input held back during barrier alignment, replayed before new input.
     held: VecDeque<SourceMessage>,
     stopped_intake: bool,
-    /// Cycles run since the last committed checkpoint.
+    /// Cycles run since the last captured checkpoint.
     cycles_since_checkpoint: u64,
+    /// Manual checkpoints answered when their tail completes.
+    replies: Vec<(u64, CheckpointReply)>,
+}
+
+/// Where a manual checkpoint's outcome goes.
+type CheckpointReply = oneshot::Sender<std::result::Result<CheckpointReport, String>>;
+
+fn reply_of(outcome: &BarrierOutcome) -> std::result::Result<CheckpointReport, String> {
+    match outcome {
+        BarrierOutcome::Committed(report) => Ok(report.clone()),
+        BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => Err(e.clone()),
+        BarrierOutcome::Tailing(a) => Err(format!("checkpoint {} is still being written", a.id)),
+    }
 }
 
 impl<C: PipelineCallback> StreamingCoordinator<C> {
@@ -114,6 +129,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             held: VecDeque::new(),
             stopped_intake: false,
             cycles_since_checkpoint: 0,
+            replies: Vec::new(),
         }
     }
 
@@ -187,9 +203,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     // those positions, and a reopened pipeline would never
                     // produce the discarded rows again. Checked here, where
                     // the status is owned, so no fault can land in between.
+                    // A manual checkpoint waits for a free tail slot (whose
+                    // completion may stop the pipeline); its reply waits
+                    // for its tail (cycles run meanwhile).
+                    if !self.stopped_intake {
+                        self.wait_for_tail_slot().await;
+                    }
                     if self.stopped_intake {
-                        let status = self.status.borrow().clone();
-                        let reason = status.halted.or(status.fault).unwrap_or_default();
+                        let reason = self.stop_reason();
                         let _ = reply.send(Err(format!(
                             "no checkpoint is taken after the pipeline stopped ({reason}): it \
                              would commit input whose output was discarded; reopen on the same \
@@ -197,11 +218,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         )));
                         return Step::Continue;
                     }
-                    let r = match self.run_checkpoint(FLAG_MANUAL).await {
-                        BarrierOutcome::Committed(report) => Ok(report),
-                        BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => Err(e),
-                    };
-                    let _ = reply.send(r);
+                    match self.run_checkpoint(FLAG_MANUAL).await {
+                        BarrierOutcome::Tailing(a) => self.replies.push((a.id, reply)),
+                        outcome => {
+                            let _ = reply.send(reply_of(&outcome));
+                        }
+                    }
                 }
                 Some(Command::Shutdown { reply, discard }) => {
                     let r = self.shutdown(discard).await;
@@ -213,6 +235,10 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     return Step::Stop;
                 }
             },
+            // A tail's durability is known: commit its sinks' epochs.
+            Some(attempt) = self.callback.next_checkpoint_tail() => {
+                self.on_tail_done(attempt);
+            }
             _ = async {
                 match checkpoints.as_mut() {
                     Some(i) => {
@@ -222,8 +248,17 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 }
             }, if !self.stopped_intake => {
                 // Nothing changed since the last checkpoint: nothing to capture.
+                // At the tail bound the checkpoint is skipped: the previous
+                // one is still being written, and the next tick takes it.
                 if self.cycles_since_checkpoint > 0 {
-                    let _ = self.run_checkpoint(0).await;
+                    if self.callback.checkpoint_tails_in_flight()
+                        >= self.callback.max_checkpoint_tails()
+                    {
+                        tracing::debug!("periodic checkpoint skipped: a checkpoint tail is in flight");
+                        self.callback.note_checkpoint_skipped();
+                    } else {
+                        let _ = self.run_checkpoint(0).await;
+                    }
                 }
             }
             _ = idle.tick(), if !self.stopped_intake => {
@@ -264,6 +299,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         } else {
             tracing::info!(%reason, "pipeline halted");
         }
+        // Recovery owns the pipeline from here: no tail commits a manifest
+        // it has not begun, and no tail's sink epochs are committed.
+        self.callback.cancel_checkpoint_tails_for_recovery();
         self.callback.invalidate_subscriptions(&reason);
         if let Err(e) = self.callback.abort_sinks() {
             tracing::error!(error = %e, "discarding sink output failed");
@@ -278,6 +316,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 s.halted = Some(reason);
             }
         });
+    }
+
+    /// Why intake stopped (the halt or the fault).
+    fn stop_reason(&self) -> String {
+        let status = self.status.borrow().clone();
+        status.halted.or(status.fault).unwrap_or_default()
     }
 
     fn halt(&mut self, reason: String) {
@@ -389,7 +433,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     }
 
     /// One checkpoint: reserve, inject barriers, align (holding input that
-    /// follows a source's barrier), capture and commit, then replay held input.
+    /// follows a source's barrier), capture and hand the durable half to a
+    /// tail (or commit inline, for a callback without tails), then replay
+    /// held input.
+    ///
+    /// Input that arrives during alignment runs in cycles of the normal
+    /// size: the barrier waits behind the read-ahead batches already
+    /// queued, and running each of them as a cycle of its own made
+    /// alignment (and so the stall of aligned sources) many times longer.
     async fn run_checkpoint(&mut self, flags: u64) -> BarrierOutcome {
         let started = Instant::now();
         let deadline = started + self.callback.alignment_timeout();
@@ -407,6 +458,8 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         {
             return self.abandon(attempt, flags, e).await;
         }
+        // The compute thread ran no cycle while admitting the attempt.
+        let admission = started.elapsed();
         let mut waiting: FxHashSet<std::sync::Arc<str>> = self
             .callback
             .inject_source_barriers(attempt)
@@ -415,7 +468,80 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         let mut offsets = FxHashMap::default();
         let mut held = Vec::new();
         while !waiting.is_empty() {
-            if Instant::now() >= deadline {
+            let mut cycle: Vec<SourceMessage> = Vec::new();
+            let mut closed = false;
+            let mut timed_out = false;
+            while cycle.len() < self.config.max_batches_per_cycle && !waiting.is_empty() {
+                let next = match self.held.pop_front() {
+                    Some(m) => Some(m),
+                    // Nothing to run yet: wait for input, up to the deadline.
+                    None if cycle.is_empty() => {
+                        let recv = self.source_rx.recv();
+                        match tokio::time::timeout_at(deadline.into(), recv).await {
+                            Ok(m) => m,
+                            Err(_) => {
+                                timed_out = true;
+                                break;
+                            }
+                        }
+                    }
+                    // A cycle's worth started: take only what is ready.
+                    None => match self.source_rx.try_recv() {
+                        Ok(m) => Some(m),
+                        Err(mpsc::error::TryRecvError::Empty) => break,
+                        Err(mpsc::error::TryRecvError::Disconnected) => None,
+                    },
+                };
+                let Some(m) = next else {
+                    closed = true;
+                    break;
+                };
+                if !waiting.contains(&m.source) {
+                    // This source already delivered its barrier: its input waits.
+                    held.push(m);
+                    continue;
+                }
+                match m.event {
+                    SourceEvent::Barrier { attempt: a, offset } if a == attempt.id => {
+                        waiting.remove(&m.source);
+                        let cp = sluice_storage::SourceCheckpoint {
+                            offset,
+                            ..Default::default()
+                        };
+                        offsets.insert(m.source.to_string(), cp);
+                    }
+                    SourceEvent::Finished { ref offset } => {
+                        let cp = sluice_storage::SourceCheckpoint {
+                            offset: offset.clone(),
+                            ..Default::default()
+                        };
+                        waiting.remove(&m.source);
+                        offsets.insert(m.source.to_string(), cp);
+                        cycle.push(m);
+                    }
+                    _ => cycle.push(m),
+                }
+            }
+            if !cycle.is_empty() {
+                self.process(cycle).await;
+                if self.stopped_intake {
+                    self.held.extend(held);
+                    return self
+                        .abandon(
+                            attempt,
+                            flags,
+                            "the pipeline stopped during alignment".into(),
+                        )
+                        .await;
+                }
+            }
+            if closed {
+                self.held.extend(held);
+                return self
+                    .abandon(attempt, flags, "source input closed".into())
+                    .await;
+            }
+            if timed_out || (!waiting.is_empty() && Instant::now() >= deadline) {
                 self.held.extend(held);
                 let names: Vec<String> = waiting.iter().map(|s| s.to_string()).collect();
                 let reason = format!(
@@ -424,67 +550,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 );
                 return self.abandon(attempt, flags, reason).await;
             }
-            let next = match self.held.pop_front() {
-                Some(m) => Some(m),
-                None => {
-                    match tokio::time::timeout_at(deadline.into(), self.source_rx.recv()).await {
-                        Ok(m) => m,
-                        Err(_) => {
-                            self.held.extend(held);
-                            let names: Vec<String> =
-                                waiting.iter().map(|s| s.to_string()).collect();
-                            let reason = format!(
-                                "alignment timed out waiting for the barrier of {}",
-                                names.join(", ")
-                            );
-                            return self.abandon(attempt, flags, reason).await;
-                        }
-                    }
-                }
-            };
-            let Some(m) = next else {
-                self.held.extend(held);
-                return self
-                    .abandon(attempt, flags, "source input closed".into())
-                    .await;
-            };
-            if !waiting.contains(&m.source) {
-                // This source already delivered its barrier: its input waits.
-                held.push(m);
-                continue;
-            }
-            match m.event {
-                SourceEvent::Barrier { attempt: a, offset } if a == attempt.id => {
-                    waiting.remove(&m.source);
-                    let cp = sluice_storage::SourceCheckpoint {
-                        offset,
-                        ..Default::default()
-                    };
-                    offsets.insert(m.source.to_string(), cp);
-                }
-                SourceEvent::Finished { ref offset } => {
-                    let cp = sluice_storage::SourceCheckpoint {
-                        offset: offset.clone(),
-                        ..Default::default()
-                    };
-                    let name = m.source.clone();
-                    self.process(vec![m]).await;
-                    waiting.remove(&name);
-                    offsets.insert(name.to_string(), cp);
-                }
-                _ => self.process(vec![m]).await,
-            }
-            if self.stopped_intake {
-                return self
-                    .abandon(
-                        attempt,
-                        flags,
-                        "the pipeline stopped during alignment".into(),
-                    )
-                    .await;
-            }
         }
-        let mut outcome = match self.callback.drain_checkpoint_edges_until(deadline).await {
+        let capture_started = Instant::now();
+        let outcome = match self.callback.drain_checkpoint_edges_until(deadline).await {
             Err(e) => BarrierOutcome::Failed(e.to_string()),
             Ok(()) => match self.callback.reserve_subscription_cut(attempt) {
                 Err(e) => BarrierOutcome::Failed(format!("cutting subscription logs: {e}")),
@@ -495,27 +563,92 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 }
             },
         };
-        match &outcome {
-            BarrierOutcome::Committed(_) => {
+        let pause = admission + capture_started.elapsed();
+        self.callback
+            .record_checkpoint_pause(u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX));
+        let outcome = match outcome {
+            // Captured: what changed after this point belongs to the next
+            // checkpoint (a failed tail puts the count back).
+            BarrierOutcome::Tailing(a) => {
                 self.cycles_since_checkpoint = 0;
-                if let Err(e) = self.callback.publish_barrier(attempt) {
-                    self.callback
-                        .record_checkpoint_continuation_fault(attempt, &e);
-                    outcome = BarrierOutcome::Failed(e);
-                }
+                BarrierOutcome::Tailing(a)
             }
-            BarrierOutcome::Failed(reason) => {
-                self.callback.abort_subscription_cut(attempt);
-                self.callback.record_checkpoint_failure(attempt.id, reason);
+            BarrierOutcome::Committed(report) => {
+                self.cycles_since_checkpoint = 0;
+                self.settle_outcome(attempt, BarrierOutcome::Committed(report))
             }
-            BarrierOutcome::Aborted(_) => self.callback.abort_subscription_cut(attempt),
-        }
+            other => self.settle_outcome(attempt, other),
+        };
         // Held input follows the barrier: it is replayed before new input.
         for m in held.into_iter().rev() {
             self.held.push_front(m);
         }
         self.check_halt_and_fault();
         outcome
+    }
+
+    /// What follows an attempt's outcome: a durable checkpoint publishes
+    /// its subscription cut; a failed or cancelled one gives the cut back
+    /// (and a failure is recorded, which faults under exactly-once).
+    fn settle_outcome(
+        &mut self,
+        attempt: CheckpointAttempt,
+        outcome: BarrierOutcome,
+    ) -> BarrierOutcome {
+        match outcome {
+            BarrierOutcome::Committed(report) => match self.callback.publish_barrier(attempt) {
+                Ok(()) => BarrierOutcome::Committed(report),
+                Err(e) => {
+                    self.callback
+                        .record_checkpoint_continuation_fault(attempt, &e);
+                    BarrierOutcome::Failed(e)
+                }
+            },
+            BarrierOutcome::Failed(reason) => {
+                self.callback.abort_subscription_cut(attempt);
+                self.callback.record_checkpoint_failure(attempt.id, &reason);
+                self.cycles_since_checkpoint = self.cycles_since_checkpoint.max(1);
+                BarrierOutcome::Failed(reason)
+            }
+            BarrierOutcome::Aborted(reason) => {
+                self.callback.abort_subscription_cut(attempt);
+                self.cycles_since_checkpoint = self.cycles_since_checkpoint.max(1);
+                BarrierOutcome::Aborted(reason)
+            }
+            tailing @ BarrierOutcome::Tailing(_) => tailing,
+        }
+    }
+
+    /// A tail's durability is known: complete it (sink epochs commit when
+    /// durable), publish or give back its subscription cut, and answer the
+    /// manual checkpoint that waits for it.
+    fn on_tail_done(&mut self, attempt: CheckpointAttempt) -> BarrierOutcome {
+        let outcome = self.callback.complete_checkpoint_tail(attempt);
+        let outcome = self.settle_outcome(attempt, outcome);
+        if let Some(i) = self.replies.iter().position(|(id, _)| *id == attempt.id) {
+            let (_, reply) = self.replies.swap_remove(i);
+            let _ = reply.send(reply_of(&outcome));
+        }
+        self.check_halt_and_fault();
+        outcome
+    }
+
+    /// Complete every tail whose durability is or becomes known, then wait
+    /// until no tail holds a slot. Returns the completed outcomes by id.
+    async fn complete_tails(&mut self) -> Vec<(u64, BarrierOutcome)> {
+        let mut done = Vec::new();
+        while let Some(attempt) = self.callback.next_checkpoint_tail().await {
+            done.push((attempt.id, self.on_tail_done(attempt)));
+        }
+        self.callback.wait_checkpoint_tails_idle().await;
+        done
+    }
+
+    /// Wait (completing tails) until a new attempt may hand off a tail.
+    async fn wait_for_tail_slot(&mut self) {
+        if self.callback.checkpoint_tails_in_flight() >= self.callback.max_checkpoint_tails() {
+            self.complete_tails().await;
+        }
     }
 
     async fn abandon(
@@ -545,8 +678,28 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     async fn shutdown(&mut self, discard: bool) -> std::result::Result<(), String> {
         let mut result = Ok(());
         if !discard && !self.stopped_intake && self.callback.settles_on_shutdown() {
-            // The shutdown checkpoint settles every open sink epoch.
-            match self.run_checkpoint(FLAG_SHUTDOWN).await {
+            // The shutdown checkpoint settles every open sink epoch; it
+            // waits for the tail before it (if any) and for its own.
+            self.wait_for_tail_slot().await;
+            // Completing the tail before may have stopped the pipeline.
+            let outcome = if self.stopped_intake {
+                BarrierOutcome::Aborted(self.stop_reason())
+            } else {
+                self.run_checkpoint(FLAG_SHUTDOWN).await
+            };
+            let outcome = match outcome {
+                BarrierOutcome::Tailing(a) => self
+                    .complete_tails()
+                    .await
+                    .into_iter()
+                    .find(|(id, _)| *id == a.id)
+                    .map_or_else(
+                        || BarrierOutcome::Failed(format!("checkpoint {} left no outcome", a.id)),
+                        |(_, o)| o,
+                    ),
+                outcome => outcome,
+            };
+            match outcome {
                 BarrierOutcome::Committed(_) => {
                     if let Err(e) = self.callback.settle_sink_epoch_for_shutdown().await {
                         result = Err(format!("settling sink epochs: {e}"));
@@ -555,7 +708,19 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => {
                     result = Err(format!("the shutdown checkpoint did not commit: {e}"));
                 }
+                BarrierOutcome::Tailing(a) => {
+                    result = Err(format!("checkpoint {} is still being written", a.id));
+                }
             }
+        }
+        if discard {
+            // Nothing of this generation becomes visible from here on.
+            self.callback.cancel_checkpoint_tails_for_recovery();
+        }
+        // Every tail is joined before the connectors are torn down.
+        self.complete_tails().await;
+        if let Err(e) = self.callback.settle_checkpoint_tail_tasks().await {
+            result = result.and(Err(format!("settling checkpoint tails: {e}")));
         }
         self.source_rx.close();
         let closed = if discard || self.stopped_intake || result.is_err() {

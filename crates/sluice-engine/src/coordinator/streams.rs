@@ -140,12 +140,13 @@ impl InstalledStream {
         matches!(self.producer, StreamProducer::Process(_))
     }
 
-    /// Snapshot the stream's operator state, in a fixed part order.
-    pub(super) fn snapshot(&mut self, out: &mut Vec<Bytes>) -> Result<()> {
+    /// Snapshot the stream's operator state, in a fixed part order, as
+    /// parts whose encoding is left to the checkpoint tail.
+    pub(super) fn snapshot(&mut self, out: &mut Vec<crate::state::StatePart>) -> Result<()> {
         match &mut self.producer {
-            StreamProducer::Query(op) => op.snapshot(out),
+            StreamProducer::Query(op) => op.snapshot_parts(out),
             StreamProducer::Process(p) => {
-                out.push(p.snapshot()?);
+                out.push(p.snapshot_part()?);
                 Ok(())
             }
         }

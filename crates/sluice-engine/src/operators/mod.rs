@@ -355,48 +355,60 @@ impl Operator {
         }
     }
 
-    /// Snapshot every stateful operator of the tree, in tree order.
+    /// Snapshot every stateful operator of the tree, in tree order, encoded.
     pub fn snapshot(&mut self, out: &mut Vec<bytes::Bytes>) -> Result<()> {
+        let mut parts = Vec::new();
+        self.snapshot_parts(&mut parts)?;
+        for p in parts {
+            out.push(p.encode()?);
+        }
+        Ok(())
+    }
+
+    /// Snapshot every stateful operator of the tree, in tree order, as
+    /// shared Arrow batches: a checkpoint encodes them off the compute
+    /// thread.
+    pub fn snapshot_parts(&mut self, out: &mut Vec<crate::state::StatePart>) -> Result<()> {
         match self {
             Operator::Scan { .. } => {}
             Operator::Filter { input, .. } | Operator::Project { input, .. } => {
-                input.snapshot(out)?
+                input.snapshot_parts(out)?
             }
             Operator::Union { inputs, .. } => {
                 for i in inputs.iter_mut() {
-                    i.snapshot(out)?;
+                    i.snapshot_parts(out)?;
                 }
             }
             Operator::Window(input, op) => {
-                input.snapshot(out)?;
+                input.snapshot_parts(out)?;
                 let mut w = crate::state::SnapshotWriter::default();
                 op.snapshot(&mut w)?;
-                out.push(w.finish()?);
+                out.push(w.finish_deferred());
             }
             Operator::Session(input, op) => {
-                input.snapshot(out)?;
+                input.snapshot_parts(out)?;
                 let mut w = crate::state::SnapshotWriter::default();
                 op.snapshot(&mut w)?;
-                out.push(w.finish()?);
+                out.push(w.finish_deferred());
             }
             Operator::Updating(input, op) => {
-                input.snapshot(out)?;
+                input.snapshot_parts(out)?;
                 let mut w = crate::state::SnapshotWriter::default();
                 op.snapshot(&mut w)?;
-                out.push(w.finish()?);
+                out.push(w.finish_deferred());
             }
             Operator::Join(left, right, op) => {
-                left.snapshot(out)?;
-                right.snapshot(out)?;
+                left.snapshot_parts(out)?;
+                right.snapshot_parts(out)?;
                 let mut w = crate::state::SnapshotWriter::default();
                 op.snapshot(&mut w)?;
-                out.push(w.finish()?);
+                out.push(w.finish_deferred());
             }
             Operator::Retracting(input, op) => {
-                input.snapshot(out)?;
+                input.snapshot_parts(out)?;
                 let mut w = crate::state::SnapshotWriter::default();
                 op.snapshot(&mut w)?;
-                out.push(w.finish()?);
+                out.push(w.finish_deferred());
             }
         }
         Ok(())

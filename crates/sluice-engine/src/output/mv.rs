@@ -96,11 +96,17 @@ impl MaterializedView {
 
     /// The current rows as snapshot bytes (for checkpoints).
     pub fn snapshot_bytes(&self) -> Result<bytes::Bytes> {
+        self.snapshot_part()?.encode()
+    }
+
+    /// The current rows as a snapshot part whose encoding is deferred (the
+    /// batches of an append-only view are shared, not copied).
+    pub fn snapshot_part(&self) -> Result<crate::state::StatePart> {
         let mut w = crate::state::SnapshotWriter::default();
         for b in self.snapshot()? {
             w.push(&b)?;
         }
-        w.finish()
+        Ok(w.finish_deferred())
     }
 
     /// Replace the contents with a checkpoint's.

@@ -209,6 +209,30 @@ impl SinkRuntime {
         }
     }
 
+    /// The checkpoint that sealed the pending epochs will never become
+    /// durable (its tail was cancelled before its manifest): remove their
+    /// staged files, which no checkpoint refers to. Called before
+    /// [`Self::abort`]; an epoch whose manifest may be durable is never
+    /// discarded (recovery re-commits it).
+    pub fn discard_sealed(&mut self) -> Result<()> {
+        for r in self.pending.drain(..) {
+            if let Some(p) = r.staged {
+                match std::fs::remove_file(&p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(EngineError::Catalog(format!(
+                            "sink '{}': removing the staged epoch {}: {e}",
+                            self.def.name,
+                            p.display()
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The pipeline failed: nothing unpublished becomes visible.
     pub fn abort(&mut self) -> Result<()> {
         match self.writer.take() {

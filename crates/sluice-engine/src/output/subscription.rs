@@ -362,9 +362,10 @@ impl SubscriptionRegistry {
     }
 
     /// Each stream's retained committed epochs plus the cut being
-    /// checkpointed as `epoch`, encoded per stream (for the checkpoint, so
+    /// checkpointed as `epoch`, one part per stream (encoded by the checkpoint
+    /// tail, off the compute thread; for the checkpoint, so
     /// consumers can resume after the database restarts too).
-    pub fn snapshot_history(&self, epoch: u64) -> Result<Vec<(String, bytes::Bytes)>> {
+    pub fn snapshot_history(&self, epoch: u64) -> Result<Vec<(String, crate::state::StatePart)>> {
         let topics = self.topics.lock();
         let mut out = Vec::new();
         for (name, topic) in topics.iter().filter(|(_, t)| t.retained) {
@@ -380,7 +381,7 @@ impl SubscriptionRegistry {
                 }
             }
             w.set("epochs", ids.join(","));
-            out.push((name.clone(), w.finish()?));
+            out.push((name.clone(), w.finish_deferred()));
         }
         Ok(out)
     }

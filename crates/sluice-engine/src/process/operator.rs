@@ -182,8 +182,13 @@ impl ProcessOperator {
         Ok(())
     }
 
-    /// The engine-owned state as a checkpoint part.
+    /// The engine-owned state as a checkpoint part, encoded.
     pub fn snapshot(&self) -> Result<Bytes> {
+        self.snapshot_part()?.encode()
+    }
+
+    /// The engine-owned state as a checkpoint part, encoded later.
+    pub fn snapshot_part(&self) -> Result<crate::state::StatePart> {
         let snap = self.processor.snapshot();
         let mut w = SnapshotWriter::default();
         w.set("binding", &snap.binding);
@@ -235,7 +240,7 @@ impl ProcessOperator {
                 Arc::new(Int64Array::from(t_at)),
             ],
         )?)?;
-        w.finish()
+        Ok(w.finish_deferred())
     }
 
     /// Restore from a checkpoint part; refused when the part was written

@@ -7,3 +7,4 @@ mod failed_write;
 mod hook;
 mod stays_full;
 mod stopped;
+mod tails;

@@ -1,0 +1,366 @@
+//! Checkpoint tails: the durable half of a checkpoint, off the compute thread.
+//!
+//! # Architecture
+//!
+//! ```text
+//!  compute thread (coordinator)               tail worker (own runtime)
+//!  ───────────────────────────                ─────────────────────────
+//!  barriers aligned
+//!  capture: operator state as shared Arrow
+//!    batches, sink epochs sealed,
+//!    manifest drafted             ── spawn ──▶ encode parts (Arrow IPC)
+//!  cycles keep running                         write blobs (fsync each)
+//!    ⋮                                         gate: cancelled? → stop here
+//!    ⋮                                         commit the manifest (durable)
+//!  next_checkpoint_tail() ◀── durable ──────── │
+//!  sink epochs commit,                         prune old checkpoints
+//!  subscription cut published                  task ends: slot free again
+//! ```
+//!
+//! One tail is in flight at a time ([`MAX_IN_FLIGHT`]): a sink's `commit`
+//! publishes every epoch it has sealed, so a second sealed epoch may only
+//! exist once the first one's checkpoint is durable and committed. While
+//! the slot is taken a periodic checkpoint is skipped (the next tick takes
+//! it); a manual or shutdown checkpoint waits for the slot. The slot is
+//! freed when the whole task (pruning included) has ended, so the store
+//! only ever sees one writer: reservation, blob writes, the manifest and
+//! pruning never overlap.
+//!
+//! Cancellation ([`CheckpointTails::cancel`]) is a fence at the manifest:
+//! a tail that has not begun its manifest write never commits; one already
+//! writing it finishes (its checkpoint is durable, and recovery re-commits
+//! its sink epochs from the manifest). Either way the coordinator does not
+//! commit the sink epochs of a cancelled tail.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use sluice_storage::{CheckpointStore, Manifest, StorageError};
+use thiserror::Error;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::state::StatePart;
+
+/// Tails in flight at most; see the module docs for why it is one.
+pub const MAX_IN_FLIGHT: usize = 1;
+
+/// Why a checkpoint tail failed; the checkpoint did not become durable
+/// (the previous one stays the newest).
+#[derive(Debug, Error)]
+pub enum TailError {
+    /// A part of the captured state could not be encoded.
+    #[error("encoding state '{name}': {source}")]
+    Encode {
+        /// The blob's logical name.
+        name: String,
+        /// Why.
+        source: crate::error::EngineError,
+    },
+    /// A state blob could not be written.
+    #[error("writing state '{name}': {source}")]
+    WriteBlob {
+        /// The blob's logical name.
+        name: String,
+        /// The store's error.
+        source: StorageError,
+    },
+    /// The manifest could not be written.
+    #[error("writing the manifest: {source}")]
+    Manifest {
+        /// The store's error.
+        source: StorageError,
+    },
+    /// The tail's task panicked or its worker went away.
+    #[error("the checkpoint tail stopped: {0}")]
+    Stopped(String),
+    /// The tail worker could not be started.
+    #[error("cannot start the checkpoint worker: {0}")]
+    Worker(std::io::Error),
+    /// A tail was spawned while another was in flight (a bug).
+    #[error("a checkpoint tail is already in flight")]
+    Busy,
+}
+
+impl TailError {
+    /// The stable code: the store's own for storage failures.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TailError::Encode { source, .. } => source.code(),
+            TailError::WriteBlob { source, .. } | TailError::Manifest { source } => source.code(),
+            TailError::Stopped(_) | TailError::Worker(_) | TailError::Busy => "SLC-ENG-009",
+        }
+    }
+}
+
+/// How a tail ended, as far as durability goes.
+#[derive(Debug)]
+pub enum TailResult {
+    /// The manifest is durable; `state_bytes` were written.
+    Durable {
+        /// Bytes of state in the checkpoint.
+        state_bytes: u64,
+    },
+    /// Nothing was committed.
+    Failed(TailError),
+    /// Cancelled before its manifest write: nothing was committed.
+    Cancelled,
+}
+
+/// A tail whose durability is known, taken by the coordinator.
+#[derive(Debug)]
+pub struct FinishedTail {
+    /// When its attempt started.
+    pub started: Instant,
+    /// What happened.
+    pub result: TailResult,
+    /// Cancelled by recovery (even if its manifest became durable): its
+    /// sink epochs must not be committed by this pipeline generation.
+    pub cancelled: bool,
+}
+
+/// What a tail writes: the state captured on the compute thread.
+pub struct TailJob {
+    /// The checkpoint id (reserved).
+    pub id: u64,
+    /// When the attempt started.
+    pub started: Instant,
+    /// Where it goes.
+    pub store: CheckpointStore,
+    /// The manifest without its blob list (filled in by the tail).
+    pub manifest: Manifest,
+    /// Captured state, by blob name.
+    pub parts: Vec<(String, StatePart)>,
+    /// Committed checkpoints to keep when pruning afterwards.
+    pub retain: usize,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum GateState {
+    #[default]
+    Writing,
+    Committing,
+    Cancelled,
+}
+
+/// The fence between cancellation and the manifest write.
+#[derive(Debug, Default)]
+struct Gate(Mutex<GateState>);
+
+impl Gate {
+    /// The tail is about to write its manifest: false if cancelled.
+    fn begin_commit(&self) -> bool {
+        let mut g = self.0.lock();
+        if *g == GateState::Cancelled {
+            return false;
+        }
+        *g = GateState::Committing;
+        true
+    }
+
+    fn is_cancelled(&self) -> bool {
+        *self.0.lock() == GateState::Cancelled
+    }
+
+    /// True when this call stopped a tail that had not begun its manifest.
+    fn cancel(&self) -> bool {
+        let mut g = self.0.lock();
+        match *g {
+            GateState::Writing => {
+                *g = GateState::Cancelled;
+                true
+            }
+            GateState::Committing | GateState::Cancelled => false,
+        }
+    }
+}
+
+type Durability = Result<Option<u64>, TailError>;
+
+struct InFlight {
+    id: u64,
+    started: Instant,
+    gate: Arc<Gate>,
+    cancelled: bool,
+    /// Resolves once durability is known (before pruning).
+    durable: Option<oneshot::Receiver<Durability>>,
+    /// Durability received, not yet taken.
+    result: Option<TailResult>,
+    /// The whole task, pruning included.
+    task: JoinHandle<()>,
+}
+
+/// The checkpoint tails of one pipeline and the worker they run on.
+#[derive(Default)]
+pub struct CheckpointTails {
+    runtime: Option<tokio::runtime::Runtime>,
+    in_flight: Option<InFlight>,
+}
+
+impl Drop for CheckpointTails {
+    fn drop(&mut self) {
+        // Dropped on the coordinator's runtime: a blocking shutdown would
+        // panic there. Tails were settled or cancelled before teardown.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl CheckpointTails {
+    fn runtime(&mut self) -> Result<&tokio::runtime::Runtime, TailError> {
+        if self.runtime.is_none() {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("sluice-checkpoint")
+                .enable_all()
+                .build()
+                .map_err(TailError::Worker)?;
+            self.runtime = Some(rt);
+        }
+        self.runtime
+            .as_ref()
+            .ok_or_else(|| TailError::Stopped("no worker".into()))
+    }
+
+    /// Tails holding the slot (durability pending, or still pruning).
+    pub fn in_flight(&mut self) -> usize {
+        let done = self
+            .in_flight
+            .as_ref()
+            .is_some_and(|t| t.durable.is_none() && t.result.is_none() && t.task.is_finished());
+        if done {
+            self.in_flight = None;
+        }
+        usize::from(self.in_flight.is_some())
+    }
+
+    /// Start the durable half of checkpoint `job.id`.
+    pub fn spawn(&mut self, job: TailJob) -> Result<(), TailError> {
+        if self.in_flight() >= MAX_IN_FLIGHT {
+            return Err(TailError::Busy);
+        }
+        let gate = Arc::new(Gate::default());
+        let (tx, rx) = oneshot::channel();
+        let (id, started) = (job.id, job.started);
+        let task = self.runtime()?.spawn(run(job, Arc::clone(&gate), tx));
+        self.in_flight = Some(InFlight {
+            id,
+            started,
+            gate,
+            cancelled: false,
+            durable: Some(rx),
+            result: None,
+            task,
+        });
+        Ok(())
+    }
+
+    /// The id of the tail whose durability just became known; None at once
+    /// when no tail awaits that. Cancel safe.
+    pub async fn next_durable(&mut self) -> Option<u64> {
+        let t = self.in_flight.as_mut()?;
+        if t.result.is_some() {
+            return Some(t.id);
+        }
+        let rx = t.durable.as_mut()?;
+        let received = rx.await;
+        t.durable = None;
+        let result = match received {
+            Ok(Ok(Some(state_bytes))) => TailResult::Durable { state_bytes },
+            Ok(Ok(None)) => TailResult::Cancelled,
+            Ok(Err(e)) => TailResult::Failed(e),
+            // The task ended without a word: it panicked.
+            Err(_) => TailResult::Failed(TailError::Stopped(match (&mut t.task).await {
+                Err(e) if e.is_panic() => crate::panic::panic_message(&*e.into_panic()),
+                Err(e) => e.to_string(),
+                Ok(()) => "ended without reporting".into(),
+            })),
+        };
+        t.result = Some(result);
+        Some(t.id)
+    }
+
+    /// Take the outcome of tail `id` once [`Self::next_durable`] reported it.
+    pub fn take(&mut self, id: u64) -> Option<FinishedTail> {
+        let t = self.in_flight.as_mut().filter(|t| t.id == id)?;
+        let result = t.result.take()?;
+        Some(FinishedTail {
+            started: t.started,
+            result,
+            cancelled: t.cancelled,
+        })
+    }
+
+    /// Wait until the slot is free (the task, pruning included, ended).
+    pub async fn idle(&mut self) {
+        if let Some(t) = self.in_flight.as_mut() {
+            if t.durable.is_none() && t.result.is_none() {
+                // A finished handle is never polled again.
+                if !t.task.is_finished() {
+                    let _ = (&mut t.task).await;
+                }
+                self.in_flight = None;
+            }
+        }
+    }
+
+    /// Recovery takes over: a tail that has not begun its manifest write
+    /// never commits. Returns whether such a tail was stopped by this call.
+    pub fn cancel(&mut self) -> bool {
+        match self.in_flight.as_mut() {
+            Some(t) => {
+                t.cancelled = true;
+                t.gate.cancel()
+            }
+            None => false,
+        }
+    }
+}
+
+/// The tail itself: encode, write, commit, report durability, prune.
+async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>) {
+    let TailJob {
+        id,
+        store,
+        mut manifest,
+        parts,
+        retain,
+        ..
+    } = job;
+    let written = async {
+        for (name, part) in parts {
+            if gate.is_cancelled() {
+                return Ok(None);
+            }
+            let bytes = part.encode().map_err(|source| TailError::Encode {
+                name: name.clone(),
+                source,
+            })?;
+            let blob = store
+                .write_blob(id, &name, bytes)
+                .await
+                .map_err(|source| TailError::WriteBlob { name, source })?;
+            manifest.blobs.push(blob);
+        }
+        if !gate.begin_commit() {
+            return Ok(None);
+        }
+        store
+            .commit(&manifest)
+            .await
+            .map_err(|source| TailError::Manifest { source })?;
+        Ok(Some(manifest.state_bytes()))
+    }
+    .await;
+    let committed = matches!(written, Ok(Some(_)));
+    // The coordinator may be gone (shut down without settling): nothing
+    // to tell then.
+    let _ = durable.send(written);
+    if committed {
+        if let Err(e) = store.prune(retain).await {
+            tracing::warn!(checkpoint = id, error = %e, "pruning old checkpoints failed");
+        }
+    }
+}
