@@ -156,8 +156,10 @@ struct PauseRun {
     throughput: f64,
     /// Checkpoints committed during the run.
     checkpoints: u64,
-    /// Mean duration of those checkpoints (ms).
+    /// Duration of the last of them, reservation to durable (ms).
     checkpoint_ms: f64,
+    /// Compute-thread pause per checkpoint from the metrics: (mean, max) ms.
+    pause_ms: (f64, f64),
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -168,7 +170,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-const PAUSE_DDL: &str = "CREATE SOURCE s (k BIGINT, v BIGINT, payload VARCHAR, ts TIMESTAMP, seq BIGINT,
+const PAUSE_DDL: &str =
+    "CREATE SOURCE s (k BIGINT, v BIGINT, payload VARCHAR, ts TIMESTAMP, seq BIGINT,
         WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);
     CREATE STREAM agg AS SELECT k, tumble(ts, INTERVAL '1' DAY) AS day,
         COUNT(*) AS n, SUM(v) AS total, MAX(payload) AS top
@@ -281,7 +284,8 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
     let started = Instant::now();
     let until = started + Duration::from_secs(secs);
     while Instant::now() < until {
-        src.push(pause_batch(k, chunk, groups, &payload, -1)?).await?;
+        src.push(pause_batch(k, chunk, groups, &payload, -1)?)
+            .await?;
         k += chunk as i64;
     }
     let throughput =
@@ -297,11 +301,19 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
     let checkpoint_ms = after
         .last_checkpoint
         .map_or(0.0, |r| r.duration.as_secs_f64() * 1e3);
+    let pauses = after.checkpoint_pauses - before.checkpoint_pauses;
+    let pause_ms = (
+        (after.checkpoint_pause_total_ns - before.checkpoint_pause_total_ns) as f64
+            / 1e6
+            / pauses.max(1) as f64,
+        after.checkpoint_pause_max_ns as f64 / 1e6,
+    );
     Ok(PauseRun {
         latencies_ms,
         throughput,
         checkpoints,
         checkpoint_ms,
+        pause_ms,
     })
 }
 
@@ -309,8 +321,8 @@ async fn pause_table(sizes: &[u64]) -> sluice::Result<()> {
     println!();
     println!("Probe: 25 batches/s of 8192 rows (one probe row each) over the state, push -> subscriber; then full speed. checkpoint_interval 1s vs off.");
     println!();
-    println!("| state | interval | checkpoints | last checkpoint | probe p50 | probe p99 | probe max (stall) | rows/s at full speed |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| state | interval | checkpoints | last checkpoint | compute pause mean / max | probe p50 | probe p99 | probe max (stall) | rows/s at full speed |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for &mb in sizes {
         let off = pause_run(mb, "off").await?;
         let on = pause_run(mb, "1s").await?;
@@ -321,9 +333,11 @@ async fn pause_table(sizes: &[u64]) -> sluice::Result<()> {
                 format!(" ({:+.1}%)", (r.throughput / off.throughput - 1.0) * 100.0)
             };
             println!(
-                "| {mb} MB | {name} | {} | {:.0} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0}{delta} |",
+                "| {mb} MB | {name} | {} | {:.0} ms | {:.1} / {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0}{delta} |",
                 r.checkpoints,
                 r.checkpoint_ms,
+                r.pause_ms.0,
+                r.pause_ms.1,
                 percentile(&r.latencies_ms, 0.5),
                 percentile(&r.latencies_ms, 0.99),
                 r.latencies_ms.last().copied().unwrap_or(f64::NAN),
