@@ -61,12 +61,22 @@ impl Fixture {
     /// A database in `mode` on `store`, with the pipeline declared. Only
     /// manual and shutdown checkpoints happen (the interval is an hour).
     pub async fn open(&self, mode: &str, store: Arc<dyn ObjectStore>) -> Database {
+        self.open_every(mode, store, "1h").await
+    }
+
+    /// As [`Self::open`], with periodic checkpoints every `interval`.
+    pub async fn open_every(
+        &self,
+        mode: &str,
+        store: Arc<dyn ObjectStore>,
+        interval: &str,
+    ) -> Database {
         let db = Database::builder()
             .base_dir(self.dir.path())
             .checkpoint_object_store(store)
             .set("delivery", mode)
             .unwrap()
-            .set("checkpoint_interval", "1h")
+            .set("checkpoint_interval", interval)
             .unwrap()
             .open()
             .await
