@@ -10,6 +10,7 @@ pub mod operators;
 pub mod options;
 pub mod output;
 pub mod panic;
+pub mod pipeline;
 pub mod process;
 pub mod sources;
 pub mod state;

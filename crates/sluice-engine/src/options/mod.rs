@@ -50,6 +50,11 @@ pub struct PipelineOptions {
     pub subscription_history_bytes: usize,
     /// Most source batches folded into one execution cycle.
     pub max_batches_per_cycle: usize,
+    /// Restarts from the last committed checkpoint after a fault, in the
+    /// pipeline's life (0: the first fault is reported).
+    pub restart_budget: usize,
+    /// Wait before the first restart after a fault; doubled for each later one.
+    pub restart_backoff: Duration,
 }
 
 impl Default for PipelineOptions {
@@ -67,6 +72,8 @@ impl Default for PipelineOptions {
             subscription_history: 16,
             subscription_history_bytes: 64 << 20,
             max_batches_per_cycle: 64,
+            restart_budget: 0,
+            restart_backoff: Duration::from_millis(100),
         }
     }
 }
@@ -85,6 +92,8 @@ pub const PIPELINE_OPTIONS: &[&str] = &[
     "subscription_history",
     "subscription_history_bytes",
     "max_batches_per_cycle",
+    "restart_budget",
+    "restart_backoff",
 ];
 
 impl PipelineOptions {
@@ -112,6 +121,8 @@ impl PipelineOptions {
             "subscription_history" => self.subscription_history = spec.count(value)?,
             "subscription_history_bytes" => self.subscription_history_bytes = spec.count(value)?,
             "max_batches_per_cycle" => self.max_batches_per_cycle = spec.count(value)?,
+            "restart_budget" => self.restart_budget = spec.count(value)?,
+            "restart_backoff" => self.restart_backoff = spec.required_duration(value)?,
             other => {
                 return Err(EngineError::Internal(format!(
                     "option '{other}' has a spec but no field"

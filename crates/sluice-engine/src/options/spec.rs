@@ -104,6 +104,12 @@ pub const PIPELINE_OPTION_SPECS: &[OptionSpec] = &[
     count("subscription_history", 1, 1 << 16),
     count("subscription_history_bytes", 1, 1 << 40),
     count("max_batches_per_cycle", 1, 1 << 16),
+    count("restart_budget", 0, 1000),
+    duration(
+        "restart_backoff",
+        Duration::from_millis(1),
+        Duration::from_secs(60),
+    ),
 ];
 
 /// The spec of the pipeline option `name` (case-insensitive), or the

@@ -116,6 +116,31 @@ fn table() -> Vec<Row> {
         ("subscription_history", sh_ok, sh_bad),
         ("subscription_history_bytes", shb_ok, shb_bad),
         ("max_batches_per_cycle", mb_ok, mb_bad),
+        (
+            "restart_budget",
+            vec!["0", "1", "3", "1000", " 2 "],
+            vec![
+                ("1001", Range),
+                ("-1", Range),
+                (HUGE_COUNT, Range),
+                ("many", Garbage),
+                ("", Garbage),
+                ("1.5", Garbage),
+            ],
+        ),
+        (
+            "restart_backoff",
+            vec!["1ms", "100ms", "5s", "1min", " 2s "],
+            vec![
+                ("0s", Range),
+                ("999us", Range),
+                ("60001ms", Range),
+                ("1h", Range),
+                ("off", Garbage),
+                ("soon", Garbage),
+                ("", Garbage),
+            ],
+        ),
     ]
 }
 
