@@ -30,7 +30,7 @@ use crate::error::{EngineError, Result};
 use crate::state::{SnapshotReader, SnapshotWriter};
 
 /// When rows of a side may be forgotten: `(value, other side's lag,
-/// strict)`; see `sluice_sql::bounds::JoinStateBound`.
+/// strict)`; see `sluice_sql::plan::JoinStateBound`.
 pub type SideBound = (PhysExpr, i64, bool);
 
 /// A row's key in Arrow's row format; keys of one or two numbers fit

@@ -189,7 +189,7 @@ impl Operator {
                     .map(|(_, r)| compile(r, rs))
                     .collect::<Result<Vec<_>>>()?;
                 let key_exprs: Vec<_> = on.iter().map(|(l, _)| l.clone()).collect();
-                let bounds = |b: &[sluice_sql::bounds::JoinStateBound],
+                let bounds = |b: &[sluice_sql::plan::JoinStateBound],
                               s: &datafusion::common::DFSchema|
                  -> Result<Vec<join::SideBound>> {
                     b.iter()
