@@ -16,7 +16,7 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
 use crate::error::{EngineError, Result};
-use crate::operators::Operator;
+use crate::operators::{restore_part, snapshot_part, Operator, StatefulOperator};
 use crate::output::mv::MaterializedView;
 use crate::process::ProcessOperator;
 
@@ -140,30 +140,37 @@ impl InstalledStream {
         matches!(self.producer, StreamProducer::Process(_))
     }
 
-    /// Snapshot the stream's operator state, in a fixed part order.
-    pub(super) fn snapshot(&mut self, out: &mut Vec<Bytes>) -> Result<()> {
+    /// The stream's stateful operators, in checkpoint part order.
+    fn stateful_operators(&mut self) -> Vec<&mut (dyn StatefulOperator + 'static)> {
+        let mut ops = Vec::new();
         match &mut self.producer {
-            StreamProducer::Query(op) => op.snapshot(out),
-            StreamProducer::Process(p) => {
-                out.push(p.snapshot()?);
-                Ok(())
-            }
+            StreamProducer::Query(op) => op.stateful_operators(&mut ops),
+            StreamProducer::Process(p) => ops.push(p.as_mut()),
         }
+        ops
+    }
+
+    /// Snapshot the stream's operator state, one part per stateful
+    /// operator, in a fixed part order.
+    pub(super) fn snapshot(&mut self, out: &mut Vec<Bytes>) -> Result<()> {
+        for op in self.stateful_operators() {
+            out.push(snapshot_part(op)?);
+        }
+        Ok(())
     }
 
     /// Restore from parts written by [`Self::snapshot`].
     pub(super) fn restore(&mut self, parts: &mut VecDeque<Bytes>) -> Result<()> {
-        match &mut self.producer {
-            StreamProducer::Query(op) => op.restore(parts),
-            StreamProducer::Process(p) => {
-                let part = parts.pop_front().ok_or_else(|| {
-                    EngineError::Internal(format!(
-                        "checkpoint has no state for process stream '{}'",
-                        self.name
-                    ))
-                })?;
-                p.restore(&part)
-            }
+        let name = Arc::clone(&self.name);
+        for op in self.stateful_operators() {
+            let part = parts.pop_front().ok_or_else(|| {
+                EngineError::Internal(format!(
+                    "checkpoint has no state for the {} of stream '{name}'",
+                    op.kind()
+                ))
+            })?;
+            restore_part(op, &part)?;
         }
+        Ok(())
     }
 }
