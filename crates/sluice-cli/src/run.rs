@@ -88,7 +88,7 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
                     // Usually the same halt reported a second time.
                     tracing::debug!(error = %shutdown, "shutdown after a failure");
                 }
-                let is_fault = matches!(&e, CliError::Sluice(sluice::Error::Fault(_)));
+                let is_fault = matches!(&e, CliError::Sluice(sluice::Error::Fault { .. }));
                 if is_fault && args.state_dir.is_some() && recoveries < MAX_RECOVERIES {
                     recoveries += 1;
                     tracing::warn!(error = %e, attempt = recoveries, "recovering from the last checkpoint");

@@ -11,6 +11,7 @@ pub mod options;
 pub mod output;
 pub mod panic;
 pub mod process;
+pub mod seam;
 pub mod sources;
 pub mod state;
 pub mod watermark;

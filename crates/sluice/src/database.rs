@@ -289,9 +289,24 @@ impl Database {
                 let mut next = state.catalog.clone();
                 next.sources.push(def.clone());
                 admit_while_running(&state, &next)?;
-                // Fail at CREATE time for a path that matches nothing or a bad header.
+                // Fail at CREATE time for a path that matches nothing or a
+                // bad header, with the connector's code.
                 def.open_reader(None)
-                    .map_err(|e| Error::Catalog(format!("source '{}': {e}", def.name)))?;
+                    .map_err(|e| e.context(format!("source '{}'", def.name)))?;
+                self.inner
+                    .subscriptions
+                    .register(&def.name, Arc::clone(&def.schema), false);
+                if let Some(late) = &def.late_data_to {
+                    self.inner
+                        .subscriptions
+                        .register(late, Arc::clone(&def.schema), false);
+                }
+                // Applied by the pipeline first: a source it refuses leaves
+                // the catalog as it was.
+                let r = self.running(&mut state)?;
+                r.coordinator
+                    .control(ControlMsg::AddSource(Box::new(def.clone())))
+                    .await?;
                 if let Some(late) = &def.late_data_to {
                     state.catalog.streams.push(StreamDef {
                         name: late.clone(),
@@ -303,19 +318,7 @@ impl Database {
                         },
                     });
                 }
-                self.inner
-                    .subscriptions
-                    .register(&def.name, Arc::clone(&def.schema), false);
-                if let Some(late) = &def.late_data_to {
-                    self.inner
-                        .subscriptions
-                        .register(late, Arc::clone(&def.schema), false);
-                }
-                state.catalog.sources.push(def.clone());
-                let r = self.running(&mut state)?;
-                r.coordinator
-                    .control(ControlMsg::AddSource(Box::new(def)))
-                    .await?;
+                state.catalog.sources.push(def);
                 Ok(vec![])
             }
             Statement::CreateStream(cs) => {
@@ -357,11 +360,14 @@ impl Database {
             Statement::CreateSink(cs) => {
                 let def = self.sink_def(&state.catalog, cs).await?;
                 let runtime = SinkRuntime::new(&def)?;
-                state.catalog.sinks.push(def);
+                // Opened by the running pipeline first: a sink whose file
+                // cannot be created is refused with the connector's error,
+                // and neither the catalog nor the pipeline changes.
                 let r = self.running(&mut state)?;
                 r.coordinator
                     .control(ControlMsg::AddSink(Box::new(runtime)))
                     .await?;
+                state.catalog.sinks.push(def);
                 Ok(vec![])
             }
             Statement::Drop {
@@ -586,7 +592,13 @@ impl Database {
     pub async fn start(&self) -> Result<()> {
         let mut state = self.inner.state.lock().await;
         if state.started {
-            return Ok(());
+            // Started before: a start that failed (or a pipeline that
+            // stopped since) keeps saying why.
+            let stopped = state
+                .running
+                .as_ref()
+                .and_then(|r| r.coordinator.status().error());
+            return stopped.map_or(Ok(()), Err);
         }
         let config = self.checkpoint_config(&state)?;
         let mut recovered = None;
@@ -622,12 +634,11 @@ impl Database {
                 .await?;
         }
         if let Some(cp) = recovered {
+            // A recovery that fails halts the pipeline, and its
+            // acknowledgement carries the error.
             r.coordinator
                 .control(ControlMsg::Recover(Box::new(cp)))
                 .await?;
-            if let Some(reason) = r.coordinator.status().halted {
-                return Err(Error::Halted(reason));
-            }
         }
         r.coordinator.control(ControlMsg::Start).await
     }

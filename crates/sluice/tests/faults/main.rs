@@ -7,4 +7,5 @@
 mod common;
 mod loss;
 mod panics;
+mod seam;
 mod sinks;
