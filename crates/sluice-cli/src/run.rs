@@ -94,7 +94,7 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
                 // Usually the same halt reported a second time.
                 tracing::debug!(error = %shutdown, "shutdown after a failure");
             }
-            let is_fault = matches!(&e, CliError::Sluice(sluice::Error::Fault(_)));
+            let is_fault = matches!(&e, CliError::Sluice(sluice::Error::Fault { .. }));
             let recoveries = db.restarts().await;
             // Say that recovery was tried, so "recover from the last
             // checkpoint" does not read as advice still to follow.

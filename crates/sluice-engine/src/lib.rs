@@ -12,6 +12,7 @@ pub mod output;
 pub mod panic;
 pub mod pipeline;
 pub mod process;
+pub mod seam;
 pub mod sources;
 pub mod state;
 pub mod watermark;

@@ -19,7 +19,7 @@ pub struct PipelineMetrics {
     checkpoints: AtomicU64,
     checkpoints_failed: AtomicU64,
     checkpoints_abandoned: AtomicU64,
-    last_checkpoint: Mutex<Option<crate::coordinator::callback::CheckpointReport>>,
+    last_checkpoint: Mutex<Option<crate::seam::CheckpointReport>>,
     watermark: AtomicI64,
     per_source: Mutex<BTreeMap<String, SourceCounters>>,
     per_output: Mutex<BTreeMap<String, u64>>,
@@ -62,7 +62,7 @@ pub struct MetricsSnapshot {
     /// Checkpoint attempts abandoned before capture.
     pub checkpoints_abandoned: u64,
     /// The last committed checkpoint.
-    pub last_checkpoint: Option<crate::coordinator::callback::CheckpointReport>,
+    pub last_checkpoint: Option<crate::seam::CheckpointReport>,
     /// Current pipeline watermark (ms; i64::MIN before any).
     pub watermark: i64,
     /// Per source.
@@ -118,7 +118,7 @@ impl PipelineMetrics {
     }
 
     /// Count a committed checkpoint.
-    pub fn record_checkpoint(&self, report: &crate::coordinator::callback::CheckpointReport) {
+    pub fn record_checkpoint(&self, report: &crate::seam::CheckpointReport) {
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         *self.last_checkpoint.lock() = Some(report.clone());
     }

@@ -37,11 +37,14 @@ pub enum SourceEvent {
         /// Replay offset after the last batch before the barrier.
         offset: Option<String>,
     },
-    /// The source failed; the pipeline halts with this message.
-    Failed(String),
-    /// The reader panicked (the message names the source and carries the
-    /// panic's): a halt without checkpoints, a fault with them.
-    Panicked(String),
+    /// The source failed (its error names the source and keeps the
+    /// connector's code, e.g. `SLC-CONN-002` for a malformed row); the
+    /// pipeline halts with it.
+    Failed(EngineError),
+    /// The reader panicked ([`EngineError::Panicked`], naming the source and
+    /// carrying the panic's message): a halt without checkpoints, a fault
+    /// with them.
+    Panicked(EngineError),
 }
 
 /// A message on the source channel.
@@ -106,9 +109,9 @@ pub fn spawn_reader(
                 || format!("source '{name}': the reader"),
                 || read_until_done(&name, reader.as_mut(), &metrics, &control, &send),
             );
-            if let Err(reason) = read {
-                tracing::error!(source = %name, %reason, "source reader panicked");
-                send(SourceEvent::Panicked(reason));
+            if let Err(e) = read {
+                tracing::error!(source = %name, error = %e, "source reader panicked");
+                send(SourceEvent::Panicked(e));
             }
         })
 }
@@ -139,13 +142,13 @@ fn read_until_done(
                 match crate::fault::hit(crate::fault::FaultSite::Source, name, b.num_rows() as u64)
                 {
                     Ok(()) => SourceEvent::Batch(b),
-                    Err(e) => SourceEvent::Failed(format!("source '{name}': {e}")),
+                    Err(e) => SourceEvent::Failed(e.context(format!("source '{name}'"))),
                 }
             }
             Ok(None) => SourceEvent::Finished {
                 offset: reader.offset(),
             },
-            Err(e) => SourceEvent::Failed(format!("source '{name}': {e}")),
+            Err(e) => SourceEvent::Failed(EngineError::from(e).context(format!("source '{name}'"))),
         };
         let skipped = reader.skipped_rows();
         metrics.source(name, |c| c.skipped_rows = skipped);
@@ -165,7 +168,7 @@ pub struct PushSource {
     /// Shared by every handle of the source: set by `finish`.
     finished: Arc<std::sync::atomic::AtomicBool>,
     /// Why the coordinator died, if it did (reported instead of "not running").
-    death: crate::coordinator::CoordinatorDeath,
+    death: crate::seam::CoordinatorDeath,
 }
 
 impl PushSource {
@@ -188,7 +191,7 @@ impl PushSource {
 
     /// Report `death` (the coordinator's panic) when a push finds the
     /// pipeline gone.
-    pub fn watching(mut self, death: crate::coordinator::CoordinatorDeath) -> Self {
+    pub fn watching(mut self, death: crate::seam::CoordinatorDeath) -> Self {
         self.death = death;
         self
     }

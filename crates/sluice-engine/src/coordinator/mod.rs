@@ -23,45 +23,31 @@ use futures::FutureExt;
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::error::EngineError;
+use crate::seam::{disposition, Disposition};
+pub use crate::seam::{CheckpointConfig, CoordinatorDeath, PipelineStatus};
 use crate::sources::{SourceEvent, SourceMessage};
 pub use callback::{
     BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
     CheckpointReport, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
     PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
 };
-pub use connector::{CheckpointConfig, ConnectorPipelineCallback, SharedOutputs};
-pub use handle::{wait_finished, CoordinatorDeath, CoordinatorHandle};
+pub use connector::{ConnectorPipelineCallback, SharedOutputs};
+pub use handle::{wait_finished, CoordinatorHandle};
 pub use streams::StreamProducer;
-
-/// What the coordinator reports about the pipeline.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PipelineStatus {
-    /// Every source finished and its data went through a final cycle.
-    pub finished: bool,
-    /// Why the pipeline stopped for good (deterministic failure), if it did.
-    pub halted: Option<String>,
-    /// A consistency fault: intake stopped; recovery replays from the last
-    /// committed checkpoint.
-    pub fault: Option<String>,
-    /// Cycles run so far.
-    pub cycles: u64,
-    /// Whether the coordinator has shut down.
-    pub stopped: bool,
-    /// The coordinator thread died of this panic (the pipeline is gone).
-    pub panicked: Option<String>,
-}
 
 /// Commands for the coordinator.
 pub enum Command {
-    /// Apply DDL; acknowledged once applied.
-    Control(ControlMsg, oneshot::Sender<()>),
+    /// Apply DDL; acknowledged once applied, or with the error that
+    /// refused it (nothing of it applied).
+    Control(ControlMsg, oneshot::Sender<crate::Result<()>>),
     /// Take a checkpoint now.
-    Checkpoint(oneshot::Sender<std::result::Result<CheckpointReport, String>>),
+    Checkpoint(oneshot::Sender<crate::Result<CheckpointReport>>),
     /// Settle and close everything (or, with `discard`, throw away sink
     /// output), then stop.
     Shutdown {
         /// Receives the outcome.
-        reply: oneshot::Sender<std::result::Result<(), String>>,
+        reply: oneshot::Sender<crate::Result<()>>,
         /// Discard unpublished sink output instead of publishing it.
         discard: bool,
     },
@@ -141,7 +127,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         crate::panic::panic_message(&*payload)
                     );
                     tracing::error!(%reason, "coordinator step panicked");
-                    self.fail(reason);
+                    self.settle(CycleError::Panicked(EngineError::Panicked(reason)));
                 }
             }
         }
@@ -165,20 +151,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             let batch: Vec<SourceMessage> = self.held.drain(..n).collect();
             self.process(batch).await;
             yield_to_timers().await;
-            self.check_halt_and_fault();
+            self.take_callback_failure();
             return Step::Continue;
         }
         tokio::select! {
             biased;
             cmd = self.commands.recv() => match cmd {
                 Some(Command::Control(msg, ack)) => {
-                    self.callback.apply_control(msg);
-                    // Recovered sources may all be finished already: one
-                    // cycle closes what remains and reports completion.
-                    if self.callback.all_sources_finished() && !self.status.borrow().finished {
-                        self.run_cycle(BatchMap::default(), 0, 0).await;
-                    }
-                    let _ = ack.send(());
+                    let _ = ack.send(self.control(msg).await);
                 }
                 Some(Command::Checkpoint(reply)) => {
                     // A halted or faulted pipeline has discarded the sink
@@ -189,18 +169,21 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     // the status is owned, so no fault can land in between.
                     if self.stopped_intake {
                         let status = self.status.borrow().clone();
-                        let reason = status.halted.or(status.fault).unwrap_or_default();
-                        let _ = reply.send(Err(format!(
+                        let reason = match (status.halted, status.fault) {
+                            (Some(h), _) => h.to_string(),
+                            (None, Some(f)) => {
+                                format!("{f}; recovery replays from the last committed checkpoint")
+                            }
+                            (None, None) => String::new(),
+                        };
+                        let _ = reply.send(Err(EngineError::Checkpoint(format!(
                             "no checkpoint is taken after the pipeline stopped ({reason}): it \
                              would commit input whose output was discarded; reopen on the same \
                              state to recover from the last committed checkpoint"
-                        )));
+                        ))));
                         return Step::Continue;
                     }
-                    let r = match self.run_checkpoint(FLAG_MANUAL).await {
-                        BarrierOutcome::Committed(report) => Ok(report),
-                        BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => Err(e),
-                    };
+                    let r = self.run_checkpoint(FLAG_MANUAL).await;
                     let _ = reply.send(r);
                 }
                 Some(Command::Shutdown { reply, discard }) => {
@@ -223,7 +206,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             }, if !self.stopped_intake => {
                 // Nothing changed since the last checkpoint: nothing to capture.
                 if self.cycles_since_checkpoint > 0 {
-                    let _ = self.run_checkpoint(0).await;
+                    if let Err(e) = self.run_checkpoint(0).await {
+                        tracing::debug!(error = %e, "periodic checkpoint not taken");
+                    }
                 }
             }
             _ = idle.tick(), if !self.stopped_intake => {
@@ -241,55 +226,80 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 }
             }
         }
-        self.check_halt_and_fault();
+        self.take_callback_failure();
         Step::Continue
     }
 
-    fn check_halt_and_fault(&mut self) {
-        if let Some(reason) = self.callback.take_pipeline_halt() {
-            self.stop_intake(reason, false);
-        } else if let Some(reason) = self.callback.take_pipeline_fault() {
-            self.stop_intake(reason, true);
+    /// Apply a control message. A refused statement leaves the pipeline
+    /// running; a failed `Recover` or `Start` halts it (its state is
+    /// partly restored, or its outputs partly open). Either way the caller
+    /// gets the error, so `start()` never has to read the status.
+    async fn control(&mut self, msg: ControlMsg) -> crate::Result<()> {
+        let startup = matches!(msg, ControlMsg::Recover(_) | ControlMsg::Start);
+        if let Err(e) = self.callback.apply_control(msg) {
+            let error = if startup {
+                CycleError::Startup(e)
+            } else {
+                CycleError::Control(e)
+            };
+            return Err(self.settle(error));
+        }
+        // Recovered sources may all be finished already: one cycle closes
+        // what remains and reports completion.
+        if self.callback.all_sources_finished() && !self.status.borrow().finished {
+            self.run_cycle(BatchMap::default(), 0, 0).await;
+        }
+        Ok(())
+    }
+
+    /// Act on a failure the callback left pending.
+    fn take_callback_failure(&mut self) {
+        if let Some(e) = self.callback.take_pipeline_failure() {
+            self.settle(e);
         }
     }
 
-    /// Stop taking input: a halt is permanent; a fault asks for recovery.
-    /// Either way nothing unpublished becomes visible.
-    fn stop_intake(&mut self, reason: String, fault: bool) {
+    /// What `error` does to the pipeline is [`disposition`]'s decision:
+    /// refused (nothing changes), or intake stops for good (halt) or for
+    /// recovery (fault). Returns the error the caller is told.
+    fn settle(&mut self, error: CycleError) -> EngineError {
+        let what = disposition(&error, self.callback.checkpoint_delivery());
+        let error = error.into_error();
+        let fault = match what {
+            Disposition::Refuse => return error,
+            Disposition::Halt => false,
+            Disposition::Fault => true,
+        };
         if self.stopped_intake {
-            return;
+            // Already stopped: the first failure is the one reported.
+            return self.status.borrow().error().unwrap_or(error);
         }
+        let cause = std::sync::Arc::new(error);
         if fault {
-            tracing::warn!(%reason, "consistency fault; intake stopped for recovery");
+            tracing::warn!(reason = %cause, code = cause.code(), "consistency fault; intake stopped for recovery");
         } else {
-            tracing::info!(%reason, "pipeline halted");
+            tracing::info!(reason = %cause, code = cause.code(), "pipeline halted");
         }
-        self.callback.invalidate_subscriptions(&reason);
+        self.callback.invalidate_subscriptions(&cause.to_string());
         if let Err(e) = self.callback.abort_sinks() {
             tracing::error!(error = %e, "discarding sink output failed");
         }
         self.source_rx.close();
         self.held.clear();
         self.stopped_intake = true;
+        let reported = std::sync::Arc::clone(&cause);
         self.status.send_modify(|s| {
             if fault {
-                s.fault = Some(reason);
+                s.fault = Some(cause);
             } else {
-                s.halted = Some(reason);
+                s.halted = Some(cause);
             }
         });
-    }
-
-    fn halt(&mut self, reason: String) {
-        self.stop_intake(reason, false);
-    }
-
-    /// A failed cycle or a panic: a fault when checkpointing is on (the
-    /// input is replayed from the last checkpoint, never dropped), a halt
-    /// otherwise.
-    fn fail(&mut self, reason: String) {
-        let fault = self.callback.fault_on_cycle_error();
-        self.stop_intake(reason, fault);
+        if fault {
+            EngineError::fault(reported)
+        } else {
+            EngineError::halted(reported)
+        }
     }
 
     fn gather(&mut self, first: SourceMessage) -> Vec<SourceMessage> {
@@ -315,18 +325,21 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             return;
         }
         for m in messages {
-            if let Err(reason) = self.callback.prepare_source_intake() {
-                return self.halt(reason);
-            }
             match m.event {
                 SourceEvent::Batch(b) => {
+                    // A batch that cannot be placed in time fails the same
+                    // way on replay: it halts, whatever else failed.
                     let kept = match self.callback.filter_late_rows(&m.source, &b) {
                         Ok(k) => k,
-                        Err(e) => return self.halt(e.to_string()),
+                        Err(e) => {
+                            self.settle(CycleError::Source(e.into_error()));
+                            return;
+                        }
                     };
                     let Some(kept) = kept else { continue };
                     if let Err(e) = self.callback.extract_watermark(&m.source, &kept, i64::MIN) {
-                        return self.halt(e.to_string());
+                        self.settle(CycleError::Source(e.into_error()));
+                        return;
                     }
                     events += kept.num_rows() as u64;
                     count += 1;
@@ -336,8 +349,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 SourceEvent::Finished { offset } => self.callback.finish_source(&m.source, offset),
                 // A barrier outside alignment belongs to an abandoned attempt.
                 SourceEvent::Barrier { .. } => {}
-                SourceEvent::Failed(reason) => return self.halt(reason),
-                SourceEvent::Panicked(reason) => return self.fail(reason),
+                SourceEvent::Failed(e) => {
+                    self.settle(CycleError::Source(e));
+                    return;
+                }
+                SourceEvent::Panicked(e) => {
+                    self.settle(CycleError::Panicked(e));
+                    return;
+                }
             }
         }
         self.run_cycle(batches, events, count).await;
@@ -345,16 +364,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
 
     async fn run_cycle(&mut self, batches: BatchMap, events: u64, count: u64) {
         tracing::trace!(events, batches = count, "cycle");
-        if let Err(reason) = self.callback.pin_source_frontiers_for_new_cycle() {
-            return self.halt(reason);
-        }
         let started = Instant::now();
         let watermark = self.callback.current_watermark();
         let outcome = match self.callback.execute_cycle(&batches, watermark).await {
             Ok(o) => o,
             Err(e) => {
                 self.callback.note_cycle_error();
-                return self.fail(e.to_string());
+                self.settle(e);
+                return;
             }
         };
         let executed = Instant::now();
@@ -363,15 +380,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             .update_mv_stores(&outcome.results)
             .and_then(|_| self.callback.push_to_streams(&outcome.results));
         if let Err(e) = published {
-            self.callback.abort_subscription_output();
-            return self.fail(e.to_string());
+            self.settle(e);
+            return;
         }
         let stored = Instant::now();
         if let Err(e) = self.callback.write_to_sinks(&outcome.results, None).await {
-            self.callback.abort_subscription_output();
-            return self.fail(e.to_string());
+            self.settle(e);
+            return;
         }
-        self.callback.commit_subscription_output();
         let done = Instant::now();
         let ns = |a: Instant, b: Instant| b.duration_since(a).as_nanos() as u64;
         self.callback.record_cycle(events, count, ns(started, done));
@@ -389,24 +405,20 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     }
 
     /// One checkpoint: reserve, inject barriers, align (holding input that
-    /// follows a source's barrier), capture and commit, then replay held input.
-    async fn run_checkpoint(&mut self, flags: u64) -> BarrierOutcome {
+    /// follows a source's barrier), capture and commit, then replay held
+    /// input. A failed attempt is settled by [`disposition`]; the error
+    /// returned is what the caller of `CHECKPOINT` is told.
+    async fn run_checkpoint(&mut self, flags: u64) -> crate::Result<CheckpointReport> {
         let started = Instant::now();
         let deadline = started + self.callback.alignment_timeout();
         let attempt = match self.callback.reserve_checkpoint_attempt(deadline).await {
             Ok(a) => a,
             Err(e) => {
+                // No attempt exists: nothing to undo, nothing stops.
                 self.callback.record_checkpoint_admission_failure(&e);
-                return BarrierOutcome::Failed(e);
+                return Err(e);
             }
         };
-        if let Err(e) = self
-            .callback
-            .publish_checkpoint_prepare(attempt, started, deadline, flags, None)
-            .await
-        {
-            return self.abandon(attempt, flags, e).await;
-        }
         let mut waiting: FxHashSet<std::sync::Arc<str>> = self
             .callback
             .inject_source_barriers(attempt)
@@ -414,14 +426,18 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             .collect();
         let mut offsets = FxHashMap::default();
         let mut held = Vec::new();
+        let timed_out = |waiting: &FxHashSet<std::sync::Arc<str>>| {
+            let mut names: Vec<String> = waiting.iter().map(|s| s.to_string()).collect();
+            names.sort();
+            EngineError::Checkpoint(format!(
+                "alignment timed out waiting for the barrier of {}",
+                names.join(", ")
+            ))
+        };
         while !waiting.is_empty() {
             if Instant::now() >= deadline {
                 self.held.extend(held);
-                let names: Vec<String> = waiting.iter().map(|s| s.to_string()).collect();
-                let reason = format!(
-                    "alignment timed out waiting for the barrier of {}",
-                    names.join(", ")
-                );
+                let reason = timed_out(&waiting);
                 return self.abandon(attempt, flags, reason).await;
             }
             let next = match self.held.pop_front() {
@@ -431,12 +447,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         Ok(m) => m,
                         Err(_) => {
                             self.held.extend(held);
-                            let names: Vec<String> =
-                                waiting.iter().map(|s| s.to_string()).collect();
-                            let reason = format!(
-                                "alignment timed out waiting for the barrier of {}",
-                                names.join(", ")
-                            );
+                            let reason = timed_out(&waiting);
                             return self.abandon(attempt, flags, reason).await;
                         }
                     }
@@ -444,9 +455,8 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             };
             let Some(m) = next else {
                 self.held.extend(held);
-                return self
-                    .abandon(attempt, flags, "source input closed".into())
-                    .await;
+                let reason = EngineError::Checkpoint("source input closed".into());
+                return self.abandon(attempt, flags, reason).await;
             };
             if !waiting.contains(&m.source) {
                 // This source already delivered its barrier: its input waits.
@@ -475,55 +485,79 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 _ => self.process(vec![m]).await,
             }
             if self.stopped_intake {
-                return self
-                    .abandon(
-                        attempt,
-                        flags,
-                        "the pipeline stopped during alignment".into(),
-                    )
-                    .await;
+                let reason =
+                    EngineError::Checkpoint("the pipeline stopped during alignment".into());
+                return self.abandon(attempt, flags, reason).await;
             }
         }
-        let mut outcome = match self.callback.drain_checkpoint_edges_until(deadline).await {
-            Err(e) => BarrierOutcome::Failed(e.to_string()),
-            Ok(()) => match self.callback.reserve_subscription_cut(attempt) {
-                Err(e) => BarrierOutcome::Failed(format!("cutting subscription logs: {e}")),
-                Ok(()) => {
-                    self.callback
-                        .checkpoint_with_barrier(offsets, attempt, started, deadline, flags, None)
-                        .await
-                }
-            },
+        let outcome = match self.callback.reserve_subscription_cut(attempt) {
+            Err(e) => {
+                BarrierOutcome::Failed(std::sync::Arc::new(e.context("cutting subscription logs")))
+            }
+            Ok(()) => {
+                self.callback
+                    .checkpoint_with_barrier(offsets, attempt, started, deadline, flags, None)
+                    .await
+            }
         };
-        match &outcome {
-            BarrierOutcome::Committed(_) => {
-                self.cycles_since_checkpoint = 0;
-                if let Err(e) = self.callback.publish_barrier(attempt) {
-                    self.callback
-                        .record_checkpoint_continuation_fault(attempt, &e);
-                    outcome = BarrierOutcome::Failed(e);
-                }
-            }
-            BarrierOutcome::Failed(reason) => {
-                self.callback.abort_subscription_cut(attempt);
-                self.callback.record_checkpoint_failure(attempt.id, reason);
-            }
-            BarrierOutcome::Aborted(_) => self.callback.abort_subscription_cut(attempt),
-        }
         // Held input follows the barrier: it is replayed before new input.
         for m in held.into_iter().rev() {
             self.held.push_front(m);
         }
-        self.check_halt_and_fault();
-        outcome
+        let result = match outcome {
+            BarrierOutcome::Committed(report) => {
+                self.cycles_since_checkpoint = 0;
+                match self.callback.publish_barrier(attempt) {
+                    Ok(()) => Ok(report),
+                    Err(e) => {
+                        // The caller is told the fault this causes.
+                        self.callback
+                            .record_checkpoint_continuation_fault(attempt, e);
+                        match self.callback.take_pipeline_failure() {
+                            Some(f) => Err(self.settle(f)),
+                            None => Ok(report),
+                        }
+                    }
+                }
+            }
+            BarrierOutcome::Failed(e) => {
+                self.callback.abort_subscription_cut(attempt);
+                Err(self.checkpoint_failed(attempt, e))
+            }
+            BarrierOutcome::Aborted(e) => {
+                self.callback.abort_subscription_cut(attempt);
+                Err(EngineError::unshare(e))
+            }
+        };
+        // A sink that could not commit after the checkpoint became durable
+        // faults the pipeline; the checkpoint itself stays committed.
+        self.take_callback_failure();
+        result
+    }
+
+    /// A checkpoint attempt failed before it was durable.
+    fn checkpoint_failed(
+        &mut self,
+        attempt: CheckpointAttempt,
+        e: std::sync::Arc<EngineError>,
+    ) -> EngineError {
+        self.callback.record_checkpoint_failure(attempt.id, &e);
+        let failed = EngineError::Context {
+            context: format!("checkpoint {} failed", attempt.id),
+            cause: std::sync::Arc::clone(&e),
+        };
+        // The caller is told the checkpoint's failure; a fault it caused
+        // is reported by the pipeline's status.
+        drop(self.settle(CycleError::Checkpoint(failed)));
+        EngineError::unshare(e)
     }
 
     async fn abandon(
         &mut self,
         attempt: CheckpointAttempt,
         flags: u64,
-        reason: String,
-    ) -> BarrierOutcome {
+        reason: EngineError,
+    ) -> crate::Result<CheckpointReport> {
         if let Err(e) = self
             .callback
             .cancel_source_barrier_attempt(attempt, &reason)
@@ -536,24 +570,23 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             .abandon_checkpoint_attempt(attempt, &reason, flags, None)
             .await
         {
-            self.callback.record_checkpoint_failure(attempt.id, &e);
-            return BarrierOutcome::Failed(e);
+            return Err(self.checkpoint_failed(attempt, std::sync::Arc::new(e)));
         }
-        BarrierOutcome::Aborted(reason)
+        Err(reason)
     }
 
-    async fn shutdown(&mut self, discard: bool) -> std::result::Result<(), String> {
+    async fn shutdown(&mut self, discard: bool) -> crate::Result<()> {
         let mut result = Ok(());
         if !discard && !self.stopped_intake && self.callback.settles_on_shutdown() {
             // The shutdown checkpoint settles every open sink epoch.
             match self.run_checkpoint(FLAG_SHUTDOWN).await {
-                BarrierOutcome::Committed(_) => {
+                Ok(_) => {
                     if let Err(e) = self.callback.settle_sink_epoch_for_shutdown().await {
-                        result = Err(format!("settling sink epochs: {e}"));
+                        result = Err(e.context("settling sink epochs"));
                     }
                 }
-                BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => {
-                    result = Err(format!("the shutdown checkpoint did not commit: {e}"));
+                Err(e) => {
+                    result = Err(e.context("the shutdown checkpoint did not commit"));
                 }
             }
         }

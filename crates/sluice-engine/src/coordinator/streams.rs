@@ -50,9 +50,9 @@ pub(super) struct InstalledStream {
 /// A cycle's failure inside one stream.
 pub(super) enum StreamFailure {
     /// A process function's call was rejected: nothing of it applied.
-    Process(String),
+    Process(EngineError),
     /// Anything else.
-    Other(String),
+    Other(EngineError),
 }
 
 impl InstalledStream {
@@ -64,7 +64,7 @@ impl InstalledStream {
         marks: &mut MarkMap,
         watermark: i64,
     ) -> std::result::Result<(), StreamFailure> {
-        let context = |e: EngineError| format!("stream '{}': {e}", self.name);
+        let context = |e: EngineError| e.context(format!("stream '{}'", self.name));
         let (out, out_marks) = match &mut self.producer {
             StreamProducer::Query(op) => {
                 // Marks of an input that produced no batch this cycle still

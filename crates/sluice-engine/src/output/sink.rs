@@ -45,6 +45,12 @@ pub struct SinkRuntime {
     committed_len: u64,
 }
 
+/// `e`, naming sink `name`; its code (a connector's I/O or format code)
+/// is kept.
+fn sink_err(name: &str, e: impl Into<EngineError>) -> EngineError {
+    e.into().context(format!("sink '{name}'"))
+}
+
 fn to_record(r: &EpochRecord) -> SinkEpochRecord {
     SinkEpochRecord {
         epoch: r.epoch,
@@ -76,8 +82,10 @@ impl SinkRuntime {
         })
     }
 
-    fn err(&self, e: impl std::fmt::Display) -> EngineError {
-        EngineError::Catalog(format!("sink '{}': {e}", self.def.name))
+    /// `e`, naming this sink; its code (a connector's I/O or format code)
+    /// is kept.
+    fn err(&self, e: impl Into<EngineError>) -> EngineError {
+        sink_err(&self.def.name, e)
     }
 
     /// Open the output in `mode`, resuming from `recovered` when given.
@@ -151,7 +159,7 @@ impl SinkRuntime {
             let r = match self.writer.as_mut() {
                 Some(Writer::Atomic(w)) => w.write(b),
                 Some(Writer::Epoch(w)) => w.write(b),
-                None => return Err(self.err("the sink is not open")),
+                None => return Err(self.err(EngineError::Internal("the sink is not open".into()))),
             };
             r.map_err(|e| self.err(e))?;
             rows += b.num_rows() as u64;
@@ -165,9 +173,7 @@ impl SinkRuntime {
         let Some(Writer::Epoch(w)) = self.writer.as_mut() else {
             return Ok(None);
         };
-        let record = w
-            .pre_commit()
-            .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", self.def.name)))?;
+        let record = w.pre_commit().map_err(|e| sink_err(&self.def.name, e))?;
         let next_epoch = w.epoch();
         self.pending.push(record);
         Ok(Some(SinkCheckpoint {
@@ -180,12 +186,12 @@ impl SinkRuntime {
     /// The checkpoint is durable: make its sealed epochs visible.
     pub fn commit(&mut self) -> Result<()> {
         crate::fault::hit(crate::fault::FaultSite::SinkCommit, &self.def.name, 0)
-            .map_err(|e| self.err(e))?;
+            .map_err(|e| sink_err(&self.def.name, e))?;
         let Some(Writer::Epoch(w)) = self.writer.as_mut() else {
             return Ok(());
         };
         w.commit(&self.pending)
-            .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", self.def.name)))?;
+            .map_err(|e| sink_err(&self.def.name, e))?;
         self.committed_len = w.sealed_len();
         self.pending.clear();
         Ok(())

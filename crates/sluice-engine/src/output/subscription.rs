@@ -84,10 +84,7 @@ impl Subscription {
     pub async fn next(&mut self) -> Result<Option<ChangeBatch>> {
         match self.rx.recv().await {
             Some(b) => Ok(Some(b)),
-            None if self.lagged.load(Ordering::Acquire) => Err(EngineError::Halted(
-                "subscriber fell behind its queue (subscription_buffer) and was disconnected"
-                    .into(),
-            )),
+            None if self.lagged.load(Ordering::Acquire) => Err(EngineError::SubscriberLagged),
             None => Ok(None),
         }
     }

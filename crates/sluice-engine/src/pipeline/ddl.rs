@@ -34,11 +34,16 @@ impl Pipeline {
         let mut next = self.catalog.clone();
         next.sources.push(def.clone());
         self.admit_while_running(&next)?;
-        // Fail at CREATE time for a path that matches nothing or a bad header.
+        // Fail at CREATE time for a path that matches nothing or a bad
+        // header, with the connector's code.
         def.open_reader(None)
-            .map_err(|e| EngineError::Catalog(format!("source '{}': {e}", def.name)))?;
-        // Fails now, before the catalog changes, if the pipeline is gone.
-        self.coordinator()?;
+            .map_err(|e| e.context(format!("source '{}'", def.name)))?;
+        // Applied by the running pipeline first: a source it refuses leaves
+        // the catalog as it was.
+        self.coordinator()?
+            .handle
+            .control(ControlMsg::AddSource(Box::new(def.clone())))
+            .await?;
         if let Some(late) = &def.late_data_to {
             self.catalog.streams.push(StreamDef {
                 name: late.clone(),
@@ -56,11 +61,8 @@ impl Pipeline {
             .register(&def.name, Arc::clone(&def.schema), false);
         self.inherited.insert(def.name.clone(), inherited);
         self.created.push(def.name.clone());
-        self.catalog.sources.push(def.clone());
-        self.coordinator()?
-            .handle
-            .control(ControlMsg::AddSource(Box::new(def)))
-            .await
+        self.catalog.sources.push(def);
+        Ok(())
     }
 
     /// `CREATE STREAM` / `CREATE MATERIALIZED VIEW`.
@@ -77,9 +79,11 @@ impl Pipeline {
         };
         self.coordinator()?;
         let msg = self.install_stream(&def)?;
+        // Installed first: a stream the pipeline refuses is not catalogued.
+        self.coordinator()?.handle.control(msg).await?;
         self.created.push(def.name.clone());
         self.catalog.streams.push(def);
-        self.coordinator()?.handle.control(msg).await
+        Ok(())
     }
 
     /// `CREATE SINK`.
@@ -89,14 +93,17 @@ impl Pipeline {
         let mut next = self.catalog.clone();
         next.sinks.push(def.clone());
         self.admit_while_running(&next)?;
-        self.coordinator()?;
         let runtime = SinkRuntime::new(&def)?;
-        self.created.push(def.name.clone());
-        self.catalog.sinks.push(def);
+        // Opened by the running pipeline first: a sink whose file cannot
+        // be created is refused with the connector's error, and neither the
+        // catalog nor the pipeline changes.
         self.coordinator()?
             .handle
             .control(ControlMsg::AddSink(Box::new(runtime)))
-            .await
+            .await?;
+        self.created.push(def.name.clone());
+        self.catalog.sinks.push(def);
+        Ok(())
     }
 
     /// Check a `CREATE SINK` and parse its options, without installing it

@@ -133,7 +133,7 @@ where
         };
         let fault = match wait_finished(rx).await {
             Ok(()) => return Ok(()),
-            Err(e @ EngineError::Fault(_)) => e,
+            Err(e @ EngineError::Fault { .. }) => e,
             Err(e) => return Err(e),
         };
         let attempt = {

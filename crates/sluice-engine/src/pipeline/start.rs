@@ -17,7 +17,12 @@ impl Pipeline {
     /// a no-op; a closed pipeline cannot start.
     pub async fn start(&mut self, store: Option<CheckpointStore>) -> Result<()> {
         let Some(next) = self.lifecycle.start()? else {
-            return Ok(());
+            // Started before: a start that failed (or a pipeline that
+            // stopped since) keeps saying why.
+            return match self.status().and_then(|s| s.error()) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
         };
         let config = self.checkpoint_config(store)?;
         let recovered = match &config {
@@ -54,10 +59,9 @@ impl Pipeline {
                 .await?;
         }
         if let Some(cp) = recovered {
+            // A recovery that fails halts the pipeline, and its
+            // acknowledgement carries the error.
             c.handle.control(ControlMsg::Recover(Box::new(cp))).await?;
-            if let Some(reason) = c.handle.status().halted {
-                return Err(EngineError::Halted(reason));
-            }
         }
         c.handle.control(ControlMsg::Start).await
     }

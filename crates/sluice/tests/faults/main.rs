@@ -8,4 +8,5 @@ mod common;
 mod loss;
 mod panics;
 mod restart;
+mod seam;
 mod sinks;
