@@ -656,7 +656,7 @@ impl Database {
                 "checkpointing (checkpoint_interval or delivery = 'exactly_once') needs a state directory (--state-dir, Database::open(dir)), a checkpoint_store URL or DatabaseBuilder::checkpoint_object_store".into(),
             ));
         };
-        sluice_engine::process::admission::admit(&state.catalog, o.delivery)?;
+        sluice_engine::catalog::admission::admit(&state.catalog, o.delivery)?;
         if o.delivery == Delivery::ExactlyOnce {
             for s in &state.catalog.sources {
                 if !s.is_replayable() {
@@ -790,7 +790,7 @@ fn admit_while_running(state: &State, next: &Catalog) -> Result<()> {
     let o = &state.options;
     let checkpointed = o.checkpoint_interval.is_some() || o.delivery == Delivery::ExactlyOnce;
     if state.started && checkpointed {
-        sluice_engine::process::admission::admit(next, o.delivery)?;
+        sluice_engine::catalog::admission::admit(next, o.delivery)?;
     }
     Ok(())
 }
