@@ -21,6 +21,7 @@ use crate::process::{
     ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionInfo, ProcessRuntime, ValueState,
 };
 
+pub mod admission;
 mod conflicts;
 
 /// How a source gets its rows.

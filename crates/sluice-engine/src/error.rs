@@ -66,7 +66,7 @@ pub enum EngineError {
     #[error(transparent)]
     Shared(Arc<EngineError>),
     /// A component panicked; the panic was contained where the component
-    /// is known (see [`crate::panic`]).
+    /// is known (see the `panic` module).
     #[error("{0}")]
     Panicked(String),
     /// A failure injected by a test (cargo feature `fault-injection`).
@@ -92,7 +92,7 @@ pub enum EngineError {
     /// A process function's call was rejected (limit, handler error or
     /// panic), or its binding or state does not fit.
     #[error(transparent)]
-    Process(#[from] crate::process::ProcessError),
+    Process(#[from] ProcessError),
     /// A declaration that would destroy or mix data (two sinks on one
     /// file, a sink on a source's input, late rows sent into an existing
     /// relation); names both objects.
@@ -109,6 +109,30 @@ pub enum EngineError {
     /// the pipeline is gone, and every later call says so (and why).
     #[error("the pipeline's coordinator thread panicked ({0}); reopen the database to recover from the last checkpoint")]
     CoordinatorPanicked(String),
+}
+
+/// A process function's call rejected: nothing of it was applied. Defined
+/// here, not in `process`, so this module depends on no other of the
+/// crate's (`process` re-exports it).
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("process function '{function}' v{version}{}: {reason}", key_part(.key))]
+pub struct ProcessError {
+    /// Function name.
+    pub function: String,
+    /// Function version.
+    pub version: u32,
+    /// Hex of the canonical key concerned (or `-` for the whole call).
+    pub key: String,
+    /// The rule or limit broken.
+    pub reason: String,
+}
+
+fn key_part(key: &str) -> String {
+    if key == "-" {
+        String::new()
+    } else {
+        format!(", key {key}")
+    }
 }
 
 /// `arithmetic overflow (SLC-ENG-013) in column 'c': detail`; the code is

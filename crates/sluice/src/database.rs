@@ -235,7 +235,9 @@ impl Database {
     pub async fn start(&self) -> Result<()> {
         let mut p = self.inner.pipeline.lock().await;
         if p.is_started() {
-            return Ok(());
+            // No store is opened again: the pipeline reports how its start
+            // went (a failed start keeps saying why).
+            return p.start(None).await;
         }
         let store = match p.checkpointing() {
             Some(_) => self.checkpoint_store(p.options())?,

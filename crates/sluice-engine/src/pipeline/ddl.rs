@@ -226,7 +226,7 @@ impl Pipeline {
     /// as at start.
     pub(super) fn admit_while_running(&self, next: &Catalog) -> Result<()> {
         if let (true, Some(delivery)) = (self.lifecycle.is_running(), self.checkpointing()) {
-            crate::process::admission::admit_delivery(next, delivery)?;
+            crate::catalog::admission::admit_delivery(next, delivery)?;
         }
         Ok(())
     }

@@ -81,7 +81,7 @@ impl Pipeline {
                 "checkpointing (checkpoint_interval or delivery = 'exactly_once') needs a state directory (--state-dir, Database::open(dir)), a checkpoint_store URL or DatabaseBuilder::checkpoint_object_store".into(),
             ));
         };
-        crate::process::admission::admit_delivery(&self.catalog, delivery)?;
+        crate::catalog::admission::admit_delivery(&self.catalog, delivery)?;
         let o = &self.options;
         Ok(Some(CheckpointConfig {
             store,

@@ -59,6 +59,8 @@ pub(crate) struct Script {
     pub(crate) settles: bool,
     pub(crate) halt: Option<String>,
     pub(crate) fault: Option<String>,
+    /// `apply_control` refuses every message with this.
+    pub(crate) fail_control: Option<String>,
 }
 
 pub(crate) struct ScriptedCallback {
@@ -198,8 +200,23 @@ impl OutputPublication for ScriptedCallback {
 }
 
 impl RuntimeControl for ScriptedCallback {
-    fn apply_control(&mut self, _: ControlMsg) -> Result<(), EngineError> {
-        Ok(())
+    fn apply_control(&mut self, msg: ControlMsg) -> Result<(), EngineError> {
+        let kind = match msg {
+            ControlMsg::Start => "start",
+            ControlMsg::Recover(_) => "recover",
+            _ => "ddl",
+        };
+        let fail = self.script().fail_control.clone();
+        match fail {
+            Some(e) => {
+                self.note(format!("control {kind} refused: {e}"));
+                Err(EngineError::Injected(e))
+            }
+            None => {
+                self.note(format!("control {kind}"));
+                Ok(())
+            }
+        }
     }
     /// A pending halt outranks a pending fault (the fault stays pending).
     fn take_pipeline_failure(&mut self) -> Option<CycleError> {

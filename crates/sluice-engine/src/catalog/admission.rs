@@ -16,10 +16,10 @@
 //!   projections, so each input batch (and the watermark after it) maps to
 //!   one source batch.
 
-use super::types::{ProcessDeterminism, ProcessFunctionInfo, ProcessRuntime};
-use super::validate::ProcessError;
-use crate::catalog::{Catalog, StreamKind};
+use super::{Catalog, StreamKind};
+use crate::error::ProcessError;
 use crate::options::Delivery;
+use crate::process::{ProcessDeterminism, ProcessFunctionInfo, ProcessRuntime};
 
 fn refuse(info: &ProcessFunctionInfo, reason: String) -> ProcessError {
     ProcessError {
