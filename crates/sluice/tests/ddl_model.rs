@@ -412,3 +412,44 @@ async fn dropping_a_push_source_with_queued_batches_keeps_the_pipeline_running()
     .await
     .expect("timed out");
 }
+
+/// Every statement that changes the catalog is checked against the
+/// lifecycle first: on a closed pipeline it is refused (SLC-ENG-006) and
+/// the catalog stays as it was. Before, CREATE SOURCE / SINK on a closed
+/// database added the object to the catalog and only then found the
+/// coordinator gone.
+#[tokio::test]
+async fn statements_on_a_closed_pipeline_are_refused_and_change_nothing() {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder()
+            .base_dir(dir.path())
+            .open()
+            .await
+            .unwrap();
+        db.execute("CREATE SOURCE s (k BIGINT, v BIGINT)")
+            .await
+            .unwrap();
+        db.shutdown().await.unwrap();
+        for sql in [
+            "CREATE SOURCE t (k BIGINT, v BIGINT)",
+            "CREATE STREAM q AS SELECT k, v FROM s",
+            "CREATE SINK o FROM s WITH (connector = 'file', path = 'o.csv')",
+            "DROP SOURCE s",
+            "SET batch_size = '10'",
+        ] {
+            let e = db.execute(sql).await.unwrap_err();
+            assert_eq!(e.code(), "SLC-ENG-006", "{sql}: {e}");
+        }
+        for (show, want) in [
+            ("SHOW SOURCES", vec!["s".to_string()]),
+            ("SHOW STREAMS", vec![]),
+            ("SHOW SINKS", vec![]),
+        ] {
+            assert_eq!(shown(&db.execute(show).await.unwrap()), want, "{show}");
+        }
+        assert_eq!(db.start().await.unwrap_err().code(), "SLC-ENG-006");
+    })
+    .await
+    .expect("timed out");
+}
