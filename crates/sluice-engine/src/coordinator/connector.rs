@@ -162,6 +162,13 @@ impl SourceIntake for ConnectorPipelineCallback {
         source_name: &str,
         batch: &RecordBatch,
     ) -> Result<Option<RecordBatch>, CycleError> {
+        // Batches a push source queued before DROP SOURCE arrive after it:
+        // they belong to no pipeline any more and are discarded, instead of
+        // halting the pipeline over a statement that succeeded.
+        if !self.sources.contains_key(source_name) {
+            tracing::debug!(source = source_name, "batch of a dropped source discarded");
+            return Ok(None);
+        }
         let state = self.source(source_name)?;
         let rows = batch.num_rows() as u64;
         self.shared

@@ -162,7 +162,12 @@ impl Pipeline {
             self.catalog.streams.retain(|s| &s.name != n);
             self.catalog.sinks.retain(|s| &s.name != n);
             self.views.remove(n);
-            self.push_finished.remove(n);
+            // Handles of a dropped push source refuse further rows: a batch
+            // pushed after the drop would reach a coordinator that no longer
+            // knows the source.
+            if let Some(finished) = self.push_finished.remove(n) {
+                finished.store(true, std::sync::atomic::Ordering::Release);
+            }
             self.inherited.remove(n);
             self.created.retain(|c| c != n);
         }
