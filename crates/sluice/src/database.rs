@@ -20,12 +20,14 @@ use sluice_engine::operators::Operator;
 use sluice_engine::options::{resolve_path, take_format, Delivery, PipelineOptions};
 use sluice_engine::output::mv::MaterializedView;
 use sluice_engine::output::sink::SinkRuntime;
-use sluice_engine::output::subscription::{ResumeFrom, Subscription, SubscriptionRegistry};
-use sluice_engine::sources::{PushSource, SourceMessage};
+use sluice_engine::output::subscription::{
+    ResumeFrom, SubscribeOptions, Subscription, SubscriptionRegistry,
+};
+use sluice_engine::sources::{source_channel, PushSource, SourceSender};
 use sluice_sql::{CreateSink, ObjectKind, Statement, StreamPlanner};
 use sluice_storage::object_store::ObjectStore;
 use sluice_storage::CheckpointInfo;
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::Mutex;
 
 use crate::query::run_query;
 use crate::{Error, Result};
@@ -39,7 +41,12 @@ pub use process::HandlerFactory;
 use process::RegisteredFunction;
 
 /// Options that size the pipeline and must be set before it starts.
-const OPEN_TIME_OPTIONS: &[&str] = &["channel_capacity", "max_batches_per_cycle"];
+const OPEN_TIME_OPTIONS: &[&str] = &[
+    "channel_capacity",
+    "max_batches_per_cycle",
+    "source_queue_bytes",
+    "sink_queue_bytes",
+];
 
 /// Options read when the pipeline starts.
 const START_TIME_OPTIONS: &[&str] = &[
@@ -54,7 +61,7 @@ const START_TIME_OPTIONS: &[&str] = &[
 
 struct Running {
     coordinator: CoordinatorHandle,
-    source_tx: mpsc::Sender<SourceMessage>,
+    source_tx: SourceSender,
 }
 
 struct State {
@@ -214,7 +221,10 @@ impl Database {
         }
         if state.running.is_none() {
             let opts = &state.options;
-            let (tx, rx) = mpsc::channel(opts.channel_capacity);
+            let (tx, rx) = source_channel(opts.channel_capacity, opts.source_queue_bytes);
+            if let Some(budget) = tx.budget() {
+                self.inner.metrics.watch_source_queue(Arc::clone(budget));
+            }
             let callback = ConnectorPipelineCallback::new(
                 tx.clone(),
                 SharedOutputs {
@@ -356,7 +366,8 @@ impl Database {
             Statement::ShowProcessFunctions => Ok(vec![state.catalog.show_process_functions()?]),
             Statement::CreateSink(cs) => {
                 let def = self.sink_def(&state.catalog, cs).await?;
-                let runtime = SinkRuntime::new(&def)?;
+                let runtime =
+                    SinkRuntime::new(&def)?.with_queue_bytes(state.options.sink_queue_bytes);
                 state.catalog.sinks.push(def);
                 let r = self.running(&mut state)?;
                 r.coordinator
@@ -549,16 +560,44 @@ impl Database {
         )
     }
 
-    /// Subscribe to a stream, materialized view or source: every later output batch is delivered.
+    /// Subscribe to a stream, materialized view or source: every later
+    /// output batch is delivered. A subscriber that falls behind does what
+    /// `subscription_on_lag` says (default: it slows the pipeline; see
+    /// [`Database::subscribe_with`]).
     pub async fn subscribe(&self, name: &str) -> Result<Subscription> {
+        let on_lag = self.inner.state.lock().await.options.subscription_on_lag;
+        self.subscribe_with(
+            name,
+            SubscribeOptions {
+                on_lag,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Subscribe with a choice of what a subscriber that falls behind its
+    /// queue (`subscription_buffer` batches, or 80% of
+    /// `subscription_buffer_bytes`) does: `OnLag::Backpressure` pauses the
+    /// sources until it catches up and loses nothing; `OnLag::Disconnect`
+    /// drops it, and its next read fails with a lag error. The buffer sizes
+    /// in `options` are replaced by the pipeline's options.
+    pub async fn subscribe_with(
+        &self,
+        name: &str,
+        options: SubscribeOptions,
+    ) -> Result<Subscription> {
         let mut state = self.inner.state.lock().await;
         let (schema, changelog) = relation_for_subscription(&mut state, name)?;
-        Ok(self.inner.subscriptions.subscribe(
-            name,
-            schema,
-            changelog,
-            state.options.subscription_buffer,
-        ))
+        let options = SubscribeOptions {
+            buffer: state.options.subscription_buffer,
+            buffer_bytes: state.options.subscription_buffer_bytes,
+            ..options
+        };
+        Ok(self
+            .inner
+            .subscriptions
+            .subscribe_with(name, schema, changelog, options))
     }
 
     /// Subscribe to the committed output of a stream, view or source: each
@@ -569,13 +608,14 @@ impl Database {
     pub async fn subscribe_committed(&self, name: &str, from: ResumeFrom) -> Result<Subscription> {
         let mut state = self.inner.state.lock().await;
         let (schema, changelog) = relation_for_subscription(&mut state, name)?;
-        self.inner.subscriptions.subscribe_committed(
-            name,
-            schema,
-            changelog,
-            state.options.subscription_buffer,
-            from,
-        )
+        let options = SubscribeOptions {
+            on_lag: state.options.subscription_on_lag,
+            buffer: state.options.subscription_buffer,
+            buffer_bytes: state.options.subscription_buffer_bytes,
+        };
+        self.inner
+            .subscriptions
+            .subscribe_committed(name, schema, changelog, options, from)
     }
 
     /// Start reading file sources (push sources are live from creation).

@@ -131,6 +131,19 @@ pub enum ControlMsg {
     Recover(Box<sluice_storage::LoadedCheckpoint>),
 }
 
+/// Pressure from bounded outputs (sink writer queues, subscriber queues),
+/// consulted by the coordinator before each cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExternalOutputPressure {
+    /// Every output has room: sources are polled.
+    #[default]
+    Clear,
+    /// An output's queue is at its high-water mark: source polling pauses
+    /// (checkpoints, control messages and shutdown still run) until it
+    /// drains and [`SourceIntake::output_pressure_wake`] fires.
+    Full,
+}
+
 /// Taking source input: late rows, watermarks, idleness.
 pub trait SourceIntake {
     /// Install pending recovery state before the next source message is taken.
@@ -165,13 +178,28 @@ pub trait SourceIntake {
     fn current_watermark(&self) -> i64;
     /// Demote sources idle past their timeout.
     fn tick_idle_watermark(&mut self) {}
-    /// Whether source input must not be folded into state now.
+    /// Whether source input must not be folded into state now (a stronger
+    /// fence than backpressure: held input waits too). The coordinator
+    /// checks it before each cycle; a single-node pipeline never sets it.
     fn intake_paused(&self) -> bool {
         false
     }
-    /// Whether internal buffers are near capacity.
+    /// Whether the source queue is at its high-water mark (readers and
+    /// pushing callers are waiting). Reported in metrics; the coordinator
+    /// keeps taking input then, which is what relieves it.
     fn is_backpressured(&self) -> bool {
         false
+    }
+    /// Pressure from bounded outputs; while `Full`, the coordinator polls
+    /// no sources (but still checkpoints, applies control messages and
+    /// shuts down).
+    fn external_output_pressure(&self) -> ExternalOutputPressure {
+        ExternalOutputPressure::Clear
+    }
+    /// Woken when an output drains, so a paused coordinator re-checks the
+    /// pressure. None: it re-checks on every idle tick.
+    fn output_pressure_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
     }
 }
 

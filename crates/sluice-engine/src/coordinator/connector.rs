@@ -11,11 +11,10 @@ use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use sluice_connectors::BatchReader;
-use tokio::sync::mpsc;
 
 use super::callback::{
-    BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
-    RuntimeControl, SourceIntake,
+    BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, ExternalOutputPressure,
+    OutputPublication, RuntimeControl, SourceIntake,
 };
 use super::streams::{InstalledStream, MarkMap, StreamFailure};
 use crate::catalog::{SourceConnector, SourceDef};
@@ -25,7 +24,7 @@ use crate::operators::expr::event_time_ms;
 use crate::options::Delivery;
 use crate::output::sink::{SinkMode, SinkRuntime};
 use crate::output::subscription::SubscriptionRegistry;
-use crate::sources::{spawn_reader, SourceBarrierControl, SourceMessage};
+use crate::sources::{spawn_reader, SourceBarrierControl, SourceSender};
 use crate::watermark::{combine, SourceWatermark};
 use sluice_storage::CheckpointStore;
 
@@ -64,7 +63,7 @@ pub struct ConnectorPipelineCallback {
     pub(super) watermark: i64,
     pub(super) halt: Option<String>,
     pub(super) started: bool,
-    pub(super) source_tx: mpsc::Sender<SourceMessage>,
+    pub(super) source_tx: SourceSender,
     pub(super) readers: Vec<std::thread::JoinHandle<()>>,
     pub(super) shared: SharedOutputs,
     pub(super) checkpoints: Option<CheckpointConfig>,
@@ -94,7 +93,7 @@ pub struct CheckpointConfig {
 
 impl ConnectorPipelineCallback {
     /// A callback with nothing installed; checkpointing starts off.
-    pub fn new(source_tx: mpsc::Sender<SourceMessage>, shared: SharedOutputs) -> Self {
+    pub fn new(source_tx: impl Into<SourceSender>, shared: SharedOutputs) -> Self {
         Self {
             sources: FxHashMap::default(),
             streams: Vec::new(),
@@ -104,7 +103,7 @@ impl ConnectorPipelineCallback {
             watermark: i64::MIN,
             halt: None,
             started: false,
-            source_tx,
+            source_tx: source_tx.into(),
             readers: Vec::new(),
             shared,
             checkpoints: None,
@@ -141,6 +140,15 @@ impl ConnectorPipelineCallback {
     pub(super) fn recompute_watermark(&mut self) {
         self.watermark = combine(self.sources.values().map(|s| &s.watermark), self.watermark);
         self.shared.metrics.set_watermark(self.watermark);
+    }
+
+    /// A sink write that failed on its writer thread, once, as the
+    /// message a failed cycle carries.
+    fn take_sink_failure(&mut self) -> Option<String> {
+        self.sinks
+            .iter()
+            .find_map(SinkRuntime::take_failure)
+            .map(|m| CycleError::Output(m).to_string())
     }
 
     fn source(&self, name: &str) -> Result<&SourceState, CycleError> {
@@ -261,6 +269,31 @@ impl SourceIntake for ConnectorPipelineCallback {
 
     fn current_watermark(&self) -> i64 {
         self.watermark
+    }
+
+    fn is_backpressured(&self) -> bool {
+        self.source_tx
+            .budget()
+            .is_some_and(|b| b.is_over_high_water())
+    }
+
+    fn external_output_pressure(&self) -> ExternalOutputPressure {
+        let (subscribers_full, subscriber_bytes) = self.shared.subscriptions.pressure();
+        let sinks_full = self.sinks.iter().any(SinkRuntime::is_full);
+        let sink_bytes: u64 = self.sinks.iter().map(SinkRuntime::queued_bytes).sum();
+        let full = subscribers_full || sinks_full;
+        self.shared
+            .metrics
+            .record_output_pressure(subscriber_bytes + sink_bytes, full);
+        if full {
+            ExternalOutputPressure::Full
+        } else {
+            ExternalOutputPressure::Clear
+        }
+    }
+
+    fn output_pressure_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.shared.subscriptions.relief())
     }
 
     fn tick_idle_watermark(&mut self) {
@@ -413,6 +446,14 @@ impl OutputPublication for ConnectorPipelineCallback {
             .map_err(CycleError::Output)?
             .map_err(|e| CycleError::Output(e.to_string()))?;
         }
+        // The last input went in: wait for the writers, so a write that
+        // fails fails this cycle, before the pipeline reports it finished.
+        if self.all_sources_finished() {
+            for sink in &self.sinks {
+                sink.flush()
+                    .map_err(|e| CycleError::Output(e.to_string()))?;
+            }
+        }
         Ok(())
     }
 
@@ -532,6 +573,7 @@ impl RuntimeControl for ConnectorPipelineCallback {
                 self.streams.push(stream);
             }
             ControlMsg::AddSink(mut sink) => {
+                sink.set_relief(self.shared.subscriptions.relief());
                 if self.started {
                     if let Err(e) = sink.begin(self.sink_mode, None) {
                         self.halt = Some(e.to_string());
@@ -614,10 +656,20 @@ impl RuntimeControl for ConnectorPipelineCallback {
     }
 
     fn take_pipeline_halt(&mut self) -> Option<String> {
-        self.halt.take()
+        // A sink write failed on its writer thread: like a failed cycle,
+        // a halt without checkpoints and a fault with them.
+        match self.halt.take() {
+            Some(h) => Some(h),
+            None if self.checkpoints.is_none() => self.take_sink_failure(),
+            None => None,
+        }
     }
 
     fn take_pipeline_fault(&mut self) -> Option<String> {
-        self.fault.take()
+        match self.fault.take() {
+            Some(f) => Some(f),
+            None if self.checkpoints.is_some() => self.take_sink_failure(),
+            None => None,
+        }
     }
 }

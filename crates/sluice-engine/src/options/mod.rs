@@ -50,6 +50,17 @@ pub struct PipelineOptions {
     pub subscription_history_bytes: usize,
     /// Most source batches folded into one execution cycle.
     pub max_batches_per_cycle: usize,
+    /// Bytes of batches buffered between sources and the coordinator;
+    /// readers and pushing callers wait from 80% of it on.
+    pub source_queue_bytes: u64,
+    /// Bytes of batches buffered per sink between the coordinator and the
+    /// sink's writer thread; source intake pauses from 80% of it on.
+    pub sink_queue_bytes: u64,
+    /// Bytes of batches buffered per subscriber; from 80% of it on source
+    /// intake pauses (backpressure) or the subscriber is dropped (disconnect).
+    pub subscription_buffer_bytes: u64,
+    /// What a subscriber that falls behind does by default.
+    pub subscription_on_lag: crate::output::subscription::OnLag,
 }
 
 impl Default for PipelineOptions {
@@ -67,6 +78,10 @@ impl Default for PipelineOptions {
             subscription_history: 16,
             subscription_history_bytes: 64 << 20,
             max_batches_per_cycle: 64,
+            source_queue_bytes: 64 << 20,
+            sink_queue_bytes: 64 << 20,
+            subscription_buffer_bytes: 64 << 20,
+            subscription_on_lag: crate::output::subscription::OnLag::Backpressure,
         }
     }
 }
@@ -85,6 +100,10 @@ pub const PIPELINE_OPTIONS: &[&str] = &[
     "subscription_history",
     "subscription_history_bytes",
     "max_batches_per_cycle",
+    "source_queue_bytes",
+    "sink_queue_bytes",
+    "subscription_buffer_bytes",
+    "subscription_on_lag",
 ];
 
 impl PipelineOptions {
@@ -112,6 +131,17 @@ impl PipelineOptions {
             "subscription_history" => self.subscription_history = spec.count(value)?,
             "subscription_history_bytes" => self.subscription_history_bytes = spec.count(value)?,
             "max_batches_per_cycle" => self.max_batches_per_cycle = spec.count(value)?,
+            "source_queue_bytes" => self.source_queue_bytes = spec.count(value)? as u64,
+            "sink_queue_bytes" => self.sink_queue_bytes = spec.count(value)? as u64,
+            "subscription_buffer_bytes" => {
+                self.subscription_buffer_bytes = spec.count(value)? as u64
+            }
+            "subscription_on_lag" => {
+                self.subscription_on_lag = match spec.choice(value)? {
+                    "disconnect" => crate::output::subscription::OnLag::Disconnect,
+                    _ => crate::output::subscription::OnLag::Backpressure,
+                }
+            }
             other => {
                 return Err(EngineError::Internal(format!(
                     "option '{other}' has a spec but no field"
