@@ -280,3 +280,57 @@ async fn a_subscriber_that_never_reads_does_not_block_checkpoint_control_or_shut
         assert!(batches >= 2, "{tag}: the queued batches are delivered");
     }
 }
+
+/// Sink writes run on the sink's writer thread, so a write that fails on
+/// the last batch fails after the last cycle was handed over: the run must
+/// still fail with the sink's error (a halt without checkpoints, a fault
+/// with them), never report completion and leave the error to the close;
+/// and no file appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_write_failing_on_the_last_batch_fails_the_run() {
+    const ROWS: usize = 5_000;
+    let dir = tempfile::tempdir().unwrap();
+    for (tag, checkpointed) in [("last_write_plain", false), ("last_write_cp", true)] {
+        let out = dir.path().join(format!("{tag}.out.csv"));
+        let set: &[(&str, &str)] = if checkpointed {
+            &[("checkpoint_interval", "1h")]
+        } else {
+            &[]
+        };
+        let db = open(dir.path(), tag, ROWS, set).await;
+        let sink = format!("{tag}_out");
+        db.execute(&format!(
+            "CREATE SINK {sink} FROM {tag}_q WITH (connector = 'file', path = '{}', format = 'csv')",
+            out.display()
+        ))
+        .await
+        .unwrap();
+        let fault = arm(
+            &sink,
+            Fault {
+                site: FaultSite::SinkWrite,
+                action: FaultAction::Fail,
+                trigger: FaultTrigger::Row(ROWS as u64),
+                once: true,
+            },
+        );
+        let e = bounded(db.run_to_completion()).await.unwrap_err();
+        assert_eq!(fault.fired(), 1);
+        let code = if checkpointed {
+            "SLC-ENG-008"
+        } else {
+            "SLC-ENG-005"
+        };
+        assert_eq!(e.code(), code, "{tag}: {e}");
+        let msg = e.to_string();
+        assert!(msg.contains(&format!("sink '{sink}'")), "{tag}: {msg}");
+        assert!(
+            msg.contains(&format!("injected fault at sink write '{sink}'")),
+            "{tag}: {msg}"
+        );
+        let _ = bounded(db.abort()).await;
+        if !checkpointed {
+            assert!(!out.exists(), "{tag}: no file after a failed run");
+        }
+    }
+}

@@ -185,8 +185,10 @@ pub trait SourceIntake {
         false
     }
     /// Whether the source queue is at its high-water mark (readers and
-    /// pushing callers are waiting). Reported in metrics; the coordinator
-    /// keeps taking input then, which is what relieves it.
+    /// pushing callers are waiting). Informational: the coordinator keeps
+    /// taking input then, since taking it is what relieves the queue; what
+    /// pauses intake is [`Self::external_output_pressure`] and
+    /// [`Self::intake_paused`].
     fn is_backpressured(&self) -> bool {
         false
     }
