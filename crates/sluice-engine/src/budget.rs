@@ -21,7 +21,10 @@
 //!
 //! The queue itself stays a plain channel (tokio's, with its count bound);
 //! the budget only decides when a producer may put the next item in. A
-//! closed budget lets every waiter through, so shutdown never waits on it.
+//! producer stops waiting when the channel closes too (see
+//! `SourceSender`), so a stopped coordinator never leaves a reader blocked
+//! on the budget; [`ByteBudget::close`] lets every waiter through for
+//! queues without such a signal.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -558,3 +558,7 @@ impl SubscriptionRegistry {
         self.topics.lock().clear();
     }
 }
+
+#[cfg(test)]
+#[path = "subscription_tests.rs"]
+mod tests;
