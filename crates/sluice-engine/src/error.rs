@@ -73,7 +73,7 @@ pub enum EngineError {
     #[error("{0}")]
     Injected(String),
     /// A subscriber fell behind its queue and was disconnected.
-    #[error("subscriber fell behind its queue (subscription_buffer) and was disconnected")]
+    #[error("subscriber fell behind its queue (subscription_buffer batches or subscription_buffer_bytes) and was disconnected")]
     SubscriberLagged,
     /// A checkpoint did not complete.
     #[error("checkpoint failed: {0}")]

@@ -1,6 +1,7 @@
 //! The Sluice streaming engine: operators, state, watermarks, outputs, and
 //! the streaming coordinator with its `PipelineCallback` seam.
 
+pub mod budget;
 pub mod catalog;
 pub mod coordinator;
 pub mod error;

@@ -1,7 +1,8 @@
 //! Pipeline metrics, recorded per cycle and readable at any time.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -23,6 +24,12 @@ pub struct PipelineMetrics {
     watermark: AtomicI64,
     per_source: Mutex<BTreeMap<String, SourceCounters>>,
     per_output: Mutex<BTreeMap<String, u64>>,
+    /// The source channel's byte budget, once the pipeline runs.
+    source_queue: Mutex<Option<Arc<crate::budget::ByteBudget>>>,
+    output_queue_bytes: AtomicU64,
+    output_queue_peak_bytes: AtomicU64,
+    output_full: AtomicBool,
+    intake_pauses: AtomicU64,
 }
 
 /// Per-source counters.
@@ -69,6 +76,16 @@ pub struct MetricsSnapshot {
     pub sources: BTreeMap<String, SourceCounters>,
     /// Rows emitted per stream / materialized view.
     pub rows_out: BTreeMap<String, u64>,
+    /// Bytes of batches in the source channel now.
+    pub source_queue_bytes: u64,
+    /// The most bytes the source channel ever held.
+    pub source_queue_peak_bytes: u64,
+    /// Bytes queued for sink writers and subscribers, as of the last cycle.
+    pub output_queue_bytes: u64,
+    /// The most bytes ever seen queued for sink writers and subscribers.
+    pub output_queue_peak_bytes: u64,
+    /// Times source intake paused because an output was full.
+    pub intake_pauses: u64,
 }
 
 impl MetricsSnapshot {
@@ -148,8 +165,29 @@ impl PipelineMetrics {
         *self.per_output.lock().entry(name.to_string()).or_default() += rows;
     }
 
+    /// Report the source channel's byte budget in snapshots.
+    pub fn watch_source_queue(&self, budget: Arc<crate::budget::ByteBudget>) {
+        *self.source_queue.lock() = Some(budget);
+    }
+
+    /// Record the output queues as the coordinator saw them before a
+    /// cycle; a pause is counted when they turn full.
+    pub fn record_output_pressure(&self, queued_bytes: u64, full: bool) {
+        self.output_queue_bytes
+            .store(queued_bytes, Ordering::Relaxed);
+        self.output_queue_peak_bytes
+            .fetch_max(queued_bytes, Ordering::Relaxed);
+        if full && !self.output_full.swap(true, Ordering::Relaxed) {
+            self.intake_pauses.fetch_add(1, Ordering::Relaxed);
+        } else if !full {
+            self.output_full.store(false, Ordering::Relaxed);
+        }
+    }
+
     /// Copy out.
     pub fn snapshot(&self) -> MetricsSnapshot {
+        // Cloned out first: one lock at a time.
+        let source_queue = self.source_queue.lock().clone();
         MetricsSnapshot {
             cycles: self.cycles.load(Ordering::Relaxed),
             events_ingested: self.events_ingested.load(Ordering::Relaxed),
@@ -166,6 +204,11 @@ impl PipelineMetrics {
             watermark: self.watermark.load(Ordering::Relaxed),
             sources: self.per_source.lock().clone(),
             rows_out: self.per_output.lock().clone(),
+            source_queue_bytes: source_queue.as_ref().map_or(0, |b| b.queued()),
+            source_queue_peak_bytes: source_queue.as_ref().map_or(0, |b| b.peak()),
+            output_queue_bytes: self.output_queue_bytes.load(Ordering::Relaxed),
+            output_queue_peak_bytes: self.output_queue_peak_bytes.load(Ordering::Relaxed),
+            intake_pauses: self.intake_pauses.load(Ordering::Relaxed),
         }
     }
 }

@@ -14,7 +14,7 @@ use sluice_engine::coordinator::{CheckpointReport, PipelineStatus};
 use sluice_engine::metrics::{MetricsSnapshot, PipelineMetrics};
 use sluice_engine::operators::Operator;
 use sluice_engine::options::PipelineOptions;
-use sluice_engine::output::subscription::{ResumeFrom, Subscription};
+use sluice_engine::output::subscription::{SubscribeOptions, ResumeFrom, Subscription};
 use sluice_engine::pipeline::{run_supervised, Pipeline};
 use sluice_engine::sources::PushSource;
 use sluice_sql::{Statement, StreamPlanner};
@@ -209,9 +209,30 @@ impl Database {
         self.inner.pipeline.lock().await.push_source(name)
     }
 
-    /// Subscribe to a stream, materialized view or source: every later output batch is delivered.
+    /// Subscribe to a stream, materialized view or source: every later
+    /// output batch is delivered. A subscriber that falls behind does what
+    /// `subscription_on_lag` says (default: it slows the pipeline; see
+    /// [`Database::subscribe_with`]).
     pub async fn subscribe(&self, name: &str) -> Result<Subscription> {
         self.inner.pipeline.lock().await.subscribe(name)
+    }
+
+    /// Subscribe with a choice of what a subscriber that falls behind its
+    /// queue (`subscription_buffer` batches, or 80% of
+    /// `subscription_buffer_bytes`) does: `OnLag::Backpressure` pauses the
+    /// sources until it catches up and loses nothing; `OnLag::Disconnect`
+    /// drops it, and its next read fails with a lag error (`SLC-ENG-016`).
+    /// The buffer sizes in `options` are replaced by the pipeline's options.
+    pub async fn subscribe_with(
+        &self,
+        name: &str,
+        options: SubscribeOptions,
+    ) -> Result<Subscription> {
+        self.inner
+            .pipeline
+            .lock()
+            .await
+            .subscribe_with(name, options)
     }
 
     /// Subscribe to the committed output of a stream, view or source: each

@@ -398,7 +398,8 @@ async fn dropping_a_push_source_with_queued_batches_keeps_the_pipeline_running()
         t.push(batch(&[(1, 2), (1, 3), (2, 5)])).await.unwrap();
         t.finish().await.unwrap();
         db.run_to_completion().await.unwrap();
-        assert_eq!(db.status().await.and_then(|s| s.halted), None);
+        let halted = db.status().await.and_then(|s| s.halted);
+        assert!(halted.is_none(), "{halted:?}");
         let got = db
             .execute("SELECT k, c, s FROM c ORDER BY k")
             .await

@@ -61,6 +61,19 @@ pub enum ControlMsg {
     Recover(Box<sluice_storage::LoadedCheckpoint>),
 }
 
+/// Pressure from bounded outputs (sink writer queues, subscriber queues),
+/// consulted by the coordinator before each cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExternalOutputPressure {
+    /// Every output has room: sources are polled.
+    #[default]
+    Clear,
+    /// An output's queue is at its high-water mark: source polling pauses
+    /// (checkpoints, control messages and shutdown still run) until it
+    /// drains and [`SourceIntake::output_pressure_wake`] fires.
+    Full,
+}
+
 /// Taking source input: late rows, watermarks, idleness.
 pub trait SourceIntake {
     /// Drop (or divert to the late stream) rows below the source's watermark.
@@ -91,15 +104,30 @@ pub trait SourceIntake {
     fn current_watermark(&self) -> i64;
     /// Demote sources idle past their timeout.
     fn tick_idle_watermark(&mut self) {}
-    /// Whether source input must not be folded into state now (not yet
-    /// consulted: output backpressure will).
+    /// Whether source input must not be folded into state now (a stronger
+    /// fence than backpressure: held input waits too). The coordinator
+    /// checks it before each cycle; a single-node pipeline never sets it.
     fn intake_paused(&self) -> bool {
         false
     }
-    /// Whether internal buffers are near capacity (not yet consulted:
-    /// output backpressure will).
+    /// Whether the source queue is at its high-water mark (readers and
+    /// pushing callers are waiting). Informational: the coordinator keeps
+    /// taking input then, since taking it is what relieves the queue; what
+    /// pauses intake is [`Self::external_output_pressure`] and
+    /// [`Self::intake_paused`].
     fn is_backpressured(&self) -> bool {
         false
+    }
+    /// Pressure from bounded outputs; while `Full`, the coordinator polls
+    /// no sources (but still checkpoints, applies control messages and
+    /// shuts down).
+    fn external_output_pressure(&self) -> ExternalOutputPressure {
+        ExternalOutputPressure::Clear
+    }
+    /// Woken when an output drains, so a paused coordinator re-checks the
+    /// pressure. None: it re-checks on every idle tick.
+    fn output_pressure_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
     }
 }
 

@@ -11,11 +11,10 @@ use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use sluice_connectors::BatchReader;
-use tokio::sync::mpsc;
 
 use super::callback::{
-    BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
-    RuntimeControl, SourceIntake,
+    BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, ExternalOutputPressure,
+    OutputPublication, RuntimeControl, SourceIntake,
 };
 use super::streams::{InstalledStream, MarkMap, StreamFailure};
 use crate::catalog::{SourceConnector, SourceDef};
@@ -27,7 +26,7 @@ use crate::options::Delivery;
 use crate::output::sink::{SinkMode, SinkRuntime};
 use crate::output::subscription::SubscriptionRegistry;
 use crate::seam::CheckpointConfig;
-use crate::sources::{spawn_reader, SourceBarrierControl, SourceMessage};
+use crate::sources::{spawn_reader, SourceBarrierControl, SourceSender};
 use crate::watermark::{combine, SourceWatermark};
 
 pub(super) struct SourceState {
@@ -67,7 +66,7 @@ pub struct ConnectorPipelineCallback {
     /// became durable), for the coordinator to take.
     pub(super) failure: Option<CycleError>,
     pub(super) started: bool,
-    pub(super) source_tx: mpsc::Sender<SourceMessage>,
+    pub(super) source_tx: SourceSender,
     pub(super) readers: Vec<std::thread::JoinHandle<()>>,
     pub(super) shared: SharedOutputs,
     pub(super) checkpoints: Option<CheckpointConfig>,
@@ -76,7 +75,7 @@ pub struct ConnectorPipelineCallback {
 
 impl ConnectorPipelineCallback {
     /// A callback with nothing installed; checkpointing starts off.
-    pub fn new(source_tx: mpsc::Sender<SourceMessage>, shared: SharedOutputs) -> Self {
+    pub fn new(source_tx: impl Into<SourceSender>, shared: SharedOutputs) -> Self {
         Self {
             sources: FxHashMap::default(),
             streams: Vec::new(),
@@ -86,7 +85,7 @@ impl ConnectorPipelineCallback {
             watermark: i64::MIN,
             failure: None,
             started: false,
-            source_tx,
+            source_tx: source_tx.into(),
             readers: Vec::new(),
             shared,
             checkpoints: None,
@@ -132,6 +131,12 @@ impl ConnectorPipelineCallback {
     pub(super) fn recompute_watermark(&mut self) {
         self.watermark = combine(self.sources.values().map(|s| &s.watermark), self.watermark);
         self.shared.metrics.set_watermark(self.watermark);
+    }
+
+    /// A sink write that failed on its writer thread, once, as the
+    /// message a failed cycle carries.
+    fn take_sink_failure(&mut self) -> Option<EngineError> {
+        self.sinks.iter().find_map(SinkRuntime::take_failure)
     }
 
     fn source(&self, name: &str) -> Result<&SourceState, CycleError> {
@@ -257,6 +262,31 @@ impl SourceIntake for ConnectorPipelineCallback {
 
     fn current_watermark(&self) -> i64 {
         self.watermark
+    }
+
+    fn is_backpressured(&self) -> bool {
+        self.source_tx
+            .budget()
+            .is_some_and(|b| b.is_over_high_water())
+    }
+
+    fn external_output_pressure(&self) -> ExternalOutputPressure {
+        let (subscribers_full, subscriber_bytes) = self.shared.subscriptions.pressure();
+        let sinks_full = self.sinks.iter().any(SinkRuntime::is_full);
+        let sink_bytes: u64 = self.sinks.iter().map(SinkRuntime::queued_bytes).sum();
+        let full = subscribers_full || sinks_full;
+        self.shared
+            .metrics
+            .record_output_pressure(subscriber_bytes + sink_bytes, full);
+        if full {
+            ExternalOutputPressure::Full
+        } else {
+            ExternalOutputPressure::Clear
+        }
+    }
+
+    fn output_pressure_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.shared.subscriptions.relief())
     }
 
     fn tick_idle_watermark(&mut self) {
@@ -402,6 +432,13 @@ impl OutputPublication for ConnectorPipelineCallback {
             .and_then(|r| r)
             .map_err(CycleError::Output)?;
         }
+        // The last input went in: wait for the writers, so a write that
+        // fails fails this cycle, before the pipeline reports it finished.
+        if self.all_sources_finished() {
+            for sink in &self.sinks {
+                sink.flush().map_err(CycleError::Output)?;
+            }
+        }
         Ok(())
     }
 
@@ -522,6 +559,7 @@ impl RuntimeControl for ConnectorPipelineCallback {
             ControlMsg::AddSink(mut sink) => {
                 // Opened before it joins: a sink whose file cannot be
                 // created is refused, and the pipeline runs on without it.
+                sink.set_relief(self.shared.subscriptions.relief());
                 if self.started {
                     sink.begin(self.sink_mode, None)?;
                 }
@@ -604,6 +642,10 @@ impl RuntimeControl for ConnectorPipelineCallback {
     }
 
     fn take_pipeline_failure(&mut self) -> Option<CycleError> {
-        self.failure.take()
+        // A sink write that failed on its writer thread is a failed
+        // cycle's output, decided like any other.
+        self.failure
+            .take()
+            .or_else(|| self.take_sink_failure().map(CycleError::Output))
     }
 }

@@ -4,7 +4,10 @@
 //! `max_batches_per_cycle`), filters late rows and extracts watermarks per
 //! batch in arrival order, executes the operator graph once at the resulting
 //! pipeline watermark, then publishes to materialized views, subscriptions
-//! and sinks, and records metrics. DDL is applied between cycles. The
+//! and sinks, and records metrics. Before each cycle it consults the
+//! outputs' pressure: while a sink's writer queue or a subscriber's queue
+//! is full, it takes no source input, so the source channel fills and the
+//! readers wait (output backpressure). DDL is applied between cycles. The
 //! coordinator runs on its own thread (the compute thread); everything it
 //! touches goes through the [`PipelineCallback`] seam.
 
@@ -29,8 +32,8 @@ pub use crate::seam::{CheckpointConfig, CoordinatorDeath, PipelineStatus};
 use crate::sources::{SourceEvent, SourceMessage};
 pub use callback::{
     BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
-    CheckpointReport, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
-    PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
+    CheckpointReport, ControlMsg, CycleError, CycleExecution, CycleOutcome, ExternalOutputPressure,
+    OutputPublication, PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
 };
 pub use connector::{ConnectorPipelineCallback, SharedOutputs};
 pub use handle::{wait_finished, CoordinatorHandle};
@@ -146,7 +149,19 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 *checkpoints = Some(i);
             }
         }
-        if !self.stopped_intake && !self.held.is_empty() {
+        // Backpressure: while an output is full, no source input is taken
+        // (neither held nor new); commands, checkpoints and idleness still
+        // run, so a pipeline whose subscriber never reads still checkpoints
+        // and shuts down.
+        let paused = !self.stopped_intake
+            && (self.callback.intake_paused()
+                || self.callback.external_output_pressure() == ExternalOutputPressure::Full);
+        let relief = if paused {
+            self.callback.output_pressure_wake()
+        } else {
+            None
+        };
+        if !self.stopped_intake && !paused && !self.held.is_empty() {
             let n = self.held.len().min(self.config.max_batches_per_cycle);
             let batch: Vec<SourceMessage> = self.held.drain(..n).collect();
             self.process(batch).await;
@@ -218,7 +233,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     self.run_cycle(BatchMap::default(), 0, 0).await;
                 }
             }
-            msg = self.source_rx.recv(), if !self.stopped_intake => {
+            // An output drained: the next step re-checks the pressure.
+            _ = async {
+                match &relief {
+                    Some(n) => n.notified().await,
+                    None => std::future::pending::<()>().await,
+                }
+            }, if paused => {}
+            msg = self.source_rx.recv(), if !self.stopped_intake && !paused => {
                 if let Some(first) = msg {
                     let batch = self.gather(first);
                     self.process(batch).await;

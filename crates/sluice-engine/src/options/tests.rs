@@ -78,6 +78,27 @@ fn table() -> Vec<Row> {
     let (sh_ok, sh_bad) = counts("65536", "65537", "16");
     let (shb_ok, shb_bad) = counts("1099511627776", "1099511627777", "67108864");
     let (mb_ok, mb_bad) = counts("65536", "65537", "64");
+    // Byte budgets start at 1 KiB.
+    let bytes = || {
+        (
+            vec!["1024", "1025", "67108864", "1099511627776", " 4096 "],
+            vec![
+                ("1023", Range),
+                ("1", Range),
+                ("0", Range),
+                ("-1", Range),
+                ("1099511627777", Range),
+                (HUGE_COUNT, Range),
+                (HUGER_THAN_U64, Range),
+                ("64MiB", Garbage),
+                ("", Garbage),
+                ("1.5", Garbage),
+            ],
+        )
+    };
+    let (sq_ok, sq_bad) = bytes();
+    let (kq_ok, kq_bad) = bytes();
+    let (sbb_ok, sbb_bad) = bytes();
     vec![
         ("checkpoint_interval", ci_ok, ci_bad),
         (
@@ -140,6 +161,14 @@ fn table() -> Vec<Row> {
                 ("soon", Garbage),
                 ("", Garbage),
             ],
+        ),
+        ("source_queue_bytes", sq_ok, sq_bad),
+        ("sink_queue_bytes", kq_ok, kq_bad),
+        ("subscription_buffer_bytes", sbb_ok, sbb_bad),
+        (
+            "subscription_on_lag",
+            vec!["backpressure", "disconnect", "DISCONNECT", " backpressure "],
+            vec![("drop", Garbage), ("", Garbage), ("0", Garbage)],
         ),
     ]
 }
@@ -227,6 +256,23 @@ fn accepted_values_land_in_their_fields() {
     o.set("channel_capacity", "65536").unwrap();
     assert_eq!(o.channel_capacity, 65_536);
     o.set("checkpoint_store", " s3://b/p ").unwrap();
+    assert_eq!(o.source_queue_bytes, 64 << 20, "default: 64 MiB");
+    o.set("source_queue_bytes", "1024").unwrap();
+    assert_eq!(o.source_queue_bytes, 1024);
+    o.set("sink_queue_bytes", "2048").unwrap();
+    assert_eq!(o.sink_queue_bytes, 2048);
+    o.set("subscription_buffer_bytes", "4096").unwrap();
+    assert_eq!(o.subscription_buffer_bytes, 4096);
+    assert_eq!(
+        o.subscription_on_lag,
+        crate::output::subscription::OnLag::Backpressure,
+        "default: backpressure"
+    );
+    o.set("subscription_on_lag", "disconnect").unwrap();
+    assert_eq!(
+        o.subscription_on_lag,
+        crate::output::subscription::OnLag::Disconnect
+    );
     assert_eq!(o.checkpoint_store.as_deref(), Some("s3://b/p"));
 }
 

@@ -93,7 +93,7 @@ impl Pipeline {
         let mut next = self.catalog.clone();
         next.sinks.push(def.clone());
         self.admit_while_running(&next)?;
-        let runtime = SinkRuntime::new(&def)?;
+        let runtime = SinkRuntime::new(&def)?.with_queue_bytes(self.options.sink_queue_bytes);
         // Opened by the running pipeline first: a sink whose file cannot
         // be created is refused with the connector's error, and neither the
         // catalog nor the pipeline changes.

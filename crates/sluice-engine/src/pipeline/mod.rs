@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::catalog::{Catalog, SourceConnector};
 use crate::coordinator::{
@@ -40,7 +40,8 @@ use crate::metrics::PipelineMetrics;
 use crate::options::{Delivery, PipelineOptions};
 use crate::output::mv::MaterializedView;
 use crate::output::subscription::{ResumeFrom, Subscription, SubscriptionRegistry};
-use crate::sources::{PushSource, SourceMessage};
+use crate::output::subscription::SubscribeOptions;
+use crate::sources::{source_channel, PushSource, SourceSender};
 
 mod ddl;
 mod functions;
@@ -57,7 +58,7 @@ pub use settings::{option_timing, OptionTiming};
 /// The coordinator of a pipeline and the sender its sources feed.
 struct Coordinator {
     handle: CoordinatorHandle,
-    source_tx: mpsc::Sender<SourceMessage>,
+    source_tx: SourceSender,
 }
 
 /// One pipeline: its catalog, options, lifecycle and coordinator.
@@ -176,7 +177,10 @@ impl Pipeline {
 
     fn spawn_coordinator(&self) -> Result<Coordinator> {
         let opts = &self.options;
-        let (tx, rx) = mpsc::channel(opts.channel_capacity);
+        let (tx, rx) = source_channel(opts.channel_capacity, opts.source_queue_bytes);
+        if let Some(budget) = tx.budget() {
+            self.metrics.watch_source_queue(Arc::clone(budget));
+        }
         let callback = ConnectorPipelineCallback::new(
             tx.clone(),
             SharedOutputs {
@@ -218,25 +222,45 @@ impl Pipeline {
         )
     }
 
-    /// Subscribe to a stream, view or source.
+    /// Subscribe to a stream, view or source, with the pipeline's
+    /// `subscription_on_lag` choice.
     pub fn subscribe(&mut self, name: &str) -> Result<Subscription> {
+        let on_lag = self.options.subscription_on_lag;
+        self.subscribe_with(
+            name,
+            SubscribeOptions {
+                on_lag,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Subscribe with a choice of what a subscriber that falls behind does;
+    /// the buffer sizes are the pipeline's options.
+    pub fn subscribe_with(&mut self, name: &str, options: SubscribeOptions) -> Result<Subscription> {
         let (schema, changelog) = self.relation_for_subscription(name)?;
         self.subscribed.insert(name.to_string());
+        let options = SubscribeOptions {
+            buffer: self.options.subscription_buffer,
+            buffer_bytes: self.options.subscription_buffer_bytes,
+            ..options
+        };
         Ok(self
             .subscriptions
-            .subscribe(name, schema, changelog, self.options.subscription_buffer))
+            .subscribe_with(name, schema, changelog, options))
     }
 
     /// Subscribe to the committed output of a stream, view or source.
     pub fn subscribe_committed(&mut self, name: &str, from: ResumeFrom) -> Result<Subscription> {
         let (schema, changelog) = self.relation_for_subscription(name)?;
-        let sub = self.subscriptions.subscribe_committed(
-            name,
-            schema,
-            changelog,
-            self.options.subscription_buffer,
-            from,
-        )?;
+        let options = SubscribeOptions {
+            on_lag: self.options.subscription_on_lag,
+            buffer: self.options.subscription_buffer,
+            buffer_bytes: self.options.subscription_buffer_bytes,
+        };
+        let sub = self
+            .subscriptions
+            .subscribe_committed(name, schema, changelog, options, from)?;
         self.subscribed.insert(name.to_string());
         Ok(sub)
     }

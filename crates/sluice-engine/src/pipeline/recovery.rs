@@ -102,7 +102,9 @@ impl Pipeline {
                 let def = def.clone();
                 self.install_stream(&def)?
             } else if let Some(def) = self.catalog.sinks.iter().find(|s| s.name == name) {
-                ControlMsg::AddSink(Box::new(SinkRuntime::new(def)?))
+                ControlMsg::AddSink(Box::new(
+                    SinkRuntime::new(def)?.with_queue_bytes(self.options.sink_queue_bytes),
+                ))
             } else {
                 return Err(EngineError::Internal(format!(
                     "'{name}' was created but is not in the catalog"

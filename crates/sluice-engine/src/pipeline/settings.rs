@@ -32,11 +32,16 @@ pub enum OptionTiming {
 pub fn option_timing(name: &str) -> &'static [OptionTiming] {
     use OptionTiming::*;
     match name {
-        "channel_capacity" | "max_batches_per_cycle" => &[Build],
+        "channel_capacity"
+        | "max_batches_per_cycle"
+        | "source_queue_bytes"
+        | "sink_queue_bytes" => &[Build],
         // The coordinator's idle check period is derived from it too.
         "idle_timeout" => &[Build, SourceDefault],
         "batch_size" => &[SourceDefault],
-        "subscription_buffer" => &[Subscription],
+        "subscription_buffer" | "subscription_buffer_bytes" | "subscription_on_lag" => {
+            &[Subscription]
+        }
         "checkpoint_interval"
         | "delivery"
         | "checkpoint_store"
@@ -107,7 +112,7 @@ impl Pipeline {
             OptionTiming::Subscription if !self.subscribed.is_empty() => {
                 let names: Vec<String> = self.subscribed.iter().map(|s| format!("'{s}'")).collect();
                 Err(EngineError::Option(format!(
-                    "option '{name}' sizes each subscription when it is made; it would not reach \
+                    "option '{name}' is read when each subscription is made; it would not reach \
                      the subscriptions to {}; set it before the first subscribe",
                     names.join(", ")
                 )))

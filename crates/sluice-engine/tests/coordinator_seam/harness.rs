@@ -57,10 +57,7 @@ pub(crate) fn start_ab(setup: impl FnOnce(&mut Script)) -> Harness {
 }
 
 pub(crate) fn msg(source: &str, event: SourceEvent) -> SourceMessage {
-    SourceMessage {
-        source: Arc::from(source),
-        event,
-    }
+    SourceMessage::new(Arc::from(source), event)
 }
 
 pub(crate) fn batch(source: &str, v: i64) -> SourceMessage {

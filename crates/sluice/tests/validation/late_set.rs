@@ -57,7 +57,7 @@ fn expected(name: &str, stage: Stage) -> Outcome {
     const SEALED: &[&str] =
         &["is read when a source is created, and no source can be created after seal()"];
     const SUB: &[&str] = &[
-        "option 'subscription_buffer' sizes each subscription",
+        "is read when each subscription is made",
         "the subscriptions to 'p'",
     ];
     const START: &[&str] = &["is read when the pipeline starts; set it before start"];
@@ -65,17 +65,24 @@ fn expected(name: &str, stage: Stage) -> Outcome {
         return Refused("SLC-ENG-006", &["pipeline is not running"]);
     }
     match (name, stage) {
-        ("channel_capacity" | "max_batches_per_cycle", Declared | Subscribed | Running) => {
-            Refused("SLC-ENG-003", SIZES)
-        }
-        ("channel_capacity" | "max_batches_per_cycle", _) => Applied,
+        (
+            "channel_capacity" | "max_batches_per_cycle" | "source_queue_bytes" | "sink_queue_bytes",
+            Declared | Subscribed | Running,
+        ) => Refused("SLC-ENG-003", SIZES),
+        (
+            "channel_capacity" | "max_batches_per_cycle" | "source_queue_bytes" | "sink_queue_bytes",
+            _,
+        ) => Applied,
         ("idle_timeout", Declared | Subscribed | Running) => Refused("SLC-ENG-003", IDLE),
         ("idle_timeout", SealedEmpty) => Refused("SLC-ENG-011", SEALED),
         ("batch_size", Declared | Subscribed | Running) => Refused("SLC-ENG-003", BATCH),
         ("batch_size", SealedEmpty) => Refused("SLC-ENG-011", SEALED),
         ("idle_timeout" | "batch_size", Fresh) => Applied,
-        ("subscription_buffer", Subscribed | Running) => Refused("SLC-ENG-003", SUB),
-        ("subscription_buffer", _) => Applied,
+        (
+            "subscription_buffer" | "subscription_buffer_bytes" | "subscription_on_lag",
+            Subscribed | Running,
+        ) => Refused("SLC-ENG-003", SUB),
+        ("subscription_buffer" | "subscription_buffer_bytes" | "subscription_on_lag", _) => Applied,
         (
             "checkpoint_interval"
             | "delivery"
