@@ -17,6 +17,8 @@ pub mod testing;
 
 #[cfg(test)]
 mod fault_tests;
+#[cfg(test)]
+mod reserve_tests;
 
 pub use backend::{Backend, LocalBackend, ObjectStoreBackend};
 pub use error::{Result, StorageError};

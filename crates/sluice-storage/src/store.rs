@@ -2,6 +2,7 @@
 //! newest valid checkpoint, list and prune.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -29,13 +30,23 @@ pub struct LoadedCheckpoint {
     pub blobs: HashMap<String, Bytes>,
 }
 
-/// Checkpoints of one pipeline.
+/// Checkpoints of one pipeline. Cheap to clone: clones share the backend,
+/// so a database keeps one store for its whole life (a `memory://` store
+/// is its objects).
+#[derive(Clone)]
 pub struct CheckpointStore {
-    backend: Box<dyn Backend>,
+    backend: Arc<dyn Backend>,
 }
 
 const ATTEMPTS: &str = "attempts";
 const CHECKPOINTS: &str = "checkpoints";
+
+/// Ids a reservation tries before giving up (each taken id moves it on).
+pub const RESERVE_TRIES: u32 = 64;
+
+fn attempt_key(id: u64) -> String {
+    format!("{ATTEMPTS}/{id:020}")
+}
 
 fn manifest_key(id: u64) -> String {
     format!("{CHECKPOINTS}/{id:020}/MANIFEST")
@@ -48,7 +59,9 @@ fn parse_id(part: &str) -> Option<u64> {
 impl CheckpointStore {
     /// A store over a backend.
     pub fn new(backend: Box<dyn Backend>) -> Self {
-        Self { backend }
+        Self {
+            backend: Arc::from(backend),
+        }
     }
 
     /// Where checkpoints are kept.
@@ -61,13 +74,72 @@ impl CheckpointStore {
     /// use is `u64::MAX` this is [`StorageError::IdsExhausted`], never a
     /// wrap to 0.
     ///
-    /// The store has one writer (the pipeline's checkpoint coordinator),
-    /// whose attempts run one after another, so every uncommitted attempt
-    /// below the new id was abandoned: its blobs are removed here first.
-    /// That frees the space a failed checkpoint took (on a full disk, the
-    /// blobs written before the write that failed), which nothing else would
-    /// ever reclaim.
+    /// The marker `attempts/<id>` is made with a conditional create, so two
+    /// reservations on one store never get the same id: one that finds its
+    /// marker taken moves on to the next id, and one that finds a larger id
+    /// in use after creating its marker (its listing was stale) gives the
+    /// marker back and moves above that id. After [`RESERVE_TRIES`] ids
+    /// this is [`StorageError::ReservationContended`].
+    ///
+    /// The store has one writer (the pipeline's checkpoint coordinator,
+    /// guarded by the store's lease or the state directory's lock), whose
+    /// attempts run one after another, so every uncommitted attempt below
+    /// the new id was abandoned: its blobs are removed here first. That
+    /// frees the space a failed checkpoint took (on a full disk, the blobs
+    /// written before the write that failed), which nothing else would ever
+    /// reclaim.
     pub async fn reserve(&self) -> Result<u64> {
+        let committed = self.committed_ids().await?;
+        let (mut last, mut key) = self.largest_id(&committed).await?;
+        self.discard_abandoned(&committed).await?;
+        for _ in 0..RESERVE_TRIES {
+            let id = last
+                .checked_add(1)
+                .ok_or_else(|| StorageError::IdsExhausted {
+                    store: self.backend.describe(),
+                    key: key.clone(),
+                    last,
+                })?;
+            let marker = attempt_key(id);
+            if !self.backend.create(&marker, Bytes::new()).await? {
+                tracing::debug!(checkpoint = id, "attempt id taken by another reservation");
+                (last, key) = (id, marker);
+                continue;
+            }
+            let (top, top_key) = self.largest_id(&self.committed_ids().await?).await?;
+            if top > id {
+                // Ids only grow: an id below one already in use is not
+                // handed out, even though its marker was free.
+                self.backend.delete(&marker).await?;
+                (last, key) = (top, top_key);
+                continue;
+            }
+            // The new marker alone now holds the largest id, so the markers
+            // of earlier attempts say nothing more. Without this, every
+            // attempt that fails while no checkpoint commits (a disk that
+            // stays full) would leave one more object behind.
+            for older in self.backend.list(ATTEMPTS).await? {
+                if older
+                    .rsplit('/')
+                    .next()
+                    .and_then(parse_id)
+                    .is_some_and(|a| a < id)
+                {
+                    self.backend.delete(&older).await?;
+                }
+            }
+            return Ok(id);
+        }
+        Err(StorageError::ReservationContended {
+            store: self.backend.describe(),
+            tries: RESERVE_TRIES,
+            last,
+        })
+    }
+
+    /// The largest id of an attempt marker or a committed checkpoint, and
+    /// the key that holds it (`(0, "")` on an empty store).
+    async fn largest_id(&self, committed: &[u64]) -> Result<(u64, String)> {
         let mut max = (0u64, String::new());
         for key in self.backend.list(ATTEMPTS).await? {
             if let Some(id) = key.rsplit('/').next().and_then(parse_id) {
@@ -76,39 +148,12 @@ impl CheckpointStore {
                 }
             }
         }
-        let committed = self.committed_ids().await?;
         if let Some(&id) = committed.last() {
             if id >= max.0 {
                 max = (id, manifest_key(id));
             }
         }
-        let (last, key) = max;
-        let id = last
-            .checked_add(1)
-            .ok_or_else(|| StorageError::IdsExhausted {
-                store: self.backend.describe(),
-                key,
-                last,
-            })?;
-        self.discard_abandoned(&committed).await?;
-        self.backend
-            .put(&format!("{ATTEMPTS}/{id:020}"), Bytes::new())
-            .await?;
-        // The new marker alone now holds the largest id, so the markers of
-        // earlier attempts say nothing more. Without this, every attempt
-        // that fails while no checkpoint commits (a disk that stays full)
-        // would leave one more object behind.
-        for key in self.backend.list(ATTEMPTS).await? {
-            let older = key
-                .rsplit('/')
-                .next()
-                .and_then(parse_id)
-                .is_some_and(|a| a < id);
-            if older {
-                self.backend.delete(&key).await?;
-            }
-        }
-        Ok(id)
+        Ok(max)
     }
 
     /// Best-effort removal of everything attempt `id` wrote, after one of
