@@ -135,7 +135,7 @@ fn sweep_temporaries(root: &Path) {
 /// checkpoints while one is being written) must not remove its in-flight
 /// files. Only Linux can tell about other processes (through `/proc`);
 /// elsewhere every process counts as alive.
-fn process_is_alive(pid: u32) -> bool {
+pub(crate) fn process_is_alive(pid: u32) -> bool {
     if pid == std::process::id() {
         return true;
     }
@@ -251,7 +251,9 @@ impl Backend for LocalBackend {
     }
 }
 
-/// Any `object_store` store (S3, GCS, Azure, local files, memory).
+/// Any `object_store` store (S3, GCS, Azure, local files, memory). Clones
+/// share the store.
+#[derive(Clone)]
 pub struct ObjectStoreBackend {
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
@@ -288,6 +290,12 @@ impl ObjectStoreBackend {
                 message: e.to_string(),
             })?;
         Ok(Self::new(Arc::from(store), prefix, url))
+    }
+
+    /// Take the store's lease (see [`crate::StoreLease`]): one pipeline
+    /// at a time writes checkpoints here.
+    pub async fn acquire_lease(&self, ttl: std::time::Duration) -> Result<crate::StoreLease> {
+        crate::StoreLease::acquire(Arc::clone(&self.store), &self.prefix, &self.url, ttl).await
     }
 
     fn path(&self, key: &str) -> ObjectPath {

@@ -52,16 +52,14 @@ pub enum StorageError {
     /// Another process holds the store's lease: two pipelines writing one
     /// store would reserve each other's ids and delete each other's blobs.
     #[error(
-        "checkpoint store {store} is in use by {holder}; stop that process first (its lease \
-         expires {expires_in} after its last renewal if it died)"
+        "checkpoint store {store} is in use by another pipeline ({holder}); stop that process \
+         first, or use another store"
     )]
     Leased {
         /// Where the store is.
         store: String,
-        /// Who holds it: owner id, host, pid and expiry.
+        /// Who holds it: owner id, host, pid and when its lease expires.
         holder: String,
-        /// How long the holder's lease still runs, for the message.
-        expires_in: String,
     },
     /// This process's lease on the store was taken over or removed while it
     /// ran: another process may be writing checkpoints now.

@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use crate::backend::Backend;
 use crate::error::{Result, StorageError};
+use crate::lease::StoreLease;
 use crate::manifest::{BlobRef, Manifest};
 
 /// Summary of a committed checkpoint.
@@ -36,6 +37,9 @@ pub struct LoadedCheckpoint {
 #[derive(Clone)]
 pub struct CheckpointStore {
     backend: Arc<dyn Backend>,
+    /// The lease this pipeline holds on the store, when it is an object
+    /// store: a reservation or commit after the lease was lost fails.
+    lease: Option<Arc<StoreLease>>,
 }
 
 const ATTEMPTS: &str = "attempts";
@@ -61,7 +65,20 @@ impl CheckpointStore {
     pub fn new(backend: Box<dyn Backend>) -> Self {
         Self {
             backend: Arc::from(backend),
+            lease: None,
         }
+    }
+
+    /// This store, written under `lease`: from now on a reservation or a
+    /// commit fails with [`StorageError::LeaseLost`] once a renewal found
+    /// the lease gone or taken over by another pipeline.
+    pub fn with_lease(mut self, lease: Arc<StoreLease>) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    fn ensure_leased(&self) -> Result<()> {
+        self.lease.as_ref().map_or(Ok(()), |l| l.ensure_held())
     }
 
     /// Where checkpoints are kept.
@@ -89,6 +106,7 @@ impl CheckpointStore {
     /// written before the write that failed), which nothing else would ever
     /// reclaim.
     pub async fn reserve(&self) -> Result<u64> {
+        self.ensure_leased()?;
         let committed = self.committed_ids().await?;
         let (mut last, mut key) = self.largest_id(&committed).await?;
         self.discard_abandoned(&committed).await?;
@@ -215,6 +233,7 @@ impl CheckpointStore {
     /// Commit: write the manifest (with its own checksum). From here on the
     /// checkpoint exists.
     pub async fn commit(&self, manifest: &Manifest) -> Result<()> {
+        self.ensure_leased()?;
         let body = serde_json::to_vec(manifest).map_err(|e| StorageError::Corrupt {
             id: manifest.id,
             message: format!("cannot encode manifest: {e}"),

@@ -79,6 +79,8 @@ struct Inner {
     state_dir: Option<PathBuf>,
     /// A store given to [`DatabaseBuilder::checkpoint_object_store`].
     checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
+    /// The checkpoint store, built once (see `checkpoint_store`).
+    checkpoint_slot: Mutex<checkpoint_store::StoreSlot>,
     _lock: Option<std::fs::File>,
     metrics: Arc<PipelineMetrics>,
     subscriptions: Arc<SubscriptionRegistry>,
@@ -153,6 +155,7 @@ impl DatabaseBuilder {
                 base_dir: self.base_dir,
                 state_dir: self.state_dir,
                 checkpoint_object_store: self.checkpoint_object_store,
+                checkpoint_slot: Mutex::default(),
                 _lock: lock,
                 metrics: Arc::new(PipelineMetrics::new()),
                 subscriptions: Arc::new(SubscriptionRegistry::default()),
@@ -424,7 +427,12 @@ impl Database {
             Statement::Checkpoint => {
                 drop(state);
                 let r = self.checkpoint().await?;
-                checkpoint_rows(&[(r.id, 0, r.state_bytes, Some(r.duration.as_millis() as u64))])
+                checkpoint_rows(&[(
+                    r.id,
+                    r.created_ms,
+                    r.state_bytes,
+                    Some(r.duration.as_millis() as u64),
+                )])
             }
             Statement::ShowCheckpoints => {
                 drop(state);
@@ -588,7 +596,7 @@ impl Database {
         if state.started {
             return Ok(());
         }
-        let config = self.checkpoint_config(&state)?;
+        let config = self.checkpoint_config(&state).await?;
         let mut recovered = None;
         if let Some(cfg) = &config {
             if let Some(cp) = cfg.store.latest_valid().await? {
@@ -634,13 +642,13 @@ impl Database {
 
     /// Checkpointing for this pipeline, or None when it is off; refuses a
     /// delivery guarantee that a source or sink cannot honour.
-    fn checkpoint_config(&self, state: &State) -> Result<Option<CheckpointConfig>> {
+    async fn checkpoint_config(&self, state: &State) -> Result<Option<CheckpointConfig>> {
         let o = &state.options;
         let enabled = o.checkpoint_interval.is_some() || o.delivery == Delivery::ExactlyOnce;
         if !enabled {
             return Ok(None);
         }
-        let Some(store) = self.checkpoint_store(o)? else {
+        let Some(store) = self.leased_checkpoint_store(o).await? else {
             return Err(Error::Option(
                 "checkpointing (checkpoint_interval or delivery = 'exactly_once') needs a state directory (--state-dir, Database::open(dir)), a checkpoint_store URL or DatabaseBuilder::checkpoint_object_store".into(),
             ));
@@ -694,7 +702,7 @@ impl Database {
     /// Committed checkpoints, oldest first.
     pub async fn checkpoints(&self) -> Result<Vec<CheckpointInfo>> {
         let state = self.inner.state.lock().await;
-        match self.checkpoint_store(&state.options)? {
+        match self.checkpoint_store(&state.options).await? {
             Some(store) => Ok(store.list().await?),
             None => Ok(vec![]),
         }
@@ -764,10 +772,16 @@ impl Database {
     async fn stop(&self, discard: bool) -> Result<MetricsSnapshot> {
         let mut state = self.inner.state.lock().await;
         state.closed = true;
-        if let Some(mut r) = state.running.take() {
-            drop(r.source_tx);
-            r.coordinator.shutdown(discard).await?;
-        }
+        let stopped = match state.running.take() {
+            Some(mut r) => {
+                drop(r.source_tx);
+                r.coordinator.shutdown(discard).await
+            }
+            None => Ok(()),
+        };
+        // After the final checkpoint, whatever the shutdown returned.
+        self.release_checkpoint_lease().await;
+        stopped?;
         Ok(self.inner.metrics.snapshot())
     }
 }
