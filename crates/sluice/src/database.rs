@@ -9,7 +9,8 @@ use arrow::array::StringArray;
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use sluice_engine::catalog::{
-    Catalog, SinkConnector, SinkDef, SourceConnector, SourceDef, StreamDef, StreamKind,
+    fingerprint_version, Catalog, SinkConnector, SinkDef, SourceConnector, SourceDef, StreamDef,
+    StreamKind, FINGERPRINT_VERSION,
 };
 use sluice_engine::coordinator::{
     CheckpointConfig, CheckpointReport, ConnectorPipelineCallback, ControlMsg, CoordinatorConfig,
@@ -600,6 +601,17 @@ impl Database {
         let mut recovered = None;
         if let Some(cfg) = &config {
             if let Some(cp) = cfg.store.latest_valid().await? {
+                let found = fingerprint_version(&cp.manifest.pipeline);
+                if found != FINGERPRINT_VERSION {
+                    return Err(Error::Catalog(format!(
+                        "checkpoint {} in {} has a pipeline fingerprint of version {found}, but \
+                         this build writes and compares version {FINGERPRINT_VERSION}, so it \
+                         cannot tell whether the checkpoint belongs to this pipeline; recover \
+                         with the release that wrote it, or use a new state directory",
+                        cp.manifest.id,
+                        cfg.store.describe()
+                    )));
+                }
                 if cp.manifest.pipeline != cfg.fingerprint {
                     return Err(Error::Catalog(format!(
                         "checkpoint {} in {} was written by a different pipeline definition; \

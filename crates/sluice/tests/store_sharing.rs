@@ -173,3 +173,44 @@ async fn an_expired_lease_is_taken_over() {
     bounded("checkpoint", db.checkpoint()).await.unwrap();
     bounded("shutdown", db.shutdown()).await.unwrap();
 }
+
+/// A checkpoint whose fingerprint has another encoding version (here the
+/// unversioned one of earlier releases) is refused, naming both versions.
+#[tokio::test]
+async fn a_checkpoint_of_another_fingerprint_version_is_refused() {
+    use std::collections::BTreeMap;
+
+    use sluice_storage::{CheckpointStore, Manifest, ObjectStoreBackend};
+
+    let mem = Arc::new(InMemory::new());
+    let store = CheckpointStore::new(Box::new(ObjectStoreBackend::new(
+        Arc::clone(&mem) as Arc<dyn ObjectStore>,
+        ObjectPath::default(),
+        "InMemory",
+    )));
+    let id = store.reserve().await.unwrap();
+    store
+        .commit(&Manifest {
+            id,
+            created_ms: now_ms(),
+            pipeline: "1a2b3c4d-120".into(),
+            watermark: 0,
+            sources: BTreeMap::new(),
+            sinks: BTreeMap::new(),
+            blobs: vec![],
+        })
+        .await
+        .unwrap();
+    let db = open(on_memory(&mem)).await;
+    let err = bounded("start", db.start()).await.unwrap_err();
+    assert_eq!(err.code(), "SLC-ENG-001", "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "checkpoint {id} in InMemory has a pipeline fingerprint of version \
+             v0, but this build writes and compares version v1, so it cannot tell whether the \
+             checkpoint belongs to this pipeline; recover with the release that wrote it, or \
+             use a new state directory"
+        )
+    );
+}
