@@ -71,6 +71,8 @@ pub struct CheckpointReport {
     pub duration: std::time::Duration,
     /// Bytes of state written.
     pub state_bytes: u64,
+    /// The manifest's creation time (ms since the epoch).
+    pub created_ms: i64,
 }
 
 /// How a checkpoint attempt ended.

@@ -40,6 +40,8 @@ struct Inner {
     state_dir: Option<PathBuf>,
     /// A store given to [`DatabaseBuilder::checkpoint_object_store`].
     checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
+    /// The checkpoint store, built once (see `checkpoint_store`).
+    checkpoint_slot: Mutex<checkpoint_store::StoreSlot>,
     _lock: Option<std::fs::File>,
 }
 
@@ -102,6 +104,7 @@ impl DatabaseBuilder {
                 pipeline: Mutex::new(pipeline),
                 state_dir: self.state_dir,
                 checkpoint_object_store: self.checkpoint_object_store,
+                checkpoint_slot: Mutex::default(),
                 _lock: lock,
             }),
         })
@@ -183,7 +186,12 @@ impl Database {
             Statement::Checkpoint => {
                 drop(p);
                 let r = self.checkpoint().await?;
-                checkpoint_rows(&[(r.id, 0, r.state_bytes, Some(r.duration.as_millis() as u64))])
+                checkpoint_rows(&[(
+                    r.id,
+                    r.created_ms,
+                    r.state_bytes,
+                    Some(r.duration.as_millis() as u64),
+                )])
             }
             Statement::ShowCheckpoints => {
                 drop(p);
@@ -261,7 +269,7 @@ impl Database {
             return p.start(None).await;
         }
         let store = match p.checkpointing() {
-            Some(_) => self.checkpoint_store(p.options())?,
+            Some(_) => self.leased_checkpoint_store(p.options()).await?,
             None => None,
         };
         p.start(store).await
@@ -275,7 +283,7 @@ impl Database {
     /// Committed checkpoints, oldest first.
     pub async fn checkpoints(&self) -> Result<Vec<CheckpointInfo>> {
         let p = self.inner.pipeline.lock().await;
-        match self.checkpoint_store(p.options())? {
+        match self.checkpoint_store(p.options()).await? {
             Some(store) => Ok(store.list().await?),
             None => Ok(vec![]),
         }
@@ -303,7 +311,10 @@ impl Database {
         {
             return Err(Error::Catalog("the pipeline has no sources to run".into()));
         }
-        run_supervised(&self.inner.pipeline, |o| self.checkpoint_store(o)).await?;
+        run_supervised(&self.inner.pipeline, |o| async move {
+            self.leased_checkpoint_store(&o).await
+        })
+        .await?;
         Ok(self.metrics())
     }
 
@@ -357,7 +368,10 @@ impl Database {
     }
 
     async fn stop(&self, discard: bool) -> Result<MetricsSnapshot> {
-        self.inner.pipeline.lock().await.stop(discard).await?;
+        let stopped = self.inner.pipeline.lock().await.stop(discard).await;
+        // After the final checkpoint, whatever the shutdown returned.
+        self.release_checkpoint_lease().await;
+        stopped?;
         Ok(self.inner.metrics.snapshot())
     }
 }

@@ -257,6 +257,7 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             id: attempt.id,
             duration: attempt_started.elapsed(),
             state_bytes: manifest.state_bytes(),
+            created_ms: manifest.created_ms,
         };
         self.shared.metrics.record_checkpoint(&report);
         tracing::debug!(

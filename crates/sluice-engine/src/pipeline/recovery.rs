@@ -125,9 +125,10 @@ impl Pipeline {
 /// last committed checkpoint while its restart budget lasts (see the
 /// module docs). `store` resolves where checkpoints go from the options.
 /// Returns the first error that is not recovered from.
-pub async fn run_supervised<F>(pipeline: &Mutex<Pipeline>, store: F) -> Result<()>
+pub async fn run_supervised<F, Fut>(pipeline: &Mutex<Pipeline>, store: F) -> Result<()>
 where
-    F: Fn(&PipelineOptions) -> Result<Option<CheckpointStore>>,
+    F: Fn(PipelineOptions) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<CheckpointStore>>>,
 {
     loop {
         let Some(rx) = pipeline.lock().await.status_receiver() else {
@@ -160,7 +161,7 @@ where
         if !p.lifecycle.is_running() {
             return Err(fault);
         }
-        let s = store(p.options())?;
+        let s = store(p.options().clone()).await?;
         p.restart(s).await?;
     }
 }

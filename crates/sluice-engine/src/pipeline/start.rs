@@ -131,6 +131,18 @@ pub(super) async fn latest_matching(cfg: &CheckpointConfig) -> Result<Option<Loa
     let Some(cp) = cfg.store.latest_valid().await? else {
         return Ok(None);
     };
+    let found = crate::catalog::fingerprint_version(&cp.manifest.pipeline);
+    if found != crate::catalog::FINGERPRINT_VERSION {
+        return Err(EngineError::Catalog(format!(
+            "checkpoint {} in {} has a pipeline fingerprint of version {found}, but this build \
+             writes and compares version {}, so it cannot tell whether the checkpoint belongs \
+             to this pipeline; recover with the release that wrote it, or use a new state \
+             directory",
+            cp.manifest.id,
+            cfg.store.describe(),
+            crate::catalog::FINGERPRINT_VERSION
+        )));
+    }
     if cp.manifest.pipeline != cfg.fingerprint {
         return Err(EngineError::Catalog(format!(
             "checkpoint {} in {} was written by a different pipeline definition; \

@@ -300,6 +300,7 @@ impl CheckpointLifecycle for ScriptedCallback {
             id: attempt.id,
             duration: started.elapsed(),
             state_bytes: 0,
+            created_ms: 0,
         })
     }
     async fn abandon_checkpoint_attempt(
