@@ -13,8 +13,12 @@ use crate::progress::{ProgressSlot, REFRESH};
 use crate::signals::{Signal, Signals};
 use crate::RunArgs;
 
-/// How many times a consistency fault is recovered from in one run.
+/// How many times a consistency fault is recovered from in one run, unless
+/// `--set restart_budget=N` says otherwise.
 const MAX_RECOVERIES: u32 = 3;
+
+/// Backoff before the first recovery, unless `--set restart_backoff=...`.
+const RECOVERY_BACKOFF: &str = "10ms";
 
 /// How `sluice run` ended without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,82 +32,78 @@ pub enum RunEnd {
 /// Run the script named by `args`. On failure the database is still shut
 /// down, so a halted pipeline discards its sink output. A consistency fault
 /// (for example a checkpoint that failed under exactly-once delivery) is
-/// recovered from by reopening the database, which resumes from its last
-/// committed checkpoint. SIGINT and SIGTERM stop the run cleanly at any
-/// point; a second one aborts at once.
+/// recovered from inside the database, which restarts from its last
+/// committed checkpoint up to `restart_budget` times (3 unless set).
+/// SIGINT and SIGTERM stop the run cleanly at any point; a second one
+/// aborts at once.
 pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliError> {
     let signals = Signals::install(progress)?;
     let started = Instant::now();
     let options = parse_sets(&args.set)?;
     let text = std::fs::read_to_string(&args.file)
         .map_err(|e| CliError::io(format!("cannot read {}", args.file.display()), e))?;
-    let mut recoveries = 0;
-    loop {
-        let mut builder = Database::builder().base_dir(script_dir(&args.file));
-        if let Some(dir) = &args.state_dir {
-            builder = builder.state_dir(dir);
+    let mut builder = Database::builder()
+        .base_dir(script_dir(&args.file))
+        .set("restart_budget", &MAX_RECOVERIES.to_string())?
+        .set("restart_backoff", RECOVERY_BACKOFF)?;
+    if let Some(dir) = &args.state_dir {
+        builder = builder.state_dir(dir);
+    }
+    for (name, value) in &options {
+        builder = builder.set(name, value)?;
+    }
+    let db = builder.open().await?;
+    crate::builtins::register(&db).await?;
+    // The signal wins over a run that finishes at the same moment: the
+    // stop it asks for is then a clean stop of a finished pipeline.
+    let ran = tokio::select! {
+        biased;
+        signal = signals.first() => Err(signal),
+        r = execute_and_run(&db, &text, progress, &signals) => Ok(r),
+    };
+    let outcome = match ran {
+        Err(signal) => {
+            crate::interrupt::stop(&db, signal, &signals).await;
+            return Ok(RunEnd::Signalled(signal));
         }
-        for (name, value) in &options {
-            builder = builder.set(name, value)?;
+        Ok(Ok(cpu_at_start)) => db
+            .shutdown()
+            .await
+            .map(|metrics| (metrics, process_cpu_secs() - cpu_at_start))
+            .map_err(CliError::from),
+        Ok(Err(e)) => Err(e),
+    };
+    match outcome {
+        Ok((metrics, cpu)) => {
+            print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
+            // A signal that came while the finished run published its
+            // sinks found nothing left to stop.
+            Ok(match signals.received() {
+                Some(signal) => {
+                    signals.say(&format!(
+                        "{}: the run had already finished; its output was published",
+                        signal.name()
+                    ));
+                    RunEnd::Signalled(signal)
+                }
+                None => RunEnd::Completed,
+            })
         }
-        let db = builder.open().await?;
-        crate::builtins::register(&db).await?;
-        // The signal wins over a run that finishes at the same moment: the
-        // stop it asks for is then a clean stop of a finished pipeline.
-        let ran = tokio::select! {
-            biased;
-            signal = signals.first() => Err(signal),
-            r = execute_and_run(&db, &text, progress, &signals) => Ok(r),
-        };
-        let outcome = match ran {
-            Err(signal) => {
-                crate::interrupt::stop(&db, signal, &signals).await;
-                return Ok(RunEnd::Signalled(signal));
+        Err(e) => {
+            if let Err(shutdown) = db.abort().await {
+                // Usually the same halt reported a second time.
+                tracing::debug!(error = %shutdown, "shutdown after a failure");
             }
-            Ok(Ok(cpu_at_start)) => db
-                .shutdown()
-                .await
-                .map(|metrics| (metrics, process_cpu_secs() - cpu_at_start))
-                .map_err(CliError::from),
-            Ok(Err(e)) => Err(e),
-        };
-        match outcome {
-            Ok((metrics, cpu)) => {
-                print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
-                // A signal that came while the finished run published its
-                // sinks found nothing left to stop.
-                return Ok(match signals.received() {
-                    Some(signal) => {
-                        signals.say(&format!(
-                            "{}: the run had already finished; its output was published",
-                            signal.name()
-                        ));
-                        RunEnd::Signalled(signal)
-                    }
-                    None => RunEnd::Completed,
-                });
-            }
-            Err(e) => {
-                if let Err(shutdown) = db.abort().await {
-                    // Usually the same halt reported a second time.
-                    tracing::debug!(error = %shutdown, "shutdown after a failure");
+            let is_fault = matches!(&e, CliError::Sluice(sluice::Error::Fault { .. }));
+            let recoveries = db.restarts().await;
+            // Say that recovery was tried, so "recover from the last
+            // checkpoint" does not read as advice still to follow.
+            Err(match e {
+                CliError::Sluice(source) if is_fault && recoveries > 0 => {
+                    CliError::Unrecovered { recoveries, source }
                 }
-                let is_fault = matches!(&e, CliError::Sluice(sluice::Error::Fault(_)));
-                if is_fault && args.state_dir.is_some() && recoveries < MAX_RECOVERIES {
-                    recoveries += 1;
-                    tracing::warn!(error = %e, attempt = recoveries, "recovering from the last checkpoint");
-                    drop(db);
-                    continue;
-                }
-                // Say that recovery was tried, so "recover from the last
-                // checkpoint" does not read as advice still to follow.
-                return Err(match e {
-                    CliError::Sluice(source) if is_fault && recoveries > 0 => {
-                        CliError::Unrecovered { recoveries, source }
-                    }
-                    e => e,
-                });
-            }
+                e => e,
+            })
         }
     }
 }

@@ -74,7 +74,7 @@ fn fails_after_recoveries(delivery: &str) {
     assert_eq!(
         errors,
         [format!(
-            "error[SLC-ENG-008]: pipeline fault (recover from the last checkpoint): {FAILURE}; \
+            "error[SLC-ENG-004]: pipeline fault (recover from the last checkpoint): {FAILURE}; \
              the run was recovered from the last checkpoint 3 times and failed the same way \
              each time"
         )]
@@ -88,7 +88,7 @@ fn division_by_zero_without_checkpoints_exits_1_and_publishes_nothing() {
     assert_eq!(code, Some(1));
     assert_eq!(
         errors,
-        [format!("error[SLC-ENG-005]: pipeline halted: {FAILURE}")]
+        [format!("error[SLC-ENG-004]: pipeline halted: {FAILURE}")]
     );
     assert_eq!(entries(&dir.path().join("out")), Vec::<String>::new());
     assert_eq!(temp_files(dir.path()), Vec::<std::path::PathBuf>::new());
@@ -106,4 +106,64 @@ fn division_by_zero_exactly_once_exits_1_after_recoveries() {
 #[test]
 fn division_by_zero_at_least_once_with_checkpoints_exits_1() {
     fails_after_recoveries("at_least_once");
+}
+
+/// Run `script` in a fresh directory prepared by `prepare`; the exit status
+/// and the `error[...]` lines of stderr.
+fn run_script(script: &str, prepare: impl FnOnce(&Path)) -> (Option<i32>, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    prepare(dir.path());
+    std::fs::write(dir.path().join("pipeline.sql"), script).unwrap();
+    let (status, stderr) = Run::spawn(sluice(dir.path(), &[])).wait(WATCHDOG);
+    let errors = stderr
+        .lines()
+        .filter(|l| l.starts_with("error["))
+        .map(String::from)
+        .collect();
+    (status.code(), errors)
+}
+
+/// A malformed CSV row ends the run with the connector's code: it used to
+/// be flattened to a string at the reader thread and reported as
+/// `SLC-ENG-005`.
+#[test]
+fn a_malformed_csv_row_exits_1_with_the_connectors_code() {
+    let (code, errors) = run_script(
+        "CREATE SOURCE nums (id BIGINT, v BIGINT) \
+             WITH (connector = 'file', path = 'nums.csv', format = 'csv');
+         CREATE SINK nums_out FROM nums WITH (connector = 'file', path = 'out/nums.csv');",
+        |dir| std::fs::write(dir.join("nums.csv"), "id,v\n1,10\n2,2O\n3,30\n").unwrap(),
+    );
+    assert_eq!(code, Some(1), "{errors:?}");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = &errors[0];
+    assert!(
+        e.starts_with("error[SLC-CONN-002]: pipeline halted: source 'nums': ")
+            && e.ends_with("nums.csv:3: column 'v': cannot parse '2O' as Int64"),
+        "{e}"
+    );
+}
+
+/// A sink whose file cannot be created ends the run with the I/O error's
+/// code: it used to be reported as a catalog error and a generic halt.
+#[test]
+fn a_sink_io_failure_exits_1_with_the_io_code() {
+    let (code, errors) = run_script(
+        "CREATE SOURCE nums (id BIGINT, v BIGINT) \
+             WITH (connector = 'file', path = 'nums.csv', format = 'csv');
+         CREATE SINK nums_out FROM nums WITH (connector = 'file', path = 'blocker/nums.csv');",
+        |dir| {
+            std::fs::write(dir.join("nums.csv"), "id,v\n1,10\n").unwrap();
+            // A regular file where the sink's directory would have to be.
+            std::fs::write(dir.join("blocker"), "x").unwrap();
+        },
+    );
+    assert_eq!(code, Some(1), "{errors:?}");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = &errors[0];
+    assert!(
+        e.starts_with("error[SLC-CONN-001]: pipeline halted: sink 'nums_out': ")
+            && e.contains("blocker"),
+        "{e}"
+    );
 }

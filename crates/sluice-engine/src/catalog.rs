@@ -21,7 +21,10 @@ use crate::process::{
     ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionInfo, ProcessRuntime, ValueState,
 };
 
+pub mod admission;
 mod conflicts;
+mod fingerprint;
+pub use fingerprint::{fingerprint_version, FINGERPRINT_VERSION};
 
 /// How a source gets its rows.
 #[derive(Debug, Clone)]
@@ -376,55 +379,10 @@ impl Catalog {
     }
 
     /// A fingerprint of the pipeline definition: a checkpoint restores only
-    /// into the pipeline that wrote it.
+    /// into the pipeline that wrote it. A versioned, canonical encoding
+    /// (see [`fingerprint`](self::fingerprint) for the format).
     pub fn fingerprint(&self) -> String {
-        let mut text = String::new();
-        for s in &self.sources {
-            let connector = match &s.connector {
-                SourceConnector::Push => "push".to_string(),
-                SourceConnector::File(f) => format!("file:{}:{}", f.path, f.format.name()),
-                SourceConnector::Nexmark(n) => format!("nexmark:{}", n.describe()),
-            };
-            text.push_str(&format!(
-                "source {} {:?} {:?} {:?} {connector}\n",
-                s.name,
-                s.schema
-                    .fields()
-                    .iter()
-                    .map(|f| (f.name(), f.data_type()))
-                    .collect::<Vec<_>>(),
-                s.watermark,
-                s.late_data_to
-            ));
-        }
-        for s in &self.streams {
-            match &s.kind {
-                StreamKind::Query(p) => {
-                    text.push_str(&format!("stream {} {}\n{}", s.name, s.materialized, p.root))
-                }
-                StreamKind::LateData { source } => {
-                    text.push_str(&format!("late {} {source}\n", s.name))
-                }
-                // The descriptor's binding hash is checked when its state is
-                // restored, so a changed version gets that specific error.
-                StreamKind::Process(info) => text.push_str(&format!(
-                    "process {} {} {} {}\n",
-                    s.name, s.materialized, info.descriptor.name, info.input
-                )),
-            }
-        }
-        for s in &self.sinks {
-            let SinkConnector::File { path, format } = &s.connector;
-            let filter = s.filter.as_ref().map(|f| f.to_string()).unwrap_or_default();
-            text.push_str(&format!(
-                "sink {} {} {} {} {filter}\n",
-                s.name,
-                s.from,
-                path.display(),
-                format.name()
-            ));
-        }
-        format!("{:08x}-{}", crc32fast::hash(text.as_bytes()), text.len())
+        fingerprint::fingerprint(self)
     }
 
     /// `SHOW <kind>` as a table.

@@ -1,5 +1,7 @@
 //! Engine errors, with stable codes for the ones users see.
 
+use std::sync::Arc;
+
 use thiserror::Error;
 
 /// Result alias for the engine.
@@ -31,13 +33,48 @@ pub enum EngineError {
         /// What went wrong.
         source: datafusion::error::DataFusionError,
     },
-    /// The pipeline stopped permanently.
-    #[error("pipeline halted: {0}")]
-    Halted(String),
+    /// The pipeline stopped permanently because of `cause`. Its code is
+    /// the cause's: a malformed row stays `SLC-CONN-002` however far it
+    /// travels; the text (and the variant) say that it was a halt.
+    #[error("pipeline halted: {cause}")]
+    Halted {
+        /// Why; shared, because every later call reports the same halt.
+        #[source]
+        cause: Arc<EngineError>,
+    },
     /// A consistency fault: the pipeline stopped and must recover from its
     /// last committed checkpoint (reopen the database and start again).
-    #[error("pipeline fault (recover from the last checkpoint): {0}")]
-    Fault(String),
+    /// Its code is the cause's, like [`EngineError::Halted`].
+    #[error("pipeline fault (recover from the last checkpoint): {cause}")]
+    Fault {
+        /// Why; shared, because every later call reports the same fault.
+        #[source]
+        cause: Arc<EngineError>,
+    },
+    /// `cause`, with where it happened (`stream 'x'`, `sink 'y'`, `writing
+    /// the manifest`). Its code is the cause's: context never hides it.
+    #[error("{context}: {cause}")]
+    Context {
+        /// Where, or what was being done.
+        context: String,
+        /// What went wrong.
+        #[source]
+        cause: Arc<EngineError>,
+    },
+    /// An error also held by the pipeline's status (which reports it to
+    /// every later call); it reads and codes as the error itself.
+    #[error(transparent)]
+    Shared(Arc<EngineError>),
+    /// A component panicked; the panic was contained where the component
+    /// is known (see the `panic` module).
+    #[error("{0}")]
+    Panicked(String),
+    /// A failure injected by a test (cargo feature `fault-injection`).
+    #[error("{0}")]
+    Injected(String),
+    /// A subscriber fell behind its queue and was disconnected.
+    #[error("subscriber fell behind its queue (subscription_buffer batches or subscription_buffer_bytes) and was disconnected")]
+    SubscriberLagged,
     /// A checkpoint did not complete.
     #[error("checkpoint failed: {0}")]
     Checkpoint(String),
@@ -55,7 +92,7 @@ pub enum EngineError {
     /// A process function's call was rejected (limit, handler error or
     /// panic), or its binding or state does not fit.
     #[error(transparent)]
-    Process(#[from] crate::process::ProcessError),
+    Process(#[from] ProcessError),
     /// A declaration that would destroy or mix data (two sinks on one
     /// file, a sink on a source's input, late rows sent into an existing
     /// relation); names both objects.
@@ -72,6 +109,30 @@ pub enum EngineError {
     /// the pipeline is gone, and every later call says so (and why).
     #[error("the pipeline's coordinator thread panicked ({0}); reopen the database to recover from the last checkpoint")]
     CoordinatorPanicked(String),
+}
+
+/// A process function's call rejected: nothing of it was applied. Defined
+/// here, not in `process`, so this module depends on no other of the
+/// crate's (`process` re-exports it).
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("process function '{function}' v{version}{}: {reason}", key_part(.key))]
+pub struct ProcessError {
+    /// Function name.
+    pub function: String,
+    /// Function version.
+    pub version: u32,
+    /// Hex of the canonical key concerned (or `-` for the whole call).
+    pub key: String,
+    /// The rule or limit broken.
+    pub reason: String,
+}
+
+fn key_part(key: &str) -> String {
+    if key == "-" {
+        String::new()
+    } else {
+        format!(", key {key}")
+    }
 }
 
 /// `arithmetic overflow (SLC-ENG-013) in column 'c': detail`; the code is
@@ -97,10 +158,10 @@ impl EngineError {
             EngineError::Schema(_) => "SLC-ENG-002",
             EngineError::Option(_) => "SLC-ENG-003",
             EngineError::Execution { .. } => "SLC-ENG-004",
-            EngineError::Halted(_) => "SLC-ENG-005",
+            EngineError::Halted { cause } | EngineError::Fault { cause } => cause.code(),
+            EngineError::Context { cause, .. } | EngineError::Shared(cause) => cause.code(),
             EngineError::NotRunning => "SLC-ENG-006",
             EngineError::Internal(_) => "SLC-ENG-007",
-            EngineError::Fault(_) => "SLC-ENG-008",
             EngineError::Checkpoint(_) => "SLC-ENG-009",
             EngineError::Storage(e) => e.code(),
             EngineError::Process(_) => "SLC-ENG-010",
@@ -108,6 +169,43 @@ impl EngineError {
             EngineError::Conflict(_) => "SLC-ENG-012",
             EngineError::Overflow(_) => "SLC-ENG-013",
             EngineError::CoordinatorPanicked(_) => "SLC-ENG-014",
+            EngineError::Panicked(_) => "SLC-ENG-015",
+            EngineError::SubscriberLagged => "SLC-ENG-016",
+            EngineError::Injected(_) => "SLC-ENG-017",
+        }
+    }
+
+    /// This error, with where it happened in front of it.
+    pub fn context(self, context: impl Into<String>) -> Self {
+        EngineError::Context {
+            context: context.into(),
+            cause: Arc::new(self),
+        }
+    }
+
+    /// `shared`, handed to one more caller: itself when no one else holds
+    /// it, else [`EngineError::Shared`].
+    pub fn unshare(shared: Arc<EngineError>) -> Self {
+        Arc::try_unwrap(shared).unwrap_or_else(EngineError::Shared)
+    }
+
+    /// The pipeline halted because of `cause`.
+    pub fn halted(cause: Arc<EngineError>) -> Self {
+        EngineError::Halted { cause }
+    }
+
+    /// The pipeline faulted because of `cause`.
+    pub fn fault(cause: Arc<EngineError>) -> Self {
+        EngineError::Fault { cause }
+    }
+
+    /// The innermost error under halts, faults and context: the one whose
+    /// code this error reports.
+    pub fn root(&self) -> &EngineError {
+        match self {
+            EngineError::Halted { cause } | EngineError::Fault { cause } => cause.root(),
+            EngineError::Context { cause, .. } | EngineError::Shared(cause) => cause.root(),
+            other => other,
         }
     }
 

@@ -135,7 +135,11 @@ mod armed {
     }
 
     /// The component `name` of kind `site` reached a batch of `rows` rows.
-    pub(crate) fn hit(site: FaultSite, name: &str, rows: u64) -> Result<(), String> {
+    pub(crate) fn hit(
+        site: FaultSite,
+        name: &str,
+        rows: u64,
+    ) -> Result<(), crate::error::EngineError> {
         let action = {
             let mut registry = REGISTRY.lock();
             let mut action = None;
@@ -165,7 +169,7 @@ mod armed {
         tracing::debug!(%what, ?action, "fault injected");
         match action {
             FaultAction::Panic => panic!("{what}"),
-            FaultAction::Fail => Err(what),
+            FaultAction::Fail => Err(crate::error::EngineError::Injected(what)),
             FaultAction::Stall(d) => {
                 std::thread::sleep(d);
                 Ok(())
@@ -177,6 +181,10 @@ mod armed {
 /// Without the feature no fault is ever armed.
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
-pub(crate) fn hit(_site: FaultSite, _name: &str, _rows: u64) -> Result<(), String> {
+pub(crate) fn hit(
+    _site: FaultSite,
+    _name: &str,
+    _rows: u64,
+) -> Result<(), crate::error::EngineError> {
     Ok(())
 }

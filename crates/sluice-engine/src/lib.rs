@@ -1,6 +1,7 @@
 //! The Sluice streaming engine: operators, state, watermarks, outputs, and
 //! the streaming coordinator with its `PipelineCallback` seam.
 
+pub mod budget;
 pub mod catalog;
 pub mod coordinator;
 pub mod error;
@@ -10,7 +11,9 @@ pub mod operators;
 pub mod options;
 pub mod output;
 pub mod panic;
+pub mod pipeline;
 pub mod process;
+pub mod seam;
 pub mod sources;
 pub mod state;
 pub mod watermark;

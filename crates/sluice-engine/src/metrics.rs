@@ -1,7 +1,8 @@
 //! Pipeline metrics, recorded per cycle and readable at any time.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -24,10 +25,16 @@ pub struct PipelineMetrics {
     checkpoint_pause_max_ns: AtomicU64,
     checkpoint_pause_total_ns: AtomicU64,
     checkpoint_pauses: AtomicU64,
-    last_checkpoint: Mutex<Option<crate::coordinator::callback::CheckpointReport>>,
+    last_checkpoint: Mutex<Option<crate::seam::CheckpointReport>>,
     watermark: AtomicI64,
     per_source: Mutex<BTreeMap<String, SourceCounters>>,
     per_output: Mutex<BTreeMap<String, u64>>,
+    /// The source channel's byte budget, once the pipeline runs.
+    source_queue: Mutex<Option<Arc<crate::budget::ByteBudget>>>,
+    output_queue_bytes: AtomicU64,
+    output_queue_peak_bytes: AtomicU64,
+    output_full: AtomicBool,
+    intake_pauses: AtomicU64,
 }
 
 /// Per-source counters.
@@ -81,13 +88,23 @@ pub struct MetricsSnapshot {
     /// Attempts whose pause was recorded.
     pub checkpoint_pauses: u64,
     /// The last committed checkpoint.
-    pub last_checkpoint: Option<crate::coordinator::callback::CheckpointReport>,
+    pub last_checkpoint: Option<crate::seam::CheckpointReport>,
     /// Current pipeline watermark (ms; i64::MIN before any).
     pub watermark: i64,
     /// Per source.
     pub sources: BTreeMap<String, SourceCounters>,
     /// Rows emitted per stream / materialized view.
     pub rows_out: BTreeMap<String, u64>,
+    /// Bytes of batches in the source channel now.
+    pub source_queue_bytes: u64,
+    /// The most bytes the source channel ever held.
+    pub source_queue_peak_bytes: u64,
+    /// Bytes queued for sink writers and subscribers, as of the last cycle.
+    pub output_queue_bytes: u64,
+    /// The most bytes ever seen queued for sink writers and subscribers.
+    pub output_queue_peak_bytes: u64,
+    /// Times source intake paused because an output was full.
+    pub intake_pauses: u64,
 }
 
 impl MetricsSnapshot {
@@ -137,7 +154,7 @@ impl PipelineMetrics {
     }
 
     /// Count a committed checkpoint.
-    pub fn record_checkpoint(&self, report: &crate::coordinator::callback::CheckpointReport) {
+    pub fn record_checkpoint(&self, report: &crate::seam::CheckpointReport) {
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         *self.last_checkpoint.lock() = Some(report.clone());
     }
@@ -183,8 +200,29 @@ impl PipelineMetrics {
         *self.per_output.lock().entry(name.to_string()).or_default() += rows;
     }
 
+    /// Report the source channel's byte budget in snapshots.
+    pub fn watch_source_queue(&self, budget: Arc<crate::budget::ByteBudget>) {
+        *self.source_queue.lock() = Some(budget);
+    }
+
+    /// Record the output queues as the coordinator saw them before a
+    /// cycle; a pause is counted when they turn full.
+    pub fn record_output_pressure(&self, queued_bytes: u64, full: bool) {
+        self.output_queue_bytes
+            .store(queued_bytes, Ordering::Relaxed);
+        self.output_queue_peak_bytes
+            .fetch_max(queued_bytes, Ordering::Relaxed);
+        if full && !self.output_full.swap(true, Ordering::Relaxed) {
+            self.intake_pauses.fetch_add(1, Ordering::Relaxed);
+        } else if !full {
+            self.output_full.store(false, Ordering::Relaxed);
+        }
+    }
+
     /// Copy out.
     pub fn snapshot(&self) -> MetricsSnapshot {
+        // Cloned out first: one lock at a time.
+        let source_queue = self.source_queue.lock().clone();
         MetricsSnapshot {
             cycles: self.cycles.load(Ordering::Relaxed),
             events_ingested: self.events_ingested.load(Ordering::Relaxed),
@@ -206,6 +244,11 @@ impl PipelineMetrics {
             watermark: self.watermark.load(Ordering::Relaxed),
             sources: self.per_source.lock().clone(),
             rows_out: self.per_output.lock().clone(),
+            source_queue_bytes: source_queue.as_ref().map_or(0, |b| b.queued()),
+            source_queue_peak_bytes: source_queue.as_ref().map_or(0, |b| b.peak()),
+            output_queue_bytes: self.output_queue_bytes.load(Ordering::Relaxed),
+            output_queue_peak_bytes: self.output_queue_peak_bytes.load(Ordering::Relaxed),
+            intake_pauses: self.intake_pauses.load(Ordering::Relaxed),
         }
     }
 }

@@ -1,8 +1,12 @@
 //! Source runtimes: messages into the coordinator, file readers, push handles.
 //!
-//! Every source feeds one bounded channel into the coordinator; a full
-//! channel blocks the reader (or the pushing caller), which is the pipeline's
-//! backpressure.
+//! Every source feeds one channel into the coordinator, bounded twice: by a
+//! count of messages (`channel_capacity`) and by the bytes of the batches
+//! queued (`source_queue_bytes`, see [`crate::budget`]). A full channel, or
+//! one holding 80% of its byte budget, blocks the reader (or the pushing
+//! caller): that is the pipeline's backpressure. When an output is full the
+//! coordinator stops taking from this channel, so the pressure reaches the
+//! readers through it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,6 +17,7 @@ use arrow::record_batch::RecordBatch;
 use sluice_connectors::BatchReader;
 use tokio::sync::mpsc;
 
+use crate::budget::{BudgetTicket, ByteBudget};
 use crate::error::{EngineError, Result};
 use crate::metrics::PipelineMetrics;
 use crate::operators::check_batch_schema;
@@ -37,11 +42,14 @@ pub enum SourceEvent {
         /// Replay offset after the last batch before the barrier.
         offset: Option<String>,
     },
-    /// The source failed; the pipeline halts with this message.
-    Failed(String),
-    /// The reader panicked (the message names the source and carries the
-    /// panic's): a halt without checkpoints, a fault with them.
-    Panicked(String),
+    /// The source failed (its error names the source and keeps the
+    /// connector's code, e.g. `SLC-CONN-002` for a malformed row); the
+    /// pipeline halts with it.
+    Failed(EngineError),
+    /// The reader panicked ([`EngineError::Panicked`], naming the source and
+    /// carrying the panic's message): a halt without checkpoints, a fault
+    /// with them.
+    Panicked(EngineError),
 }
 
 /// A message on the source channel.
@@ -51,6 +59,86 @@ pub struct SourceMessage {
     pub source: Arc<str>,
     /// The event.
     pub event: SourceEvent,
+    /// The batch's bytes in the channel's byte budget, released when the
+    /// message is dropped (None for messages sent outside a budget).
+    pub ticket: Option<BudgetTicket>,
+}
+
+impl SourceMessage {
+    /// A message outside any byte budget.
+    pub fn new(source: Arc<str>, event: SourceEvent) -> Self {
+        Self {
+            source,
+            event,
+            ticket: None,
+        }
+    }
+}
+
+/// The sending side of the source channel: a count-bounded tokio channel
+/// plus the byte budget of the batches in it.
+#[derive(Clone, Debug)]
+pub struct SourceSender {
+    tx: mpsc::Sender<SourceMessage>,
+    budget: Option<Arc<ByteBudget>>,
+}
+
+impl From<mpsc::Sender<SourceMessage>> for SourceSender {
+    /// A sender bounded by count only.
+    fn from(tx: mpsc::Sender<SourceMessage>) -> Self {
+        Self { tx, budget: None }
+    }
+}
+
+/// The source channel: at most `capacity` messages and (from 80% on)
+/// `bytes` of batches queued.
+pub fn source_channel(
+    capacity: usize,
+    bytes: u64,
+) -> (SourceSender, mpsc::Receiver<SourceMessage>) {
+    let (tx, rx) = mpsc::channel(capacity.max(1));
+    let budget = Some(ByteBudget::new(bytes));
+    (SourceSender { tx, budget }, rx)
+}
+
+impl SourceSender {
+    /// The byte budget, if the channel has one.
+    pub fn budget(&self) -> Option<&Arc<ByteBudget>> {
+        self.budget.as_ref()
+    }
+
+    /// Wait for room in the byte budget, then charge a batch's bytes.
+    /// Waiting ends early when the coordinator closed the channel.
+    async fn admit(&self, source: Arc<str>, event: SourceEvent) -> SourceMessage {
+        let mut message = SourceMessage::new(source, event);
+        if let (Some(budget), SourceEvent::Batch(b)) = (&self.budget, &message.event) {
+            tokio::select! {
+                _ = budget.admit() => {}
+                _ = self.tx.closed() => {}
+            }
+            message.ticket = Some(budget.charge(b.get_array_memory_size() as u64));
+        }
+        message
+    }
+
+    /// Send, waiting while the channel is full (by count or bytes).
+    pub async fn send(
+        &self,
+        source: Arc<str>,
+        event: SourceEvent,
+    ) -> std::result::Result<(), mpsc::error::SendError<SourceMessage>> {
+        let message = self.admit(source, event).await;
+        self.tx.send(message).await
+    }
+
+    /// [`Self::send`] from a thread outside any runtime (a reader).
+    pub fn blocking_send(
+        &self,
+        source: Arc<str>,
+        event: SourceEvent,
+    ) -> std::result::Result<(), mpsc::error::SendError<SourceMessage>> {
+        futures::executor::block_on(self.send(source, event))
+    }
 }
 
 /// Lets the coordinator ask a reader thread for a checkpoint barrier and
@@ -84,7 +172,7 @@ impl SourceBarrierControl {
 pub fn spawn_reader(
     name: Arc<str>,
     mut reader: Box<dyn BatchReader>,
-    tx: mpsc::Sender<SourceMessage>,
+    tx: SourceSender,
     metrics: Arc<PipelineMetrics>,
     control: SourceBarrierControl,
 ) -> std::io::Result<JoinHandle<()>> {
@@ -93,12 +181,7 @@ pub fn spawn_reader(
         .spawn(move || {
             let send = |event: SourceEvent| {
                 !control.stop.load(Ordering::Acquire)
-                    && tx
-                        .blocking_send(SourceMessage {
-                            source: Arc::clone(&name),
-                            event,
-                        })
-                        .is_ok()
+                    && tx.blocking_send(Arc::clone(&name), event).is_ok()
             };
             // A panicking reader must still tell the coordinator, or the
             // pipeline would wait for its Finished message forever.
@@ -106,9 +189,9 @@ pub fn spawn_reader(
                 || format!("source '{name}': the reader"),
                 || read_until_done(&name, reader.as_mut(), &metrics, &control, &send),
             );
-            if let Err(reason) = read {
-                tracing::error!(source = %name, %reason, "source reader panicked");
-                send(SourceEvent::Panicked(reason));
+            if let Err(e) = read {
+                tracing::error!(source = %name, error = %e, "source reader panicked");
+                send(SourceEvent::Panicked(e));
             }
         })
 }
@@ -139,13 +222,13 @@ fn read_until_done(
                 match crate::fault::hit(crate::fault::FaultSite::Source, name, b.num_rows() as u64)
                 {
                     Ok(()) => SourceEvent::Batch(b),
-                    Err(e) => SourceEvent::Failed(format!("source '{name}': {e}")),
+                    Err(e) => SourceEvent::Failed(e.context(format!("source '{name}'"))),
                 }
             }
             Ok(None) => SourceEvent::Finished {
                 offset: reader.offset(),
             },
-            Err(e) => SourceEvent::Failed(format!("source '{name}': {e}")),
+            Err(e) => SourceEvent::Failed(EngineError::from(e).context(format!("source '{name}'"))),
         };
         let skipped = reader.skipped_rows();
         metrics.source(name, |c| c.skipped_rows = skipped);
@@ -161,11 +244,11 @@ fn read_until_done(
 pub struct PushSource {
     name: Arc<str>,
     schema: SchemaRef,
-    tx: mpsc::Sender<SourceMessage>,
+    tx: SourceSender,
     /// Shared by every handle of the source: set by `finish`.
     finished: Arc<std::sync::atomic::AtomicBool>,
     /// Why the coordinator died, if it did (reported instead of "not running").
-    death: crate::coordinator::CoordinatorDeath,
+    death: crate::seam::CoordinatorDeath,
 }
 
 impl PushSource {
@@ -174,13 +257,13 @@ impl PushSource {
     pub fn new(
         name: Arc<str>,
         schema: SchemaRef,
-        tx: mpsc::Sender<SourceMessage>,
+        tx: impl Into<SourceSender>,
         finished: Arc<std::sync::atomic::AtomicBool>,
     ) -> Self {
         Self {
             name,
             schema,
-            tx,
+            tx: tx.into(),
             finished,
             death: Default::default(),
         }
@@ -188,7 +271,7 @@ impl PushSource {
 
     /// Report `death` (the coordinator's panic) when a push finds the
     /// pipeline gone.
-    pub fn watching(mut self, death: crate::coordinator::CoordinatorDeath) -> Self {
+    pub fn watching(mut self, death: crate::seam::CoordinatorDeath) -> Self {
         self.death = death;
         self
     }
@@ -210,15 +293,13 @@ impl PushSource {
 
     async fn send(&self, event: SourceEvent) -> Result<()> {
         self.tx
-            .send(SourceMessage {
-                source: Arc::clone(&self.name),
-                event,
-            })
+            .send(Arc::clone(&self.name), event)
             .await
             .map_err(|_| self.death.not_running())
     }
 
-    /// Push a batch; waits while the pipeline is backpressured. The batch
+    /// Push a batch; waits while the pipeline is backpressured (the source
+    /// channel is full by count, or holds 80% of `source_queue_bytes`). The batch
     /// must have exactly the declared columns and types.
     pub async fn push(&self, batch: RecordBatch) -> Result<()> {
         self.check_open()?;

@@ -307,3 +307,39 @@ async fn an_aggregate_over_a_changelog_checkpoints_its_live_rows() {
     resumed.restore(&mut parts.into_iter().collect()).unwrap();
     assert_eq!(run(&mut resumed, &second, 0), b);
 }
+
+/// Every stateful operator of a tree is reached through the one trait, in
+/// checkpoint part order (inputs first, left before right), and a batch on
+/// a port the operator does not have is refused, not folded into a side.
+#[tokio::test]
+async fn stateful_operators_are_listed_in_part_order_and_check_their_ports() {
+    let sql = "CREATE STREAM t AS SELECT n % 2 AS p, COUNT(*) AS c FROM \
+               (SELECT a.k, COUNT(*) AS n FROM s a JOIN s b ON a.k = b.k GROUP BY a.k) \
+               GROUP BY n % 2";
+    let mut op = compile(sql).await;
+    let mut ops = Vec::new();
+    op.stateful_operators(&mut ops);
+    let kinds: Vec<&str> = ops.iter().map(|o| o.kind()).collect();
+    assert_eq!(kinds, ["join", "aggregate", "changelog aggregate"]);
+    let mut parts = Vec::new();
+    op.snapshot(&mut parts).unwrap();
+    assert_eq!(parts.len(), 3, "one part per stateful operator");
+
+    let mut window = compile(
+        "CREATE STREAM w AS SELECT k, tumble(ts, INTERVAL '10' MILLISECOND) AS w, COUNT(*) AS n \
+         FROM s GROUP BY k, tumble(ts, INTERVAL '10' MILLISECOND)",
+    )
+    .await;
+    let mut ops = Vec::new();
+    window.stateful_operators(&mut ops);
+    let [only] = ops.as_mut_slice() else {
+        panic!("one stateful operator expected, got {}", ops.len())
+    };
+    assert_eq!(only.kind(), "window aggregate");
+    let e = only.update(2, batch(&[(1, 1, 1)])).unwrap_err();
+    assert_eq!(e.code(), "SLC-ENG-007");
+    assert_eq!(
+        e.to_string(),
+        "internal error: window aggregate has no input port 2"
+    );
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use arrow::record_batch::RecordBatch;
+use sluice_engine::operators::{restore_part, snapshot_part};
 use sluice_engine::process::{
     encode_key, NativeProcessFunction, ProcessActivation, ProcessActivationResult, ProcessCallback,
     ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionLimits,
@@ -444,15 +445,22 @@ fn the_pipeline_operator_checkpoints_state_timers_and_ids_exactly() {
 
     let mut before = op();
     before.run(&[b1], Some(&[(1, 4)]), 4).unwrap();
-    let bytes = before.snapshot().unwrap();
+    let bytes = snapshot_part(&mut before).unwrap();
     let mut resumed = op();
-    resumed.restore(&bytes).unwrap();
-    assert_eq!(resumed.snapshot().unwrap(), bytes, "restore is exact");
+    restore_part(&mut resumed, &bytes).unwrap();
+    assert_eq!(
+        snapshot_part(&mut resumed).unwrap(),
+        bytes,
+        "restore is exact"
+    );
     assert_eq!(
         ids(resumed.run(&[b2], Some(&[(1, 10)]), 10).unwrap()),
         second
     );
-    assert_eq!(resumed.snapshot().unwrap(), straight.snapshot().unwrap());
+    assert_eq!(
+        snapshot_part(&mut resumed).unwrap(),
+        snapshot_part(&mut straight).unwrap()
+    );
 
     let mut d = descriptor(limits());
     d.name = "other".into();
@@ -461,7 +469,7 @@ fn the_pipeline_operator_checkpoints_state_timers_and_ids_exactly() {
         ..info.clone()
     };
     let mut renamed = ProcessOperator::new(other, &schema, Box::new(Mixed)).unwrap();
-    let e = renamed.restore(&bytes).unwrap_err().to_string();
+    let e = restore_part(&mut renamed, &bytes).unwrap_err().to_string();
     assert!(
         e.contains("belongs to 'counter' v1") && e.contains("now bound as 'other' v1"),
         "{e}"

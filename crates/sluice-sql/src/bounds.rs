@@ -16,8 +16,8 @@ use datafusion::common::Column;
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator};
 
 use crate::ast::EmitMode;
-use crate::plan::{GroupSlot, StreamNode, WindowKind};
-use crate::planner::PlanCatalog;
+use crate::catalog::PlanCatalog;
+use crate::plan::{GroupSlot, JoinStateBound, StreamNode, WindowKind};
 
 /// A column of a node's output that bounds its future rows.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,18 +26,6 @@ pub struct TimeColumn {
     pub column: Column,
     /// Future rows have `column >= watermark - lag_ms`.
     pub lag_ms: i64,
-}
-
-/// When a kept join row may be forgotten: once `watermark - other_lag_ms`
-/// exceeds `expr` (evaluated over the row), or reaches it when `strict`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JoinStateBound {
-    /// A value of the kept row (over its side's schema).
-    pub expr: Expr,
-    /// The lag of the other side's time column.
-    pub other_lag_ms: i64,
-    /// Whether the condition was a strict `<`.
-    pub strict: bool,
 }
 
 /// The time columns of a node's output.

@@ -10,8 +10,10 @@ use datafusion::common::DFSchema;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, JoinType, Operator};
 
+use crate::catalog::PlanCatalog;
 use crate::error::{Result, SqlError};
 use crate::plan::StreamNode;
+use crate::window_udf::check_scalar_expr;
 
 /// Whether every column `e` reads is in `schema` (and it reads at least one).
 fn reads_only(e: &Expr, schema: &DFSchema) -> bool {
@@ -51,7 +53,7 @@ pub(crate) fn split_condition(
 
 /// Build the join node from converted inputs and the whole condition.
 pub(crate) fn join_node(
-    catalog: &dyn crate::planner::PlanCatalog,
+    catalog: &dyn PlanCatalog,
     join_type: JoinType,
     left: StreamNode,
     right: StreamNode,
@@ -86,7 +88,7 @@ pub(crate) fn join_node(
         }
     }
     for e in &residual {
-        crate::planner::check_scalar_expr(e)?;
+        check_scalar_expr(e)?;
     }
     let (left_bounds, right_bounds) = crate::bounds::join_bounds(
         &keys,

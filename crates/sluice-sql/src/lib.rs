@@ -14,6 +14,7 @@
 pub mod accumulators;
 pub mod ast;
 pub mod bounds;
+pub mod catalog;
 pub mod checked;
 pub mod columns_read;
 pub mod error;
@@ -29,8 +30,9 @@ pub use ast::{
     CreateProcessStream, CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement,
     WatermarkSpec, WithOptions,
 };
+pub use catalog::PlanCatalog;
 pub use columns_read::ColumnsRead;
 pub use error::{Result, SqlError};
 pub use parser::parse_sql;
 pub use plan::{StreamNode, StreamPlan, WindowKind, WindowSpec, CHANGE_COLUMN};
-pub use planner::{PlanCatalog, StreamPlanner};
+pub use planner::StreamPlanner;

@@ -112,6 +112,19 @@ pub enum GroupSlot {
     /// The window's end.
     WindowEnd,
 }
+/// When a kept join row may be forgotten: once `watermark - other_lag_ms`
+/// exceeds `expr` (evaluated over the row), or reaches it when `strict`.
+/// Found by the join analysis in [`crate::bounds`]; a plan type, so the plan does
+/// not depend on the analysis that fills it in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinStateBound {
+    /// A value of the kept row (over its side's schema).
+    pub expr: Expr,
+    /// The lag of the other side's time column.
+    pub other_lag_ms: i64,
+    /// Whether the condition was a strict `<`.
+    pub strict: bool,
+}
 
 /// One operator of a continuous query.
 #[derive(Debug, Clone)]
@@ -179,9 +192,9 @@ pub enum StreamNode {
         /// Residual condition over the joined row.
         filter: Option<Expr>,
         /// When a kept left row can no longer match (empty: never).
-        left_bounds: Vec<crate::bounds::JoinStateBound>,
+        left_bounds: Vec<JoinStateBound>,
         /// When a kept right row can no longer match (empty: never).
-        right_bounds: Vec<crate::bounds::JoinStateBound>,
+        right_bounds: Vec<JoinStateBound>,
         /// Output schema: the left columns, then the right ones.
         schema: DFSchemaRef,
     },
@@ -293,7 +306,7 @@ impl StreamNode {
                 right_bounds,
                 ..
             } => {
-                let bounds = |b: &[crate::bounds::JoinStateBound]| {
+                let bounds = |b: &[JoinStateBound]| {
                     if b.is_empty() {
                         "kept".to_string()
                     } else {

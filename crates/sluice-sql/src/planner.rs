@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
-use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{Column, DFSchema, DFSchemaRef};
 use datafusion::datasource::empty::EmptyTable;
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
@@ -17,23 +16,10 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast as sp;
 
 use crate::ast::{CreateStream, EmitMode};
+use crate::catalog::PlanCatalog;
 use crate::error::{Result, SqlError};
 use crate::plan::{GroupSlot, StreamNode, StreamPlan, WindowKind, WindowSpec, CHANGE_COLUMN};
-use crate::window_udf::{interval_scalar_ms, window_udfs, WindowFunction};
-
-/// What the planner needs to know about existing sources and streams.
-pub trait PlanCatalog {
-    /// Names of every relation a query may read.
-    fn relation_names(&self) -> Vec<String>;
-    /// Arrow schema of a relation (ending with [`CHANGE_COLUMN`] for a
-    /// changelog) and whether it is a changelog.
-    fn relation(&self, name: &str) -> Option<(SchemaRef, bool)>;
-    /// Columns of a relation that bound its future rows, with their lag
-    /// (see [`crate::bounds`]); none by default.
-    fn time_columns(&self, _name: &str) -> Vec<(String, i64)> {
-        vec![]
-    }
-}
+use crate::window_udf::{check_scalar_expr, interval_scalar_ms, window_udfs, WindowFunction};
 
 /// Plans continuous queries against a catalog.
 pub struct StreamPlanner;
@@ -394,28 +380,6 @@ impl Converter<'_> {
                 })
             }
         }
-    }
-}
-
-/// Refuse window functions that cannot be evaluated row by row outside a GROUP BY.
-pub(crate) fn check_scalar_expr(e: &Expr) -> Result<()> {
-    let mut bad = None;
-    e.apply(|e| {
-        if let Expr::ScalarFunction(f) = e {
-            if let Some(w) = WindowFunction::from_name(f.func.name()) {
-                if !matches!(w, WindowFunction::Tumble | WindowFunction::TumbleEnd) {
-                    bad = Some(w);
-                }
-            }
-        }
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-    })?;
-    match bad {
-        Some(w) => Err(SqlError::Unsupported(format!(
-            "{}() outside GROUP BY: it assigns rows to windows and is only valid as a GROUP BY entry",
-            w.name()
-        ))),
-        None => Ok(()),
     }
 }
 

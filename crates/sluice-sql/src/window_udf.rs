@@ -13,12 +13,38 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::compute::kernels::cast::cast;
 use arrow::datatypes::{DataType, Int64Type, TimeUnit};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_err, plan_err, ScalarValue};
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{
-    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
     Volatility,
 };
+
+use crate::error::{Result, SqlError};
+
+/// Refuse window functions that cannot be evaluated row by row outside a
+/// GROUP BY (every one but `tumble` and `tumble_end`).
+pub(crate) fn check_scalar_expr(e: &Expr) -> Result<()> {
+    let mut bad = None;
+    e.apply(|e| {
+        if let Expr::ScalarFunction(f) = e {
+            if let Some(w) = WindowFunction::from_name(f.func.name()) {
+                if !matches!(w, WindowFunction::Tumble | WindowFunction::TumbleEnd) {
+                    bad = Some(w);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    match bad {
+        Some(w) => Err(SqlError::Unsupported(format!(
+            "{}() outside GROUP BY: it assigns rows to windows and is only valid as a GROUP BY entry",
+            w.name()
+        ))),
+        None => Ok(()),
+    }
+}
 
 /// Which window function a call names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

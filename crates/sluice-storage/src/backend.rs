@@ -2,13 +2,14 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::error::{Result, StorageError};
 
@@ -17,6 +18,11 @@ use crate::error::{Result, StorageError};
 pub trait Backend: Send + Sync {
     /// Write `bytes` under `key`, atomically and durably.
     async fn put(&self, key: &str, bytes: Bytes) -> Result<()>;
+    /// Write `bytes` under `key` only if nothing is there yet, atomically
+    /// and durably: `Ok(false)` when `key` already exists (left untouched).
+    /// Two writers creating one key concurrently never both get `true`;
+    /// this is what makes attempt reservation safe without a lock.
+    async fn create(&self, key: &str, bytes: Bytes) -> Result<bool>;
     /// Read `key`, or None if absent.
     async fn get(&self, key: &str) -> Result<Option<Bytes>>;
     /// Keys under `prefix` (recursively).
@@ -51,8 +57,25 @@ fn io(path: &Path, source: std::io::Error) -> StorageError {
     }
 }
 
-/// Marks a local temp file: `.<name>.tmp-<pid>`.
+/// Marks a local temp file: `.<name>.tmp-<pid>-<n>`.
 const TMP_MARK: &str = ".tmp-";
+
+/// Numbers the temp files of this process, so two writers of one key in
+/// one process (two stores over one directory) never share a temp file.
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh temp file next to `path`: `.<name>.tmp-<pid>-<n>`, hidden from
+/// listings and swept by [`sweep_temporaries`] once `<pid>` is gone.
+fn temp_path(dir: &Path, path: &Path) -> PathBuf {
+    dir.join(format!(
+        ".{}{TMP_MARK}{}-{}",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("object"),
+        std::process::id(),
+        TMP_SEQ.fetch_add(1, Ordering::Relaxed),
+    ))
+}
 
 /// Write `bytes` to a new file at `tmp` and fsync it.
 fn write_durably(tmp: &Path, bytes: &[u8]) -> Result<()> {
@@ -75,7 +98,7 @@ fn remove_leftover(path: &Path) {
     }
 }
 
-/// Remove the temp files (`.<name>.tmp-<pid>`) that writers killed in the
+/// Remove the temp files (`.<name>.tmp-<pid>-<n>`) that writers killed in the
 /// middle of a put left under `root`; a live process's files are kept.
 fn sweep_temporaries(root: &Path) {
     let mut stack = vec![root.to_path_buf()];
@@ -94,7 +117,8 @@ fn sweep_temporaries(root: &Path) {
             let Some(pid) = name
                 .strip_prefix('.')
                 .and_then(|n| n.rsplit_once(TMP_MARK))
-                .and_then(|(_, pid)| pid.parse::<u32>().ok())
+                .and_then(|(_, tail)| tail.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok())
             else {
                 continue;
             };
@@ -111,7 +135,7 @@ fn sweep_temporaries(root: &Path) {
 /// checkpoints while one is being written) must not remove its in-flight
 /// files. Only Linux can tell about other processes (through `/proc`);
 /// elsewhere every process counts as alive.
-fn process_is_alive(pid: u32) -> bool {
+pub(crate) fn process_is_alive(pid: u32) -> bool {
     if pid == std::process::id() {
         return true;
     }
@@ -134,13 +158,7 @@ impl Backend for LocalBackend {
         let path = self.root.join(key);
         let dir = path.parent().unwrap_or(&self.root).to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        let tmp = dir.join(format!(
-            ".{}{TMP_MARK}{}",
-            path.file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("object"),
-            std::process::id()
-        ));
+        let tmp = temp_path(&dir, &path);
         let written = write_durably(&tmp, &bytes)
             .and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| io(&path, e)));
         if let Err(e) = written {
@@ -151,6 +169,29 @@ impl Backend for LocalBackend {
             return Err(e);
         }
         sync_dir(&dir)
+    }
+
+    async fn create(&self, key: &str, bytes: Bytes) -> Result<bool> {
+        let path = self.root.join(key);
+        let dir = path.parent().unwrap_or(&self.root).to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let tmp = temp_path(&dir, &path);
+        if let Err(e) = write_durably(&tmp, &bytes) {
+            remove_leftover(&tmp);
+            return Err(e);
+        }
+        // A hard link fails when the target exists, atomically (a rename
+        // would replace it): the complete file appears under `path`, or
+        // nothing does.
+        let linked = std::fs::hard_link(&tmp, &path);
+        if let Err(e) = std::fs::remove_file(&tmp) {
+            tracing::warn!(file = %tmp.display(), error = %e, "cannot remove a temp file");
+        }
+        match linked {
+            Ok(()) => sync_dir(&dir).map(|()| true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(io(&path, e)),
+        }
     }
 
     async fn get(&self, key: &str) -> Result<Option<Bytes>> {
@@ -210,7 +251,9 @@ impl Backend for LocalBackend {
     }
 }
 
-/// Any `object_store` store (S3, GCS, Azure, local files, memory).
+/// Any `object_store` store (S3, GCS, Azure, local files, memory). Clones
+/// share the store.
+#[derive(Clone)]
 pub struct ObjectStoreBackend {
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
@@ -249,6 +292,12 @@ impl ObjectStoreBackend {
         Ok(Self::new(Arc::from(store), prefix, url))
     }
 
+    /// Take the store's lease (see [`crate::StoreLease`]): one pipeline
+    /// at a time writes checkpoints here.
+    pub async fn acquire_lease(&self, ttl: std::time::Duration) -> Result<crate::StoreLease> {
+        crate::StoreLease::acquire(Arc::clone(&self.store), &self.prefix, &self.url, ttl).await
+    }
+
     fn path(&self, key: &str) -> ObjectPath {
         key.split('/')
             .filter(|p| !p.is_empty())
@@ -283,6 +332,25 @@ impl Backend for ObjectStoreBackend {
             ),
         }
         Err(self.err(key, e))
+    }
+
+    async fn create(&self, key: &str, bytes: Bytes) -> Result<bool> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self
+            .store
+            .put_opts(&self.path(key), PutPayload::from_bytes(bytes), opts)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            // No cleanup here: whatever is at the key may be another
+            // writer's object. A store without conditional puts (S3 with
+            // `conditional_put = disabled`) fails with `NotImplemented`.
+            Err(e) => Err(self.err(key, e)),
+        }
     }
 
     async fn get(&self, key: &str) -> Result<Option<Bytes>> {

@@ -49,6 +49,41 @@ pub enum StorageError {
         /// The largest id found.
         last: u64,
     },
+    /// Another process holds the store's lease: two pipelines writing one
+    /// store would reserve each other's ids and delete each other's blobs.
+    #[error(
+        "checkpoint store {store} is in use by another pipeline ({holder}); stop that process \
+         first, or use another store"
+    )]
+    Leased {
+        /// Where the store is.
+        store: String,
+        /// Who holds it: owner id, host, pid and when its lease expires.
+        holder: String,
+    },
+    /// This process's lease on the store was taken over or removed while it
+    /// ran: another process may be writing checkpoints now.
+    #[error("checkpoint store {store}: this process's lease was lost: {message}")]
+    LeaseLost {
+        /// Where the store is.
+        store: String,
+        /// What was found instead.
+        message: String,
+    },
+    /// Attempt reservation kept finding its id taken: other writers are
+    /// reserving on the same store at the same time.
+    #[error(
+        "checkpoint store {store}: could not reserve a checkpoint id after {tries} tries (last \
+         tried {last}); another process is reserving ids on the same store"
+    )]
+    ReservationContended {
+        /// Where the store is.
+        store: String,
+        /// Tries made.
+        tries: u32,
+        /// The last id tried.
+        last: u64,
+    },
     /// Stored data is damaged or not what it claims to be.
     #[error("checkpoint {id}: {message}")]
     Corrupt {
@@ -68,6 +103,8 @@ impl StorageError {
             StorageError::Url { .. } => "SLC-STO-003",
             StorageError::Corrupt { .. } => "SLC-STO-004",
             StorageError::IdsExhausted { .. } => "SLC-STO-005",
+            StorageError::Leased { .. } | StorageError::LeaseLost { .. } => "SLC-STO-006",
+            StorageError::ReservationContended { .. } => "SLC-STO-007",
         }
     }
 }

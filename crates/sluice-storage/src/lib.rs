@@ -10,6 +10,7 @@
 
 mod backend;
 mod error;
+mod lease;
 mod manifest;
 mod store;
 #[cfg(any(test, feature = "fault-injection"))]
@@ -17,9 +18,14 @@ pub mod testing;
 
 #[cfg(test)]
 mod fault_tests;
+#[cfg(test)]
+mod lease_tests;
+#[cfg(test)]
+mod reserve_tests;
 
 pub use backend::{Backend, LocalBackend, ObjectStoreBackend};
 pub use error::{Result, StorageError};
+pub use lease::{LeaseRecord, StoreLease, LEASE_KEY};
 pub use manifest::{BlobRef, Manifest, SinkCheckpoint, SinkEpochRecord, SourceCheckpoint};
 /// The `object_store` crate this one is built on, so callers name the same
 /// `ObjectStore` trait when they hand in a store of their own.

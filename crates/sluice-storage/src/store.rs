@@ -2,11 +2,13 @@
 //! newest valid checkpoint, list and prune.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::backend::Backend;
 use crate::error::{Result, StorageError};
+use crate::lease::StoreLease;
 use crate::manifest::{BlobRef, Manifest};
 
 /// Summary of a committed checkpoint.
@@ -29,18 +31,26 @@ pub struct LoadedCheckpoint {
     pub blobs: HashMap<String, Bytes>,
 }
 
-/// Checkpoints of one pipeline.
-///
-/// Cloning is cheap and shares the backend: the checkpoint coordinator
-/// hands a clone to each checkpoint tail, which writes off the compute
-/// thread.
+/// Checkpoints of one pipeline. Cheap to clone: clones share the backend,
+/// so a database keeps one store for its whole life (a `memory://` store
+/// is its objects).
 #[derive(Clone)]
 pub struct CheckpointStore {
-    backend: std::sync::Arc<dyn Backend>,
+    backend: Arc<dyn Backend>,
+    /// The lease this pipeline holds on the store, when it is an object
+    /// store: a reservation or commit after the lease was lost fails.
+    lease: Option<Arc<StoreLease>>,
 }
 
 const ATTEMPTS: &str = "attempts";
 const CHECKPOINTS: &str = "checkpoints";
+
+/// Ids a reservation tries before giving up (each taken id moves it on).
+pub const RESERVE_TRIES: u32 = 64;
+
+fn attempt_key(id: u64) -> String {
+    format!("{ATTEMPTS}/{id:020}")
+}
 
 fn manifest_key(id: u64) -> String {
     format!("{CHECKPOINTS}/{id:020}/MANIFEST")
@@ -54,8 +64,21 @@ impl CheckpointStore {
     /// A store over a backend.
     pub fn new(backend: Box<dyn Backend>) -> Self {
         Self {
-            backend: std::sync::Arc::from(backend),
+            backend: Arc::from(backend),
+            lease: None,
         }
+    }
+
+    /// This store, written under `lease`: from now on a reservation or a
+    /// commit fails with [`StorageError::LeaseLost`] once a renewal found
+    /// the lease gone or taken over by another pipeline.
+    pub fn with_lease(mut self, lease: Arc<StoreLease>) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    fn ensure_leased(&self) -> Result<()> {
+        self.lease.as_ref().map_or(Ok(()), |l| l.ensure_held())
     }
 
     /// Where checkpoints are kept.
@@ -68,13 +91,73 @@ impl CheckpointStore {
     /// use is `u64::MAX` this is [`StorageError::IdsExhausted`], never a
     /// wrap to 0.
     ///
-    /// The store has one writer (the pipeline's checkpoint coordinator),
-    /// whose attempts run one after another, so every uncommitted attempt
-    /// below the new id was abandoned: its blobs are removed here first.
-    /// That frees the space a failed checkpoint took (on a full disk, the
-    /// blobs written before the write that failed), which nothing else would
-    /// ever reclaim.
+    /// The marker `attempts/<id>` is made with a conditional create, so two
+    /// reservations on one store never get the same id: one that finds its
+    /// marker taken moves on to the next id, and one that finds a larger id
+    /// in use after creating its marker (its listing was stale) gives the
+    /// marker back and moves above that id. After [`RESERVE_TRIES`] ids
+    /// this is [`StorageError::ReservationContended`].
+    ///
+    /// The store has one writer (the pipeline's checkpoint coordinator,
+    /// guarded by the store's lease or the state directory's lock), whose
+    /// attempts run one after another, so every uncommitted attempt below
+    /// the new id was abandoned: its blobs are removed here first. That
+    /// frees the space a failed checkpoint took (on a full disk, the blobs
+    /// written before the write that failed), which nothing else would ever
+    /// reclaim.
     pub async fn reserve(&self) -> Result<u64> {
+        self.ensure_leased()?;
+        let committed = self.committed_ids().await?;
+        let (mut last, mut key) = self.largest_id(&committed).await?;
+        self.discard_abandoned(&committed).await?;
+        for _ in 0..RESERVE_TRIES {
+            let id = last
+                .checked_add(1)
+                .ok_or_else(|| StorageError::IdsExhausted {
+                    store: self.backend.describe(),
+                    key: key.clone(),
+                    last,
+                })?;
+            let marker = attempt_key(id);
+            if !self.backend.create(&marker, Bytes::new()).await? {
+                tracing::debug!(checkpoint = id, "attempt id taken by another reservation");
+                (last, key) = (id, marker);
+                continue;
+            }
+            let (top, top_key) = self.largest_id(&self.committed_ids().await?).await?;
+            if top > id {
+                // Ids only grow: an id below one already in use is not
+                // handed out, even though its marker was free.
+                self.backend.delete(&marker).await?;
+                (last, key) = (top, top_key);
+                continue;
+            }
+            // The new marker alone now holds the largest id, so the markers
+            // of earlier attempts say nothing more. Without this, every
+            // attempt that fails while no checkpoint commits (a disk that
+            // stays full) would leave one more object behind.
+            for older in self.backend.list(ATTEMPTS).await? {
+                if older
+                    .rsplit('/')
+                    .next()
+                    .and_then(parse_id)
+                    .is_some_and(|a| a < id)
+                {
+                    self.backend.delete(&older).await?;
+                }
+            }
+            return Ok(id);
+        }
+        Err(StorageError::ReservationContended {
+            store: self.backend.describe(),
+            tries: RESERVE_TRIES,
+            last,
+        })
+    }
+
+    /// The largest id of an attempt marker or a committed checkpoint, and
+    /// the key that holds it (`(0, "")` on an empty store).
+    async fn largest_id(&self, committed: &[u64]) -> Result<(u64, String)> {
         let mut max = (0u64, String::new());
         for key in self.backend.list(ATTEMPTS).await? {
             if let Some(id) = key.rsplit('/').next().and_then(parse_id) {
@@ -83,39 +166,12 @@ impl CheckpointStore {
                 }
             }
         }
-        let committed = self.committed_ids().await?;
         if let Some(&id) = committed.last() {
             if id >= max.0 {
                 max = (id, manifest_key(id));
             }
         }
-        let (last, key) = max;
-        let id = last
-            .checked_add(1)
-            .ok_or_else(|| StorageError::IdsExhausted {
-                store: self.backend.describe(),
-                key,
-                last,
-            })?;
-        self.discard_abandoned(&committed).await?;
-        self.backend
-            .put(&format!("{ATTEMPTS}/{id:020}"), Bytes::new())
-            .await?;
-        // The new marker alone now holds the largest id, so the markers of
-        // earlier attempts say nothing more. Without this, every attempt
-        // that fails while no checkpoint commits (a disk that stays full)
-        // would leave one more object behind.
-        for key in self.backend.list(ATTEMPTS).await? {
-            let older = key
-                .rsplit('/')
-                .next()
-                .and_then(parse_id)
-                .is_some_and(|a| a < id);
-            if older {
-                self.backend.delete(&key).await?;
-            }
-        }
-        Ok(id)
+        Ok(max)
     }
 
     /// Best-effort removal of everything attempt `id` wrote, after one of
@@ -177,6 +233,7 @@ impl CheckpointStore {
     /// Commit: write the manifest (with its own checksum). From here on the
     /// checkpoint exists.
     pub async fn commit(&self, manifest: &Manifest) -> Result<()> {
+        self.ensure_leased()?;
         let body = serde_json::to_vec(manifest).map_err(|e| StorageError::Corrupt {
             id: manifest.id,
             message: format!("cannot encode manifest: {e}"),

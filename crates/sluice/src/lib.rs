@@ -26,7 +26,9 @@ pub use database::{Database, DatabaseBuilder, HandlerFactory, SinkOutput};
 pub use sluice_engine::coordinator::CheckpointReport;
 pub use sluice_engine::metrics::MetricsSnapshot;
 pub use sluice_engine::options::{Delivery, PipelineOptions};
-pub use sluice_engine::output::subscription::{ChangeBatch, ChangeKind, ResumeFrom, Subscription};
+pub use sluice_engine::output::subscription::{
+    ChangeBatch, ChangeKind, OnLag, ResumeFrom, SubscribeOptions, Subscription,
+};
 pub use sluice_engine::sources::PushSource;
 
 /// Keyed process functions: the contract types, the test harness and the

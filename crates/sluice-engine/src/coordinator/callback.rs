@@ -4,7 +4,11 @@
 //! is split into role traits, each owning one responsibility of a cycle;
 //! [`PipelineCallback`] is their union, and the coordinator is generic over
 //! it so tests can drive the coordinator with an implementation of their own.
-//! Method names follow the reference design.
+//! Method names follow the reference design; only the methods the
+//! coordinator calls are here, and each says what its result means. Every
+//! failure is typed ([`EngineError`], or [`CycleError`] where the stage
+//! matters): the coordinator decides what it does with
+//! [`crate::seam::disposition`], never the callback.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,97 +16,17 @@ use std::time::Instant;
 
 use arrow::record_batch::RecordBatch;
 use rustc_hash::FxHashMap;
-use thiserror::Error;
 
 use crate::catalog::SourceDef;
+use crate::error::EngineError;
+use crate::options::Delivery;
 use crate::output::mv::MaterializedView;
 use crate::output::sink::SinkRuntime;
 
-/// Batches by source or stream name.
-pub type BatchMap = FxHashMap<Arc<str>, Vec<RecordBatch>>;
-
-/// A failed cycle.
-#[derive(Debug, Error)]
-pub enum CycleError {
-    /// A source batch is malformed (bad event time, wrong schema).
-    #[error("source '{source_name}': {message}")]
-    Source {
-        /// The source.
-        source_name: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// An operator failed.
-    #[error("{0}")]
-    Execution(String),
-    /// A process function's call was rejected (a limit, a handler error or
-    /// a panic), or anything failed in a cycle after a process function
-    /// accepted calls. Like every failed cycle it is never dropped: it
-    /// faults for replay when checkpointing is on, and halts otherwise.
-    #[error("{0}")]
-    Process(String),
-    /// Output could not be published.
-    #[error("output: {0}")]
-    Output(String),
-    /// A bounded drain ran out of time.
-    #[error("deadline passed while {0}")]
-    Deadline(String),
-}
-
-/// What a successful cycle produced.
-#[derive(Debug, Default)]
-pub struct CycleOutcome {
-    /// Output batches of every source, stream and view touched this cycle.
-    pub results: BatchMap,
-}
-
-/// One checkpoint attempt; its id was reserved durably and is never reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CheckpointAttempt {
-    /// The reserved checkpoint id.
-    pub id: u64,
-}
-
-/// Cluster assignment fence of an attempt. Single-node pipelines have none;
-/// passing one is refused until cluster execution exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckpointAssignmentFence {
-    /// Assignment generation.
-    pub generation: u64,
-}
-
-/// Checkpoint flag: triggered by hand (`CHECKPOINT`, `Database::checkpoint`).
-pub const FLAG_MANUAL: u64 = 1;
-/// Checkpoint flag: the final checkpoint of a clean shutdown.
-pub const FLAG_SHUTDOWN: u64 = 2;
-
-/// What a committed checkpoint cost.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckpointReport {
-    /// Checkpoint id.
-    pub id: u64,
-    /// From reservation to durable manifest and committed sinks.
-    pub duration: std::time::Duration,
-    /// Bytes of state written.
-    pub state_bytes: u64,
-}
-
-/// How a checkpoint attempt ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BarrierOutcome {
-    /// Durable, sinks committed.
-    Committed(CheckpointReport),
-    /// Captured; the durable half (encode, write, manifest) runs as a
-    /// tracked tail off the compute thread. Its outcome comes from
-    /// [`CheckpointLifecycle::complete_checkpoint_tail`] once
-    /// [`CheckpointLifecycle::next_checkpoint_tail`] names the attempt.
-    Tailing(CheckpointAttempt),
-    /// Given up before capture (alignment timeout, shutdown), or cancelled
-    /// before its manifest because recovery took over; nothing to undo.
-    Aborted(String),
-    /// Failed during or after capture.
-    Failed(String),
-}
+pub use crate::seam::{
+    BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointConfig,
+    CheckpointReport, CycleError, CycleOutcome, FLAG_MANUAL, FLAG_SHUTDOWN,
+};
 
 /// A runtime DDL change, applied between cycles.
 pub enum ControlMsg {
@@ -132,29 +56,38 @@ pub enum ControlMsg {
     /// Start reading file sources.
     Start,
     /// Turn checkpointing on (before `Start`).
-    EnableCheckpoints(Box<super::connector::CheckpointConfig>),
+    EnableCheckpoints(Box<CheckpointConfig>),
     /// Restore every owner's state from a checkpoint (before `Start`).
     Recover(Box<sluice_storage::LoadedCheckpoint>),
 }
 
+/// Pressure from bounded outputs (sink writer queues, subscriber queues),
+/// consulted by the coordinator before each cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExternalOutputPressure {
+    /// Every output has room: sources are polled.
+    #[default]
+    Clear,
+    /// An output's queue is at its high-water mark: source polling pauses
+    /// (checkpoints, control messages and shutdown still run) until it
+    /// drains and [`SourceIntake::output_pressure_wake`] fires.
+    Full,
+}
+
 /// Taking source input: late rows, watermarks, idleness.
 pub trait SourceIntake {
-    /// Install pending recovery state before the next source message is taken.
-    fn prepare_source_intake(&mut self) -> Result<(), String> {
-        Ok(())
-    }
-    /// Pin source frontiers before a new admission cycle.
-    fn pin_source_frontiers_for_new_cycle(&mut self) -> Result<(), String> {
-        Ok(())
-    }
     /// Drop (or divert to the late stream) rows below the source's watermark.
+    /// `Ok(None)`: nothing of the batch is on time. An error is a
+    /// [`CycleError::Source`] (the batch cannot be placed in time) or an
+    /// execution failure.
     fn filter_late_rows(
         &self,
         source_name: &str,
         batch: &RecordBatch,
     ) -> Result<Option<RecordBatch>, CycleError>;
     /// Advance the source's watermark from a batch's event times; the
-    /// result is never below `admission_floor`.
+    /// result is never below `admission_floor`. An error means the batch's
+    /// event times cannot be read (a [`CycleError::Source`]).
     fn extract_watermark(
         &mut self,
         source_name: &str,
@@ -171,19 +104,39 @@ pub trait SourceIntake {
     fn current_watermark(&self) -> i64;
     /// Demote sources idle past their timeout.
     fn tick_idle_watermark(&mut self) {}
-    /// Whether source input must not be folded into state now.
+    /// Whether source input must not be folded into state now (a stronger
+    /// fence than backpressure: held input waits too). The coordinator
+    /// checks it before each cycle; a single-node pipeline never sets it.
     fn intake_paused(&self) -> bool {
         false
     }
-    /// Whether internal buffers are near capacity.
+    /// Whether the source queue is at its high-water mark (readers and
+    /// pushing callers are waiting). Informational: the coordinator keeps
+    /// taking input then, since taking it is what relieves the queue; what
+    /// pauses intake is [`Self::external_output_pressure`] and
+    /// [`Self::intake_paused`].
     fn is_backpressured(&self) -> bool {
         false
+    }
+    /// Pressure from bounded outputs; while `Full`, the coordinator polls
+    /// no sources (but still checkpoints, applies control messages and
+    /// shuts down).
+    fn external_output_pressure(&self) -> ExternalOutputPressure {
+        ExternalOutputPressure::Clear
+    }
+    /// Woken when an output drains, so a paused coordinator re-checks the
+    /// pressure. None: it re-checks on every idle tick.
+    fn output_pressure_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
     }
 }
 
 /// Running the operator graph.
 pub trait CycleExecution {
-    /// Execute a cycle over the accumulated source batches.
+    /// Execute a cycle over the accumulated source batches. `Ok`: every
+    /// stream's output of the cycle. An error is the failed stream's
+    /// [`CycleError::Execution`] or [`CycleError::Process`]; the cycle's
+    /// input is then replayed from the last checkpoint or the pipeline halts.
     fn execute_cycle(
         &mut self,
         source_batches: &BatchMap,
@@ -195,126 +148,89 @@ pub trait CycleExecution {
     fn record_cycle_phases(&self, _execute_ns: u64, _output_store_ns: u64, _sink_enqueue_ns: u64) {}
     /// Count a failed cycle.
     fn note_cycle_error(&self) {}
-    /// Whether a failed cycle (or a panic anywhere in the pipeline) faults
-    /// for recovery, which replays from the last committed checkpoint,
-    /// rather than halting. True whenever checkpointing is on, in every
-    /// delivery mode: a failed cycle's input is never dropped, because
-    /// at-least-once must not lose rows any more than exactly-once may.
-    fn fault_on_cycle_error(&self) -> bool {
-        false
-    }
-    /// Whether operators hold deferred input.
-    fn has_deferred_input(&self) -> bool {
-        false
-    }
-    /// Whether deferred input can run now.
-    fn has_runnable_deferred_input(&self) -> bool {
-        false
-    }
 }
 
 /// Publishing a cycle's results.
 pub trait OutputPublication {
-    /// Apply results to materialized views.
+    /// Apply results to materialized views. An error
+    /// ([`CycleError::Output`]) names the view; the cycle failed.
     fn update_mv_stores(&self, _results: &BatchMap) -> Result<(), CycleError> {
         Ok(())
     }
-    /// Deliver results to subscribers.
+    /// Deliver results to subscribers. An error ([`CycleError::Output`])
+    /// names the stream; the cycle failed.
     fn push_to_streams(&self, _results: &BatchMap) -> Result<(), CycleError> {
         Ok(())
     }
-    /// Every consumer accepted the cycle's output.
-    fn commit_subscription_output(&mut self) {}
-    /// Publication failed; restore retryable bookkeeping.
-    fn abort_subscription_output(&mut self) {}
-    /// Write results to sinks, within `deadline` when given.
+    /// Write results to sinks, within `deadline` when given. An error
+    /// ([`CycleError::Output`]) names the sink and keeps the connector's
+    /// code; the cycle failed and no sink output of it may become visible.
     fn write_to_sinks(
         &mut self,
         results: &BatchMap,
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<(), CycleError>> + Send;
-    /// Cut every subscription log at the aligned checkpoint.
-    fn reserve_subscription_cut(&mut self, _attempt: CheckpointAttempt) -> Result<(), String> {
+    /// Cut every subscription log at the aligned checkpoint. An error fails
+    /// the attempt before capture.
+    fn reserve_subscription_cut(&mut self, _attempt: CheckpointAttempt) -> Result<(), EngineError> {
         Ok(())
     }
     /// Discard an unresolved cut after the checkpoint failed.
     fn abort_subscription_cut(&mut self, _attempt: CheckpointAttempt) {}
-    /// Publish the cut to committed-only consumers after durable commit.
-    fn publish_barrier(&mut self, _attempt: CheckpointAttempt) -> Result<(), String> {
+    /// Publish the cut to committed-only consumers after durable commit. An
+    /// error is a failure after the checkpoint became durable.
+    fn publish_barrier(&mut self, _attempt: CheckpointAttempt) -> Result<(), EngineError> {
         Ok(())
     }
     /// End provisional subscription delivery.
     fn invalidate_subscriptions(&self, _reason: &str) {}
-    /// Close every sink; every sink is attempted and failures are aggregated.
-    fn close_sinks(&mut self) -> impl Future<Output = Result<(), String>> + Send;
-    /// Discard every sink's unpublished output (the pipeline failed).
-    fn abort_sinks(&mut self) -> Result<(), String>;
+    /// Close every sink (publishing what each made visible at close).
+    /// Every sink is attempted; the error is the first sink's failure (the
+    /// others are logged).
+    fn close_sinks(&mut self) -> impl Future<Output = Result<(), EngineError>> + Send;
+    /// Discard every sink's unpublished output (the pipeline failed). Every
+    /// sink is attempted; the error is the first failure.
+    fn abort_sinks(&mut self) -> Result<(), EngineError>;
 }
 
 /// DDL and lifecycle.
 pub trait RuntimeControl {
-    /// Apply a DDL change between cycles.
-    fn apply_control(&mut self, msg: ControlMsg);
-    /// Take a pending permanent halt.
-    fn take_pipeline_halt(&mut self) -> Option<String> {
+    /// Apply a DDL change between cycles. `Ok`: it is in effect. An error
+    /// means nothing of it was applied (a statement is refused and the
+    /// pipeline runs on; a failed `Recover` or `Start` stops it).
+    fn apply_control(&mut self, msg: ControlMsg) -> Result<(), EngineError>;
+    /// Take a failure the callback found outside a call that could return
+    /// it (a sink epoch that could not be committed after the checkpoint
+    /// became durable). None: nothing pending.
+    fn take_pipeline_failure(&mut self) -> Option<CycleError> {
         None
-    }
-    /// Take a pending consistency fault.
-    fn take_pipeline_fault(&mut self) -> Option<String> {
-        None
-    }
-    /// Whether this node leads (always, single node).
-    fn is_leader(&self) -> bool {
-        true
-    }
-    /// Whether a coordinated restart is in flight.
-    fn is_recovering(&mut self) -> bool {
-        false
     }
 }
 
 /// The checkpoint lifecycle: reserve, align, capture, commit, or give up.
 pub trait CheckpointLifecycle {
-    /// Time between periodic checkpoints; None when checkpointing is off.
+    /// Time between periodic checkpoints; None when there are no periodic
+    /// checkpoints.
     fn checkpoint_interval(&self) -> Option<std::time::Duration>;
+    /// The delivery guarantee checkpoints keep; None when checkpointing is
+    /// off. What a failure does depends on it ([`crate::seam::disposition`]).
+    fn checkpoint_delivery(&self) -> Option<Delivery>;
     /// How long sources may take to deliver their barriers.
     fn alignment_timeout(&self) -> std::time::Duration;
-    /// Durably reserve the attempt's id before any barrier is injected.
+    /// Durably reserve the attempt's id before any barrier is injected. An
+    /// error means no attempt exists (checkpointing off, store failure):
+    /// the checkpoint is not taken and nothing else changes.
     fn reserve_checkpoint_attempt(
         &mut self,
         deadline: Instant,
-    ) -> impl Future<Output = Result<CheckpointAttempt, String>> + Send;
-    /// Durably admit the attempt before barriers (cluster Prepare); single
-    /// node: refuses a fence, otherwise nothing to publish.
-    fn publish_checkpoint_prepare(
-        &mut self,
-        _attempt: CheckpointAttempt,
-        _attempt_started: Instant,
-        _deadline: Instant,
-        _flags: u64,
-        assignment_fence: Option<CheckpointAssignmentFence>,
-    ) -> impl Future<Output = Result<(), String>> + Send {
-        async move {
-            match assignment_fence {
-                None => Ok(()),
-                Some(f) => Err(format!(
-                    "assignment fence {} given, but this pipeline is not clustered",
-                    f.generation
-                )),
-            }
-        }
-    }
+    ) -> impl Future<Output = Result<CheckpointAttempt, EngineError>> + Send;
     /// Ask every source for the attempt's barrier. Returns the sources whose
     /// barrier must still arrive; the others are aligned already.
     fn inject_source_barriers(&mut self, attempt: CheckpointAttempt) -> Vec<Arc<str>>;
-    /// Drain graph input belonging to the frozen cut (none is deferred here).
-    fn drain_checkpoint_edges_until(
-        &mut self,
-        _deadline: Instant,
-    ) -> impl Future<Output = Result<(), CycleError>> + Send {
-        async { Ok(()) }
-    }
-    /// All sources aligned: capture, persist, commit.
+    /// All sources aligned: capture, persist, commit. `Committed`: the
+    /// manifest is durable (a sink that could not commit afterwards is left
+    /// for [`RuntimeControl::take_pipeline_failure`]); `Aborted`: nothing
+    /// was captured; `Failed`: the attempt failed before it was durable.
     fn checkpoint_with_barrier(
         &mut self,
         source_checkpoints: FxHashMap<String, sluice_storage::SourceCheckpoint>,
@@ -324,42 +240,52 @@ pub trait CheckpointLifecycle {
         flags: u64,
         assignment_fence: Option<CheckpointAssignmentFence>,
     ) -> impl Future<Output = BarrierOutcome> + Send;
-    /// Give up a reserved attempt before capture; its id stays burned.
+    /// Give up a reserved attempt before capture; its id stays burned. An
+    /// error turns the abandoned attempt into a failed one.
     fn abandon_checkpoint_attempt(
         &mut self,
         attempt: CheckpointAttempt,
-        reason: &str,
+        reason: &EngineError,
         flags: u64,
         assignment_fence: Option<CheckpointAssignmentFence>,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+    ) -> impl Future<Output = Result<(), EngineError>> + Send;
     /// Whether a clean shutdown takes a final checkpoint (to settle sink
     /// epochs) before closing.
     fn settles_on_shutdown(&self) -> bool {
         false
     }
     /// Withdraw the barrier requests of an attempt at the sources (before
-    /// capture), so no source answers a barrier nobody waits for.
+    /// capture), so no source answers a barrier nobody waits for. An error
+    /// is logged; the attempt is abandoned either way.
     fn cancel_source_barrier_attempt(
         &mut self,
         _attempt: CheckpointAttempt,
-        _reason: &str,
-    ) -> impl Future<Output = Result<(), String>> + Send {
+        _reason: &EngineError,
+    ) -> impl Future<Output = Result<(), EngineError>> + Send {
         async { Ok(()) }
     }
     /// After the shutdown checkpoint: confirm every checkpoint-committable
-    /// sink epoch is resolved. An error leaves the sinks open.
+    /// sink epoch is resolved. An error names the sinks still unsettled;
+    /// their output is then discarded.
     fn settle_sink_epoch_for_shutdown(
         &mut self,
-    ) -> impl Future<Output = Result<(), String>> + Send {
+    ) -> impl Future<Output = Result<(), EngineError>> + Send {
         async { Ok(()) }
     }
-    /// A failure during or after capture, before the manifest was durable.
-    fn record_checkpoint_failure(&mut self, _checkpoint_id: u64, _reason: &str) {}
-    /// An invariant broke after the checkpoint became durable.
-    fn record_checkpoint_continuation_fault(&mut self, _attempt: CheckpointAttempt, _reason: &str) {
+    /// Count and log a failure during or after capture, before the manifest
+    /// was durable. What it does to the pipeline is the coordinator's call.
+    fn record_checkpoint_failure(&mut self, _checkpoint_id: u64, _reason: &EngineError) {}
+    /// An invariant broke after the checkpoint became durable: left for
+    /// [`RuntimeControl::take_pipeline_failure`] as a
+    /// [`CycleError::AfterDurable`].
+    fn record_checkpoint_continuation_fault(
+        &mut self,
+        _attempt: CheckpointAttempt,
+        _reason: EngineError,
+    ) {
     }
-    /// A failure before an attempt could be reserved.
-    fn record_checkpoint_admission_failure(&mut self, _reason: &str) {}
+    /// Count and log a failure before an attempt could be reserved.
+    fn record_checkpoint_admission_failure(&mut self, _reason: &EngineError) {}
     /// Tails holding a slot: durability not yet completed, or still pruning.
     fn checkpoint_tails_in_flight(&mut self) -> usize {
         0
@@ -382,7 +308,10 @@ pub trait CheckpointLifecycle {
     /// `Failed` when the tail wrote nothing durable; `Aborted` when
     /// recovery cancelled it (no sink epoch is committed then).
     fn complete_checkpoint_tail(&mut self, attempt: CheckpointAttempt) -> BarrierOutcome {
-        BarrierOutcome::Failed(format!("checkpoint {} has no tail", attempt.id))
+        BarrierOutcome::Failed(Arc::new(EngineError::Internal(format!(
+            "checkpoint {} has no tail",
+            attempt.id
+        ))))
     }
     /// Wait until no tail holds a slot (completed tails finish pruning).
     fn wait_checkpoint_tails_idle(&mut self) -> impl Future<Output = ()> + Send {
@@ -398,7 +327,9 @@ pub trait CheckpointLifecycle {
     /// Join every tracked checkpoint tail before connector teardown. The
     /// coordinator completes each tail first; one finished but never
     /// completed is an error.
-    fn settle_checkpoint_tail_tasks(&mut self) -> impl Future<Output = Result<(), String>> + Send {
+    fn settle_checkpoint_tail_tasks(
+        &mut self,
+    ) -> impl Future<Output = Result<(), EngineError>> + Send {
         async { Ok(()) }
     }
     /// Time the compute thread could not run cycles for one attempt

@@ -18,7 +18,7 @@ use sluice_storage::{LoadedCheckpoint, Manifest, SourceCheckpoint};
 
 use super::callback::{
     BarrierOutcome, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
-    CheckpointReport,
+    CheckpointReport, CycleError,
 };
 use super::connector::ConnectorPipelineCallback;
 use super::tails::{TailJob, TailResult};
@@ -125,8 +125,7 @@ impl ConnectorPipelineCallback {
             let sealed = crate::panic::contain(
                 || format!("sealing the epoch of sink '{name}'"),
                 || sink.pre_commit(),
-            )
-            .map_err(EngineError::Internal)??;
+            )??;
             if let Some(cp) = sealed {
                 sinks.insert(name, cp);
             }
@@ -157,6 +156,10 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         self.checkpoints.as_ref().and_then(|c| c.interval)
     }
 
+    fn checkpoint_delivery(&self) -> Option<Delivery> {
+        self.checkpoints.as_ref().map(|c| c.delivery)
+    }
+
     fn settles_on_shutdown(&self) -> bool {
         self.checkpoints.is_some()
     }
@@ -170,11 +173,11 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
     async fn reserve_checkpoint_attempt(
         &mut self,
         _deadline: Instant,
-    ) -> std::result::Result<CheckpointAttempt, String> {
+    ) -> Result<CheckpointAttempt> {
         let Some(c) = &self.checkpoints else {
-            return Err("checkpointing is off (open the database on a state directory and set checkpoint_interval or delivery)".into());
+            return Err(EngineError::Checkpoint("checkpointing is off (open the database on a state directory and set checkpoint_interval or delivery)".into()));
         };
-        let id = c.store.reserve().await.map_err(|e| e.to_string())?;
+        let id = c.store.reserve().await?;
         Ok(CheckpointAttempt { id })
     }
 
@@ -199,10 +202,10 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         assignment_fence: Option<CheckpointAssignmentFence>,
     ) -> BarrierOutcome {
         if let Some(f) = assignment_fence {
-            return BarrierOutcome::Aborted(format!(
+            return BarrierOutcome::Aborted(Arc::new(EngineError::Checkpoint(format!(
                 "assignment fence {} given, but this pipeline is not clustered",
                 f.generation
-            ));
+            ))));
         }
         for s in self.sources.values() {
             s.control.withdraw();
@@ -224,10 +227,11 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         }
         let (manifest, parts) = match self.capture(attempt, offsets) {
             Ok(c) => c,
-            Err(e) => return BarrierOutcome::Failed(format!("capturing state: {e}")),
+            Err(e) => return BarrierOutcome::Failed(Arc::new(e.context("capturing state"))),
         };
         let Some(c) = &self.checkpoints else {
-            return BarrierOutcome::Failed("checkpointing is off".into());
+            let off = EngineError::Checkpoint("checkpointing is off".into());
+            return BarrierOutcome::Failed(Arc::new(off));
         };
         let job = TailJob {
             id: attempt.id,
@@ -239,7 +243,7 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         };
         match self.tails.spawn(job) {
             Ok(()) => BarrierOutcome::Tailing(attempt),
-            Err(e) => BarrierOutcome::Failed(e.to_string()),
+            Err(e) => BarrierOutcome::Failed(Arc::new(e.into_error())),
         }
     }
 
@@ -260,31 +264,35 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
 
     fn complete_checkpoint_tail(&mut self, attempt: CheckpointAttempt) -> BarrierOutcome {
         let Some(done) = self.tails.take(attempt.id) else {
-            return BarrierOutcome::Failed(format!(
+            return BarrierOutcome::Failed(Arc::new(EngineError::Internal(format!(
                 "checkpoint {} has no finished tail to complete",
                 attempt.id
-            ));
+            ))));
         };
-        let state_bytes = match done.result {
+        let (state_bytes, created_ms) = match done.result {
             TailResult::Failed(e) => {
+                let e = e.into_error();
                 tracing::warn!(checkpoint = attempt.id, code = e.code(), error = %e, "checkpoint tail failed");
-                return BarrierOutcome::Failed(e.to_string());
+                return BarrierOutcome::Failed(Arc::new(e));
             }
             TailResult::Cancelled => {
-                return BarrierOutcome::Aborted(format!(
+                return BarrierOutcome::Aborted(Arc::new(EngineError::Checkpoint(format!(
                     "checkpoint {} was cancelled before its manifest: recovery took over",
                     attempt.id
-                ))
+                ))))
             }
             // Durable, but recovery owns the pipeline now: it re-commits
             // the sealed epochs from the manifest, never this generation.
             TailResult::Durable { .. } if done.cancelled => {
-                return BarrierOutcome::Aborted(format!(
+                return BarrierOutcome::Aborted(Arc::new(EngineError::Checkpoint(format!(
                     "checkpoint {} became durable after recovery took over; its sink epochs are left to recovery",
                     attempt.id
-                ))
+                ))))
             }
-            TailResult::Durable { state_bytes } => state_bytes,
+            TailResult::Durable {
+                state_bytes,
+                created_ms,
+            } => (state_bytes, created_ms),
         };
         // Durable from here on: the sinks' sealed epochs must become visible.
         // A sink that cannot commit now is a continuation fault; the
@@ -292,14 +300,10 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         for i in 0..self.sinks.len() {
             let sink = &mut self.sinks[i];
             let name = sink.name().to_string();
-            let committed = crate::panic::contain(
-                || format!("sink '{name}'"),
-                || sink.commit().map_err(|e| e.to_string()),
-            )
-            .and_then(|r| r);
+            let committed = crate::panic::contain(|| format!("sink '{name}'"), || sink.commit())
+                .and_then(|r| r);
             if let Err(e) = committed {
-                let reason = format!("checkpoint {} is durable but committing {e}", attempt.id);
-                self.record_checkpoint_continuation_fault(attempt, &reason);
+                self.record_checkpoint_continuation_fault(attempt, e.context("committing"));
                 break;
             }
         }
@@ -307,6 +311,7 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             id: attempt.id,
             duration: done.started.elapsed(),
             state_bytes,
+            created_ms,
         };
         self.shared.metrics.record_checkpoint(&report);
         tracing::debug!(
@@ -336,11 +341,13 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         stopped
     }
 
-    async fn settle_checkpoint_tail_tasks(&mut self) -> std::result::Result<(), String> {
+    async fn settle_checkpoint_tail_tasks(&mut self) -> Result<()> {
         if self.tails.next_durable().await.is_some() {
             // The coordinator completes every tail before settling; one
             // left here is reported, not silently committed.
-            return Err("a checkpoint tail finished but was never completed".into());
+            return Err(EngineError::Internal(
+                "a checkpoint tail finished but was never completed".into(),
+            ));
         }
         self.tails.idle().await;
         Ok(())
@@ -357,16 +364,16 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
     async fn abandon_checkpoint_attempt(
         &mut self,
         attempt: CheckpointAttempt,
-        reason: &str,
+        reason: &EngineError,
         _flags: u64,
         _assignment_fence: Option<CheckpointAssignmentFence>,
-    ) -> std::result::Result<(), String> {
+    ) -> Result<()> {
         for s in self.sources.values() {
             s.control.withdraw();
         }
         tracing::warn!(
             checkpoint = attempt.id,
-            reason,
+            %reason,
             "checkpoint attempt abandoned"
         );
         self.shared.metrics.note_checkpoint_abandoned();
@@ -376,16 +383,16 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
     async fn cancel_source_barrier_attempt(
         &mut self,
         attempt: CheckpointAttempt,
-        reason: &str,
-    ) -> std::result::Result<(), String> {
+        reason: &EngineError,
+    ) -> Result<()> {
         for s in self.sources.values() {
             s.control.withdraw();
         }
-        tracing::debug!(checkpoint = attempt.id, reason, "source barriers withdrawn");
+        tracing::debug!(checkpoint = attempt.id, %reason, "source barriers withdrawn");
         Ok(())
     }
 
-    async fn settle_sink_epoch_for_shutdown(&mut self) -> std::result::Result<(), String> {
+    async fn settle_sink_epoch_for_shutdown(&mut self) -> Result<()> {
         let open: Vec<&str> = self
             .sinks
             .iter()
@@ -395,38 +402,34 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         if open.is_empty() {
             Ok(())
         } else {
-            Err(format!("sinks with unsettled epochs: {}", open.join(", ")))
+            Err(EngineError::Checkpoint(format!(
+                "sinks with unsettled epochs: {}",
+                open.join(", ")
+            )))
         }
     }
 
-    fn record_checkpoint_failure(&mut self, checkpoint_id: u64, reason: &str) {
+    fn record_checkpoint_failure(&mut self, checkpoint_id: u64, reason: &EngineError) {
         self.shared.metrics.note_checkpoint_failed();
-        let exactly_once = self
-            .checkpoints
-            .as_ref()
-            .is_some_and(|c| c.delivery == Delivery::ExactlyOnce);
-        if exactly_once {
-            self.fault = Some(format!(
-                "checkpoint {checkpoint_id} failed: {reason}; recovery replays from the last committed checkpoint"
-            ));
-        } else {
-            tracing::warn!(
-                checkpoint = checkpoint_id,
-                reason,
-                "checkpoint failed; retrying at the next interval"
-            );
-        }
+        tracing::warn!(
+            checkpoint = checkpoint_id,
+            %reason,
+            code = reason.code(),
+            "checkpoint failed"
+        );
     }
 
-    fn record_checkpoint_continuation_fault(&mut self, attempt: CheckpointAttempt, reason: &str) {
-        self.fault = Some(format!(
-            "after checkpoint {} became durable: {reason}; recovery re-commits it",
-            attempt.id
-        ));
+    fn record_checkpoint_continuation_fault(
+        &mut self,
+        attempt: CheckpointAttempt,
+        reason: EngineError,
+    ) {
+        let e = reason.context(format!("after checkpoint {} became durable", attempt.id));
+        self.failure.get_or_insert(CycleError::AfterDurable(e));
     }
 
-    fn record_checkpoint_admission_failure(&mut self, reason: &str) {
+    fn record_checkpoint_admission_failure(&mut self, reason: &EngineError) {
         self.shared.metrics.note_checkpoint_failed();
-        tracing::warn!(reason, "could not reserve a checkpoint attempt");
+        tracing::warn!(%reason, "could not reserve a checkpoint attempt");
     }
 }

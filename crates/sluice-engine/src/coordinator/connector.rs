@@ -11,23 +11,23 @@ use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use sluice_connectors::BatchReader;
-use tokio::sync::mpsc;
 
 use super::callback::{
-    BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
-    RuntimeControl, SourceIntake,
+    BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, ExternalOutputPressure,
+    OutputPublication, RuntimeControl, SourceIntake,
 };
 use super::streams::{InstalledStream, MarkMap, StreamFailure};
 use crate::catalog::{SourceConnector, SourceDef};
+use crate::error::EngineError;
 use crate::fault::FaultSite;
 use crate::metrics::PipelineMetrics;
 use crate::operators::expr::event_time_ms;
 use crate::options::Delivery;
 use crate::output::sink::{SinkMode, SinkRuntime};
 use crate::output::subscription::SubscriptionRegistry;
-use crate::sources::{spawn_reader, SourceBarrierControl, SourceMessage};
+use crate::seam::CheckpointConfig;
+use crate::sources::{spawn_reader, SourceBarrierControl, SourceSender};
 use crate::watermark::{combine, SourceWatermark};
-use sluice_storage::CheckpointStore;
 
 pub(super) struct SourceState {
     pub(super) def: SourceDef,
@@ -62,41 +62,22 @@ pub struct ConnectorPipelineCallback {
     /// cycle, per source, in arrival order (see [`super::streams`]).
     pub(super) cycle_marks: MarkMap,
     pub(super) watermark: i64,
-    pub(super) halt: Option<String>,
+    /// A failure found where it could not be returned (after a checkpoint
+    /// became durable), for the coordinator to take.
+    pub(super) failure: Option<CycleError>,
     pub(super) started: bool,
-    pub(super) source_tx: mpsc::Sender<SourceMessage>,
+    pub(super) source_tx: SourceSender,
     pub(super) readers: Vec<std::thread::JoinHandle<()>>,
     pub(super) shared: SharedOutputs,
     pub(super) checkpoints: Option<CheckpointConfig>,
     pub(super) sink_mode: SinkMode,
-    pub(super) fault: Option<String>,
     /// Durable halves of checkpoints, running off the compute thread.
     pub(super) tails: super::tails::CheckpointTails,
 }
 
-/// Checkpointing of one pipeline.
-pub struct CheckpointConfig {
-    /// Where checkpoints go.
-    pub store: CheckpointStore,
-    /// Periodic interval (None: only manual and shutdown checkpoints).
-    pub interval: Option<std::time::Duration>,
-    /// Alignment timeout.
-    pub alignment_timeout: std::time::Duration,
-    /// Committed checkpoints kept.
-    pub retain: usize,
-    /// Delivery guarantee.
-    pub delivery: Delivery,
-    /// Fingerprint of the pipeline definition.
-    pub fingerprint: String,
-    /// Committed epochs retained per stream for resuming consumers.
-    pub history_epochs: usize,
-    /// Bytes of committed output retained per stream.
-    pub history_bytes: usize,
-}
-
 impl ConnectorPipelineCallback {
     /// A callback with nothing installed; checkpointing starts off.
-    pub fn new(source_tx: mpsc::Sender<SourceMessage>, shared: SharedOutputs) -> Self {
+    pub fn new(source_tx: impl Into<SourceSender>, shared: SharedOutputs) -> Self {
         Self {
             sources: FxHashMap::default(),
             streams: Vec::new(),
@@ -104,25 +85,27 @@ impl ConnectorPipelineCallback {
             late_stash: Mutex::new(FxHashMap::default()),
             cycle_marks: FxHashMap::default(),
             watermark: i64::MIN,
-            halt: None,
+            failure: None,
             started: false,
-            source_tx,
+            source_tx: source_tx.into(),
             readers: Vec::new(),
             shared,
             checkpoints: None,
             sink_mode: SinkMode::Atomic,
-            fault: None,
             tails: super::tails::CheckpointTails::default(),
         }
     }
 
-    pub(super) fn start_reader(&mut self, name: &Arc<str>) {
+    /// Start the reader thread of source `name` (a no-op for a source
+    /// without a pending reader). An error: the thread could not be
+    /// spawned; the source does not read.
+    pub(super) fn start_reader(&mut self, name: &Arc<str>) -> Result<(), EngineError> {
         let Some(state) = self.sources.get_mut(name) else {
-            return;
+            return Ok(());
         };
         if state.watermark.is_finished() {
             state.pending_reader = None;
-            return;
+            return Ok(());
         }
         if let Some(reader) = state.pending_reader.take() {
             match spawn_reader(
@@ -136,9 +119,16 @@ impl ConnectorPipelineCallback {
                     state.reading = true;
                     self.readers.push(h);
                 }
-                Err(e) => self.halt = Some(format!("source '{name}': cannot start reader: {e}")),
+                Err(e) => {
+                    let e = sluice_connectors::ConnectorError::Io {
+                        path: format!("sluice-source-{name} (reader thread)").into(),
+                        source: e,
+                    };
+                    return Err(EngineError::from(e).context(format!("source '{name}'")));
+                }
             }
         }
+        Ok(())
     }
 
     pub(super) fn recompute_watermark(&mut self) {
@@ -146,10 +136,17 @@ impl ConnectorPipelineCallback {
         self.shared.metrics.set_watermark(self.watermark);
     }
 
+    /// A sink write that failed on its writer thread, once, as the
+    /// message a failed cycle carries.
+    fn take_sink_failure(&mut self) -> Option<EngineError> {
+        self.sinks.iter().find_map(SinkRuntime::take_failure)
+    }
+
     fn source(&self, name: &str) -> Result<&SourceState, CycleError> {
-        self.sources.get(name).ok_or_else(|| CycleError::Source {
-            source_name: name.to_string(),
-            message: "no such source (dropped?)".into(),
+        self.sources.get(name).ok_or_else(|| {
+            CycleError::Source(EngineError::Catalog(format!(
+                "source '{name}': no such source (dropped?)"
+            )))
         })
     }
 
@@ -163,10 +160,7 @@ impl ConnectorPipelineCallback {
         let column = batch.schema().field(idx).name().clone();
         event_time_ms(batch.column(idx), &column)
             .map(Some)
-            .map_err(|e| CycleError::Source {
-                source_name: state.def.name.clone(),
-                message: e.to_string(),
-            })
+            .map_err(|e| CycleError::Source(e.context(format!("source '{}'", state.def.name))))
     }
 }
 
@@ -176,6 +170,13 @@ impl SourceIntake for ConnectorPipelineCallback {
         source_name: &str,
         batch: &RecordBatch,
     ) -> Result<Option<RecordBatch>, CycleError> {
+        // Batches a push source queued before DROP SOURCE arrive after it:
+        // they belong to no pipeline any more and are discarded, instead of
+        // halting the pipeline over a statement that succeeded.
+        if !self.sources.contains_key(source_name) {
+            tracing::debug!(source = source_name, "batch of a dropped source discarded");
+            return Ok(None);
+        }
         let state = self.source(source_name)?;
         let rows = batch.num_rows() as u64;
         self.shared
@@ -194,14 +195,14 @@ impl SourceIntake for ConnectorPipelineCallback {
             .map(|t| Some(t.is_some_and(|t| t >= wm)))
             .collect();
         let late_mask =
-            arrow::compute::not(&on_time).map_err(|e| CycleError::Execution(e.to_string()))?;
+            arrow::compute::not(&on_time).map_err(|e| CycleError::Execution(e.into()))?;
         let late = late_mask.true_count() as u64;
         self.shared
             .metrics
             .source(source_name, |c| c.late_rows += late);
         if let Some(to) = &state.late_to {
             let late_rows = arrow::compute::filter_record_batch(batch, &late_mask)
-                .map_err(|e| CycleError::Execution(e.to_string()))?;
+                .map_err(|e| CycleError::Execution(e.into()))?;
             self.late_stash
                 .lock()
                 .entry(Arc::clone(to))
@@ -209,7 +210,7 @@ impl SourceIntake for ConnectorPipelineCallback {
                 .push(late_rows);
         }
         let kept = arrow::compute::filter_record_batch(batch, &on_time)
-            .map_err(|e| CycleError::Execution(e.to_string()))?;
+            .map_err(|e| CycleError::Execution(e.into()))?;
         Ok((kept.num_rows() > 0).then_some(kept))
     }
 
@@ -266,6 +267,31 @@ impl SourceIntake for ConnectorPipelineCallback {
         self.watermark
     }
 
+    fn is_backpressured(&self) -> bool {
+        self.source_tx
+            .budget()
+            .is_some_and(|b| b.is_over_high_water())
+    }
+
+    fn external_output_pressure(&self) -> ExternalOutputPressure {
+        let (subscribers_full, subscriber_bytes) = self.shared.subscriptions.pressure();
+        let sinks_full = self.sinks.iter().any(SinkRuntime::is_full);
+        let sink_bytes: u64 = self.sinks.iter().map(SinkRuntime::queued_bytes).sum();
+        let full = subscribers_full || sinks_full;
+        self.shared
+            .metrics
+            .record_output_pressure(subscriber_bytes + sink_bytes, full);
+        if full {
+            ExternalOutputPressure::Full
+        } else {
+            ExternalOutputPressure::Clear
+        }
+    }
+
+    fn output_pressure_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.shared.subscriptions.relief())
+    }
+
     fn tick_idle_watermark(&mut self) {
         let now = Instant::now();
         for (name, s) in self.sources.iter_mut() {
@@ -306,7 +332,7 @@ impl CycleExecution for ConnectorPipelineCallback {
                         return Ok(());
                     }
                     crate::fault::hit(FaultSite::Stream, &name, rows as u64)
-                        .map_err(|e| StreamFailure::Other(format!("stream '{name}': {e}")))
+                        .map_err(|e| StreamFailure::Other(e.context(format!("stream '{name}'"))))
                 },
             )
             .map_err(StreamFailure::Other)
@@ -336,10 +362,6 @@ impl CycleExecution for ConnectorPipelineCallback {
     fn note_cycle_error(&self) {
         self.shared.metrics.note_cycle_error();
     }
-
-    fn fault_on_cycle_error(&self) -> bool {
-        self.checkpoints.is_some()
-    }
 }
 
 impl OutputPublication for ConnectorPipelineCallback {
@@ -358,7 +380,7 @@ impl OutputPublication for ConnectorPipelineCallback {
                     )
                     .map_err(CycleError::Output)?
                     .map_err(|e| {
-                        CycleError::Output(format!("materialized view '{}': {e}", s.name))
+                        CycleError::Output(e.context(format!("materialized view '{}'", s.name)))
                     })?;
                 }
             }
@@ -375,14 +397,11 @@ impl OutputPublication for ConnectorPipelineCallback {
                     if rows > 0 {
                         crate::fault::hit(FaultSite::Subscription, name, rows as u64)?;
                     }
-                    self.shared
-                        .subscriptions
-                        .publish(name, batches)
-                        .map_err(|e| e.to_string())
+                    self.shared.subscriptions.publish(name, batches)
                 },
             )
             .and_then(|r| r)
-            .map_err(|e| CycleError::Output(format!("subscription to '{name}': {e}")))?;
+            .map_err(|e| CycleError::Output(e.context(format!("subscription to '{name}'"))))?;
         }
         Ok(())
     }
@@ -395,10 +414,10 @@ impl OutputPublication for ConnectorPipelineCallback {
         let wm = self.watermark;
         for sink in self.sinks.iter_mut() {
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(CycleError::Deadline(format!(
-                    "writing sink '{}'",
+                return Err(CycleError::Output(EngineError::Checkpoint(format!(
+                    "deadline passed while writing sink '{}'",
                     sink.name()
-                )));
+                ))));
             }
             // Pushed rows can arrive before `start`: open the sink for them
             // in the mode known so far (atomic unless checkpointing is on).
@@ -413,8 +432,15 @@ impl OutputPublication for ConnectorPipelineCallback {
                     sink.write(results, wm)
                 },
             )
-            .map_err(CycleError::Output)?
-            .map_err(|e| CycleError::Output(e.to_string()))?;
+            .and_then(|r| r)
+            .map_err(CycleError::Output)?;
+        }
+        // The last input went in: wait for the writers, so a write that
+        // fails fails this cycle, before the pipeline reports it finished.
+        if self.all_sources_finished() {
+            for sink in &self.sinks {
+                sink.flush().map_err(CycleError::Output)?;
+            }
         }
         Ok(())
     }
@@ -422,7 +448,7 @@ impl OutputPublication for ConnectorPipelineCallback {
     fn reserve_subscription_cut(
         &mut self,
         attempt: super::callback::CheckpointAttempt,
-    ) -> Result<(), String> {
+    ) -> Result<(), EngineError> {
         self.shared.subscriptions.reserve_cut(attempt.id);
         Ok(())
     }
@@ -434,11 +460,8 @@ impl OutputPublication for ConnectorPipelineCallback {
     fn publish_barrier(
         &mut self,
         attempt: super::callback::CheckpointAttempt,
-    ) -> Result<(), String> {
-        self.shared
-            .subscriptions
-            .publish_cut(attempt.id)
-            .map_err(|e| e.to_string())
+    ) -> Result<(), EngineError> {
+        self.shared.subscriptions.publish_cut(attempt.id)
     }
 
     fn invalidate_subscriptions(&self, reason: &str) {
@@ -446,57 +469,55 @@ impl OutputPublication for ConnectorPipelineCallback {
         self.shared.subscriptions.close_all();
     }
 
-    async fn close_sinks(&mut self) -> Result<(), String> {
-        let mut failures = Vec::new();
-        for sink in self.sinks.iter_mut() {
-            let name = sink.name().to_string();
-            match crate::panic::contain(|| format!("closing sink '{name}'"), || sink.close()) {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => failures.push(e.to_string()),
-                Err(panic) => failures.push(panic),
-            }
-        }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(failures.join("; "))
-        }
-    }
-
-    fn abort_sinks(&mut self) -> Result<(), String> {
-        let failures: Vec<String> = self
+    async fn close_sinks(&mut self) -> Result<(), EngineError> {
+        let results: Vec<Result<(), EngineError>> = self
             .sinks
             .iter_mut()
-            .filter_map(|s| {
-                let name = s.name().to_string();
-                match crate::panic::contain(|| format!("aborting sink '{name}'"), || s.abort()) {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(panic) => Some(panic),
-                }
+            .map(|sink| {
+                let name = sink.name().to_string();
+                crate::panic::contain(|| format!("closing sink '{name}'"), || sink.close())
+                    .and_then(|r| r.map(|_| ()))
             })
             .collect();
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(failures.join("; "))
-        }
+        first_error(results, "closing sink failed")
+    }
+
+    fn abort_sinks(&mut self) -> Result<(), EngineError> {
+        let results: Vec<Result<(), EngineError>> = self
+            .sinks
+            .iter_mut()
+            .map(|s| {
+                let name = s.name().to_string();
+                crate::panic::contain(|| format!("aborting sink '{name}'"), || s.abort())
+                    .and_then(|r| r)
+            })
+            .collect();
+        first_error(results, "aborting sink failed")
     }
 }
 
+/// The first error of `results`; the later ones are logged (each sink was
+/// attempted, and the first failure is the one the caller acts on).
+fn first_error(results: Vec<Result<(), EngineError>>, what: &str) -> Result<(), EngineError> {
+    let mut first = None;
+    for e in results.into_iter().filter_map(Result::err) {
+        match first {
+            None => first = Some(e),
+            Some(_) => tracing::warn!(error = %e, code = e.code(), "{what}"),
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
 impl RuntimeControl for ConnectorPipelineCallback {
-    fn apply_control(&mut self, msg: ControlMsg) {
+    fn apply_control(&mut self, msg: ControlMsg) -> Result<(), EngineError> {
         match msg {
             ControlMsg::AddSource(def) => {
                 let name: Arc<str> = Arc::from(def.name.as_str());
                 let delay = def.watermark.as_ref().map(|w| w.delay_ms);
-                let pending_reader = match def.open_reader(None) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.halt = Some(format!("source '{name}': {e}"));
-                        None
-                    }
-                };
+                let pending_reader = def
+                    .open_reader(None)
+                    .map_err(|e| e.context(format!("source '{name}'")))?;
                 let state = SourceState {
                     watermark: SourceWatermark::new(delay, def.idle_timeout, Instant::now()),
                     late_to: def.late_data_to.as_deref().map(Arc::from),
@@ -508,7 +529,11 @@ impl RuntimeControl for ConnectorPipelineCallback {
                 };
                 self.sources.insert(Arc::clone(&name), state);
                 if self.started {
-                    self.start_reader(&name);
+                    if let Err(e) = self.start_reader(&name) {
+                        // Refused: the source is not part of the pipeline.
+                        self.sources.remove(&name);
+                        return Err(e);
+                    }
                 }
             }
             ControlMsg::AddStream {
@@ -535,10 +560,11 @@ impl RuntimeControl for ConnectorPipelineCallback {
                 self.streams.push(stream);
             }
             ControlMsg::AddSink(mut sink) => {
+                // Opened before it joins: a sink whose file cannot be
+                // created is refused, and the pipeline runs on without it.
+                sink.set_relief(self.shared.subscriptions.relief());
                 if self.started {
-                    if let Err(e) = sink.begin(self.sink_mode, None) {
-                        self.halt = Some(e.to_string());
-                    }
+                    sink.begin(self.sink_mode, None)?;
                 }
                 self.sinks.push(*sink);
             }
@@ -576,27 +602,30 @@ impl RuntimeControl for ConnectorPipelineCallback {
                 self.checkpoints = Some(*config);
             }
             ControlMsg::Recover(checkpoint) => {
-                if let Err(e) = self.recover(&checkpoint) {
-                    self.halt = Some(format!(
-                        "recovering from checkpoint {} failed: {e}",
-                        checkpoint.manifest.id
-                    ));
-                }
+                let id = checkpoint.manifest.id;
+                self.recover(&checkpoint)
+                    .map_err(|e| e.context(format!("recovering from checkpoint {id} failed")))?;
             }
             ControlMsg::LeaveUnread { source, columns } => {
                 let Some(state) = self.sources.get_mut(source.as_str()) else {
-                    return;
+                    return Ok(());
                 };
                 if state.reading {
                     tracing::warn!(%source, "source already reading; columns stay parsed");
-                    return;
+                    return Ok(());
                 }
                 if let SourceConnector::File(cfg) = &mut state.def.connector {
-                    cfg.unread_columns = columns;
-                    // Not read from yet: reopen with the narrower projection.
+                    let all = std::mem::replace(&mut cfg.unread_columns, columns);
+                    // Not read from yet: reopen with the narrower projection
+                    // (or keep every column if that fails).
                     match state.def.open_reader(None) {
                         Ok(reader) => state.pending_reader = reader,
-                        Err(e) => self.halt = Some(format!("source '{source}': {e}")),
+                        Err(e) => {
+                            if let SourceConnector::File(cfg) = &mut state.def.connector {
+                                cfg.unread_columns = all;
+                            }
+                            return Err(e.context(format!("source '{source}'")));
+                        }
                     }
                 }
             }
@@ -604,23 +633,22 @@ impl RuntimeControl for ConnectorPipelineCallback {
                 self.started = true;
                 let mode = self.sink_mode;
                 for sink in self.sinks.iter_mut().filter(|s| !s.is_open()) {
-                    if let Err(e) = sink.begin(mode, None) {
-                        self.halt = Some(e.to_string());
-                    }
+                    sink.begin(mode, None)?;
                 }
                 let names: Vec<Arc<str>> = self.sources.keys().cloned().collect();
                 for n in names {
-                    self.start_reader(&n);
+                    self.start_reader(&n)?;
                 }
             }
         }
+        Ok(())
     }
 
-    fn take_pipeline_halt(&mut self) -> Option<String> {
-        self.halt.take()
-    }
-
-    fn take_pipeline_fault(&mut self) -> Option<String> {
-        self.fault.take()
+    fn take_pipeline_failure(&mut self) -> Option<CycleError> {
+        // A sink write that failed on its writer thread is a failed
+        // cycle's output, decided like any other.
+        self.failure
+            .take()
+            .or_else(|| self.take_sink_failure().map(CycleError::Output))
     }
 }

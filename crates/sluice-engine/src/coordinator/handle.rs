@@ -2,7 +2,7 @@
 //! status, and what every caller is told once the thread is gone.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -11,6 +11,7 @@ use super::{
     StreamingCoordinator,
 };
 use crate::error::{EngineError, Result};
+use crate::seam::CoordinatorDeath;
 use crate::sources::SourceMessage;
 
 /// A running coordinator.
@@ -19,27 +20,6 @@ pub struct CoordinatorHandle {
     status: watch::Receiver<PipelineStatus>,
     thread: Option<std::thread::JoinHandle<()>>,
     death: CoordinatorDeath,
-}
-
-/// Why the coordinator thread died, once it did: shared with everything
-/// that talks to it (push sources too), so a call after the death reports
-/// the panic instead of a bare "not running".
-#[derive(Clone, Default, Debug)]
-pub struct CoordinatorDeath(Arc<OnceLock<String>>);
-
-impl CoordinatorDeath {
-    /// The panic message, if the coordinator thread died.
-    pub fn reason(&self) -> Option<&str> {
-        self.0.get().map(String::as_str)
-    }
-
-    /// The error for a call that found the coordinator gone.
-    pub fn not_running(&self) -> EngineError {
-        match self.reason() {
-            Some(r) => EngineError::CoordinatorPanicked(r.to_string()),
-            None => EngineError::NotRunning,
-        }
-    }
 }
 
 impl CoordinatorHandle {
@@ -69,9 +49,9 @@ impl CoordinatorHandle {
                     // The loop contains panics itself; this is the last net.
                     let reason = crate::panic::panic_message(&*payload);
                     tracing::error!(%reason, "the coordinator thread panicked");
-                    let _ = note.0.set(reason.clone());
+                    note.record(reason.clone());
                     last_word.send_modify(|s| {
-                        s.panicked = Some(reason);
+                        s.panicked = Some(Arc::new(EngineError::CoordinatorPanicked(reason)));
                         s.stopped = true;
                     });
                 }
@@ -90,13 +70,15 @@ impl CoordinatorHandle {
         self.death.clone()
     }
 
-    /// Apply DDL and wait until it is in effect.
+    /// Apply DDL and wait until it is in effect. An error means it was
+    /// not applied: a refused statement leaves the pipeline running; a
+    /// failed `Recover` or `Start` halted it.
     pub async fn control(&self, msg: ControlMsg) -> Result<()> {
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Control(msg, tx))
             .map_err(|_| self.death.not_running())?;
-        rx.await.map_err(|_| self.death.not_running())
+        rx.await.map_err(|_| self.death.not_running())?
     }
 
     /// The latest status.
@@ -112,7 +94,21 @@ impl CoordinatorHandle {
             .map_err(|_| self.death.not_running())?;
         rx.await
             .map_err(|_| self.death.not_running())?
-            .map_err(EngineError::Checkpoint)
+            .map_err(|e| {
+                // A refusal, or the pipeline's stop, says so already.
+                let says = matches!(
+                    e,
+                    EngineError::Fault { .. }
+                        | EngineError::Halted { .. }
+                        | EngineError::NotRunning
+                        | EngineError::CoordinatorPanicked(_)
+                ) || matches!(e.root(), EngineError::Checkpoint(_));
+                if says {
+                    e
+                } else {
+                    e.context("checkpoint failed")
+                }
+            })
     }
 
     /// A receiver of status updates.
@@ -142,12 +138,10 @@ pub async fn wait_finished(mut rx: watch::Receiver<PipelineStatus>) -> Result<()
 
 /// The error a final status stands for, if any.
 fn status_result(s: PipelineStatus) -> Result<()> {
-    match (s.panicked, s.halted, s.fault) {
-        (Some(p), _, _) => Err(EngineError::CoordinatorPanicked(p)),
-        (None, Some(h), _) => Err(EngineError::Halted(h)),
-        (None, None, Some(f)) => Err(EngineError::Fault(f)),
-        (None, None, None) if s.finished || s.stopped => Ok(()),
-        (None, None, None) => Err(EngineError::NotRunning),
+    match s.error() {
+        Some(e) => Err(e),
+        None if s.finished || s.stopped => Ok(()),
+        None => Err(EngineError::NotRunning),
     }
 }
 
@@ -173,6 +167,6 @@ impl CoordinatorHandle {
         if status.panicked.is_some() || status.halted.is_some() || status.fault.is_some() {
             return status_result(status);
         }
-        r.map_err(|e| EngineError::Halted(format!("shutdown: {e}")))
+        r.map_err(|e| EngineError::halted(Arc::new(e.context("shutdown"))))
     }
 }

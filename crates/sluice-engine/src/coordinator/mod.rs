@@ -4,10 +4,14 @@
 //! `max_batches_per_cycle`), filters late rows and extracts watermarks per
 //! batch in arrival order, executes the operator graph once at the resulting
 //! pipeline watermark, then publishes to materialized views, subscriptions
-//! and sinks, and records metrics. DDL is applied between cycles. The
+//! and sinks, and records metrics. Before each cycle it consults the
+//! outputs' pressure: while a sink's writer queue or a subscriber's queue
+//! is full, it takes no source input, so the source channel fills and the
+//! readers wait (output backpressure). DDL is applied between cycles. The
 //! coordinator runs on its own thread (the compute thread); everything it
 //! touches goes through the [`PipelineCallback`] seam.
 
+mod barrier;
 pub mod callback;
 mod checkpointing;
 pub mod connector;
@@ -21,49 +25,36 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 
-use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::error::EngineError;
+use crate::seam::{disposition, Disposition};
+pub use crate::seam::{CheckpointConfig, CoordinatorDeath, PipelineStatus};
 use crate::sources::{SourceEvent, SourceMessage};
 pub use callback::{
     BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
-    CheckpointReport, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
-    PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
+    CheckpointReport, ControlMsg, CycleError, CycleExecution, CycleOutcome, ExternalOutputPressure,
+    OutputPublication, PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
 };
-pub use connector::{CheckpointConfig, ConnectorPipelineCallback, SharedOutputs};
-pub use handle::{wait_finished, CoordinatorDeath, CoordinatorHandle};
+pub use connector::{ConnectorPipelineCallback, SharedOutputs};
+pub use handle::{wait_finished, CoordinatorHandle};
 pub use streams::StreamProducer;
 pub use tails::TailError;
 
-/// What the coordinator reports about the pipeline.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PipelineStatus {
-    /// Every source finished and its data went through a final cycle.
-    pub finished: bool,
-    /// Why the pipeline stopped for good (deterministic failure), if it did.
-    pub halted: Option<String>,
-    /// A consistency fault: intake stopped; recovery replays from the last
-    /// committed checkpoint.
-    pub fault: Option<String>,
-    /// Cycles run so far.
-    pub cycles: u64,
-    /// Whether the coordinator has shut down.
-    pub stopped: bool,
-    /// The coordinator thread died of this panic (the pipeline is gone).
-    pub panicked: Option<String>,
-}
+use barrier::Checkpointed;
 
 /// Commands for the coordinator.
 pub enum Command {
-    /// Apply DDL; acknowledged once applied.
-    Control(ControlMsg, oneshot::Sender<()>),
+    /// Apply DDL; acknowledged once applied, or with the error that
+    /// refused it (nothing of it applied).
+    Control(ControlMsg, oneshot::Sender<crate::Result<()>>),
     /// Take a checkpoint now.
-    Checkpoint(oneshot::Sender<std::result::Result<CheckpointReport, String>>),
+    Checkpoint(oneshot::Sender<crate::Result<CheckpointReport>>),
     /// Settle and close everything (or, with `discard`, throw away sink
     /// output), then stop.
     Shutdown {
         /// Receives the outcome.
-        reply: oneshot::Sender<std::result::Result<(), String>>,
+        reply: oneshot::Sender<crate::Result<()>>,
         /// Discard unpublished sink output instead of publishing it.
         discard: bool,
     },
@@ -101,15 +92,7 @@ pub struct StreamingCoordinator<C: PipelineCallback> {
 }
 
 /// Where a manual checkpoint's outcome goes.
-type CheckpointReply = oneshot::Sender<std::result::Result<CheckpointReport, String>>;
-
-fn reply_of(outcome: &BarrierOutcome) -> std::result::Result<CheckpointReport, String> {
-    match outcome {
-        BarrierOutcome::Committed(report) => Ok(report.clone()),
-        BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => Err(e.clone()),
-        BarrierOutcome::Tailing(a) => Err(format!("checkpoint {} is still being written", a.id)),
-    }
-}
+type CheckpointReply = oneshot::Sender<crate::Result<CheckpointReport>>;
 
 impl<C: PipelineCallback> StreamingCoordinator<C> {
     /// A coordinator over `callback`.
@@ -157,7 +140,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         crate::panic::panic_message(&*payload)
                     );
                     tracing::error!(%reason, "coordinator step panicked");
-                    self.fail(reason);
+                    self.settle(CycleError::Panicked(EngineError::Panicked(reason)));
                 }
             }
         }
@@ -176,25 +159,31 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 *checkpoints = Some(i);
             }
         }
-        if !self.stopped_intake && !self.held.is_empty() {
+        // Backpressure: while an output is full, no source input is taken
+        // (neither held nor new); commands, checkpoints and idleness still
+        // run, so a pipeline whose subscriber never reads still checkpoints
+        // and shuts down.
+        let paused = !self.stopped_intake
+            && (self.callback.intake_paused()
+                || self.callback.external_output_pressure() == ExternalOutputPressure::Full);
+        let relief = if paused {
+            self.callback.output_pressure_wake()
+        } else {
+            None
+        };
+        if !self.stopped_intake && !paused && !self.held.is_empty() {
             let n = self.held.len().min(self.config.max_batches_per_cycle);
             let batch: Vec<SourceMessage> = self.held.drain(..n).collect();
             self.process(batch).await;
             yield_to_timers().await;
-            self.check_halt_and_fault();
+            self.take_callback_failure();
             return Step::Continue;
         }
         tokio::select! {
             biased;
             cmd = self.commands.recv() => match cmd {
                 Some(Command::Control(msg, ack)) => {
-                    self.callback.apply_control(msg);
-                    // Recovered sources may all be finished already: one
-                    // cycle closes what remains and reports completion.
-                    if self.callback.all_sources_finished() && !self.status.borrow().finished {
-                        self.run_cycle(BatchMap::default(), 0, 0).await;
-                    }
-                    let _ = ack.send(());
+                    let _ = ack.send(self.control(msg).await);
                 }
                 Some(Command::Checkpoint(reply)) => {
                     // A halted or faulted pipeline has discarded the sink
@@ -210,18 +199,28 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         self.wait_for_tail_slot().await;
                     }
                     if self.stopped_intake {
-                        let reason = self.stop_reason();
-                        let _ = reply.send(Err(format!(
+                        let status = self.status.borrow().clone();
+                        let reason = match (status.halted, status.fault) {
+                            (Some(h), _) => h.to_string(),
+                            (None, Some(f)) => {
+                                format!("{f}; recovery replays from the last committed checkpoint")
+                            }
+                            (None, None) => String::new(),
+                        };
+                        let _ = reply.send(Err(EngineError::Checkpoint(format!(
                             "no checkpoint is taken after the pipeline stopped ({reason}): it \
                              would commit input whose output was discarded; reopen on the same \
                              state to recover from the last committed checkpoint"
-                        )));
+                        ))));
                         return Step::Continue;
                     }
                     match self.run_checkpoint(FLAG_MANUAL).await {
-                        BarrierOutcome::Tailing(a) => self.replies.push((a.id, reply)),
-                        outcome => {
-                            let _ = reply.send(reply_of(&outcome));
+                        Ok(Checkpointed::Tailing(a)) => self.replies.push((a.id, reply)),
+                        Ok(Checkpointed::Done(report)) => {
+                            let _ = reply.send(Ok(report));
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
                         }
                     }
                 }
@@ -237,7 +236,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             },
             // A tail's durability is known: commit its sinks' epochs.
             Some(attempt) = self.callback.next_checkpoint_tail() => {
-                self.on_tail_done(attempt);
+                if let Some(Err(e)) = self.on_tail_done(attempt) {
+                    tracing::debug!(checkpoint = attempt.id, error = %e, "periodic checkpoint did not commit");
+                }
             }
             _ = async {
                 match checkpoints.as_mut() {
@@ -256,8 +257,8 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     {
                         tracing::debug!("periodic checkpoint skipped: a checkpoint tail is in flight");
                         self.callback.note_checkpoint_skipped();
-                    } else {
-                        let _ = self.run_checkpoint(0).await;
+                    } else if let Err(e) = self.run_checkpoint(0).await {
+                        tracing::debug!(error = %e, "periodic checkpoint not taken");
                     }
                 }
             }
@@ -268,7 +269,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     self.run_cycle(BatchMap::default(), 0, 0).await;
                 }
             }
-            msg = self.source_rx.recv(), if !self.stopped_intake => {
+            // An output drained: the next step re-checks the pressure.
+            _ = async {
+                match &relief {
+                    Some(n) => n.notified().await,
+                    None => std::future::pending::<()>().await,
+                }
+            }, if paused => {}
+            msg = self.source_rx.recv(), if !self.stopped_intake && !paused => {
                 if let Some(first) = msg {
                     let batch = self.gather(first);
                     self.process(batch).await;
@@ -276,64 +284,83 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 }
             }
         }
-        self.check_halt_and_fault();
+        self.take_callback_failure();
         Step::Continue
     }
 
-    fn check_halt_and_fault(&mut self) {
-        if let Some(reason) = self.callback.take_pipeline_halt() {
-            self.stop_intake(reason, false);
-        } else if let Some(reason) = self.callback.take_pipeline_fault() {
-            self.stop_intake(reason, true);
+    /// Apply a control message. A refused statement leaves the pipeline
+    /// running; a failed `Recover` or `Start` halts it (its state is
+    /// partly restored, or its outputs partly open). Either way the caller
+    /// gets the error, so `start()` never has to read the status.
+    async fn control(&mut self, msg: ControlMsg) -> crate::Result<()> {
+        let startup = matches!(msg, ControlMsg::Recover(_) | ControlMsg::Start);
+        if let Err(e) = self.callback.apply_control(msg) {
+            let error = if startup {
+                CycleError::Startup(e)
+            } else {
+                CycleError::Control(e)
+            };
+            return Err(self.settle(error));
+        }
+        // Recovered sources may all be finished already: one cycle closes
+        // what remains and reports completion.
+        if self.callback.all_sources_finished() && !self.status.borrow().finished {
+            self.run_cycle(BatchMap::default(), 0, 0).await;
+        }
+        Ok(())
+    }
+
+    /// Act on a failure the callback left pending.
+    fn take_callback_failure(&mut self) {
+        if let Some(e) = self.callback.take_pipeline_failure() {
+            self.settle(e);
         }
     }
 
-    /// Stop taking input: a halt is permanent; a fault asks for recovery.
-    /// Either way nothing unpublished becomes visible.
-    fn stop_intake(&mut self, reason: String, fault: bool) {
+    /// What `error` does to the pipeline is [`disposition`]'s decision:
+    /// refused (nothing changes), or intake stops for good (halt) or for
+    /// recovery (fault). Returns the error the caller is told.
+    fn settle(&mut self, error: CycleError) -> EngineError {
+        let what = disposition(&error, self.callback.checkpoint_delivery());
+        let error = error.into_error();
+        let fault = match what {
+            Disposition::Refuse => return error,
+            Disposition::Halt => false,
+            Disposition::Fault => true,
+        };
         if self.stopped_intake {
-            return;
+            // Already stopped: the first failure is the one reported.
+            return self.status.borrow().error().unwrap_or(error);
         }
+        let cause = std::sync::Arc::new(error);
         if fault {
-            tracing::warn!(%reason, "consistency fault; intake stopped for recovery");
+            tracing::warn!(reason = %cause, code = cause.code(), "consistency fault; intake stopped for recovery");
         } else {
-            tracing::info!(%reason, "pipeline halted");
+            tracing::info!(reason = %cause, code = cause.code(), "pipeline halted");
         }
         // Recovery owns the pipeline from here: no tail commits a manifest
         // it has not begun, and no tail's sink epochs are committed.
         self.callback.cancel_checkpoint_tails_for_recovery();
-        self.callback.invalidate_subscriptions(&reason);
+        self.callback.invalidate_subscriptions(&cause.to_string());
         if let Err(e) = self.callback.abort_sinks() {
             tracing::error!(error = %e, "discarding sink output failed");
         }
         self.source_rx.close();
         self.held.clear();
         self.stopped_intake = true;
+        let reported = std::sync::Arc::clone(&cause);
         self.status.send_modify(|s| {
             if fault {
-                s.fault = Some(reason);
+                s.fault = Some(cause);
             } else {
-                s.halted = Some(reason);
+                s.halted = Some(cause);
             }
         });
-    }
-
-    /// Why intake stopped (the halt or the fault).
-    fn stop_reason(&self) -> String {
-        let status = self.status.borrow().clone();
-        status.halted.or(status.fault).unwrap_or_default()
-    }
-
-    fn halt(&mut self, reason: String) {
-        self.stop_intake(reason, false);
-    }
-
-    /// A failed cycle or a panic: a fault when checkpointing is on (the
-    /// input is replayed from the last checkpoint, never dropped), a halt
-    /// otherwise.
-    fn fail(&mut self, reason: String) {
-        let fault = self.callback.fault_on_cycle_error();
-        self.stop_intake(reason, fault);
+        if fault {
+            EngineError::fault(reported)
+        } else {
+            EngineError::halted(reported)
+        }
     }
 
     fn gather(&mut self, first: SourceMessage) -> Vec<SourceMessage> {
@@ -359,18 +386,21 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             return;
         }
         for m in messages {
-            if let Err(reason) = self.callback.prepare_source_intake() {
-                return self.halt(reason);
-            }
             match m.event {
                 SourceEvent::Batch(b) => {
+                    // A batch that cannot be placed in time fails the same
+                    // way on replay: it halts, whatever else failed.
                     let kept = match self.callback.filter_late_rows(&m.source, &b) {
                         Ok(k) => k,
-                        Err(e) => return self.halt(e.to_string()),
+                        Err(e) => {
+                            self.settle(CycleError::Source(e.into_error()));
+                            return;
+                        }
                     };
                     let Some(kept) = kept else { continue };
                     if let Err(e) = self.callback.extract_watermark(&m.source, &kept, i64::MIN) {
-                        return self.halt(e.to_string());
+                        self.settle(CycleError::Source(e.into_error()));
+                        return;
                     }
                     events += kept.num_rows() as u64;
                     count += 1;
@@ -380,8 +410,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 SourceEvent::Finished { offset } => self.callback.finish_source(&m.source, offset),
                 // A barrier outside alignment belongs to an abandoned attempt.
                 SourceEvent::Barrier { .. } => {}
-                SourceEvent::Failed(reason) => return self.halt(reason),
-                SourceEvent::Panicked(reason) => return self.fail(reason),
+                SourceEvent::Failed(e) => {
+                    self.settle(CycleError::Source(e));
+                    return;
+                }
+                SourceEvent::Panicked(e) => {
+                    self.settle(CycleError::Panicked(e));
+                    return;
+                }
             }
         }
         self.run_cycle(batches, events, count).await;
@@ -389,16 +425,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
 
     async fn run_cycle(&mut self, batches: BatchMap, events: u64, count: u64) {
         tracing::trace!(events, batches = count, "cycle");
-        if let Err(reason) = self.callback.pin_source_frontiers_for_new_cycle() {
-            return self.halt(reason);
-        }
         let started = Instant::now();
         let watermark = self.callback.current_watermark();
         let outcome = match self.callback.execute_cycle(&batches, watermark).await {
             Ok(o) => o,
             Err(e) => {
                 self.callback.note_cycle_error();
-                return self.fail(e.to_string());
+                self.settle(e);
+                return;
             }
         };
         let executed = Instant::now();
@@ -407,15 +441,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             .update_mv_stores(&outcome.results)
             .and_then(|_| self.callback.push_to_streams(&outcome.results));
         if let Err(e) = published {
-            self.callback.abort_subscription_output();
-            return self.fail(e.to_string());
+            self.settle(e);
+            return;
         }
         let stored = Instant::now();
         if let Err(e) = self.callback.write_to_sinks(&outcome.results, None).await {
-            self.callback.abort_subscription_output();
-            return self.fail(e.to_string());
+            self.settle(e);
+            return;
         }
-        self.callback.commit_subscription_output();
         let done = Instant::now();
         let ns = |a: Instant, b: Instant| b.duration_since(a).as_nanos() as u64;
         self.callback.record_cycle(events, count, ns(started, done));
@@ -432,284 +465,19 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         });
     }
 
-    /// One checkpoint: reserve, inject barriers, align (holding input that
-    /// follows a source's barrier), capture and hand the durable half to a
-    /// tail (or commit inline, for a callback without tails), then replay
-    /// held input.
-    ///
-    /// Input that arrives during alignment runs in cycles of the normal
-    /// size: the barrier waits behind the read-ahead batches already
-    /// queued, and running each of them as a cycle of its own made
-    /// alignment (and so the stall of aligned sources) many times longer.
-    async fn run_checkpoint(&mut self, flags: u64) -> BarrierOutcome {
-        let started = Instant::now();
-        let deadline = started + self.callback.alignment_timeout();
-        let attempt = match self.callback.reserve_checkpoint_attempt(deadline).await {
-            Ok(a) => a,
-            Err(e) => {
-                self.callback.record_checkpoint_admission_failure(&e);
-                return BarrierOutcome::Failed(e);
-            }
-        };
-        if let Err(e) = self
-            .callback
-            .publish_checkpoint_prepare(attempt, started, deadline, flags, None)
-            .await
-        {
-            return self.abandon(attempt, flags, e).await;
-        }
-        // The compute thread ran no cycle while admitting the attempt.
-        let admission = started.elapsed();
-        let mut waiting: FxHashSet<std::sync::Arc<str>> = self
-            .callback
-            .inject_source_barriers(attempt)
-            .into_iter()
-            .collect();
-        let mut offsets = FxHashMap::default();
-        let mut held = Vec::new();
-        while !waiting.is_empty() {
-            let mut cycle: Vec<SourceMessage> = Vec::new();
-            let mut closed = false;
-            let mut timed_out = false;
-            while cycle.len() < self.config.max_batches_per_cycle && !waiting.is_empty() {
-                let next = match self.held.pop_front() {
-                    Some(m) => Some(m),
-                    // Nothing to run yet: wait for input, up to the deadline.
-                    None if cycle.is_empty() => {
-                        let recv = self.source_rx.recv();
-                        match tokio::time::timeout_at(deadline.into(), recv).await {
-                            Ok(m) => m,
-                            Err(_) => {
-                                timed_out = true;
-                                break;
-                            }
-                        }
-                    }
-                    // A cycle's worth started: take only what is ready.
-                    None => match self.source_rx.try_recv() {
-                        Ok(m) => Some(m),
-                        Err(mpsc::error::TryRecvError::Empty) => break,
-                        Err(mpsc::error::TryRecvError::Disconnected) => None,
-                    },
-                };
-                let Some(m) = next else {
-                    closed = true;
-                    break;
-                };
-                if !waiting.contains(&m.source) {
-                    // This source already delivered its barrier: its input waits.
-                    held.push(m);
-                    continue;
-                }
-                match m.event {
-                    SourceEvent::Barrier { attempt: a, offset } if a == attempt.id => {
-                        waiting.remove(&m.source);
-                        let cp = sluice_storage::SourceCheckpoint {
-                            offset,
-                            ..Default::default()
-                        };
-                        offsets.insert(m.source.to_string(), cp);
-                    }
-                    SourceEvent::Finished { ref offset } => {
-                        let cp = sluice_storage::SourceCheckpoint {
-                            offset: offset.clone(),
-                            ..Default::default()
-                        };
-                        waiting.remove(&m.source);
-                        offsets.insert(m.source.to_string(), cp);
-                        cycle.push(m);
-                    }
-                    _ => cycle.push(m),
-                }
-            }
-            if !cycle.is_empty() {
-                self.process(cycle).await;
-                if self.stopped_intake {
-                    self.held.extend(held);
-                    return self
-                        .abandon(
-                            attempt,
-                            flags,
-                            "the pipeline stopped during alignment".into(),
-                        )
-                        .await;
-                }
-            }
-            if closed {
-                self.held.extend(held);
-                return self
-                    .abandon(attempt, flags, "source input closed".into())
-                    .await;
-            }
-            if timed_out || (!waiting.is_empty() && Instant::now() >= deadline) {
-                self.held.extend(held);
-                let names: Vec<String> = waiting.iter().map(|s| s.to_string()).collect();
-                let reason = format!(
-                    "alignment timed out waiting for the barrier of {}",
-                    names.join(", ")
-                );
-                return self.abandon(attempt, flags, reason).await;
-            }
-        }
-        let capture_started = Instant::now();
-        let outcome = match self.callback.drain_checkpoint_edges_until(deadline).await {
-            Err(e) => BarrierOutcome::Failed(e.to_string()),
-            Ok(()) => match self.callback.reserve_subscription_cut(attempt) {
-                Err(e) => BarrierOutcome::Failed(format!("cutting subscription logs: {e}")),
-                Ok(()) => {
-                    self.callback
-                        .checkpoint_with_barrier(offsets, attempt, started, deadline, flags, None)
-                        .await
-                }
-            },
-        };
-        let pause = admission + capture_started.elapsed();
-        self.callback
-            .record_checkpoint_pause(u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX));
-        let outcome = match outcome {
-            // Captured: what changed after this point belongs to the next
-            // checkpoint (a failed tail puts the count back).
-            BarrierOutcome::Tailing(a) => {
-                self.cycles_since_checkpoint = 0;
-                BarrierOutcome::Tailing(a)
-            }
-            BarrierOutcome::Committed(report) => {
-                self.cycles_since_checkpoint = 0;
-                self.settle_outcome(attempt, BarrierOutcome::Committed(report))
-            }
-            other => self.settle_outcome(attempt, other),
-        };
-        // Held input follows the barrier: it is replayed before new input.
-        for m in held.into_iter().rev() {
-            self.held.push_front(m);
-        }
-        self.check_halt_and_fault();
-        outcome
-    }
-
-    /// What follows an attempt's outcome: a durable checkpoint publishes
-    /// its subscription cut; a failed or cancelled one gives the cut back
-    /// (and a failure is recorded, which faults under exactly-once).
-    fn settle_outcome(
-        &mut self,
-        attempt: CheckpointAttempt,
-        outcome: BarrierOutcome,
-    ) -> BarrierOutcome {
-        match outcome {
-            BarrierOutcome::Committed(report) => match self.callback.publish_barrier(attempt) {
-                Ok(()) => BarrierOutcome::Committed(report),
-                Err(e) => {
-                    self.callback
-                        .record_checkpoint_continuation_fault(attempt, &e);
-                    BarrierOutcome::Failed(e)
-                }
-            },
-            BarrierOutcome::Failed(reason) => {
-                self.callback.abort_subscription_cut(attempt);
-                self.callback.record_checkpoint_failure(attempt.id, &reason);
-                self.cycles_since_checkpoint = self.cycles_since_checkpoint.max(1);
-                BarrierOutcome::Failed(reason)
-            }
-            BarrierOutcome::Aborted(reason) => {
-                self.callback.abort_subscription_cut(attempt);
-                self.cycles_since_checkpoint = self.cycles_since_checkpoint.max(1);
-                BarrierOutcome::Aborted(reason)
-            }
-            tailing @ BarrierOutcome::Tailing(_) => tailing,
-        }
-    }
-
-    /// A tail's durability is known: complete it (sink epochs commit when
-    /// durable), publish or give back its subscription cut, and answer the
-    /// manual checkpoint that waits for it.
-    fn on_tail_done(&mut self, attempt: CheckpointAttempt) -> BarrierOutcome {
-        let outcome = self.callback.complete_checkpoint_tail(attempt);
-        let outcome = self.settle_outcome(attempt, outcome);
-        if let Some(i) = self.replies.iter().position(|(id, _)| *id == attempt.id) {
-            let (_, reply) = self.replies.swap_remove(i);
-            let _ = reply.send(reply_of(&outcome));
-        }
-        self.check_halt_and_fault();
-        outcome
-    }
-
-    /// Complete every tail whose durability is or becomes known, then wait
-    /// until no tail holds a slot. Returns the completed outcomes by id.
-    async fn complete_tails(&mut self) -> Vec<(u64, BarrierOutcome)> {
-        let mut done = Vec::new();
-        while let Some(attempt) = self.callback.next_checkpoint_tail().await {
-            done.push((attempt.id, self.on_tail_done(attempt)));
-        }
-        self.callback.wait_checkpoint_tails_idle().await;
-        done
-    }
-
-    /// Wait (completing tails) until a new attempt may hand off a tail.
-    async fn wait_for_tail_slot(&mut self) {
-        if self.callback.checkpoint_tails_in_flight() >= self.callback.max_checkpoint_tails() {
-            self.complete_tails().await;
-        }
-    }
-
-    async fn abandon(
-        &mut self,
-        attempt: CheckpointAttempt,
-        flags: u64,
-        reason: String,
-    ) -> BarrierOutcome {
-        if let Err(e) = self
-            .callback
-            .cancel_source_barrier_attempt(attempt, &reason)
-            .await
-        {
-            tracing::warn!(error = %e, "cancelling source barriers failed");
-        }
-        if let Err(e) = self
-            .callback
-            .abandon_checkpoint_attempt(attempt, &reason, flags, None)
-            .await
-        {
-            self.callback.record_checkpoint_failure(attempt.id, &e);
-            return BarrierOutcome::Failed(e);
-        }
-        BarrierOutcome::Aborted(reason)
-    }
-
-    async fn shutdown(&mut self, discard: bool) -> std::result::Result<(), String> {
+    async fn shutdown(&mut self, discard: bool) -> crate::Result<()> {
         let mut result = Ok(());
         if !discard && !self.stopped_intake && self.callback.settles_on_shutdown() {
             // The shutdown checkpoint settles every open sink epoch; it
             // waits for the tail before it (if any) and for its own.
-            self.wait_for_tail_slot().await;
-            // Completing the tail before may have stopped the pipeline.
-            let outcome = if self.stopped_intake {
-                BarrierOutcome::Aborted(self.stop_reason())
-            } else {
-                self.run_checkpoint(FLAG_SHUTDOWN).await
-            };
-            let outcome = match outcome {
-                BarrierOutcome::Tailing(a) => self
-                    .complete_tails()
-                    .await
-                    .into_iter()
-                    .find(|(id, _)| *id == a.id)
-                    .map_or_else(
-                        || BarrierOutcome::Failed(format!("checkpoint {} left no outcome", a.id)),
-                        |(_, o)| o,
-                    ),
-                outcome => outcome,
-            };
-            match outcome {
-                BarrierOutcome::Committed(_) => {
+            match self.shutdown_checkpoint().await {
+                Ok(_) => {
                     if let Err(e) = self.callback.settle_sink_epoch_for_shutdown().await {
-                        result = Err(format!("settling sink epochs: {e}"));
+                        result = Err(e.context("settling sink epochs"));
                     }
                 }
-                BarrierOutcome::Aborted(e) | BarrierOutcome::Failed(e) => {
-                    result = Err(format!("the shutdown checkpoint did not commit: {e}"));
-                }
-                BarrierOutcome::Tailing(a) => {
-                    result = Err(format!("checkpoint {} is still being written", a.id));
+                Err(e) => {
+                    result = Err(e.context("the shutdown checkpoint did not commit"));
                 }
             }
         }
@@ -720,7 +488,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         // Every tail is joined before the connectors are torn down.
         self.complete_tails().await;
         if let Err(e) = self.callback.settle_checkpoint_tail_tasks().await {
-            result = result.and(Err(format!("settling checkpoint tails: {e}")));
+            result = result.and(Err(e.context("settling checkpoint tails")));
         }
         self.source_rx.close();
         let closed = if discard || self.stopped_intake || result.is_err() {

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
 use crate::error::{EngineError, Result};
-use crate::operators::Operator;
+use crate::operators::{restore_part, snapshot_state_part, Operator, StatefulOperator};
 use crate::output::mv::MaterializedView;
 use crate::process::ProcessOperator;
 
@@ -50,9 +50,9 @@ pub(super) struct InstalledStream {
 /// A cycle's failure inside one stream.
 pub(super) enum StreamFailure {
     /// A process function's call was rejected: nothing of it applied.
-    Process(String),
+    Process(EngineError),
     /// Anything else.
-    Other(String),
+    Other(EngineError),
 }
 
 impl InstalledStream {
@@ -64,7 +64,7 @@ impl InstalledStream {
         marks: &mut MarkMap,
         watermark: i64,
     ) -> std::result::Result<(), StreamFailure> {
-        let context = |e: EngineError| format!("stream '{}': {e}", self.name);
+        let context = |e: EngineError| e.context(format!("stream '{}'", self.name));
         let (out, out_marks) = match &mut self.producer {
             StreamProducer::Query(op) => {
                 // Marks of an input that produced no batch this cycle still
@@ -140,31 +140,38 @@ impl InstalledStream {
         matches!(self.producer, StreamProducer::Process(_))
     }
 
-    /// Snapshot the stream's operator state, in a fixed part order, as
-    /// parts whose encoding is left to the checkpoint tail.
-    pub(super) fn snapshot(&mut self, out: &mut Vec<crate::state::StatePart>) -> Result<()> {
+    /// The stream's stateful operators, in checkpoint part order.
+    fn stateful_operators(&mut self) -> Vec<&mut (dyn StatefulOperator + 'static)> {
+        let mut ops = Vec::new();
         match &mut self.producer {
-            StreamProducer::Query(op) => op.snapshot_parts(out),
-            StreamProducer::Process(p) => {
-                out.push(p.snapshot_part()?);
-                Ok(())
-            }
+            StreamProducer::Query(op) => op.stateful_operators(&mut ops),
+            StreamProducer::Process(p) => ops.push(p.as_mut()),
         }
+        ops
+    }
+
+    /// Snapshot the stream's operator state, one part per stateful
+    /// operator, in a fixed part order, as parts whose encoding is left to
+    /// the checkpoint tail (Arrow state is shared, not copied).
+    pub(super) fn snapshot(&mut self, out: &mut Vec<crate::state::StatePart>) -> Result<()> {
+        for op in self.stateful_operators() {
+            out.push(snapshot_state_part(op)?);
+        }
+        Ok(())
     }
 
     /// Restore from parts written by [`Self::snapshot`].
     pub(super) fn restore(&mut self, parts: &mut VecDeque<Bytes>) -> Result<()> {
-        match &mut self.producer {
-            StreamProducer::Query(op) => op.restore(parts),
-            StreamProducer::Process(p) => {
-                let part = parts.pop_front().ok_or_else(|| {
-                    EngineError::Internal(format!(
-                        "checkpoint has no state for process stream '{}'",
-                        self.name
-                    ))
-                })?;
-                p.restore(&part)
-            }
+        let name = Arc::clone(&self.name);
+        for op in self.stateful_operators() {
+            let part = parts.pop_front().ok_or_else(|| {
+                EngineError::Internal(format!(
+                    "checkpoint has no state for the {} of stream '{name}'",
+                    op.kind()
+                ))
+            })?;
+            restore_part(op, &part)?;
         }
+        Ok(())
     }
 }

@@ -41,6 +41,7 @@ use thiserror::Error;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::error::EngineError;
 use crate::state::StatePart;
 
 /// Tails in flight at most; see the module docs for why it is one.
@@ -56,7 +57,7 @@ pub enum TailError {
         /// The blob's logical name.
         name: String,
         /// Why.
-        source: crate::error::EngineError,
+        source: EngineError,
     },
     /// A state blob could not be written.
     #[error("writing state '{name}': {source}")]
@@ -92,6 +93,32 @@ impl TailError {
             TailError::Stopped(_) | TailError::Worker(_) | TailError::Busy => "SLC-ENG-009",
         }
     }
+
+    /// The typed error that crosses the seam: the cause keeps its own code
+    /// (a store's, an encoder's), with what the tail was doing as context;
+    /// the tail's own failures are checkpoint failures (`SLC-ENG-009`).
+    pub fn into_error(self) -> EngineError {
+        match self {
+            TailError::Encode { name, source } => {
+                source.context(format!("encoding state '{name}'"))
+            }
+            TailError::WriteBlob { name, source } => {
+                EngineError::from(source).context(format!("writing state '{name}'"))
+            }
+            TailError::Manifest { source } => {
+                EngineError::from(source).context("writing the manifest")
+            }
+            e @ (TailError::Stopped(_) | TailError::Worker(_) | TailError::Busy) => {
+                EngineError::Checkpoint(e.to_string())
+            }
+        }
+    }
+}
+
+impl From<TailError> for EngineError {
+    fn from(e: TailError) -> Self {
+        e.into_error()
+    }
 }
 
 /// How a tail ended, as far as durability goes.
@@ -101,6 +128,8 @@ pub enum TailResult {
     Durable {
         /// Bytes of state in the checkpoint.
         state_bytes: u64,
+        /// The manifest's creation time (ms since the epoch).
+        created_ms: i64,
     },
     /// Nothing was committed.
     Failed(TailError),
@@ -176,7 +205,9 @@ impl Gate {
     }
 }
 
-type Durability = Result<Option<u64>, TailError>;
+/// `Some((state_bytes, created_ms))` once the manifest is durable; `None`
+/// when cancelled before it.
+type Durability = Result<Option<(u64, i64)>, TailError>;
 
 struct InFlight {
     id: u64,
@@ -268,7 +299,10 @@ impl CheckpointTails {
         let received = rx.await;
         t.durable = None;
         let result = match received {
-            Ok(Ok(Some(state_bytes))) => TailResult::Durable { state_bytes },
+            Ok(Ok(Some((state_bytes, created_ms)))) => TailResult::Durable {
+                state_bytes,
+                created_ms,
+            },
             Ok(Ok(None)) => TailResult::Cancelled,
             Ok(Err(e)) => TailResult::Failed(e),
             // The task ended without a word: it panicked.
@@ -351,7 +385,7 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
             .commit(&manifest)
             .await
             .map_err(|source| TailError::Manifest { source })?;
-        Ok(Some(manifest.state_bytes()))
+        Ok(Some((manifest.state_bytes(), manifest.created_ms)))
     }
     .await;
     let committed = matches!(written, Ok(Some(_)));

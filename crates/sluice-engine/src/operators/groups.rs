@@ -23,6 +23,7 @@ use datafusion::physical_expr::GroupsAccumulatorAdapter;
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
+use super::changelog::Op;
 use super::expr::{eval, eval_predicate, PhysExpr};
 use super::named::{NamedGroups, NamedRow};
 use crate::error::{EngineError, Result};
@@ -367,9 +368,8 @@ impl ScopeSnapshot {
     }
 }
 
-/// A changelog slice: key columns, aggregate columns, and per row whether
-/// it is an insert (true) or a retraction (false).
-pub type Changes = (Vec<ArrayRef>, Vec<ArrayRef>, Vec<bool>);
+/// A changelog slice: key columns, aggregate columns, and each row's kind.
+pub type Changes = (Vec<ArrayRef>, Vec<ArrayRef>, Vec<Op>);
 
 /// Keys plus grouped accumulators for one aggregation scope.
 pub struct GroupedAggregates {
@@ -539,7 +539,8 @@ impl GroupedAggregates {
 
     /// The changelog since the last call: for each touched group, a
     /// retraction of its previously emitted row (if any) and an insert of its
-    /// current row. Returns (keys, aggregates, is_insert) or None if nothing changed.
+    /// current row. Returns (keys, aggregates, kinds), retractions first, or
+    /// None if nothing changed.
     pub fn changes(
         &mut self,
         codec: &KeyCodec,
@@ -574,8 +575,8 @@ impl GroupedAggregates {
             };
             values.push(col);
         }
-        let mut kinds = vec![false; retract.len()];
-        kinds.extend(std::iter::repeat_n(true, touched.len()));
+        let mut kinds = vec![Op::Retract; retract.len()];
+        kinds.extend(std::iter::repeat_n(Op::Insert, touched.len()));
         self.emitted = Some(current);
         self.touched.iter_mut().for_each(|t| *t = false);
         self.any_touched = false;

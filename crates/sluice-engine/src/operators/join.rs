@@ -25,11 +25,12 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::expr::{eval, eval_predicate, PhysExpr};
+use super::stateful::{no_such_port, Port, StatefulOperator, LEFT, RIGHT};
 use crate::error::{EngineError, Result};
 use crate::state::{SnapshotReader, SnapshotWriter};
 
 /// When rows of a side may be forgotten: `(value, other side's lag,
-/// strict)`; see `sluice_sql::bounds::JoinStateBound`.
+/// strict)`; see `sluice_sql::plan::JoinStateBound`.
 pub type SideBound = (PhysExpr, i64, bool);
 
 /// A row's key in Arrow's row format; keys of one or two numbers fit
@@ -238,36 +239,6 @@ impl HashJoin {
         })
     }
 
-    /// Join this cycle's new rows of both sides; returns the new pairs.
-    pub fn update(
-        &mut self,
-        left: Vec<RecordBatch>,
-        right: Vec<RecordBatch>,
-    ) -> Result<Vec<RecordBatch>> {
-        let mut out = Vec::new();
-        for b in left {
-            let keys = self.left.encode(&self.converter, &b)?;
-            if let Some(joined) = self.probe(&b, &keys, true)? {
-                out.push(joined);
-            }
-            self.left.keep(b, keys)?;
-        }
-        for b in right {
-            let keys = self.right.encode(&self.converter, &b)?;
-            if let Some(joined) = self.probe(&b, &keys, false)? {
-                out.push(joined);
-            }
-            self.right.keep(b, keys)?;
-        }
-        Ok(out)
-    }
-
-    /// Forget the rows no future row can match at `watermark`.
-    pub fn evict(&mut self, watermark: i64) -> Result<()> {
-        self.left.evict(watermark)?;
-        self.right.evict(watermark)
-    }
-
     /// Pairs of `batch` (new rows of the left side when `from_left`) with
     /// the other side's kept rows.
     fn probe(
@@ -313,9 +284,46 @@ impl HashJoin {
         };
         Ok((joined.num_rows() > 0).then_some(joined))
     }
+}
+
+impl StatefulOperator for HashJoin {
+    fn kind(&self) -> &'static str {
+        "join"
+    }
+
+    /// Join a batch of new rows of one side ([`LEFT`] or [`RIGHT`]) with
+    /// the other side's kept rows, then keep it. Returns the new pairs that
+    /// pass the join filter (final: both inputs only append). The driver
+    /// feeds a cycle's left batches before its right ones, so a pair of two
+    /// new rows is produced once, by the right row.
+    fn update(&mut self, port: Port, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
+        let from_left = match port {
+            LEFT => true,
+            RIGHT => false,
+            _ => return Err(no_such_port(self.kind(), port)),
+        };
+        let side = if from_left { &self.left } else { &self.right };
+        let keys = side.encode(&self.converter, &batch)?;
+        let joined = self.probe(&batch, &keys, from_left)?;
+        let side = if from_left {
+            &mut self.left
+        } else {
+            &mut self.right
+        };
+        side.keep(batch, keys)?;
+        Ok(joined.into_iter().collect())
+    }
+
+    /// Forget the rows no future row can match at `watermark`; emits
+    /// nothing (pairs are emitted by [`Self::update`]).
+    fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
+        self.left.evict(watermark)?;
+        self.right.evict(watermark)?;
+        Ok(vec![])
+    }
 
     /// Write both sides' kept rows.
-    pub fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
+    fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
         for side in [&self.left, &self.right] {
             let all = arrow::compute::concat_batches(&side.schema, side.batches.iter().flatten())?;
             w.push(&all)?;
@@ -324,7 +332,7 @@ impl HashJoin {
     }
 
     /// Restore both sides from a snapshot, rebuilding the key indexes.
-    pub fn restore(&mut self, r: &SnapshotReader) -> Result<()> {
+    fn restore(&mut self, r: &SnapshotReader) -> Result<()> {
         let [left, right] = r.parts() else {
             return Err(EngineError::Internal(format!(
                 "join snapshot has {} parts, expected 2",

@@ -2,7 +2,9 @@
 //!
 //! [`Operator::compile`] lowers every expression of a plan once; running an
 //! operator tree for a cycle is then pure vectorized evaluation plus the
-//! stateful aggregation operators' updates.
+//! stateful operators' updates. Every stateful operator implements
+//! [`StatefulOperator`], so the tree walks below (run, snapshot, restore)
+//! treat them all alike.
 
 pub mod changelog;
 pub mod expr;
@@ -11,6 +13,7 @@ pub mod join;
 pub mod named;
 pub mod retract;
 pub mod session;
+pub mod stateful;
 pub mod window;
 
 use std::sync::Arc;
@@ -26,6 +29,7 @@ use groups::{AggregateFunctions, KeyCodec};
 use join::HashJoin;
 use retract::ChangelogAggregate;
 use session::SessionAggregate;
+pub use stateful::{restore_part, snapshot_part, snapshot_state_part, Port, StatefulOperator};
 use window::{UpdatingAggregate, WindowAggregate, WindowedGroupBy};
 
 /// Batches available to a cycle, by source or stream name.
@@ -66,16 +70,14 @@ pub enum Operator {
         /// Output schema.
         schema: SchemaRef,
     },
-    /// Tumble / hop aggregation.
-    Window(Box<Operator>, Box<WindowAggregate>),
-    /// Session aggregation.
-    Session(Box<Operator>, Box<SessionAggregate>),
-    /// Non-windowed GROUP BY.
-    Updating(Box<Operator>, Box<UpdatingAggregate>),
-    /// Inner equi-join: left input, right input, state.
-    Join(Box<Operator>, Box<Operator>, Box<HashJoin>),
-    /// Non-windowed GROUP BY over a changelog input.
-    Retracting(Box<Operator>, Box<ChangelogAggregate>),
+    /// A stateful operator (window, session, updating or changelog
+    /// aggregate, join) over its inputs; input `i` feeds port `i`.
+    Stateful {
+        /// Inputs, by port.
+        inputs: Vec<Operator>,
+        /// The operator and its state.
+        op: Box<dyn StatefulOperator>,
+    },
 }
 
 impl Operator {
@@ -161,13 +163,11 @@ impl Operator {
                     schema: Arc::new(schema.as_arrow().clone()),
                     emit: *emit,
                 };
-                let child = Box::new(Operator::compile(input)?);
-                match window.kind {
-                    WindowKind::Session { gap_ms } => {
-                        Operator::Session(child, Box::new(SessionAggregate::new(def, gap_ms)))
-                    }
-                    kind => Operator::Window(child, Box::new(WindowAggregate::new(def, kind))),
-                }
+                let op: Box<dyn StatefulOperator> = match window.kind {
+                    WindowKind::Session { gap_ms } => Box::new(SessionAggregate::new(def, gap_ms)),
+                    kind => Box::new(WindowAggregate::new(def, kind)),
+                };
+                Operator::stateful(vec![Operator::compile(input)?], op)
             }
             StreamNode::Join {
                 left,
@@ -189,7 +189,7 @@ impl Operator {
                     .map(|(_, r)| compile(r, rs))
                     .collect::<Result<Vec<_>>>()?;
                 let key_exprs: Vec<_> = on.iter().map(|(l, _)| l.clone()).collect();
-                let bounds = |b: &[sluice_sql::bounds::JoinStateBound],
+                let bounds = |b: &[sluice_sql::plan::JoinStateBound],
                               s: &datafusion::common::DFSchema|
                  -> Result<Vec<join::SideBound>> {
                     b.iter()
@@ -203,9 +203,8 @@ impl Operator {
                     filter.as_ref().map(|f| compile(f, schema)).transpose()?,
                     Arc::new(schema.as_arrow().clone()),
                 )?;
-                Operator::Join(
-                    Box::new(Operator::compile(left)?),
-                    Box::new(Operator::compile(right)?),
+                Operator::stateful(
+                    vec![Operator::compile(left)?, Operator::compile(right)?],
                     Box::new(join),
                 )
             }
@@ -234,8 +233,8 @@ impl Operator {
                         change_index,
                         Arc::new(schema.as_arrow().clone()),
                     )?;
-                    return Ok(Operator::Retracting(
-                        Box::new(Operator::compile(input)?),
+                    return Ok(Operator::stateful(
+                        vec![Operator::compile(input)?],
                         Box::new(op),
                     ));
                 }
@@ -251,9 +250,39 @@ impl Operator {
                     )?,
                     Arc::new(schema.as_arrow().clone()),
                 )?;
-                Operator::Updating(Box::new(Operator::compile(input)?), Box::new(op))
+                Operator::stateful(vec![Operator::compile(input)?], Box::new(op))
             }
         })
+    }
+
+    fn stateful(inputs: Vec<Operator>, op: Box<dyn StatefulOperator>) -> Operator {
+        Operator::Stateful { inputs, op }
+    }
+
+    /// Every stateful operator of the tree, in tree order (inputs before
+    /// the operator reading them, left before right): the order of their
+    /// checkpoint parts.
+    pub fn stateful_operators<'a>(
+        &'a mut self,
+        out: &mut Vec<&'a mut (dyn StatefulOperator + 'static)>,
+    ) {
+        match self {
+            Operator::Scan { .. } => {}
+            Operator::Filter { input, .. } | Operator::Project { input, .. } => {
+                input.stateful_operators(out)
+            }
+            Operator::Union { inputs, .. } => {
+                for i in inputs.iter_mut() {
+                    i.stateful_operators(out);
+                }
+            }
+            Operator::Stateful { inputs, op } => {
+                for i in inputs.iter_mut() {
+                    i.stateful_operators(out);
+                }
+                out.push(op.as_mut());
+            }
+        }
     }
 
     /// The one input this tree reads batch by batch (a chain of filters and
@@ -321,140 +350,49 @@ impl Operator {
                 }
                 Ok(out)
             }
-            Operator::Window(input, op) => {
-                for b in input.run(inputs, watermark)? {
-                    op.update(&b)?;
+            Operator::Stateful {
+                inputs: children,
+                op,
+            } => {
+                // Every input runs before the operator sees any batch, as
+                // the join has always done; then port by port.
+                let per_port = children
+                    .iter_mut()
+                    .map(|c| c.run(inputs, watermark))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut out = Vec::new();
+                for (port, batches) in per_port.into_iter().enumerate() {
+                    for b in batches {
+                        out.extend(op.update(port, b)?);
+                    }
                 }
-                op.advance(watermark)
-            }
-            Operator::Session(input, op) => {
-                for b in input.run(inputs, watermark)? {
-                    op.update(&b)?;
-                }
-                op.advance(watermark)
-            }
-            Operator::Updating(input, op) => {
-                for b in input.run(inputs, watermark)? {
-                    op.update(&b)?;
-                }
-                op.advance()
-            }
-            Operator::Join(left, right, op) => {
-                let l = left.run(inputs, watermark)?;
-                let r = right.run(inputs, watermark)?;
-                let out = op.update(l, r)?;
-                op.evict(watermark)?;
+                out.extend(op.advance(watermark)?);
                 Ok(out)
             }
-            Operator::Retracting(input, op) => {
-                for b in input.run(inputs, watermark)? {
-                    op.update(&b)?;
-                }
-                op.advance()
-            }
         }
     }
 
-    /// Snapshot every stateful operator of the tree, in tree order, encoded.
+    /// Snapshot every stateful operator of the tree, one part each, in
+    /// tree order (see [`Self::stateful_operators`]).
     pub fn snapshot(&mut self, out: &mut Vec<bytes::Bytes>) -> Result<()> {
-        let mut parts = Vec::new();
-        self.snapshot_parts(&mut parts)?;
-        for p in parts {
-            out.push(p.encode()?);
+        let mut ops = Vec::new();
+        self.stateful_operators(&mut ops);
+        for op in ops {
+            out.push(snapshot_part(op)?);
         }
         Ok(())
     }
 
-    /// Snapshot every stateful operator of the tree, in tree order, as
-    /// shared Arrow batches: a checkpoint encodes them off the compute
-    /// thread.
-    pub fn snapshot_parts(&mut self, out: &mut Vec<crate::state::StatePart>) -> Result<()> {
-        match self {
-            Operator::Scan { .. } => {}
-            Operator::Filter { input, .. } | Operator::Project { input, .. } => {
-                input.snapshot_parts(out)?
-            }
-            Operator::Union { inputs, .. } => {
-                for i in inputs.iter_mut() {
-                    i.snapshot_parts(out)?;
-                }
-            }
-            Operator::Window(input, op) => {
-                input.snapshot_parts(out)?;
-                let mut w = crate::state::SnapshotWriter::default();
-                op.snapshot(&mut w)?;
-                out.push(w.finish_deferred());
-            }
-            Operator::Session(input, op) => {
-                input.snapshot_parts(out)?;
-                let mut w = crate::state::SnapshotWriter::default();
-                op.snapshot(&mut w)?;
-                out.push(w.finish_deferred());
-            }
-            Operator::Updating(input, op) => {
-                input.snapshot_parts(out)?;
-                let mut w = crate::state::SnapshotWriter::default();
-                op.snapshot(&mut w)?;
-                out.push(w.finish_deferred());
-            }
-            Operator::Join(left, right, op) => {
-                left.snapshot_parts(out)?;
-                right.snapshot_parts(out)?;
-                let mut w = crate::state::SnapshotWriter::default();
-                op.snapshot(&mut w)?;
-                out.push(w.finish_deferred());
-            }
-            Operator::Retracting(input, op) => {
-                input.snapshot_parts(out)?;
-                let mut w = crate::state::SnapshotWriter::default();
-                op.snapshot(&mut w)?;
-                out.push(w.finish_deferred());
-            }
-        }
-        Ok(())
-    }
-
-    /// Restore every stateful operator from snapshots in tree order.
+    /// Restore every stateful operator from parts in tree order, taking one
+    /// part per operator from the front of `parts`.
     pub fn restore(&mut self, parts: &mut std::collections::VecDeque<bytes::Bytes>) -> Result<()> {
-        fn next(
-            parts: &mut std::collections::VecDeque<bytes::Bytes>,
-        ) -> Result<crate::state::SnapshotReader> {
-            let bytes = parts.pop_front().ok_or_else(|| {
+        let mut ops = Vec::new();
+        self.stateful_operators(&mut ops);
+        for op in ops {
+            let part = parts.pop_front().ok_or_else(|| {
                 EngineError::Internal("checkpoint has fewer operator states than the plan".into())
             })?;
-            crate::state::SnapshotReader::new(&bytes)
-        }
-        match self {
-            Operator::Scan { .. } => {}
-            Operator::Filter { input, .. } | Operator::Project { input, .. } => {
-                input.restore(parts)?
-            }
-            Operator::Union { inputs, .. } => {
-                for i in inputs.iter_mut() {
-                    i.restore(parts)?;
-                }
-            }
-            Operator::Window(input, op) => {
-                input.restore(parts)?;
-                op.restore(&next(parts)?)?;
-            }
-            Operator::Session(input, op) => {
-                input.restore(parts)?;
-                op.restore(&next(parts)?)?;
-            }
-            Operator::Updating(input, op) => {
-                input.restore(parts)?;
-                op.restore(&next(parts)?)?;
-            }
-            Operator::Join(left, right, op) => {
-                left.restore(parts)?;
-                right.restore(parts)?;
-                op.restore(&next(parts)?)?;
-            }
-            Operator::Retracting(input, op) => {
-                input.restore(parts)?;
-                op.restore(&next(parts)?)?;
-            }
+            restore_part(op, &part)?;
         }
         Ok(())
     }
@@ -463,14 +401,13 @@ impl Operator {
     pub fn dropped_late(&self) -> u64 {
         match self {
             Operator::Scan { .. } => 0,
-            Operator::Filter { input, .. }
-            | Operator::Project { input, .. }
-            | Operator::Updating(input, _)
-            | Operator::Retracting(input, _) => input.dropped_late(),
+            Operator::Filter { input, .. } | Operator::Project { input, .. } => {
+                input.dropped_late()
+            }
             Operator::Union { inputs, .. } => inputs.iter().map(|i| i.dropped_late()).sum(),
-            Operator::Window(input, op) => input.dropped_late() + op.dropped_late,
-            Operator::Session(input, op) => input.dropped_late() + op.dropped_late,
-            Operator::Join(left, right, _) => left.dropped_late() + right.dropped_late(),
+            Operator::Stateful { inputs, op } => {
+                inputs.iter().map(|i| i.dropped_late()).sum::<u64>() + op.dropped_late()
+            }
         }
     }
 }

@@ -20,9 +20,10 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::EmitTo;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::changelog::{output_batch, INSERT, RETRACT};
+use super::changelog::{output_batch, Op, INSERT};
 use super::expr::{eval, PhysExpr};
 use super::groups::{AggregateFunctions, KeyCodec, KeyRows};
+use super::stateful::{no_such_port, Port, StatefulOperator};
 use crate::error::{EngineError, Result};
 use crate::state::{SnapshotReader, SnapshotWriter};
 
@@ -103,7 +104,7 @@ impl ChangelogAggregate {
     }
 
     /// Apply a batch of inserts and retractions.
-    pub fn update(&mut self, batch: &RecordBatch) -> Result<()> {
+    fn fold(&mut self, batch: &RecordBatch) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -124,10 +125,10 @@ impl ChangelogAggregate {
                 KeyRows::Unit(_) => Vec::new(),
             };
             let row = rows.row(i).as_ref().to_vec();
-            let retract = change.value(i) == RETRACT;
+            let op = Op::at(change, i);
             self.touch(&key);
             let group = self.groups.entry(key).or_default();
-            if retract {
+            if op == Op::Retract {
                 match group.live.get_mut(&row) {
                     Some(n) if *n > 1 => *n -= 1,
                     Some(_) => {
@@ -171,8 +172,9 @@ impl ChangelogAggregate {
         Ok(out)
     }
 
-    /// Emit this cycle's changes.
-    pub fn advance(&mut self) -> Result<Vec<RecordBatch>> {
+    /// This cycle's changes: retractions of changed groups' previous rows,
+    /// then inserts of their current rows, in one batch.
+    fn emit_changes(&mut self) -> Result<Vec<RecordBatch>> {
         let touched = std::mem::take(&mut self.touched);
         self.touched_set.clear();
         let mut retract: Vec<(Vec<u8>, Vec<ScalarValue>)> = Vec::new();
@@ -207,8 +209,8 @@ impl ChangelogAggregate {
         if retract.is_empty() && insert.is_empty() {
             return Ok(vec![]);
         }
-        let kinds: Vec<bool> = std::iter::repeat_n(false, retract.len())
-            .chain(std::iter::repeat_n(true, insert.len()))
+        let kinds: Vec<Op> = std::iter::repeat_n(Op::Retract, retract.len())
+            .chain(std::iter::repeat_n(Op::Insert, insert.len()))
             .collect();
         let all: Vec<(Vec<u8>, Vec<ScalarValue>)> = retract.into_iter().chain(insert).collect();
         let mut columns = self.key_columns(all.iter().map(|(k, _)| k.as_slice()))?;
@@ -235,9 +237,32 @@ impl ChangelogAggregate {
         self.codec
             .decode(&KeyRows::Rows(rows), &(0..n).collect::<Vec<_>>())
     }
+}
+
+impl StatefulOperator for ChangelogAggregate {
+    fn kind(&self) -> &'static str {
+        "changelog aggregate"
+    }
+
+    /// Apply a batch of inserts and retractions; returns nothing (changes
+    /// are emitted once per cycle by [`Self::advance`]). Retracting a row
+    /// that was never inserted is an error.
+    fn update(&mut self, port: Port, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
+        if port != 0 {
+            return Err(no_such_port(self.kind(), port));
+        }
+        self.fold(&batch)?;
+        Ok(vec![])
+    }
+
+    /// Emit this cycle's changes (see the module docs); the watermark does
+    /// not matter, since a non-windowed group never closes.
+    fn advance(&mut self, _watermark: i64) -> Result<Vec<RecordBatch>> {
+        self.emit_changes()
+    }
 
     /// Write every group's live rows.
-    pub fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
+    fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
         let mut keys: Vec<&[u8]> = Vec::new();
         let mut rows: Vec<&[u8]> = Vec::new();
         let mut counts: Vec<u64> = Vec::new();
@@ -264,7 +289,7 @@ impl ChangelogAggregate {
     }
 
     /// Restore the live rows and recompute what each group last emitted.
-    pub fn restore(&mut self, r: &SnapshotReader) -> Result<()> {
+    fn restore(&mut self, r: &SnapshotReader) -> Result<()> {
         let part = r.parts().first().ok_or_else(|| damaged("empty"))?;
         if part.num_columns() != 3 {
             return Err(damaged("wrong columns"));

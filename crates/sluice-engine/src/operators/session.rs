@@ -15,9 +15,10 @@ use arrow::row::OwnedRow;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
 
-use super::changelog::output_batch;
+use super::changelog::{output_batch, Op};
 use super::expr::{eval, event_time_ms, overflow};
 use super::groups::{select_inputs, KeyRows};
+use super::stateful::{no_such_port, Port, StatefulOperator};
 use super::window::WindowedGroupBy;
 use crate::error::Result;
 use crate::state::{SnapshotReader, SnapshotWriter};
@@ -44,7 +45,7 @@ pub struct SessionAggregate {
     pending_retractions: Vec<(Option<OwnedRow>, i64, i64, Vec<ScalarValue>)>,
     closed_through: i64,
     /// Rows dropped because their session had already closed.
-    pub dropped_late: u64,
+    dropped_late: u64,
 }
 
 impl SessionAggregate {
@@ -66,7 +67,7 @@ impl SessionAggregate {
     }
 
     /// Fold a batch in, merging sessions as needed.
-    pub fn update(&mut self, batch: &RecordBatch) -> Result<()> {
+    fn fold(&mut self, batch: &RecordBatch) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -198,7 +199,7 @@ impl SessionAggregate {
     fn emit_rows(
         &self,
         rows: Vec<(Option<OwnedRow>, i64, i64, Vec<ScalarValue>)>,
-        kinds: Option<Vec<bool>>,
+        kinds: Option<Vec<Op>>,
     ) -> Result<Option<RecordBatch>> {
         if rows.is_empty() {
             return Ok(None);
@@ -233,9 +234,26 @@ impl SessionAggregate {
             kinds.as_deref(),
         )?))
     }
+}
+
+impl StatefulOperator for SessionAggregate {
+    fn kind(&self) -> &'static str {
+        "session aggregate"
+    }
+
+    /// Fold a batch in, merging sessions as needed; returns nothing
+    /// (sessions emit in [`Self::advance`]). Rows whose session would
+    /// already have closed are counted in `dropped_late`.
+    fn update(&mut self, port: Port, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
+        if port != 0 {
+            return Err(no_such_port(self.kind(), port));
+        }
+        self.fold(&batch)?;
+        Ok(vec![])
+    }
 
     /// Write every open session: key, bounds, aggregate state, last emitted row.
-    pub fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
+    fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
         out.set("closed_through", self.closed_through);
         out.set("dropped_late", self.dropped_late);
         let naggs = self.def.funcs.len();
@@ -319,7 +337,7 @@ impl SessionAggregate {
     }
 
     /// Replace state with a snapshot's.
-    pub fn restore(&mut self, snap: &SnapshotReader) -> Result<()> {
+    fn restore(&mut self, snap: &SnapshotReader) -> Result<()> {
         self.closed_through = snap.get("closed_through")?;
         self.dropped_late = snap.get("dropped_late")?;
         self.sessions.clear();
@@ -388,10 +406,14 @@ impl SessionAggregate {
     }
 
     /// Emit closed sessions (or this cycle's changes) and free closed state.
-    pub fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
+    /// In `EMIT ON WINDOW CLOSE` mode: one batch of the sessions ending at or
+    /// before `watermark`, in (end, key, start) order. In `EMIT CHANGES`
+    /// mode: one batch retracting sessions merged away or changed and
+    /// inserting their current rows.
+    fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
         let changes_mode = self.def.emit == EmitMode::Changes;
         let mut rows = std::mem::take(&mut self.pending_retractions);
-        let mut kinds = vec![false; rows.len()];
+        let mut kinds = vec![Op::Retract; rows.len()];
         if changes_mode {
             for (key, list) in self.sessions.iter_mut() {
                 for s in list.iter_mut().filter(|s| s.changed) {
@@ -402,10 +424,10 @@ impl SessionAggregate {
                         .collect::<Result<Vec<_>>>()?;
                     if let Some(old) = s.emitted.take() {
                         rows.push((key.clone(), s.start, s.end, old));
-                        kinds.push(false);
+                        kinds.push(Op::Retract);
                     }
                     rows.push((key.clone(), s.start, s.end, values.clone()));
-                    kinds.push(true);
+                    kinds.push(Op::Insert);
                     s.emitted = Some(values);
                     s.changed = false;
                 }
@@ -439,5 +461,9 @@ impl SessionAggregate {
         self.closed_through = self.closed_through.max(watermark);
         let batch = self.emit_rows(rows, changes_mode.then_some(kinds))?;
         Ok(batch.into_iter().collect())
+    }
+
+    fn dropped_late(&self) -> u64 {
+        self.dropped_late
     }
 }

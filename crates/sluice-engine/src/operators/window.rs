@@ -20,6 +20,7 @@ use sluice_sql::{EmitMode, WindowKind};
 use super::changelog::output_batch;
 use super::expr::{eval, event_time_ms, overflow, time_column, PhysExpr};
 use super::groups::{AggregateFunctions, GroupedAggregates, KeyCodec, KeyRows, ScopeSnapshot};
+use super::stateful::{no_such_port, Port, StatefulOperator};
 use crate::error::Result;
 use crate::state::{SnapshotReader, SnapshotWriter};
 
@@ -169,7 +170,7 @@ pub struct WindowAggregate {
     /// Every window ending at or before this has been closed.
     closed_through: i64,
     /// Rows dropped because their window had already closed.
-    pub dropped_late: u64,
+    dropped_late: u64,
 }
 
 impl WindowAggregate {
@@ -188,11 +189,23 @@ impl WindowAggregate {
     pub fn open_windows(&self) -> usize {
         self.windows.len()
     }
+}
 
-    /// Fold one batch into its windows.
-    pub fn update(&mut self, batch: &RecordBatch) -> Result<()> {
+impl StatefulOperator for WindowAggregate {
+    fn kind(&self) -> &'static str {
+        "window aggregate"
+    }
+
+    /// Fold one batch into its windows; returns nothing (windows emit in
+    /// [`Self::advance`]). Rows whose every window has closed are counted in
+    /// `dropped_late`.
+    fn update(&mut self, port: Port, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
+        if port != 0 {
+            return Err(no_such_port(self.kind(), port));
+        }
+        let batch = &batch;
         if batch.num_rows() == 0 {
-            return Ok(());
+            return Ok(vec![]);
         }
         let times = event_time_ms(&eval(&self.def.time, batch)?, &self.def.time_name)?;
         let size = window_size(self.kind);
@@ -211,7 +224,7 @@ impl WindowAggregate {
             }
         }
         if by_window.is_empty() {
-            return Ok(());
+            return Ok(vec![]);
         }
         let keys = self.def.encode_keys(batch)?;
         let inputs = self.def.funcs.evaluate_inputs(batch)?;
@@ -234,11 +247,11 @@ impl WindowAggregate {
             };
             scope.update(&keys, sel, &inputs)?;
         }
-        Ok(())
+        Ok(vec![])
     }
 
     /// Write every open window's state.
-    pub fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
+    fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
         out.set("closed_through", self.closed_through);
         out.set("dropped_late", self.dropped_late);
         for (start, scope) in self.windows.iter_mut() {
@@ -249,7 +262,7 @@ impl WindowAggregate {
     }
 
     /// Replace state with a snapshot's.
-    pub fn restore(&mut self, snap: &SnapshotReader) -> Result<()> {
+    fn restore(&mut self, snap: &SnapshotReader) -> Result<()> {
         self.closed_through = snap.get("closed_through")?;
         self.dropped_late = snap.get("dropped_late")?;
         self.windows.clear();
@@ -273,8 +286,11 @@ impl WindowAggregate {
     }
 
     /// Emit what the watermark makes final (or, in changelog mode, what
-    /// changed) and free closed windows.
-    pub fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
+    /// changed) and free closed windows. In `EMIT ON WINDOW CLOSE` mode the
+    /// batches are the final rows of the windows ending at or before
+    /// `watermark`; in `EMIT CHANGES` mode, each window's retractions and
+    /// inserts of this cycle.
+    fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
         let size = window_size(self.kind);
         let mut out = Vec::new();
         if self.def.emit == EmitMode::Changes {
@@ -307,6 +323,10 @@ impl WindowAggregate {
         self.closed_through = self.closed_through.max(watermark);
         Ok(out.into_iter().filter(|b| b.num_rows() > 0).collect())
     }
+
+    fn dropped_late(&self) -> u64 {
+        self.dropped_late
+    }
 }
 
 /// Non-windowed GROUP BY: one scope that never closes, changelog output.
@@ -335,11 +355,22 @@ impl UpdatingAggregate {
             schema,
         })
     }
+}
 
-    /// Fold a batch in.
-    pub fn update(&mut self, batch: &RecordBatch) -> Result<()> {
+impl StatefulOperator for UpdatingAggregate {
+    fn kind(&self) -> &'static str {
+        "aggregate"
+    }
+
+    /// Fold a batch in; returns nothing (changes are emitted once per cycle
+    /// by [`Self::advance`]).
+    fn update(&mut self, port: Port, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
+        if port != 0 {
+            return Err(no_such_port(self.kind(), port));
+        }
+        let batch = &batch;
         if batch.num_rows() == 0 {
-            return Ok(());
+            return Ok(vec![]);
         }
         let key_cols = self
             .keys
@@ -348,17 +379,18 @@ impl UpdatingAggregate {
             .collect::<Result<Vec<_>>>()?;
         let keys = self.codec.encode(&key_cols, batch.num_rows())?;
         let inputs = self.funcs.evaluate_inputs(batch)?;
-        self.scope.update(&keys, None, &inputs)
+        self.scope.update(&keys, None, &inputs)?;
+        Ok(vec![])
     }
 
     /// Write the state.
-    pub fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
+    fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
         let snap = self.scope.snapshot(&self.codec)?;
         out.push(&snap.to_batch(&[])?)
     }
 
     /// Replace state with a snapshot's.
-    pub fn restore(&mut self, snap: &SnapshotReader) -> Result<()> {
+    fn restore(&mut self, snap: &SnapshotReader) -> Result<()> {
         let part = snap.parts().first().ok_or_else(|| {
             crate::error::EngineError::Internal("aggregate snapshot is empty".into())
         })?;
@@ -367,8 +399,10 @@ impl UpdatingAggregate {
         Ok(())
     }
 
-    /// Emit the changes of this cycle.
-    pub fn advance(&mut self) -> Result<Vec<RecordBatch>> {
+    /// Emit the changes of this cycle: at most one batch, a retraction of
+    /// every changed group's previous row and an insert of its new one. The
+    /// watermark does not matter: a non-windowed group never closes.
+    fn advance(&mut self, _watermark: i64) -> Result<Vec<RecordBatch>> {
         match self.scope.changes(&self.codec, &self.funcs)? {
             None => Ok(vec![]),
             Some((mut keys, values, kinds)) => {

@@ -50,6 +50,22 @@ pub struct PipelineOptions {
     pub subscription_history_bytes: usize,
     /// Most source batches folded into one execution cycle.
     pub max_batches_per_cycle: usize,
+    /// Restarts from the last committed checkpoint after a fault, in the
+    /// pipeline's life (0: the first fault is reported).
+    pub restart_budget: usize,
+    /// Wait before the first restart after a fault; doubled for each later one.
+    pub restart_backoff: Duration,
+    /// Bytes of batches buffered between sources and the coordinator;
+    /// readers and pushing callers wait from 80% of it on.
+    pub source_queue_bytes: u64,
+    /// Bytes of batches buffered per sink between the coordinator and the
+    /// sink's writer thread; source intake pauses from 80% of it on.
+    pub sink_queue_bytes: u64,
+    /// Bytes of batches buffered per subscriber; from 80% of it on source
+    /// intake pauses (backpressure) or the subscriber is dropped (disconnect).
+    pub subscription_buffer_bytes: u64,
+    /// What a subscriber that falls behind does by default.
+    pub subscription_on_lag: crate::output::subscription::OnLag,
 }
 
 impl Default for PipelineOptions {
@@ -67,6 +83,12 @@ impl Default for PipelineOptions {
             subscription_history: 16,
             subscription_history_bytes: 64 << 20,
             max_batches_per_cycle: 64,
+            restart_budget: 0,
+            restart_backoff: Duration::from_millis(100),
+            source_queue_bytes: 64 << 20,
+            sink_queue_bytes: 64 << 20,
+            subscription_buffer_bytes: 64 << 20,
+            subscription_on_lag: crate::output::subscription::OnLag::Backpressure,
         }
     }
 }
@@ -85,6 +107,12 @@ pub const PIPELINE_OPTIONS: &[&str] = &[
     "subscription_history",
     "subscription_history_bytes",
     "max_batches_per_cycle",
+    "restart_budget",
+    "restart_backoff",
+    "source_queue_bytes",
+    "sink_queue_bytes",
+    "subscription_buffer_bytes",
+    "subscription_on_lag",
 ];
 
 impl PipelineOptions {
@@ -112,6 +140,19 @@ impl PipelineOptions {
             "subscription_history" => self.subscription_history = spec.count(value)?,
             "subscription_history_bytes" => self.subscription_history_bytes = spec.count(value)?,
             "max_batches_per_cycle" => self.max_batches_per_cycle = spec.count(value)?,
+            "restart_budget" => self.restart_budget = spec.count(value)?,
+            "restart_backoff" => self.restart_backoff = spec.required_duration(value)?,
+            "source_queue_bytes" => self.source_queue_bytes = spec.count(value)? as u64,
+            "sink_queue_bytes" => self.sink_queue_bytes = spec.count(value)? as u64,
+            "subscription_buffer_bytes" => {
+                self.subscription_buffer_bytes = spec.count(value)? as u64
+            }
+            "subscription_on_lag" => {
+                self.subscription_on_lag = match spec.choice(value)? {
+                    "disconnect" => crate::output::subscription::OnLag::Disconnect,
+                    _ => crate::output::subscription::OnLag::Backpressure,
+                }
+            }
             other => {
                 return Err(EngineError::Internal(format!(
                     "option '{other}' has a spec but no field"

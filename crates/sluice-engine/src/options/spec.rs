@@ -104,6 +104,21 @@ pub const PIPELINE_OPTION_SPECS: &[OptionSpec] = &[
     count("subscription_history", 1, 1 << 16),
     count("subscription_history_bytes", 1, 1 << 40),
     count("max_batches_per_cycle", 1, 1 << 16),
+    count("restart_budget", 0, 1000),
+    duration(
+        "restart_backoff",
+        Duration::from_millis(1),
+        Duration::from_secs(60),
+    ),
+    // Byte budgets: at least 1 KiB (smaller only ever blocks on every
+    // batch), at most 1 TiB.
+    count("source_queue_bytes", 1 << 10, 1 << 40),
+    count("sink_queue_bytes", 1 << 10, 1 << 40),
+    count("subscription_buffer_bytes", 1 << 10, 1 << 40),
+    OptionSpec {
+        name: "subscription_on_lag",
+        kind: OptionKind::Choice(&["backpressure", "disconnect"]),
+    },
 ];
 
 /// The spec of the pipeline option `name` (case-insensitive), or the

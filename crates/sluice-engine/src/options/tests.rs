@@ -78,6 +78,27 @@ fn table() -> Vec<Row> {
     let (sh_ok, sh_bad) = counts("65536", "65537", "16");
     let (shb_ok, shb_bad) = counts("1099511627776", "1099511627777", "67108864");
     let (mb_ok, mb_bad) = counts("65536", "65537", "64");
+    // Byte budgets start at 1 KiB.
+    let bytes = || {
+        (
+            vec!["1024", "1025", "67108864", "1099511627776", " 4096 "],
+            vec![
+                ("1023", Range),
+                ("1", Range),
+                ("0", Range),
+                ("-1", Range),
+                ("1099511627777", Range),
+                (HUGE_COUNT, Range),
+                (HUGER_THAN_U64, Range),
+                ("64MiB", Garbage),
+                ("", Garbage),
+                ("1.5", Garbage),
+            ],
+        )
+    };
+    let (sq_ok, sq_bad) = bytes();
+    let (kq_ok, kq_bad) = bytes();
+    let (sbb_ok, sbb_bad) = bytes();
     vec![
         ("checkpoint_interval", ci_ok, ci_bad),
         (
@@ -116,6 +137,39 @@ fn table() -> Vec<Row> {
         ("subscription_history", sh_ok, sh_bad),
         ("subscription_history_bytes", shb_ok, shb_bad),
         ("max_batches_per_cycle", mb_ok, mb_bad),
+        (
+            "restart_budget",
+            vec!["0", "1", "3", "1000", " 2 "],
+            vec![
+                ("1001", Range),
+                ("-1", Range),
+                (HUGE_COUNT, Range),
+                ("many", Garbage),
+                ("", Garbage),
+                ("1.5", Garbage),
+            ],
+        ),
+        (
+            "restart_backoff",
+            vec!["1ms", "100ms", "5s", "1min", " 2s "],
+            vec![
+                ("0s", Range),
+                ("999us", Range),
+                ("60001ms", Range),
+                ("1h", Range),
+                ("off", Garbage),
+                ("soon", Garbage),
+                ("", Garbage),
+            ],
+        ),
+        ("source_queue_bytes", sq_ok, sq_bad),
+        ("sink_queue_bytes", kq_ok, kq_bad),
+        ("subscription_buffer_bytes", sbb_ok, sbb_bad),
+        (
+            "subscription_on_lag",
+            vec!["backpressure", "disconnect", "DISCONNECT", " backpressure "],
+            vec![("drop", Garbage), ("", Garbage), ("0", Garbage)],
+        ),
     ]
 }
 
@@ -202,6 +256,23 @@ fn accepted_values_land_in_their_fields() {
     o.set("channel_capacity", "65536").unwrap();
     assert_eq!(o.channel_capacity, 65_536);
     o.set("checkpoint_store", " s3://b/p ").unwrap();
+    assert_eq!(o.source_queue_bytes, 64 << 20, "default: 64 MiB");
+    o.set("source_queue_bytes", "1024").unwrap();
+    assert_eq!(o.source_queue_bytes, 1024);
+    o.set("sink_queue_bytes", "2048").unwrap();
+    assert_eq!(o.sink_queue_bytes, 2048);
+    o.set("subscription_buffer_bytes", "4096").unwrap();
+    assert_eq!(o.subscription_buffer_bytes, 4096);
+    assert_eq!(
+        o.subscription_on_lag,
+        crate::output::subscription::OnLag::Backpressure,
+        "default: backpressure"
+    );
+    o.set("subscription_on_lag", "disconnect").unwrap();
+    assert_eq!(
+        o.subscription_on_lag,
+        crate::output::subscription::OnLag::Disconnect
+    );
     assert_eq!(o.checkpoint_store.as_deref(), Some("s3://b/p"));
 }
 

@@ -2,4 +2,5 @@
 
 pub mod mv;
 pub mod sink;
+pub mod sink_writer;
 pub mod subscription;

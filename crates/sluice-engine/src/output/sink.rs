@@ -6,12 +6,21 @@
 //! that seals them commits (the file itself appears with the first
 //! committed rows). With at-least-once delivery rows are appended as they
 //! come, so after a failure the file holds what was delivered so far.
+//!
+//! The filter runs on the compute thread; encoding and writing run on the
+//! sink's writer thread ([`super::sink_writer`]), in order, behind a queue
+//! bounded by `sink_queue_bytes`. Pre-commit, commit, close and abort wait
+//! for every write queued before them, so epochs mean what they meant when
+//! writes ran on the compute thread.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use sluice_connectors::{EpochFileSink, EpochRecord, FileSinkWriter};
 use sluice_storage::{SinkCheckpoint, SinkEpochRecord};
+use tokio::sync::Notify;
+
+use super::sink_writer::{SinkWorker, Writer};
 
 use crate::catalog::{SinkConnector, SinkDef};
 use crate::error::{EngineError, Result};
@@ -28,21 +37,29 @@ pub enum SinkMode {
     Direct,
 }
 
-enum Writer {
-    Atomic(FileSinkWriter),
-    Epoch(EpochFileSink),
-}
-
 /// One sink.
 pub struct SinkRuntime {
     def: SinkDef,
     from: Arc<str>,
     filter: Option<Operator>,
-    writer: Option<Writer>,
+    /// The writer thread, once open.
+    worker: Option<SinkWorker>,
+    /// Whether the output has epochs (transactional or direct mode).
+    epochs: bool,
+    /// Bytes queued for the writer before source intake pauses (at 80%).
+    queue_bytes: u64,
+    /// Woken when the writer drains (shared with the coordinator).
+    relief: Option<Arc<Notify>>,
     /// Sealed epochs not yet committed.
     pending: Vec<EpochRecord>,
     /// Final length before the first pending epoch.
     committed_len: u64,
+}
+
+/// `e`, naming sink `name`; its code (a connector's I/O or format code)
+/// is kept.
+fn sink_err(name: &str, e: impl Into<EngineError>) -> EngineError {
+    e.into().context(format!("sink '{name}'"))
 }
 
 fn to_record(r: &EpochRecord) -> SinkEpochRecord {
@@ -70,14 +87,36 @@ impl SinkRuntime {
             filter: def.filter.as_ref().map(Operator::compile).transpose()?,
             from: Arc::from(def.from.as_str()),
             def: def.clone(),
-            writer: None,
+            worker: None,
+            epochs: false,
+            queue_bytes: 64 << 20,
+            relief: None,
             pending: Vec::new(),
             committed_len: 0,
         })
     }
 
-    fn err(&self, e: impl std::fmt::Display) -> EngineError {
-        EngineError::Catalog(format!("sink '{}': {e}", self.def.name))
+    /// Bound the writer queue to `bytes` (pressure from 80% on); before `begin`.
+    pub fn with_queue_bytes(mut self, bytes: u64) -> Self {
+        self.queue_bytes = bytes;
+        self
+    }
+
+    /// Wake `relief` whenever the writer drains or fails; before `begin`.
+    pub fn set_relief(&mut self, relief: Arc<Notify>) {
+        self.relief = Some(relief);
+    }
+
+    fn worker(&self) -> Result<&SinkWorker> {
+        self.worker
+            .as_ref()
+            .ok_or_else(|| self.err(EngineError::Internal("the sink is not open".into())))
+    }
+
+    /// `e`, naming this sink; its code (a connector's I/O or format code)
+    /// is kept.
+    fn err(&self, e: impl Into<EngineError>) -> EngineError {
+        sink_err(&self.def.name, e)
     }
 
     /// Open the output in `mode`, resuming from `recovered` when given.
@@ -111,13 +150,51 @@ impl SinkRuntime {
         if let Writer::Epoch(e) = &writer {
             self.committed_len = e.sealed_len();
         }
-        self.writer = Some(writer);
+        self.epochs = matches!(writer, Writer::Epoch(_));
+        self.worker = Some(SinkWorker::spawn(
+            &self.def.name,
+            writer,
+            self.queue_bytes,
+            self.relief.clone(),
+        )?);
         Ok(())
     }
 
     /// Whether the output is open.
     pub fn is_open(&self) -> bool {
-        self.writer.is_some()
+        self.worker.is_some()
+    }
+
+    /// Whether the writer queue holds 80% of its byte budget.
+    pub fn is_full(&self) -> bool {
+        self.worker.as_ref().is_some_and(SinkWorker::is_full)
+    }
+
+    /// Bytes queued for the writer.
+    pub fn queued_bytes(&self) -> u64 {
+        self.worker.as_ref().map_or(0, SinkWorker::queued_bytes)
+    }
+
+    /// A write that failed on the writer thread, once (the coordinator
+    /// takes it to stop the pipeline); its message names the sink.
+    pub fn take_failure(&self) -> Option<EngineError> {
+        self.worker.as_ref().and_then(SinkWorker::take_failure)
+    }
+
+    /// Wait until every queued write ran.
+    pub fn flush(&self) -> Result<()> {
+        if let Some(w) = &self.worker {
+            w.flush()?;
+        }
+        self.check_failure()
+    }
+
+    /// The failure of an earlier write, as every later call's error.
+    fn check_failure(&self) -> Result<()> {
+        match self.worker.as_ref().and_then(SinkWorker::failure) {
+            Some(failure) => Err(EngineError::unshare(failure)),
+            None => Ok(()),
+        }
     }
 
     /// The sink's name.
@@ -140,35 +217,31 @@ impl SinkRuntime {
             return Ok(0);
         }
         let total: usize = batches.iter().map(|b| b.num_rows()).sum();
-        crate::fault::hit(
-            crate::fault::FaultSite::SinkWrite,
-            &self.def.name,
-            total as u64,
-        )
-        .map_err(|e| self.err(e))?;
-        let mut rows = 0;
-        for b in &batches {
-            let r = match self.writer.as_mut() {
-                Some(Writer::Atomic(w)) => w.write(b),
-                Some(Writer::Epoch(w)) => w.write(b),
-                None => return Err(self.err("the sink is not open")),
-            };
-            r.map_err(|e| self.err(e))?;
-            rows += b.num_rows() as u64;
-        }
-        Ok(rows)
+        self.check_failure()?;
+        self.worker()?.write(batches, total as u64)?;
+        Ok(total as u64)
     }
 
     /// Seal the open epoch for a checkpoint; the returned record goes into
     /// the manifest. None for a sink without epochs.
     pub fn pre_commit(&mut self) -> Result<Option<SinkCheckpoint>> {
-        let Some(Writer::Epoch(w)) = self.writer.as_mut() else {
+        if !self.epochs {
+            return Ok(None);
+        }
+        // A failed write of this epoch fails its pre-commit (checked after
+        // every queued write ran): nothing of it is ever sealed.
+        self.flush()?;
+        let name = self.def.name.clone();
+        let sealed = self.worker()?.call(move |w| match w {
+            Some(Writer::Epoch(w)) => {
+                let record = w.pre_commit().map_err(|e| sink_err(&name, e))?;
+                Ok(Some((record, w.epoch())))
+            }
+            _ => Ok(None),
+        });
+        let Some((record, next_epoch)) = sealed? else {
             return Ok(None);
         };
-        let record = w
-            .pre_commit()
-            .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", self.def.name)))?;
-        let next_epoch = w.epoch();
         self.pending.push(record);
         Ok(Some(SinkCheckpoint {
             committed_len: self.committed_len,
@@ -181,64 +254,112 @@ impl SinkRuntime {
     pub fn commit(&mut self) -> Result<()> {
         crate::fault::hit(crate::fault::FaultSite::SinkCommit, &self.def.name, 0)
             .map_err(|e| self.err(e))?;
-        let Some(Writer::Epoch(w)) = self.writer.as_mut() else {
+        if !self.epochs {
             return Ok(());
-        };
-        w.commit(&self.pending)
-            .map_err(|e| EngineError::Catalog(format!("sink '{}': {e}", self.def.name)))?;
-        self.committed_len = w.sealed_len();
-        self.pending.clear();
+        }
+        let pending = self.pending.clone();
+        let name = self.def.name.clone();
+        let sealed_len = self.worker()?.call(move |w| match w {
+            Some(Writer::Epoch(w)) => {
+                w.commit(&pending).map_err(|e| sink_err(&name, e))?;
+                Ok(Some(w.sealed_len()))
+            }
+            _ => Ok(None),
+        })?;
+        if let Some(len) = sealed_len {
+            self.committed_len = len;
+            self.pending.clear();
+        }
         Ok(())
     }
 
     /// Whether sealed epochs await commit, or the open epoch holds rows.
     pub fn has_unsettled_epochs(&self) -> bool {
-        match &self.writer {
-            Some(Writer::Epoch(w)) => !self.pending.is_empty() || w.has_open_rows(),
-            _ => false,
+        if !self.epochs || self.worker.is_none() {
+            return false;
         }
+        if !self.pending.is_empty() {
+            return true;
+        }
+        let open = self
+            .worker()
+            .and_then(|w| w.call(|w| Ok(matches!(w, Some(Writer::Epoch(e)) if e.has_open_rows()))));
+        // A writer that cannot answer cannot be settled either.
+        open.unwrap_or(true)
     }
 
     /// Clean shutdown: publish an atomic file. Epoch sinks are settled by
     /// the shutdown checkpoint, so closing them only releases the file.
+    /// A failed earlier write fails the close (an atomic file is then not
+    /// published).
     pub fn close(&mut self) -> Result<u64> {
-        match self.writer.take() {
-            Some(Writer::Atomic(w)) => w.finish().map_err(|e| self.err(e)),
-            Some(Writer::Epoch(w)) => w.close().map_err(|e| self.err(e)),
-            None => Ok(0),
+        let Some(mut worker) = self.worker.take() else {
+            return Ok(0);
+        };
+        let name = self.def.name.clone();
+        worker.flush()?;
+        let failure = worker.failure();
+        let poisoned = failure.is_some();
+        let closed = worker.call(move |w| {
+            let err = |e: sluice_connectors::ConnectorError| sink_err(&name, e);
+            match w.take() {
+                // Never publish an atomic file with a failed write in it.
+                Some(Writer::Atomic(w)) if poisoned => w.abort().map(|()| 0).map_err(err),
+                Some(Writer::Atomic(w)) => w.finish().map_err(err),
+                Some(Writer::Epoch(w)) => w.close().map_err(err),
+                None => Ok(0),
+            }
+        });
+        worker.stop();
+        match failure {
+            Some(failure) => Err(EngineError::unshare(failure)),
+            None => closed,
         }
     }
 
     /// The checkpoint that sealed the pending epochs will never become
     /// durable (its tail was cancelled before its manifest): remove their
-    /// staged files, which no checkpoint refers to. Called before
-    /// [`Self::abort`]; an epoch whose manifest may be durable is never
-    /// discarded (recovery re-commits it).
+    /// staged files, which no checkpoint refers to. Runs on the writer
+    /// thread after every queued write, like [`Self::commit`]. Called
+    /// before [`Self::abort`]; an epoch whose manifest may be durable is
+    /// never discarded (recovery re-commits it).
     pub fn discard_sealed(&mut self) -> Result<()> {
-        for r in self.pending.drain(..) {
-            if let Some(p) = r.staged {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let name = self.def.name.clone();
+        self.worker()?.call(move |_| {
+            for p in pending.into_iter().filter_map(|r| r.staged) {
                 match std::fs::remove_file(&p) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(EngineError::Catalog(format!(
-                            "sink '{}': removing the staged epoch {}: {e}",
-                            self.def.name,
-                            p.display()
-                        )))
+                    Err(source) => {
+                        let e = sluice_connectors::ConnectorError::Io { path: p, source };
+                        return Err(sink_err(&name, e).context("removing a staged epoch"));
                     }
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
-    /// The pipeline failed: nothing unpublished becomes visible.
+    /// The pipeline failed: nothing unpublished becomes visible. Runs after
+    /// every queued write, so it rolls back exactly what was written.
     pub fn abort(&mut self) -> Result<()> {
-        match self.writer.take() {
-            Some(Writer::Atomic(w)) => w.abort().map_err(|e| self.err(e)),
-            Some(Writer::Epoch(mut w)) => w.rollback_open_epoch().map_err(|e| self.err(e)),
-            None => Ok(()),
-        }
+        let Some(mut worker) = self.worker.take() else {
+            return Ok(());
+        };
+        let name = self.def.name.clone();
+        let aborted = worker.call(move |w| {
+            let err = |e: sluice_connectors::ConnectorError| sink_err(&name, e);
+            match w.take() {
+                Some(Writer::Atomic(w)) => w.abort().map_err(err),
+                Some(Writer::Epoch(mut w)) => w.rollback_open_epoch().map_err(err),
+                None => Ok(()),
+            }
+        });
+        worker.stop();
+        aborted
     }
 }

@@ -1,9 +1,25 @@
 //! Subscriptions: consumers of a stream's output batches.
 //!
-//! Each subscriber has a bounded queue. The coordinator never waits on a
-//! subscriber: one that falls more than its queue behind is disconnected and
-//! told it lagged, so a slow consumer cannot grow memory without bound or
-//! stall the pipeline.
+//! Each subscriber has a queue bounded by a count (`subscription_buffer`
+//! batches) and by bytes (`subscription_buffer_bytes`, full from 80% on,
+//! see [`crate::budget`]). The coordinator never blocks inside a delivery;
+//! what happens when a subscriber's queue is full is the subscriber's
+//! choice ([`OnLag`]):
+//!
+//! - `Backpressure` (the default): the batch is still queued, and the
+//!   registry reports pressure ([`SubscriptionRegistry::pressure`]). The
+//!   coordinator checks it before each cycle and stops polling sources until
+//!   the subscriber drains, so the queue exceeds its bound by at most one
+//!   cycle's output (more during a checkpoint's alignment or the shutdown
+//!   checkpoint, which drain the source channel whatever the pressure).
+//! - `Disconnect`: the subscriber is dropped and its next read reports that
+//!   it lagged, so a slow consumer never slows the pipeline.
+//!
+//! ```text
+//!  coordinator ─ publish ─► [queue: batches + bytes] ─► Subscription::next
+//!       ▲                        │ full?                       │ (ticket drop)
+//!       └── pressure() ◄─────────┘        relief (Notify) ◄────┘
+//! ```
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,8 +29,9 @@ use arrow::array::{Array, AsArray, StringArray};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
+use crate::budget::{BudgetTicket, ByteBudget};
 use crate::error::{EngineError, Result};
 use crate::operators::changelog::RETRACT;
 
@@ -71,9 +88,46 @@ impl ChangeBatch {
     }
 }
 
+/// What a subscriber whose queue is full does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnLag {
+    /// Slow the pipeline: source intake pauses until the subscriber drains.
+    #[default]
+    Backpressure,
+    /// Disconnect the subscriber; its next read reports that it lagged.
+    Disconnect,
+}
+
+/// How a subscription behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubscribeOptions {
+    /// What happens when the subscriber falls behind.
+    pub on_lag: OnLag,
+    /// Batches queued before the subscriber counts as behind.
+    pub buffer: usize,
+    /// Bytes of queued batches; the subscriber counts as behind from 80% on.
+    pub buffer_bytes: u64,
+}
+
+impl Default for SubscribeOptions {
+    fn default() -> Self {
+        Self {
+            on_lag: OnLag::Backpressure,
+            buffer: 1024,
+            buffer_bytes: 64 << 20,
+        }
+    }
+}
+
+/// A queued batch and its bytes in the subscriber's budget.
+struct Queued {
+    batch: ChangeBatch,
+    _ticket: BudgetTicket,
+}
+
 /// The consuming end of a subscription.
 pub struct Subscription {
-    rx: mpsc::Receiver<ChangeBatch>,
+    rx: mpsc::UnboundedReceiver<Queued>,
     lagged: Arc<AtomicBool>,
     schema: SchemaRef,
 }
@@ -83,18 +137,15 @@ impl Subscription {
     /// shut down, an error if this subscriber fell too far behind.
     pub async fn next(&mut self) -> Result<Option<ChangeBatch>> {
         match self.rx.recv().await {
-            Some(b) => Ok(Some(b)),
-            None if self.lagged.load(Ordering::Acquire) => Err(EngineError::Halted(
-                "subscriber fell behind its queue (subscription_buffer) and was disconnected"
-                    .into(),
-            )),
+            Some(q) => Ok(Some(q.batch)),
+            None if self.lagged.load(Ordering::Acquire) => Err(EngineError::SubscriberLagged),
             None => Ok(None),
         }
     }
 
     /// A batch if one is ready now.
     pub fn try_next(&mut self) -> Option<ChangeBatch> {
-        self.rx.try_recv().ok()
+        self.rx.try_recv().ok().map(|q| q.batch)
     }
 
     /// The user columns of delivered batches.
@@ -104,10 +155,34 @@ impl Subscription {
 }
 
 struct Subscriber {
-    tx: mpsc::Sender<ChangeBatch>,
+    tx: mpsc::UnboundedSender<Queued>,
     lagged: Arc<AtomicBool>,
     /// Receives only output of committed checkpoints, tagged with the epoch.
     committed: bool,
+    on_lag: OnLag,
+    /// Batches queued before the subscriber counts as behind.
+    buffer: u64,
+    /// Bytes (and batches) queued for it.
+    backlog: Arc<ByteBudget>,
+}
+
+impl Subscriber {
+    /// Whether its queue is at its bound (count, or 80% of its bytes).
+    fn is_full(&self) -> bool {
+        self.backlog.items() >= self.buffer || self.backlog.is_over_high_water()
+    }
+
+    fn queue(&self, batch: ChangeBatch) -> std::result::Result<(), ()> {
+        let ticket = self
+            .backlog
+            .charge(batch.data.get_array_memory_size() as u64);
+        self.tx
+            .send(Queued {
+                batch,
+                _ticket: ticket,
+            })
+            .map_err(|_| ())
+    }
 }
 
 /// Output of one committed epoch.
@@ -157,15 +232,17 @@ impl Topic {
             if s.committed != committed {
                 return true;
             }
-            match s.tx.try_send(batch.clone()) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    tracing::warn!(stream = name, "subscriber lagged; disconnecting it");
-                    s.lagged.store(true, Ordering::Release);
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            if s.tx.is_closed() {
+                return false;
             }
+            if s.on_lag == OnLag::Disconnect && s.is_full() {
+                tracing::warn!(stream = name, "subscriber lagged; disconnecting it");
+                s.lagged.store(true, Ordering::Release);
+                return false;
+            }
+            // A backpressure subscriber always gets the batch; a full queue
+            // pauses source intake before the next cycle instead.
+            s.queue(batch.clone()).is_ok()
         });
     }
 }
@@ -184,6 +261,8 @@ pub enum ResumeFrom {
 #[derive(Default)]
 pub struct SubscriptionRegistry {
     topics: Mutex<HashMap<String, Topic>>,
+    /// Woken whenever a subscriber takes a batch.
+    relief: Arc<Notify>,
     /// Committed epochs retained per stream; 0 while checkpointing is off.
     history_epochs: std::sync::atomic::AtomicUsize,
     /// Bytes of committed output retained per stream.
@@ -191,7 +270,46 @@ pub struct SubscriptionRegistry {
 }
 
 impl SubscriptionRegistry {
-    /// Add a subscriber to `name`.
+    /// Woken whenever a subscriber takes a batch (a paused coordinator
+    /// waits on it; sinks' writers wake it too).
+    pub fn relief(&self) -> Arc<Notify> {
+        Arc::clone(&self.relief)
+    }
+
+    /// Whether a backpressure subscriber's queue is full, and the bytes
+    /// queued for all subscribers.
+    pub fn pressure(&self) -> (bool, u64) {
+        let topics = self.topics.lock();
+        let subs = topics.values().flat_map(|t| t.subscribers.iter());
+        let (mut full, mut bytes) = (false, 0);
+        for s in subs {
+            bytes += s.backlog.queued();
+            full |= s.on_lag == OnLag::Backpressure && !s.tx.is_closed() && s.is_full();
+        }
+        (full, bytes)
+    }
+
+    fn subscriber(
+        &self,
+        options: SubscribeOptions,
+        extra: usize,
+        committed: bool,
+    ) -> (Subscriber, mpsc::UnboundedReceiver<Queued>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let subscriber = Subscriber {
+            tx,
+            lagged: Arc::new(AtomicBool::new(false)),
+            committed,
+            on_lag: options.on_lag,
+            buffer: (options.buffer.max(1) + extra) as u64,
+            backlog: ByteBudget::with_relief(options.buffer_bytes, Some(self.relief())),
+        };
+        (subscriber, rx)
+    }
+
+    /// Add a subscriber to `name` with a queue of `buffer` batches and the
+    /// default byte budget, which backpressures when full (see
+    /// [`Self::subscribe_with`]).
     pub fn subscribe(
         &self,
         name: &str,
@@ -199,17 +317,28 @@ impl SubscriptionRegistry {
         changelog: bool,
         buffer: usize,
     ) -> Subscription {
-        let (tx, rx) = mpsc::channel(buffer.max(1));
-        let lagged = Arc::new(AtomicBool::new(false));
+        let options = SubscribeOptions {
+            buffer,
+            ..Default::default()
+        };
+        self.subscribe_with(name, data_schema, changelog, options)
+    }
+
+    /// Add a subscriber to `name`.
+    pub fn subscribe_with(
+        &self,
+        name: &str,
+        data_schema: SchemaRef,
+        changelog: bool,
+        options: SubscribeOptions,
+    ) -> Subscription {
+        let (subscriber, rx) = self.subscriber(options, 0, false);
+        let lagged = Arc::clone(&subscriber.lagged);
         let mut topics = self.topics.lock();
         let topic = topics
             .entry(name.to_string())
             .or_insert_with(|| Topic::new(Arc::clone(&data_schema), changelog));
-        topic.subscribers.push(Subscriber {
-            tx,
-            lagged: Arc::clone(&lagged),
-            committed: false,
-        });
+        topic.subscribers.push(subscriber);
         Subscription {
             rx,
             lagged,
@@ -300,7 +429,7 @@ impl SubscriptionRegistry {
         name: &str,
         data_schema: SchemaRef,
         changelog: bool,
-        buffer: usize,
+        options: SubscribeOptions,
         from: ResumeFrom,
     ) -> Result<Subscription> {
         if self.history_epochs.load(Ordering::Relaxed) == 0 {
@@ -338,22 +467,20 @@ impl SubscriptionRegistry {
                 }
             }
         };
+        // The replayed backlog comes on top of the buffer.
         let backlog: usize = replay.iter().map(|(_, b)| b.len()).sum();
-        let (tx, rx) = mpsc::channel((buffer + backlog).max(1));
+        let (subscriber, rx) = self.subscriber(options, backlog, true);
         for (epoch, batches) in replay {
             for b in batches {
                 let mut cb = ChangeBatch::from_output(b, &topic.data_schema, topic.changelog)?;
                 cb.epoch = Some(*epoch);
-                tx.try_send(cb)
-                    .map_err(|_| EngineError::Internal("resume backlog overflow".into()))?;
+                subscriber
+                    .queue(cb)
+                    .map_err(|()| EngineError::Internal("resume backlog lost".into()))?;
             }
         }
-        let lagged = Arc::new(AtomicBool::new(false));
-        topic.subscribers.push(Subscriber {
-            tx,
-            lagged: Arc::clone(&lagged),
-            committed: true,
-        });
+        let lagged = Arc::clone(&subscriber.lagged);
+        topic.subscribers.push(subscriber);
         Ok(Subscription {
             rx,
             lagged,
@@ -429,3 +556,7 @@ impl SubscriptionRegistry {
         self.topics.lock().clear();
     }
 }
+
+#[cfg(test)]
+#[path = "subscription_tests.rs"]
+mod tests;

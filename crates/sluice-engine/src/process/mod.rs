@@ -13,7 +13,6 @@
 //! * [`key`] documents the canonical key encoding (a stable byte format).
 //! * [`admission`] holds the delivery-guarantee rules checked at start.
 
-pub mod admission;
 pub mod benchmark;
 mod harness;
 pub mod key;

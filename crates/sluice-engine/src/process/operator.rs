@@ -15,12 +15,12 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, BinaryArray, Int64Array, StringArray, UInt8Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use bytes::Bytes;
 
 use super::keyed::{CallOutput, KeyedProcessor, ProcessSnapshot};
 use super::types::{NativeProcessFunction, ProcessFunctionInfo, ValueState};
 use super::validate::ProcessError;
 use crate::error::{EngineError, Result};
+use crate::operators::stateful::{no_such_port, Port, StatefulOperator};
 use crate::state::{SnapshotReader, SnapshotWriter};
 
 /// One bound process function, running in the pipeline.
@@ -133,29 +133,28 @@ impl ProcessOperator {
         marks: Option<&[(usize, i64)]>,
         watermark: i64,
     ) -> Result<Vec<RecordBatch>> {
-        let mut out = CallOutput::default();
+        let mut out = Vec::new();
         let mut next = 0;
         for (n, w) in marks.unwrap_or_default() {
             while next < (*n).min(batches.len()) {
-                self.feed(&batches[next], &mut out)?;
+                out.extend(self.update(0, batches[next].clone())?);
                 next += 1;
             }
-            self.processor.advance_watermark(*w, &mut out)?;
+            out.extend(self.advance(*w)?);
         }
         for b in &batches[next..] {
-            self.feed(b, &mut out)?;
+            out.extend(self.update(0, b.clone())?);
         }
         // Only a watermark that moved past the last cut makes a cut here:
         // how many cycles saw the same watermark depends on timing, and a
         // timer re-armed in the past must fire at the next mark either way.
         if watermark > self.processor.watermark() {
-            self.processor.advance_watermark(watermark, &mut out)?;
+            out.extend(self.advance(watermark)?);
         }
-        if out.batches.is_empty() {
+        if out.is_empty() {
             return Ok(vec![]);
         }
-        let merged =
-            arrow::compute::concat_batches(&self.info.descriptor.output_schema, &out.batches)?;
+        let merged = arrow::compute::concat_batches(&self.info.descriptor.output_schema, &out)?;
         Ok(vec![merged])
     }
 
@@ -181,16 +180,40 @@ impl ProcessOperator {
         self.processor.process_batch(&projected, out)?;
         Ok(())
     }
+}
 
-    /// The engine-owned state as a checkpoint part, encoded.
-    pub fn snapshot(&self) -> Result<Bytes> {
-        self.snapshot_part()?.encode()
+/// The process function as a stateful operator. The pipeline drives it
+/// through [`ProcessOperator::run`], which places the timer cuts at the
+/// input's marks; these are the steps `run` is made of.
+impl StatefulOperator for ProcessOperator {
+    fn kind(&self) -> &'static str {
+        "process function"
     }
 
-    /// The engine-owned state as a checkpoint part, encoded later.
-    pub fn snapshot_part(&self) -> Result<crate::state::StatePart> {
+    /// Run the input activations of one batch; returns the output rows the
+    /// handler's accepted responses emitted, in activation order.
+    fn update(&mut self, port: Port, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
+        if port != 0 {
+            return Err(no_such_port(self.kind(), port));
+        }
+        let mut out = CallOutput::default();
+        self.feed(&batch, &mut out)?;
+        Ok(out.batches)
+    }
+
+    /// A timer cut at `watermark`: fires every timer due at it (even when
+    /// the watermark did not move, so a timer re-armed in the past fires at
+    /// the next cut); returns the rows those activations emitted.
+    fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
+        let mut out = CallOutput::default();
+        self.processor.advance_watermark(watermark, &mut out)?;
+        Ok(out.batches)
+    }
+
+    /// The engine-owned state: value state per key, timers, the next
+    /// activation id and the watermark, tagged with the binding.
+    fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
         let snap = self.processor.snapshot();
-        let mut w = SnapshotWriter::default();
         w.set("binding", &snap.binding);
         w.set("function", &snap.function);
         w.set("version", snap.version);
@@ -239,14 +262,12 @@ impl ProcessOperator {
                 Arc::new(StringArray::from(t_names)),
                 Arc::new(Int64Array::from(t_at)),
             ],
-        )?)?;
-        Ok(w.finish_deferred())
+        )?)
     }
 
     /// Restore from a checkpoint part; refused when the part was written
     /// under another binding (name, version or binding hash).
-    pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
-        let r = SnapshotReader::new(bytes)?;
+    fn restore(&mut self, r: &SnapshotReader) -> Result<()> {
         let mut snap = ProcessSnapshot {
             binding: r.get("binding")?,
             function: r.get("function")?,

@@ -2,33 +2,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use thiserror::Error;
-
 use super::types::{
     ProcessActivation, ProcessActivationResult, ProcessFunctionDescriptor, TimerOperation,
 };
 
-/// A rejected call: nothing of it was applied.
-#[derive(Debug, Error, PartialEq, Eq)]
-#[error("process function '{function}' v{version}{}: {reason}", key_part(.key))]
-pub struct ProcessError {
-    /// Function name.
-    pub function: String,
-    /// Function version.
-    pub version: u32,
-    /// Hex of the canonical key concerned (or `-` for the whole call).
-    pub key: String,
-    /// The rule or limit broken.
-    pub reason: String,
-}
-
-fn key_part(key: &str) -> String {
-    if key == "-" {
-        String::new()
-    } else {
-        format!(", key {key}")
-    }
-}
+pub use crate::error::ProcessError;
 
 fn hex(key: &[u8]) -> String {
     key.iter().map(|b| format!("{b:02x}")).collect()

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use sluice_engine::sources::SourceEvent;
 
+use sluice_engine::EngineError;
+
 use crate::harness::*;
 use crate::scripted::*;
 
@@ -23,7 +25,7 @@ async fn aligned_barrier_holds_post_barrier_input_until_capture() {
     let report = h.checkpoint(h.answer("inject 1 [A,B]", feed)).await;
     assert_eq!(report.expect("checkpoint").id, 1);
     h.expect_log(
-        "reserve 1 | prepare 1 flags=1 | inject 1 [A,B] | cycle wm=1 A=[1] | sinks.write | \
+        "reserve 1 | inject 1 [A,B] | cycle wm=1 A=[1] | sinks.write | \
          cycle wm=10 B=[10] | sinks.write | cycle wm=11 B=[11] | sinks.write | \
          cut 1 | capture 1 flags=1 A=a@1 B=b@2 | publish 1 | \
          cycle wm=11 A=[2] | sinks.write | cycle wm=11 A=[3] | sinks.write",
@@ -62,7 +64,7 @@ async fn alignment_timeout_abandons_replays_held_input_and_never_reuses_ids() {
     assert!(started.elapsed() >= Duration::from_millis(200));
     let abandoned = "abandon 1 flags=1: alignment timed out waiting for the barrier of B";
     h.expect_log(&format!(
-        "reserve 1 | prepare 1 flags=1 | inject 1 [A,B] | {abandoned} | \
+        "reserve 1 | inject 1 [A,B] | {abandoned} | \
          cycle wm=2 A=[2] | sinks.write"
     ))
     .await;
@@ -101,7 +103,10 @@ async fn reservation_failure_injects_nothing_and_keeps_processing() {
     )
     .await;
     let st = h.handle.status();
-    assert_eq!((st.cycles, st.halted, st.fault), (1, None, None));
+    assert_eq!(
+        (st.cycles, st.halted.is_none(), st.fault.is_none()),
+        (1, true, true)
+    );
 }
 
 #[tokio::test]
@@ -122,11 +127,11 @@ async fn periodic_checkpoints_only_follow_new_cycles() {
     pause().await;
     h.expect_log(
         "cycle wm=1 A=[1] | sinks.write | \
-         reserve 1 | prepare 1 flags=0 | inject 1 [] | cut 1 | capture 1 flags=0 | publish 1 | \
+         reserve 1 | inject 1 [] | cut 1 | capture 1 flags=0 | publish 1 | \
          cycle wm=2 A=[2] | sinks.write | \
-         reserve 2 | prepare 2 flags=0 | inject 2 [] | cut 2 | capture 2 flags=0 | cut abort 2 | \
+         reserve 2 | inject 2 [] | cut 2 | capture 2 flags=0 | cut abort 2 | \
          checkpoint failed 2: disk full | \
-         reserve 3 | prepare 3 flags=0 | inject 3 [] | cut 3 | capture 3 flags=0 | publish 3",
+         reserve 3 | inject 3 [] | cut 3 | capture 3 flags=0 | publish 3",
     )
     .await;
 }
@@ -134,13 +139,17 @@ async fn periodic_checkpoints_only_follow_new_cycles() {
 #[tokio::test]
 async fn source_failure_during_alignment_abandons_the_attempt() {
     let h = start_ab(|_| {});
-    let failed = msg("B", SourceEvent::Failed("disk gone".into()));
+    let failed = msg(
+        "B",
+        SourceEvent::Failed(EngineError::Injected("disk gone".into())),
+    );
     let r = h
         .checkpoint(h.answer("inject 1 [A,B]", vec![barrier("A", 1, "a@1"), failed]))
         .await;
     checkpoint_err(r);
-    assert_eq!(h.handle.status().halted.as_deref(), Some("disk gone"));
-    // The reserved (and prepared) attempt must be given up explicitly.
+    let halted = h.handle.status().halted.map(|e| e.to_string());
+    assert_eq!(halted.as_deref(), Some("disk gone"));
+    // The reserved must be given up explicitly.
     h.wait_for("abandon 1 flags=1: the pipeline stopped during alignment")
         .await;
 }

@@ -23,13 +23,13 @@ async fn sink_precommit_failure_faults_under_exactly_once() {
     assert_eq!(checkpoint_err(r), "sink pre-commit failed");
     let fault = "checkpoint 1 failed: sink pre-commit failed";
     assert_fault(h.finished().await, fault);
-    assert_eq!(h.handle.status().halted, None);
+    assert!(h.handle.status().halted.is_none());
     // Intake stopped, and the held batch 9 never ran.
     assert!(h.tx.send(batch("A", 10)).await.is_err());
     h.expect_log(&format!(
-        "reserve 1 | prepare 1 flags=1 | inject 1 [A,B] | cut 1 | capture 1 flags=1 A=a@1 B=b@1 | \
+        "reserve 1 | inject 1 [A,B] | cut 1 | capture 1 flags=1 A=a@1 B=b@1 | \
          cut abort 1 | checkpoint failed 1: sink pre-commit failed | \
-         fault: {fault} | invalidate: {fault} | sinks.abort"
+         invalidate: {fault} | sinks.abort"
     ))
     .await;
 }
@@ -47,7 +47,7 @@ async fn sink_precommit_failure_without_fault_replays_held_input() {
          cycle wm=9 A=[9]"
     );
     let st = h.handle.status();
-    assert_eq!((st.halted, st.fault), (None, None));
+    assert!(st.halted.is_none() && st.fault.is_none());
 }
 
 #[tokio::test]
@@ -58,10 +58,10 @@ async fn commit_failure_after_durable_manifest_faults() {
     assert_eq!(report.expect("durable").id, 1);
     let fault = "after checkpoint 1 became durable: committing sink out";
     assert_fault(h.finished().await, fault);
-    assert_eq!(h.handle.status().halted, None);
+    assert!(h.handle.status().halted.is_none());
     assert!(h.tx.send(batch("A", 10)).await.is_err());
     h.expect_log(&format!(
-        "reserve 1 | prepare 1 flags=1 | inject 1 [A,B] | cut 1 | capture 1 flags=1 A=a@1 B=b@1 | \
+        "reserve 1 | inject 1 [A,B] | cut 1 | capture 1 flags=1 A=a@1 B=b@1 | \
          continuation fault 1: committing sink out | publish 1 | \
          fault: {fault} | invalidate: {fault} | sinks.abort"
     ))
@@ -71,15 +71,13 @@ async fn commit_failure_after_durable_manifest_faults() {
 #[tokio::test]
 async fn publication_failure_after_commit_is_a_continuation_fault() {
     let h = start(|s| s.fail_publish = Some("subscriber log gone".into()));
-    assert_eq!(
-        checkpoint_err(h.checkpoint(async {}).await),
-        "subscriber log gone"
-    );
+    // The caller is told the fault the failed publication caused.
     let fault = "after checkpoint 1 became durable: subscriber log gone";
+    assert_eq!(checkpoint_err(h.checkpoint(async {}).await), fault);
     assert_fault(h.finished().await, fault);
     // Durable: no failure is recorded and the cut is not aborted.
     h.expect_log(&format!(
-        "reserve 1 | prepare 1 flags=1 | inject 1 [] | cut 1 | capture 1 flags=1 | publish 1 | \
+        "reserve 1 | inject 1 [] | cut 1 | capture 1 flags=1 | publish 1 | \
          continuation fault 1: subscriber log gone | \
          fault: {fault} | invalidate: {fault} | sinks.abort"
     ))
@@ -93,7 +91,7 @@ async fn subscription_cut_failure_fails_the_checkpoint_before_capture() {
     assert_eq!(checkpoint_err(h.checkpoint(async {}).await), want);
     h.send(vec![batch("A", 1)]).await;
     h.expect_log(&format!(
-        "reserve 1 | prepare 1 flags=1 | inject 1 [] | cut 1 | cut abort 1 | \
+        "reserve 1 | inject 1 [] | cut 1 | cut abort 1 | \
          checkpoint failed 1: {want} | cycle wm=1 A=[1] | sinks.write"
     ))
     .await;

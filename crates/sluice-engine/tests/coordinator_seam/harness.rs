@@ -57,10 +57,7 @@ pub(crate) fn start_ab(setup: impl FnOnce(&mut Script)) -> Harness {
 }
 
 pub(crate) fn msg(source: &str, event: SourceEvent) -> SourceMessage {
-    SourceMessage {
-        source: Arc::from(source),
-        event,
-    }
+    SourceMessage::new(Arc::from(source), event)
 }
 
 pub(crate) fn batch(source: &str, v: i64) -> SourceMessage {
@@ -141,19 +138,21 @@ impl Harness {
     }
 }
 
+/// The reason a checkpoint was refused or failed with (the innermost
+/// error's own words).
 pub(crate) fn checkpoint_err(r: Result<CheckpointReport, EngineError>) -> String {
     match r {
-        Err(EngineError::Checkpoint(e)) => e,
+        Err(e) => crate::scripted::checkpoint_reason(&e),
         other => panic!("expected a failed checkpoint, got {other:?}"),
     }
 }
 
 pub(crate) fn assert_halted(r: Result<(), EngineError>, reason: &str) {
-    let ok = matches!(&r, Err(EngineError::Halted(h)) if h == reason);
+    let ok = matches!(&r, Err(EngineError::Halted { cause }) if cause.to_string() == reason);
     assert!(ok, "{r:?}");
 }
 
 pub(crate) fn assert_fault(r: Result<(), EngineError>, reason: &str) {
-    let ok = matches!(&r, Err(EngineError::Fault(f)) if f == reason);
+    let ok = matches!(&r, Err(EngineError::Fault { cause }) if cause.to_string() == reason);
     assert!(ok, "{r:?}");
 }

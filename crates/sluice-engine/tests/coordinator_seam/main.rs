@@ -11,5 +11,6 @@ mod scripted;
 
 mod alignment;
 mod checkpoint_failures;
+mod control;
 mod halts;
 mod shutdown;

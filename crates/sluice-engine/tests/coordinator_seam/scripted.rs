@@ -13,6 +13,8 @@ use sluice_engine::coordinator::{
     CheckpointReport, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
     RuntimeControl, SourceIntake,
 };
+use sluice_engine::options::Delivery;
+use sluice_engine::EngineError;
 use sluice_storage::SourceCheckpoint;
 
 pub(crate) type Log = Arc<Mutex<Vec<String>>>;
@@ -36,13 +38,14 @@ pub(crate) struct Script {
     pub(crate) pending: Vec<&'static str>,
     /// Outcomes of successive captures; they commit once it is exhausted.
     pub(crate) captures: VecDeque<Capture>,
-    /// `record_checkpoint_failure` raises a fault (as exactly-once does).
+    /// A failed checkpoint faults (checkpoints keep exactly-once).
     pub(crate) fault_on_checkpoint_failure: bool,
     /// A cycle holding this value fails.
     pub(crate) fail_cycle_on: Option<i64>,
     /// A cycle holding this value leaves a pending halt / fault behind.
     pub(crate) halt_on: Option<i64>,
     pub(crate) fault_on: Option<i64>,
+    /// A failed cycle faults (checkpointing is on, at least once).
     pub(crate) fault_on_cycle_error: bool,
     /// A cycle holding this value panics (outside any component's own
     /// containment: the coordinator loop must catch it).
@@ -56,6 +59,8 @@ pub(crate) struct Script {
     pub(crate) settles: bool,
     pub(crate) halt: Option<String>,
     pub(crate) fault: Option<String>,
+    /// `apply_control` refuses every message with this.
+    pub(crate) fail_control: Option<String>,
 }
 
 pub(crate) struct ScriptedCallback {
@@ -141,7 +146,8 @@ impl CycleExecution for ScriptedCallback {
                 s.fault = Some("fault requested".into());
             }
             if has(s.fail_cycle_on) {
-                return Err(CycleError::Execution("operator blew up".into()));
+                let e = EngineError::Injected("operator blew up".into());
+                return Err(CycleError::Execution(e));
             }
             if has(s.panic_cycle_on) {
                 drop(s);
@@ -157,9 +163,6 @@ impl CycleExecution for ScriptedCallback {
     fn note_cycle_error(&self) {
         self.note("cycle error noted".into());
     }
-    fn fault_on_cycle_error(&self) -> bool {
-        self.script().fault_on_cycle_error
-    }
 }
 
 impl OutputPublication for ScriptedCallback {
@@ -167,25 +170,27 @@ impl OutputPublication for ScriptedCallback {
         self.note("sinks.write".into());
         Ok(())
     }
-    fn reserve_subscription_cut(&mut self, attempt: CheckpointAttempt) -> Result<(), String> {
+    fn reserve_subscription_cut(&mut self, attempt: CheckpointAttempt) -> Result<(), EngineError> {
         self.note(format!("cut {}", attempt.id));
-        self.script().fail_cut.clone().map_or(Ok(()), Err)
+        let fail = self.script().fail_cut.clone();
+        fail.map_or(Ok(()), |e| Err(EngineError::Injected(e)))
     }
     fn abort_subscription_cut(&mut self, attempt: CheckpointAttempt) {
         self.note(format!("cut abort {}", attempt.id));
     }
-    fn publish_barrier(&mut self, attempt: CheckpointAttempt) -> Result<(), String> {
+    fn publish_barrier(&mut self, attempt: CheckpointAttempt) -> Result<(), EngineError> {
         self.note(format!("publish {}", attempt.id));
-        self.script().fail_publish.clone().map_or(Ok(()), Err)
+        let fail = self.script().fail_publish.clone();
+        fail.map_or(Ok(()), |e| Err(EngineError::Injected(e)))
     }
     fn invalidate_subscriptions(&self, reason: &str) {
         self.note(format!("invalidate: {reason}"));
     }
-    async fn close_sinks(&mut self) -> Result<(), String> {
+    async fn close_sinks(&mut self) -> Result<(), EngineError> {
         self.note("sinks.close".into());
         Ok(())
     }
-    fn abort_sinks(&mut self) -> Result<(), String> {
+    fn abort_sinks(&mut self) -> Result<(), EngineError> {
         self.note("sinks.abort".into());
         if self.script().panic_on_abort {
             panic!("abort exploded");
@@ -195,14 +200,35 @@ impl OutputPublication for ScriptedCallback {
 }
 
 impl RuntimeControl for ScriptedCallback {
-    fn apply_control(&mut self, _: ControlMsg) {}
-    fn take_pipeline_halt(&mut self) -> Option<String> {
-        let halt = self.script().halt.take();
-        halt.inspect(|h| self.note(format!("halt: {h}")))
+    fn apply_control(&mut self, msg: ControlMsg) -> Result<(), EngineError> {
+        let kind = match msg {
+            ControlMsg::Start => "start",
+            ControlMsg::Recover(_) => "recover",
+            _ => "ddl",
+        };
+        let fail = self.script().fail_control.clone();
+        match fail {
+            Some(e) => {
+                self.note(format!("control {kind} refused: {e}"));
+                Err(EngineError::Injected(e))
+            }
+            None => {
+                self.note(format!("control {kind}"));
+                Ok(())
+            }
+        }
     }
-    fn take_pipeline_fault(&mut self) -> Option<String> {
+    /// A pending halt outranks a pending fault (the fault stays pending).
+    fn take_pipeline_failure(&mut self) -> Option<CycleError> {
+        let halt = self.script().halt.take();
+        if let Some(h) = halt {
+            self.note(format!("halt: {h}"));
+            return Some(CycleError::Startup(EngineError::Injected(h)));
+        }
         let fault = self.script().fault.take();
-        fault.inspect(|f| self.note(format!("fault: {f}")))
+        let f = fault?;
+        self.note(format!("fault: {f}"));
+        Some(CycleError::AfterDurable(EngineError::Injected(f)))
     }
 }
 
@@ -214,31 +240,30 @@ impl CheckpointLifecycle for ScriptedCallback {
         let timeout = self.script().alignment_timeout;
         timeout.unwrap_or(Duration::from_secs(10))
     }
+    fn checkpoint_delivery(&self) -> Option<Delivery> {
+        let s = self.script();
+        if s.fault_on_checkpoint_failure {
+            Some(Delivery::ExactlyOnce)
+        } else if s.fault_on_cycle_error {
+            Some(Delivery::AtLeastOnce)
+        } else {
+            None
+        }
+    }
     fn settles_on_shutdown(&self) -> bool {
         self.script().settles
     }
     async fn reserve_checkpoint_attempt(
         &mut self,
         _: Instant,
-    ) -> Result<CheckpointAttempt, String> {
+    ) -> Result<CheckpointAttempt, EngineError> {
         if let Some(e) = self.script().fail_reserve.clone() {
             self.note(format!("reserve failed: {e}"));
-            return Err(e);
+            return Err(EngineError::Injected(e));
         }
         self.next_id += 1;
         self.note(format!("reserve {}", self.next_id));
         Ok(CheckpointAttempt { id: self.next_id })
-    }
-    async fn publish_checkpoint_prepare(
-        &mut self,
-        attempt: CheckpointAttempt,
-        _: Instant,
-        _: Instant,
-        flags: u64,
-        _: Option<CheckpointAssignmentFence>,
-    ) -> Result<(), String> {
-        self.note(format!("prepare {} flags={flags}", attempt.id));
-        Ok(())
     }
     fn inject_source_barriers(&mut self, attempt: CheckpointAttempt) -> Vec<Arc<str>> {
         let pending = self.script().pending.clone();
@@ -263,9 +288,11 @@ impl CheckpointLifecycle for ScriptedCallback {
         self.note(format!("capture {id} flags={flags}{o}"));
         let scripted = self.script().captures.pop_front();
         match scripted {
-            Some(Capture::Fail(reason)) => return BarrierOutcome::Failed(reason),
+            Some(Capture::Fail(reason)) => {
+                return BarrierOutcome::Failed(Arc::new(EngineError::Injected(reason)))
+            }
             Some(Capture::ContinuationFault(reason)) => {
-                self.record_checkpoint_continuation_fault(attempt, &reason)
+                self.record_checkpoint_continuation_fault(attempt, EngineError::Injected(reason))
             }
             None => {}
         }
@@ -273,31 +300,51 @@ impl CheckpointLifecycle for ScriptedCallback {
             id: attempt.id,
             duration: started.elapsed(),
             state_bytes: 0,
+            created_ms: 0,
         })
     }
     async fn abandon_checkpoint_attempt(
         &mut self,
         attempt: CheckpointAttempt,
-        reason: &str,
+        reason: &EngineError,
         flags: u64,
         _: Option<CheckpointAssignmentFence>,
-    ) -> Result<(), String> {
+    ) -> Result<(), EngineError> {
+        let reason = checkpoint_reason(reason);
         self.note(format!("abandon {} flags={flags}: {reason}", attempt.id));
         Ok(())
     }
-    fn record_checkpoint_failure(&mut self, id: u64, reason: &str) {
+    fn record_checkpoint_failure(&mut self, id: u64, reason: &EngineError) {
         self.note(format!("checkpoint failed {id}: {reason}"));
-        let mut s = self.script();
-        if s.fault_on_checkpoint_failure {
-            s.fault = Some(format!("checkpoint {id} failed: {reason}"));
-        }
     }
-    fn record_checkpoint_continuation_fault(&mut self, attempt: CheckpointAttempt, reason: &str) {
+    fn record_checkpoint_continuation_fault(
+        &mut self,
+        attempt: CheckpointAttempt,
+        reason: EngineError,
+    ) {
         self.note(format!("continuation fault {}: {reason}", attempt.id));
         let id = attempt.id;
         self.script().fault = Some(format!("after checkpoint {id} became durable: {reason}"));
     }
-    fn record_checkpoint_admission_failure(&mut self, reason: &str) {
+    fn record_checkpoint_admission_failure(&mut self, reason: &EngineError) {
         self.note(format!("admission failure: {reason}"));
+    }
+}
+
+/// A checkpoint refusal's own words: without the halt or fault it caused,
+/// the "checkpoint N failed" the coordinator puts in front, or the
+/// "checkpoint failed: " a refusal's display starts with.
+pub(crate) fn checkpoint_reason(e: &EngineError) -> String {
+    match e {
+        EngineError::Fault { cause }
+        | EngineError::Halted { cause }
+        | EngineError::Shared(cause) => checkpoint_reason(cause),
+        EngineError::Context { context, cause }
+            if context.starts_with("checkpoint ") && context.ends_with(" failed") =>
+        {
+            checkpoint_reason(cause)
+        }
+        EngineError::Checkpoint(r) | EngineError::Injected(r) => r.clone(),
+        other => other.to_string(),
     }
 }

@@ -10,7 +10,7 @@ async fn shutdown_settles_with_a_checkpoint_before_closing_sinks() {
     h.shutdown(false).await.expect("clean shutdown");
     assert!(h.handle.status().stopped);
     h.expect_log(
-        "reserve 1 | prepare 1 flags=2 | inject 1 [] | cut 1 | capture 1 flags=2 | publish 1 | \
+        "reserve 1 | inject 1 [] | cut 1 | capture 1 flags=2 | publish 1 | \
          sinks.close | invalidate: shutdown",
     )
     .await;
@@ -24,7 +24,7 @@ async fn failed_shutdown_checkpoint_aborts_sinks() {
     let want = "shutdown checkpoint did not commit: sink pre-commit failed";
     assert!(e.to_string().contains(want), "{e}");
     h.expect_log(
-        "reserve 1 | prepare 1 flags=2 | inject 1 [] | cut 1 | capture 1 flags=2 | cut abort 1 | \
+        "reserve 1 | inject 1 [] | cut 1 | capture 1 flags=2 | cut abort 1 | \
          checkpoint failed 1: sink pre-commit failed | sinks.abort | invalidate: shutdown",
     )
     .await;

@@ -8,7 +8,9 @@
 use std::path::PathBuf;
 
 use sluice_engine::catalog::SinkConnector;
-use sluice_engine::options::{Delivery, PipelineOptions};
+use sluice_engine::options::Delivery;
+#[cfg(test)]
+use sluice_engine::options::PipelineOptions;
 
 use super::Database;
 
@@ -21,20 +23,18 @@ pub struct SinkOutput {
     pub path: PathBuf,
 }
 
-/// Whether the pipeline checkpoints, and with which delivery guarantee.
-/// Mirrors the rule the pipeline applies when it starts: a checkpoint
-/// interval or exactly-once delivery turns checkpointing on.
-pub(super) fn checkpoint_delivery(o: &PipelineOptions) -> Option<Delivery> {
-    let on = o.checkpoint_interval.is_some() || o.delivery == Delivery::ExactlyOnce;
-    on.then_some(o.delivery)
+/// Whether the pipeline checkpoints, and with which delivery guarantee
+/// (the rule the pipeline applies when it starts).
+#[cfg(test)]
+fn checkpoint_delivery(o: &PipelineOptions) -> Option<Delivery> {
+    sluice_engine::pipeline::checkpoint_delivery(o)
 }
 
 impl Database {
     /// Every declared sink with its final path, in declaration order.
     pub async fn sink_outputs(&self) -> Vec<SinkOutput> {
-        let state = self.inner.state.lock().await;
-        state
-            .catalog
+        let p = self.inner.pipeline.lock().await;
+        p.catalog()
             .sinks
             .iter()
             .map(|s| {
@@ -53,7 +53,7 @@ impl Database {
     /// [`shutdown`](Self::shutdown) takes a final checkpoint that commits
     /// (exactly-once) or keeps (at-least-once) what was processed.
     pub async fn checkpoint_delivery(&self) -> Option<Delivery> {
-        checkpoint_delivery(&self.inner.state.lock().await.options)
+        self.inner.pipeline.lock().await.checkpointing()
     }
 }
 

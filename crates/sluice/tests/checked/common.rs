@@ -138,7 +138,7 @@ pub async fn select(db: &Database, sql: &str) -> Result<Vec<String>, Error> {
 /// The halt a cycle error turns into, with its code and message.
 pub fn halted(r: Result<Vec<String>, Error>) -> (String, String) {
     let e = r.expect_err("the pipeline must fail");
-    assert!(matches!(e, Error::Halted(_)), "{e}");
+    assert!(matches!(e, Error::Halted { .. }), "{e}");
     (e.code().to_string(), e.to_string())
 }
 

@@ -50,7 +50,7 @@ async fn decimal_sum_beyond_38_digits_is_an_overflow_in_every_aggregation() {
             let rows = vec![decimal_batch(scale, &[(1, v, 0, 1_000), (1, v, 0, 2_000)])];
             let ty = format!("DECIMAL(38, {scale})");
             let (code, message) = halted(run(&ty, "ts", statements, rows).await);
-            assert_eq!(code, "SLC-ENG-005", "{what}");
+            assert_eq!(code, "SLC-ENG-013", "{what}");
             assert_eq!(
                 message,
                 format!("pipeline halted: stream 'out': arithmetic overflow (SLC-ENG-013) in column 'total': {detail}"),
@@ -158,7 +158,7 @@ async fn projected_decimal_arithmetic_beyond_38_digits_is_an_overflow() {
         let sql = format!("CREATE MATERIALIZED VIEW out AS SELECT k, {expr} AS r FROM s");
         let got = run("DECIMAL(38, 0)", "ts", &[&sql], rows).await;
         let (code, message) = halted(got);
-        assert_eq!(code, "SLC-ENG-005");
+        assert_eq!(code, "SLC-ENG-013");
         assert_eq!(
             message,
             format!("pipeline halted: stream 'out': arithmetic overflow (SLC-ENG-013) in column 'r': {detail}"),

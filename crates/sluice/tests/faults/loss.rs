@@ -26,8 +26,9 @@ async fn division_by_zero_faults_or_halts_and_no_cycle_is_dropped() {
         for attempt in 0..attempts {
             let e = p.run_once().await.expect_err("the run cannot complete");
             let (code, kind) = match mode {
-                Mode::Plain => ("SLC-ENG-005", matches!(e, Error::Halted(_))),
-                _ => ("SLC-ENG-008", matches!(e, Error::Fault(_))),
+                // The division's own code, halted or faulted.
+                Mode::Plain => ("SLC-ENG-004", matches!(e, Error::Halted { .. })),
+                _ => ("SLC-ENG-004", matches!(e, Error::Fault { .. })),
             };
             assert!(kind, "{mode:?} attempt {attempt}: {e:?}");
             assert_eq!(e.code(), code, "{mode:?}");
@@ -93,7 +94,13 @@ async fn a_transient_failure_replays_and_loses_nothing() {
                 .run_once()
                 .await
                 .expect_err("the injected fault stops the run");
-            assert_eq!(e.code(), "SLC-ENG-008", "{e}");
+            assert!(matches!(e, Error::Fault { .. }), "{e}");
+            // The injected failure's or the contained panic's own code.
+            let code = match action {
+                FaultAction::Panic => "SLC-ENG-015",
+                _ => "SLC-ENG-017",
+            };
+            assert_eq!(e.code(), code, "{e}");
             let msg = e.to_string();
             let want = format!("injected fault at stream '{}'", p.stream());
             assert!(msg.contains(&format!("stream '{}'", p.stream())), "{msg}");

@@ -7,4 +7,6 @@
 mod common;
 mod loss;
 mod panics;
+mod restart;
+mod seam;
 mod sinks;

@@ -67,8 +67,12 @@ async fn a_malformed_row_leaves_exactly_what_the_mode_promises() {
         let e = run_db(&db)
             .await
             .expect_err("the malformed row stops the run");
-        assert!(matches!(e, Error::Halted(_)), "{mode:?}: {e:?}");
-        assert_eq!(e.code(), "SLC-ENG-005");
+        assert!(matches!(e, Error::Halted { .. }), "{mode:?}: {e:?}");
+        assert_eq!(
+            e.code(),
+            "SLC-CONN-002",
+            "the malformed row's own code: {e}"
+        );
         let msg = e.to_string();
         assert!(msg.contains(&format!("source '{}'", p.source())), "{msg}");
         assert!(msg.contains("15001"), "the line is named: {msg}");
@@ -130,7 +134,7 @@ async fn nothing_appears_before_the_first_commit() {
             .run_once()
             .await
             .expect_err("the malformed row stops the run");
-        assert_eq!(e.code(), "SLC-ENG-005", "{e}");
+        assert_eq!(e.code(), "SLC-CONN-002", "{e}");
         assert_eq!(read(&p.q_file()), "earlier run\n", "{mode:?}");
         assert!(!p.w_file().exists(), "{mode:?}");
         assert!(hidden_files(&p.dir.join("out")).is_empty(), "{mode:?}");

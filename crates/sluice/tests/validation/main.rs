@@ -5,6 +5,7 @@ use std::time::Duration;
 
 mod accumulators;
 mod conflicts;
+mod late_set;
 mod options;
 mod sql;
 

@@ -22,14 +22,23 @@ fn bad_values(kind: OptionKind) -> Vec<String> {
             "300000000000y".into(),
             "sometime".into(),
         ],
-        OptionKind::Count { min, max } => vec![
-            (min - 1).to_string(),
-            (max + 1).to_string(),
-            "2305843009213693952".into(),
-            "18446744073709551616".into(),
-            "-1".into(),
-            "many".into(),
-        ],
+        OptionKind::Count { min, max } => {
+            // A count whose minimum is 0 (restart_budget) has no value below it but -1.
+            let below: Vec<String> = min
+                .checked_sub(1)
+                .map(|m| m.to_string())
+                .into_iter()
+                .collect();
+            let mut v = below;
+            v.extend([
+                (max + 1).to_string(),
+                "2305843009213693952".into(),
+                "18446744073709551616".into(),
+                "-1".into(),
+                "many".into(),
+            ]);
+            v
+        }
         OptionKind::Choice(_) => vec!["maybe_once".into(), "".into()],
         OptionKind::Text => vec!["".into(), "  ".into()],
     }

@@ -16,10 +16,10 @@
 //!   projections, so each input batch (and the watermark after it) maps to
 //!   one source batch.
 
-use super::types::{ProcessDeterminism, ProcessFunctionInfo, ProcessRuntime};
-use super::validate::ProcessError;
-use crate::catalog::{Catalog, StreamKind};
+use super::{Catalog, StreamKind};
+use crate::error::ProcessError;
 use crate::options::Delivery;
+use crate::process::{ProcessDeterminism, ProcessFunctionInfo, ProcessRuntime};
 
 fn refuse(info: &ProcessFunctionInfo, reason: String) -> ProcessError {
     ProcessError {
@@ -98,4 +98,35 @@ fn admit_one(
             ),
         )),
     }
+}
+
+/// Admit the whole pipeline under `delivery` when checkpointing is on:
+/// every bound process function (see [`admit`]) and, for exactly-once,
+/// every source (it must replay) and sink (it must commit epochs). Checked
+/// when the pipeline starts and again for every DDL statement while a
+/// checkpointed pipeline runs, so a statement cannot break the guarantee
+/// the running pipeline was admitted under.
+pub fn admit_delivery(catalog: &Catalog, delivery: Delivery) -> crate::Result<()> {
+    admit(catalog, delivery)?;
+    if delivery != Delivery::ExactlyOnce {
+        return Ok(());
+    }
+    for s in &catalog.sources {
+        if !s.is_replayable() {
+            return Err(crate::EngineError::Option(format!(
+                "delivery = 'exactly_once' needs replayable sources, but source '{}' is a push source and cannot replay after a crash; use delivery = 'at_least_once'",
+                s.name
+            )));
+        }
+    }
+    for s in &catalog.sinks {
+        let crate::catalog::SinkConnector::File { format, .. } = &s.connector;
+        if *format == sluice_connectors::FileFormat::Parquet {
+            return Err(crate::EngineError::Option(format!(
+                "delivery = 'exactly_once' needs transactional sinks, but sink '{}' writes parquet, which cannot commit epochs; use format = 'csv' or 'json'",
+                s.name
+            )));
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,89 @@
+//! Subscriber queues: full by count or bytes; backpressure keeps every
+//! batch and reports pressure, disconnect drops the subscriber.
+
+use std::sync::Arc;
+
+use arrow::array::Int64Array;
+use arrow::datatypes::{DataType, Field, Schema};
+
+use super::*;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]))
+}
+
+fn batch(v: i64) -> RecordBatch {
+    RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from(vec![v; 100]))]).unwrap()
+}
+
+fn options(on_lag: OnLag, buffer: usize, buffer_bytes: u64) -> SubscribeOptions {
+    SubscribeOptions {
+        on_lag,
+        buffer,
+        buffer_bytes,
+    }
+}
+
+#[test]
+fn a_backpressure_subscriber_keeps_every_batch_and_reports_pressure_until_it_reads() {
+    let r = SubscriptionRegistry::default();
+    let mut sub = r.subscribe_with(
+        "s",
+        schema(),
+        false,
+        options(OnLag::Backpressure, 2, 1 << 30),
+    );
+    r.publish("s", &[batch(1)]).unwrap();
+    assert!(!r.pressure().0, "one of two batches queued");
+    r.publish("s", &[batch(2), batch(3)]).unwrap();
+    let (full, bytes) = r.pressure();
+    assert!(full);
+    assert_eq!(bytes, 3 * batch(1).get_array_memory_size() as u64);
+    let got: Vec<i64> = std::iter::from_fn(|| sub.try_next())
+        .map(|b| {
+            b.data
+                .column(0)
+                .as_primitive::<arrow::datatypes::Int64Type>()
+                .value(0)
+        })
+        .collect();
+    assert_eq!(got, vec![1, 2, 3], "nothing dropped");
+    assert_eq!(r.pressure(), (false, 0));
+}
+
+#[test]
+fn a_subscriber_is_full_at_eighty_percent_of_its_bytes() {
+    let size = batch(0).get_array_memory_size() as u64;
+    let r = SubscriptionRegistry::default();
+    // Room for 1.25 batches: one batch is 80% of the budget.
+    let _sub = r.subscribe_with(
+        "s",
+        schema(),
+        false,
+        options(OnLag::Backpressure, 1000, size * 5 / 4),
+    );
+    r.publish("s", &[batch(1)]).unwrap();
+    assert!(r.pressure().0);
+}
+
+#[tokio::test]
+async fn a_disconnect_subscriber_gets_its_queue_then_the_lag_error() {
+    let r = SubscriptionRegistry::default();
+    let mut sub = r.subscribe_with("s", schema(), false, options(OnLag::Disconnect, 2, 1 << 30));
+    r.publish("s", &[batch(1), batch(2), batch(3), batch(4)])
+        .unwrap();
+    assert_eq!(
+        r.pressure(),
+        (false, 0),
+        "a dropped subscriber holds nothing back"
+    );
+    assert!(sub.next().await.unwrap().is_some());
+    assert!(sub.next().await.unwrap().is_some());
+    let e = sub.next().await.unwrap_err();
+    assert_eq!(e.code(), "SLC-ENG-016");
+    assert_eq!(
+        e.to_string(),
+        "subscriber fell behind its queue (subscription_buffer batches or \
+         subscription_buffer_bytes) and was disconnected"
+    );
+}

@@ -1,0 +1,155 @@
+//! Starting a pipeline: admission under its delivery guarantee, recovery
+//! from the newest valid checkpoint, and the order of control messages.
+
+use sluice_storage::{CheckpointStore, LoadedCheckpoint};
+
+use super::{Lifecycle, Pipeline};
+use crate::catalog::SourceConnector;
+use crate::coordinator::{CheckpointConfig, ControlMsg};
+use crate::error::{EngineError, Result};
+
+impl Pipeline {
+    /// Start reading file sources (push sources are live from creation).
+    ///
+    /// `store` is where checkpoints go (None: nowhere). With checkpointing
+    /// on, this is where the delivery guarantee is admitted and where the
+    /// pipeline resumes from its newest valid checkpoint. Starting twice is
+    /// a no-op; a closed pipeline cannot start.
+    pub async fn start(&mut self, store: Option<CheckpointStore>) -> Result<()> {
+        let Some(next) = self.lifecycle.start()? else {
+            // Started before: a start that failed (or a pipeline that
+            // stopped since) keeps saying why.
+            return match self.status().and_then(|s| s.error()) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
+        };
+        let config = self.checkpoint_config(store)?;
+        let recovered = match &config {
+            Some(cfg) => latest_matching(cfg).await?,
+            None => None,
+        };
+        self.lifecycle = next;
+        self.coordinator()?;
+        self.send_start(config, recovered).await
+    }
+
+    /// Enable checkpoints, leave unread columns, recover and start: the
+    /// same sequence for a first start and for a restart after a fault.
+    pub(super) async fn send_start(
+        &mut self,
+        config: Option<CheckpointConfig>,
+        recovered: Option<LoadedCheckpoint>,
+    ) -> Result<()> {
+        let unread = if self.lifecycle.is_sealed() {
+            self.unread_columns()
+        } else {
+            Vec::new()
+        };
+        let c = self.coordinator()?;
+        if let Some(cfg) = config {
+            c.handle
+                .control(ControlMsg::EnableCheckpoints(Box::new(cfg)))
+                .await?;
+        }
+        for (source, columns) in unread {
+            tracing::debug!(%source, ?columns, "columns no statement reads are left unparsed");
+            c.handle
+                .control(ControlMsg::LeaveUnread { source, columns })
+                .await?;
+        }
+        if let Some(cp) = recovered {
+            // A recovery that fails halts the pipeline, and its
+            // acknowledgement carries the error.
+            c.handle.control(ControlMsg::Recover(Box::new(cp))).await?;
+        }
+        c.handle.control(ControlMsg::Start).await
+    }
+
+    /// Checkpointing for this pipeline, or None when it is off; refuses a
+    /// delivery guarantee that a source, sink or process function cannot
+    /// honour, and checkpointing without a store.
+    pub fn checkpoint_config(
+        &self,
+        store: Option<CheckpointStore>,
+    ) -> Result<Option<CheckpointConfig>> {
+        let Some(delivery) = self.checkpointing() else {
+            return Ok(None);
+        };
+        let Some(store) = store else {
+            return Err(EngineError::Option(
+                "checkpointing (checkpoint_interval or delivery = 'exactly_once') needs a state directory (--state-dir, Database::open(dir)), a checkpoint_store URL or DatabaseBuilder::checkpoint_object_store".into(),
+            ));
+        };
+        crate::catalog::admission::admit_delivery(&self.catalog, delivery)?;
+        let o = &self.options;
+        Ok(Some(CheckpointConfig {
+            store,
+            interval: o.checkpoint_interval,
+            alignment_timeout: o.checkpoint_alignment_timeout,
+            retain: o.checkpoint_retain,
+            delivery,
+            fingerprint: self.catalog.fingerprint(),
+            history_epochs: o.subscription_history,
+            history_bytes: o.subscription_history_bytes,
+        }))
+    }
+
+    /// Per file source, the declared columns nothing reads.
+    fn unread_columns(&self) -> Vec<(String, Vec<String>)> {
+        let mut out = Vec::new();
+        for source in &self.catalog.sources {
+            if !matches!(source.connector, SourceConnector::File(_))
+                || self.subscribed_sources.contains(&source.name)
+            {
+                continue;
+            }
+            let read = self.catalog.columns_read(&source.name);
+            let unread: Vec<String> = source
+                .schema
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .filter(|name| !read.contains(name))
+                .collect();
+            if !unread.is_empty() {
+                out.push((source.name.clone(), unread));
+            }
+        }
+        out
+    }
+
+    /// Whether the pipeline was started (for callers outside this module).
+    pub fn is_started(&self) -> bool {
+        matches!(self.lifecycle, Lifecycle::Running { .. })
+    }
+}
+
+/// The newest valid checkpoint of `cfg`'s store, refused when another
+/// pipeline definition wrote it.
+pub(super) async fn latest_matching(cfg: &CheckpointConfig) -> Result<Option<LoadedCheckpoint>> {
+    let Some(cp) = cfg.store.latest_valid().await? else {
+        return Ok(None);
+    };
+    let found = crate::catalog::fingerprint_version(&cp.manifest.pipeline);
+    if found != crate::catalog::FINGERPRINT_VERSION {
+        return Err(EngineError::Catalog(format!(
+            "checkpoint {} in {} has a pipeline fingerprint of version {found}, but this build \
+             writes and compares version {}, so it cannot tell whether the checkpoint belongs \
+             to this pipeline; recover with the release that wrote it, or use a new state \
+             directory",
+            cp.manifest.id,
+            cfg.store.describe(),
+            crate::catalog::FINGERPRINT_VERSION
+        )));
+    }
+    if cp.manifest.pipeline != cfg.fingerprint {
+        return Err(EngineError::Catalog(format!(
+            "checkpoint {} in {} was written by a different pipeline definition; \
+             run the same statements, or use a new state directory",
+            cp.manifest.id,
+            cfg.store.describe()
+        )));
+    }
+    Ok(Some(cp))
+}

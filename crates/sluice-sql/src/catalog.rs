@@ -1,0 +1,21 @@
+//! What planning needs to know about the relations a query may read.
+//!
+//! A leaf module: the planner, the join planning and the event-time bounds
+//! all ask the catalog, and none of them should depend on another just to
+//! name this trait.
+
+use arrow::datatypes::SchemaRef;
+
+/// What the planner needs to know about existing sources and streams.
+pub trait PlanCatalog {
+    /// Names of every relation a query may read.
+    fn relation_names(&self) -> Vec<String>;
+    /// Arrow schema of a relation (ending with [`crate::CHANGE_COLUMN`] for
+    /// a changelog) and whether it is a changelog.
+    fn relation(&self, name: &str) -> Option<(SchemaRef, bool)>;
+    /// Columns of a relation that bound its future rows, with their lag
+    /// (see [`crate::bounds`]); none by default.
+    fn time_columns(&self, _name: &str) -> Vec<(String, i64)> {
+        vec![]
+    }
+}

@@ -1,0 +1,338 @@
+//! Output backpressure: a slow sink or a lagging subscriber slows the
+//! sources (bounded queues, nothing lost); a subscriber that chose to be
+//! disconnected is; a pipeline held back by a subscriber that never reads
+//! still checkpoints, shuts down and aborts. Every wait is bounded.
+
+use std::path::Path;
+use std::time::Duration;
+
+use sluice::arrow::array::{Array, AsArray};
+use sluice::arrow::datatypes::Int64Type;
+use sluice::{Database, OnLag, SubscribeOptions, Subscription};
+use sluice_engine::fault::{arm, Fault, FaultAction, FaultSite, FaultTrigger};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .expect("the pipeline hung")
+}
+
+/// `id,ts` rows 1..=n.
+fn write_input(path: &Path, n: usize) {
+    let mut s = String::from("id,ts\n");
+    for i in 1..=n {
+        s.push_str(&format!("{i},{}\n", i * 10));
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+/// A file source `<tag>_src` of `rows` rows in batches of 1,000, a
+/// pass-through stream `<tag>_q`, one source batch per cycle, and `set`.
+async fn open(dir: &Path, tag: &str, rows: usize, set: &[(&str, &str)]) -> Database {
+    let input = dir.join(format!("{tag}.csv"));
+    write_input(&input, rows);
+    let mut b = Database::builder()
+        .set("max_batches_per_cycle", "1")
+        .unwrap();
+    for (k, v) in set {
+        b = b.set(k, v).unwrap();
+    }
+    if set.iter().any(|(k, _)| *k == "checkpoint_interval") {
+        b = b.state_dir(dir.join(format!("{tag}_state")));
+    }
+    let db = b.open().await.unwrap();
+    db.execute(&format!(
+        "CREATE SOURCE {tag}_src (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+           WITH (connector = 'file', path = '{input}', format = 'csv', batch_size = '1000');
+         CREATE STREAM {tag}_q AS SELECT id FROM {tag}_src;",
+        input = input.display(),
+    ))
+    .await
+    .unwrap();
+    db
+}
+
+/// The ids of every batch a subscriber receives until the end, reading
+/// one batch every `pause`; and the largest batch's bytes.
+async fn drain(mut sub: Subscription, pause: Duration) -> (Vec<i64>, usize) {
+    let (mut ids, mut largest) = (Vec::new(), 0);
+    while let Some(b) = sub.next().await.unwrap() {
+        largest = largest.max(b.data.get_array_memory_size());
+        let col = b.data.column(0).as_primitive::<Int64Type>();
+        assert_eq!(col.null_count(), 0);
+        ids.extend(col.values().iter().copied());
+        tokio::time::sleep(pause).await;
+    }
+    (ids, largest)
+}
+
+fn vm_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A sink that takes 10 ms per write under a source of 120,000 rows: the
+/// bytes queued for the sink's writer and in the source channel stay
+/// within their budgets (plus one cycle's output / one batch), intake
+/// pauses, and the file holds every row, in order, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_sink_slows_the_sources_keeps_queues_bounded_and_loses_nothing() {
+    const ROWS: usize = 120_000;
+    const SINK_BUDGET: u64 = 64 << 10;
+    const SOURCE_BUDGET: u64 = 64 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let tag = "slow_sink";
+    let out = dir.path().join("out.csv");
+    let db = open(
+        dir.path(),
+        tag,
+        ROWS,
+        &[
+            ("sink_queue_bytes", &SINK_BUDGET.to_string()),
+            ("source_queue_bytes", &SOURCE_BUDGET.to_string()),
+        ],
+    )
+    .await;
+    db.execute(&format!(
+        "CREATE SINK {tag}_out FROM {tag}_q WITH (connector = 'file', path = '{}', format = 'csv')",
+        out.display()
+    ))
+    .await
+    .unwrap();
+    let _slow = arm(
+        &format!("{tag}_out"),
+        Fault {
+            site: FaultSite::SinkWrite,
+            action: FaultAction::Stall(Duration::from_millis(10)),
+            trigger: FaultTrigger::Batch(1),
+            once: false,
+        },
+    );
+    let rss_before = vm_kib("VmRSS:");
+    let m = bounded(async {
+        db.run_to_completion().await?;
+        db.shutdown().await
+    })
+    .await
+    .unwrap();
+    let rss_after = vm_kib("VmRSS:");
+    eprintln!(
+        "slow sink: VmRSS {rss_before} kB -> {rss_after} kB; sink+subscriber queue peak {} B, \
+         source queue peak {} B, intake pauses {}",
+        m.output_queue_peak_bytes, m.source_queue_peak_bytes, m.intake_pauses
+    );
+    // Every row, in order, once.
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("id"));
+    let ids: Vec<i64> = lines.map(|l| l.parse().unwrap()).collect();
+    assert_eq!(ids, (1..=ROWS as i64).collect::<Vec<_>>());
+    // One 1,000-row Int64 batch is about 8 KiB: the queues held a few
+    // batches, never the ~1 MB of the whole output.
+    assert!(m.intake_pauses > 0, "{m:?}");
+    assert!(
+        m.output_queue_peak_bytes <= 2 * SINK_BUDGET,
+        "sink queue peak {} B over its budget",
+        m.output_queue_peak_bytes
+    );
+    assert!(
+        m.source_queue_peak_bytes <= 2 * SOURCE_BUDGET,
+        "source queue peak {} B over its budget",
+        m.source_queue_peak_bytes
+    );
+    assert_eq!((m.output_queue_bytes, m.source_queue_bytes), (0, 0));
+}
+
+/// A subscriber that reads slowly with a queue of two batches (the default
+/// backpressure mode) receives every row, in order; intake paused for it,
+/// and its queue never held more than the bound plus one cycle's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_subscriber_in_backpressure_mode_receives_every_row() {
+    const ROWS: usize = 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    let tag = "lag_bp";
+    let db = open(dir.path(), tag, ROWS, &[("subscription_buffer", "2")]).await;
+    let sub = db.subscribe(&format!("{tag}_q")).await.unwrap();
+    let reader = tokio::spawn(drain(sub, Duration::from_millis(2)));
+    let m = bounded(async {
+        db.run_to_completion().await?;
+        db.shutdown().await
+    })
+    .await
+    .unwrap();
+    let (ids, largest) = bounded(reader).await.unwrap();
+    assert_eq!(ids, (1..=ROWS as i64).collect::<Vec<_>>());
+    assert!(m.intake_pauses > 0, "{m:?}");
+    // Full at 2 batches; the cycle that found it full was not run, so at
+    // most 2 + 1 batches were ever queued.
+    assert!(
+        m.output_queue_peak_bytes <= 3 * largest as u64,
+        "peak {} B, batch {largest} B",
+        m.output_queue_peak_bytes
+    );
+}
+
+/// A subscriber that chose `OnLag::Disconnect` (by the Rust API, or by
+/// `SET subscription_on_lag`) and does not read is disconnected with
+/// today's error after the batches its queue holds, while a backpressure
+/// subscriber of the same stream receives every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_subscriber_in_disconnect_mode_is_disconnected_with_the_lag_error() {
+    const ROWS: usize = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    for (tag, by_option) in [("lag_dc_api", false), ("lag_dc_set", true)] {
+        let db = open(dir.path(), tag, ROWS, &[("subscription_buffer", "2")]).await;
+        let stream = format!("{tag}_q");
+        let mut lagging = if by_option {
+            db.execute("SET subscription_on_lag = 'disconnect'")
+                .await
+                .unwrap();
+            db.subscribe(&stream).await.unwrap()
+        } else {
+            let options = SubscribeOptions {
+                on_lag: OnLag::Disconnect,
+                ..Default::default()
+            };
+            db.subscribe_with(&stream, options).await.unwrap()
+        };
+        let keeping_up = if by_option {
+            None
+        } else {
+            let sub = db.subscribe(&stream).await.unwrap();
+            Some(tokio::spawn(drain(sub, Duration::ZERO)))
+        };
+        bounded(async {
+            db.run_to_completion().await?;
+            db.shutdown().await
+        })
+        .await
+        .unwrap();
+        // Its queue of two batches, then the lag error.
+        for _ in 0..2 {
+            assert!(lagging.next().await.unwrap().is_some(), "{tag}");
+        }
+        let e = lagging.next().await.unwrap_err();
+        assert_eq!(e.code(), "SLC-ENG-016", "{tag}");
+        assert_eq!(
+            e.to_string(),
+            "subscriber fell behind its queue (subscription_buffer batches or \
+             subscription_buffer_bytes) and was disconnected",
+            "{tag}"
+        );
+        if let Some(reader) = keeping_up {
+            let (ids, _) = bounded(reader).await.unwrap();
+            assert_eq!(ids, (1..=ROWS as i64).collect::<Vec<_>>());
+        }
+    }
+}
+
+/// A subscriber that never reads holds the pipeline back (intake paused,
+/// rows left unread), but the pipeline still takes a checkpoint, answers
+/// control statements, and shuts down (or aborts) within the bound; the
+/// subscriber then gets what its queue holds and the end of the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_never_reads_does_not_block_checkpoint_control_or_shutdown() {
+    const ROWS: usize = 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    for (tag, abort) in [("stuck_shutdown", false), ("stuck_abort", true)] {
+        let db = open(
+            dir.path(),
+            tag,
+            ROWS,
+            &[
+                ("subscription_buffer", "2"),
+                ("checkpoint_interval", "50ms"),
+            ],
+        )
+        .await;
+        let mut sub = db.subscribe(&format!("{tag}_q")).await.unwrap();
+        db.start().await.unwrap();
+        bounded(async {
+            while db.metrics().intake_pauses == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        let report = bounded(db.checkpoint()).await.unwrap();
+        assert!(report.id > 0);
+        bounded(db.execute(&format!(
+            "CREATE STREAM {tag}_more AS SELECT id FROM {tag}_src"
+        )))
+        .await
+        .unwrap();
+        let m = db.metrics();
+        assert!(m.rows_in() < ROWS as u64, "held back: {m:?}");
+        if abort {
+            bounded(db.abort()).await.unwrap();
+        } else {
+            bounded(db.shutdown()).await.unwrap();
+        }
+        let mut batches = 0;
+        while let Some(_b) = bounded(sub.next()).await.unwrap() {
+            batches += 1;
+        }
+        assert!(batches >= 2, "{tag}: the queued batches are delivered");
+    }
+}
+
+/// Sink writes run on the sink's writer thread, so a write that fails on
+/// the last batch fails after the last cycle was handed over: the run must
+/// still fail with the sink's error (a halt without checkpoints, a fault
+/// with them), never report completion and leave the error to the close;
+/// and no file appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_write_failing_on_the_last_batch_fails_the_run() {
+    const ROWS: usize = 5_000;
+    let dir = tempfile::tempdir().unwrap();
+    for (tag, checkpointed) in [("last_write_plain", false), ("last_write_cp", true)] {
+        let out = dir.path().join(format!("{tag}.out.csv"));
+        let set: &[(&str, &str)] = if checkpointed {
+            &[("checkpoint_interval", "1h")]
+        } else {
+            &[]
+        };
+        let db = open(dir.path(), tag, ROWS, set).await;
+        let sink = format!("{tag}_out");
+        db.execute(&format!(
+            "CREATE SINK {sink} FROM {tag}_q WITH (connector = 'file', path = '{}', format = 'csv')",
+            out.display()
+        ))
+        .await
+        .unwrap();
+        let fault = arm(
+            &sink,
+            Fault {
+                site: FaultSite::SinkWrite,
+                action: FaultAction::Fail,
+                trigger: FaultTrigger::Row(ROWS as u64),
+                once: true,
+            },
+        );
+        let e = bounded(db.run_to_completion()).await.unwrap_err();
+        assert_eq!(fault.fired(), 1);
+        // Halted without checkpoints, faulted with them; the code is the
+        // injected fault's either way.
+        if checkpointed {
+            assert!(matches!(e, sluice::Error::Fault { .. }), "{tag}: {e:?}");
+        } else {
+            assert!(matches!(e, sluice::Error::Halted { .. }), "{tag}: {e:?}");
+        }
+        assert_eq!(e.code(), "SLC-ENG-017", "{tag}: {e}");
+        let msg = e.to_string();
+        assert!(msg.contains(&format!("sink '{sink}'")), "{tag}: {msg}");
+        assert!(
+            msg.contains(&format!("injected fault at sink write '{sink}'")),
+            "{tag}: {msg}"
+        );
+        let _ = bounded(db.abort()).await;
+        if !checkpointed {
+            assert!(!out.exists(), "{tag}: no file after a failed run");
+        }
+    }
+}

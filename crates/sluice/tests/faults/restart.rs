@@ -1,0 +1,84 @@
+//! In-process recovery: with `restart_budget` set, an embedded database
+//! recovers from a fault by itself (no reopen), from its last committed
+//! checkpoint, and its output is that of a run without the fault; a fault
+//! that recurs is reported once the budget is spent.
+
+use sluice_engine::fault::{arm, Fault, FaultAction, FaultSite, FaultTrigger};
+
+use crate::common::*;
+
+const ROWS: usize = 20_000;
+const AT: usize = 15_000;
+
+fn with_budget(p: &mut Pipeline, budget: u32) {
+    p.extra = vec![
+        ("restart_budget".into(), budget.to_string()),
+        ("restart_backoff".into(), "1ms".into()),
+    ];
+}
+
+/// A transient operator failure at row 15,000 (injected once) in one
+/// embedded run: the database restarts itself once and completes;
+/// exactly-once output is byte-for-byte the clean output, at-least-once
+/// holds every row (some possibly twice), windows too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_fault_recovers_in_process_and_the_output_is_the_clean_one() {
+    let root = tempfile::tempdir().unwrap();
+    let clean = root.path().join("clean.csv");
+    write_input(&clean, ROWS, None, None);
+    let (q_ref, w_ref) = reference(root.path(), "restart_once_ref", &clean).await;
+    for action in [FaultAction::Fail, FaultAction::Panic] {
+        for mode in [Mode::AtLeastOnce, Mode::ExactlyOnce] {
+            let mut p = Pipeline::new(
+                root.path(),
+                &format!("restart_once_{action:?}_{mode:?}"),
+                mode,
+            );
+            with_budget(&mut p, 2);
+            std::fs::copy(&clean, &p.input).unwrap();
+            let fault = arm(
+                &p.stream(),
+                Fault {
+                    site: FaultSite::Stream,
+                    action,
+                    trigger: FaultTrigger::Row(AT as u64),
+                    once: true,
+                },
+            );
+            let db = p.open().await;
+            run_db(&db)
+                .await
+                .expect("the run recovers in process and completes");
+            assert_eq!(fault.fired(), 1, "{action:?} {mode:?}");
+            assert_eq!(db.restarts().await, 1, "{action:?} {mode:?}");
+            let what = format!("{action:?} {mode:?}");
+            assert_delivered(mode, &read(&p.q_file()), &q_ref, &format!("q {what}"));
+            assert_delivered(mode, &read(&p.w_file()), &w_ref, &format!("w {what}"));
+            assert!(hidden_files(&p.dir.join("out")).is_empty(), "{what}");
+        }
+    }
+}
+
+/// Division by zero recurs at every replay: the database restarts exactly
+/// `restart_budget` times, then reports the fault (with its cause's code, SLC-ENG-004) naming the
+/// stream; without a budget the first fault is reported (no restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recurring_fault_is_reported_once_the_budget_is_spent() {
+    let root = tempfile::tempdir().unwrap();
+    for (budget, mode) in [(2, Mode::ExactlyOnce), (0, Mode::AtLeastOnce)] {
+        let mut p = Pipeline::new(root.path(), &format!("restart_div_{budget}_{mode:?}"), mode);
+        with_budget(&mut p, budget);
+        write_input(&p.input, ROWS, Some(AT), None);
+        let db = p.open().await;
+        let e = run_db(&db).await.expect_err("the fault recurs");
+        assert!(matches!(e, sluice::Error::Fault { .. }), "{e:?}");
+        assert_eq!(e.code(), "SLC-ENG-004", "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("stream '{}'", p.stream())) && msg.contains("Divide by zero"),
+            "{msg}"
+        );
+        assert_eq!(db.restarts().await, budget);
+        assert!(hidden_files(&p.dir.join("out")).is_empty(), "{mode:?}");
+    }
+}

@@ -1,0 +1,216 @@
+//! One checkpoint store, one pipeline: the store lease refuses a second
+//! database on a store in use (SLC-STO-006), a closed or stale holder
+//! gives way; `memory://` stores keep their checkpoints for the
+//! database's life; `CHECKPOINT` reports when its manifest was made.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arrow::array::{Int64Array, UInt64Array};
+use arrow::record_batch::RecordBatch;
+use sluice::object_store::memory::InMemory;
+use sluice::object_store::path::Path as ObjectPath;
+use sluice::object_store::ObjectStore;
+use sluice::{Database, DatabaseBuilder};
+
+async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: timed out"))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A database with manual checkpoints only and one push source.
+async fn open(builder: DatabaseBuilder) -> Database {
+    let db = builder
+        .set("checkpoint_interval", "1h")
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    db.execute("CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
+        .await
+        .unwrap();
+    db
+}
+
+fn on_memory(mem: &Arc<InMemory>) -> DatabaseBuilder {
+    Database::builder().checkpoint_object_store(Arc::clone(mem) as Arc<dyn ObjectStore>)
+}
+
+fn on_url(url: &str) -> DatabaseBuilder {
+    Database::builder().set("checkpoint_store", url).unwrap()
+}
+
+fn u64s(batches: &[RecordBatch], column: &str) -> Vec<u64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            let c = b.column_by_name(column).unwrap();
+            let c = c.as_any().downcast_ref::<UInt64Array>().unwrap();
+            c.values().to_vec()
+        })
+        .collect()
+}
+
+fn i64s(batches: &[RecordBatch], column: &str) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            let c = b.column_by_name(column).unwrap();
+            let c = c.as_any().downcast_ref::<Int64Array>().unwrap();
+            c.values().to_vec()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn show_checkpoints_on_a_memory_store_lists_every_checkpoint() {
+    let db = open(on_url("memory:///")).await;
+    bounded("start", db.start()).await.unwrap();
+    let first = bounded("checkpoint", db.execute("CHECKPOINT"))
+        .await
+        .unwrap();
+    let second = bounded("checkpoint", db.execute("CHECKPOINT"))
+        .await
+        .unwrap();
+    let ids = [u64s(&first, "id"), u64s(&second, "id")].concat();
+    assert_eq!(ids.len(), 2);
+    let listed = bounded("show", db.execute("SHOW CHECKPOINTS"))
+        .await
+        .unwrap();
+    assert_eq!(u64s(&listed, "id"), ids);
+    bounded("shutdown", db.shutdown()).await.unwrap();
+}
+
+#[tokio::test]
+async fn checkpoint_reports_when_its_manifest_was_made() {
+    let db = open(on_url("memory:///")).await;
+    bounded("start", db.start()).await.unwrap();
+    let before = now_ms();
+    let report = bounded("checkpoint", db.execute("CHECKPOINT"))
+        .await
+        .unwrap();
+    let after = now_ms();
+    let created = i64s(&report, "created_ms");
+    assert_eq!(created.len(), 1);
+    assert!(
+        (before..=after).contains(&created[0]),
+        "{before} <= {} <= {after}",
+        created[0]
+    );
+    // The same time as the manifest's, listed by SHOW CHECKPOINTS.
+    let listed = bounded("show", db.execute("SHOW CHECKPOINTS"))
+        .await
+        .unwrap();
+    assert_eq!(i64s(&listed, "created_ms"), created);
+    bounded("shutdown", db.shutdown()).await.unwrap();
+}
+
+/// The second database's start is refused with SLC-STO-006 naming the
+/// store and this process as the holder; once the first closes, it starts.
+async fn second_is_refused_until_the_first_closes(
+    first: Database,
+    second: Database,
+    store_name: &str,
+) {
+    bounded("first start", first.start()).await.unwrap();
+    let err = bounded("second start", second.start()).await.unwrap_err();
+    assert_eq!(err.code(), "SLC-STO-006", "{err}");
+    let text = err.to_string();
+    let want = format!("checkpoint store {store_name} is in use by another pipeline (owner ");
+    assert!(text.contains(&want), "{text}");
+    assert!(
+        text.contains(&format!(", pid {}, lease expires in ", std::process::id())),
+        "{text}"
+    );
+    bounded("first shutdown", first.shutdown()).await.unwrap();
+    bounded("second start", second.start()).await.unwrap();
+    bounded("checkpoint", second.checkpoint()).await.unwrap();
+    bounded("second shutdown", second.shutdown()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_second_database_on_a_shared_memory_store_waits_for_the_first() {
+    let mem = Arc::new(InMemory::new());
+    let first = open(on_memory(&mem)).await;
+    let second = open(on_memory(&mem)).await;
+    second_is_refused_until_the_first_closes(first, second, "InMemory").await;
+}
+
+#[tokio::test]
+async fn a_second_database_on_the_same_file_url_waits_for_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let first = open(on_url(&url)).await;
+    let second = open(on_url(&url)).await;
+    second_is_refused_until_the_first_closes(first, second, &url).await;
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_over() {
+    let mem = Arc::new(InMemory::new());
+    // A holder that stopped renewing (as a killed process on another host).
+    let stale = sluice_storage::StoreLease::acquire(
+        Arc::clone(&mem) as Arc<dyn ObjectStore>,
+        &ObjectPath::default(),
+        "InMemory",
+        Duration::from_millis(1),
+    )
+    .await
+    .unwrap();
+    std::mem::forget(stale);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let db = open(on_memory(&mem)).await;
+    bounded("start", db.start()).await.unwrap();
+    bounded("checkpoint", db.checkpoint()).await.unwrap();
+    bounded("shutdown", db.shutdown()).await.unwrap();
+}
+
+/// A checkpoint whose fingerprint has another encoding version (here the
+/// unversioned one of earlier releases) is refused, naming both versions.
+#[tokio::test]
+async fn a_checkpoint_of_another_fingerprint_version_is_refused() {
+    use std::collections::BTreeMap;
+
+    use sluice_storage::{CheckpointStore, Manifest, ObjectStoreBackend};
+
+    let mem = Arc::new(InMemory::new());
+    let store = CheckpointStore::new(Box::new(ObjectStoreBackend::new(
+        Arc::clone(&mem) as Arc<dyn ObjectStore>,
+        ObjectPath::default(),
+        "InMemory",
+    )));
+    let id = store.reserve().await.unwrap();
+    store
+        .commit(&Manifest {
+            id,
+            created_ms: now_ms(),
+            pipeline: "1a2b3c4d-120".into(),
+            watermark: 0,
+            sources: BTreeMap::new(),
+            sinks: BTreeMap::new(),
+            blobs: vec![],
+        })
+        .await
+        .unwrap();
+    let db = open(on_memory(&mem)).await;
+    let err = bounded("start", db.start()).await.unwrap_err();
+    assert_eq!(err.code(), "SLC-ENG-001", "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "checkpoint {id} in InMemory has a pipeline fingerprint of version \
+             v0, but this build writes and compares version v1, so it cannot tell whether the \
+             checkpoint belongs to this pipeline; recover with the release that wrote it, or \
+             use a new state directory"
+        )
+    );
+}
