@@ -14,7 +14,7 @@ use sluice_engine::coordinator::{CheckpointReport, PipelineStatus};
 use sluice_engine::metrics::{MetricsSnapshot, PipelineMetrics};
 use sluice_engine::operators::Operator;
 use sluice_engine::options::PipelineOptions;
-use sluice_engine::output::subscription::{SubscribeOptions, ResumeFrom, Subscription};
+use sluice_engine::output::subscription::{ResumeFrom, SubscribeOptions, Subscription};
 use sluice_engine::pipeline::{run_supervised, Pipeline};
 use sluice_engine::sources::PushSource;
 use sluice_sql::{Statement, StreamPlanner};

@@ -234,9 +234,7 @@ impl SinkRuntime {
         let name = self.def.name.clone();
         let sealed = self.worker()?.call(move |w| match w {
             Some(Writer::Epoch(w)) => {
-                let record = w
-                    .pre_commit()
-                    .map_err(|e| sink_err(&name, e))?;
+                let record = w.pre_commit().map_err(|e| sink_err(&name, e))?;
                 Ok(Some((record, w.epoch())))
             }
             _ => Ok(None),
@@ -263,8 +261,7 @@ impl SinkRuntime {
         let name = self.def.name.clone();
         let sealed_len = self.worker()?.call(move |w| match w {
             Some(Writer::Epoch(w)) => {
-                w.commit(&pending)
-                    .map_err(|e| sink_err(&name, e))?;
+                w.commit(&pending).map_err(|e| sink_err(&name, e))?;
                 Ok(Some(w.sealed_len()))
             }
             _ => Ok(None),

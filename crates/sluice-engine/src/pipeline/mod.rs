@@ -39,8 +39,8 @@ use crate::error::{EngineError, Result};
 use crate::metrics::PipelineMetrics;
 use crate::options::{Delivery, PipelineOptions};
 use crate::output::mv::MaterializedView;
-use crate::output::subscription::{ResumeFrom, Subscription, SubscriptionRegistry};
 use crate::output::subscription::SubscribeOptions;
+use crate::output::subscription::{ResumeFrom, Subscription, SubscriptionRegistry};
 use crate::sources::{source_channel, PushSource, SourceSender};
 
 mod ddl;
@@ -237,7 +237,11 @@ impl Pipeline {
 
     /// Subscribe with a choice of what a subscriber that falls behind does;
     /// the buffer sizes are the pipeline's options.
-    pub fn subscribe_with(&mut self, name: &str, options: SubscribeOptions) -> Result<Subscription> {
+    pub fn subscribe_with(
+        &mut self,
+        name: &str,
+        options: SubscribeOptions,
+    ) -> Result<Subscription> {
         let (schema, changelog) = self.relation_for_subscription(name)?;
         self.subscribed.insert(name.to_string());
         let options = SubscribeOptions {

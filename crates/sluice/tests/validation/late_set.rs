@@ -66,11 +66,17 @@ fn expected(name: &str, stage: Stage) -> Outcome {
     }
     match (name, stage) {
         (
-            "channel_capacity" | "max_batches_per_cycle" | "source_queue_bytes" | "sink_queue_bytes",
+            "channel_capacity"
+            | "max_batches_per_cycle"
+            | "source_queue_bytes"
+            | "sink_queue_bytes",
             Declared | Subscribed | Running,
         ) => Refused("SLC-ENG-003", SIZES),
         (
-            "channel_capacity" | "max_batches_per_cycle" | "source_queue_bytes" | "sink_queue_bytes",
+            "channel_capacity"
+            | "max_batches_per_cycle"
+            | "source_queue_bytes"
+            | "sink_queue_bytes",
             _,
         ) => Applied,
         ("idle_timeout", Declared | Subscribed | Running) => Refused("SLC-ENG-003", IDLE),
