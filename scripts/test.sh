@@ -29,6 +29,9 @@ if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
     rm -rf "$CARGO_TARGET_DIR"/*/incremental
 fi
 
+echo "== import cycles between modules"
+python3 scripts/test_check_module_cycles.py
+python3 scripts/check_module_cycles.py
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -157,7 +157,8 @@ fn intake(wm: i64) -> ConnectorPipelineCallback {
             subscriptions: Arc::new(SubscriptionRegistry::default()),
         },
     );
-    cb.apply_control(ControlMsg::AddSource(Box::new(source_def())));
+    cb.apply_control(ControlMsg::AddSource(Box::new(source_def())))
+        .unwrap_or_else(|e| panic!("add source: {e:?}"));
     // One row at wm + delay puts the source's watermark at wm.
     let seed = bids(1, wm + 2000, 0, 7).slice(0, 1);
     cb.extract_watermark("bid", &seed, i64::MIN)

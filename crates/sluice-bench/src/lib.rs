@@ -10,6 +10,7 @@ pub mod error;
 pub mod groups;
 pub mod latency;
 mod many;
+pub mod options;
 pub mod queries;
 pub mod report;
 pub mod rss;

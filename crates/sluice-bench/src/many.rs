@@ -13,9 +13,9 @@ use arrow::record_batch::RecordBatch;
 use sluice::PushSource;
 
 use crate::error::{BenchError, Result};
+use crate::options::BenchOptions;
 use crate::report::{BenchReport, Machine, MemoryReport, Phase};
 use crate::rss;
-use crate::runner::BenchOptions;
 use crate::script::{Script, SourceSpec};
 use crate::workload::generate;
 
@@ -97,7 +97,7 @@ pub(crate) async fn run_many(
     }
     let after_generation = rss::read();
     let pushes = merge(queues);
-    let db = crate::runner::bench_database().await?;
+    let db = crate::options::bench_database().await?;
     let ddl = script.render(|s| s.push_ddl())?;
     db.execute(&ddl).await?;
     let mut sources: Vec<PushSource> = Vec::new();

@@ -23,48 +23,12 @@ use sluice::{Database, PushSource};
 
 use crate::error::{BenchError, Result};
 use crate::latency::{percentiles, Attribution, Delivery};
+use crate::options::bench_database;
+pub use crate::options::BenchOptions;
 use crate::report::{BenchReport, Machine, MemoryReport, Phase, RateReport};
 use crate::script::Script;
 use crate::workload::generate;
 use crate::{queries, rss};
-
-/// What to run.
-#[derive(Debug, Clone)]
-pub struct BenchOptions {
-    /// A query name (`q5`) or a path to a `.sql` file.
-    pub query: String,
-    /// Events of the whole generator (the source receives its stream's share).
-    pub events: u64,
-    /// Push `rate` rows per second and measure latency; `None` = as fast as possible.
-    pub rate: Option<u64>,
-    /// Rows per pushed batch (default 8192; with a rate, 1 ms of rows).
-    pub batch_size: Option<usize>,
-    /// Event-time disorder bound (default: the script's option, else 0).
-    pub out_of_order_ms: Option<u64>,
-    /// Generator seed (default: the script's option, else 0).
-    pub seed: Option<u64>,
-}
-
-impl BenchOptions {
-    /// Options for `query` over `events` events, unthrottled.
-    pub fn new(query: impl Into<String>, events: u64) -> Self {
-        Self {
-            query: query.into(),
-            events,
-            rate: None,
-            batch_size: None,
-            out_of_order_ms: None,
-            seed: None,
-        }
-    }
-
-    fn effective_batch_size(&self) -> usize {
-        self.batch_size.unwrap_or(match self.rate {
-            Some(r) => usize::try_from(r / 1000).unwrap_or(8192).clamp(1, 8192),
-            None => 8192,
-        })
-    }
-}
 
 /// Run one benchmark.
 pub async fn run_nexmark(opts: &BenchOptions) -> Result<BenchReport> {
@@ -161,13 +125,6 @@ fn overrides(opts: &BenchOptions, batch_size: usize) -> Vec<(&'static str, Strin
         overrides.push(("out_of_order_ms", o.to_string()));
     }
     overrides
-}
-
-pub(crate) async fn bench_database() -> Result<Database> {
-    Ok(Database::builder()
-        .set("subscription_buffer", "1048576")?
-        .open()
-        .await?)
 }
 
 struct Measured {

@@ -86,8 +86,8 @@ pub enum ConnectorError {
         "{}:{line}: record is longer than max_record_bytes = {limit} bytes (allowed: {} to {} \
          bytes); a file without line ends, or an unclosed quote, reads as one endless record",
         file.display(),
-        crate::MIN_MAX_RECORD_BYTES,
-        crate::MAX_MAX_RECORD_BYTES
+        crate::limits::MIN_MAX_RECORD_BYTES,
+        crate::limits::MAX_MAX_RECORD_BYTES
     )]
     RecordTooLong {
         /// File containing the record.

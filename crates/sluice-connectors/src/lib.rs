@@ -18,6 +18,7 @@ mod reader;
 mod sink;
 mod source;
 
+mod limits;
 pub use error::{ConnectorError, Result};
 pub use format::FileFormat;
 pub use nexmark::{NexmarkConfig, NexmarkReader, NexmarkStream};

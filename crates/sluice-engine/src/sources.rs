@@ -122,13 +122,14 @@ impl SourceSender {
     }
 
     /// Send, waiting while the channel is full (by count or bytes).
+    /// `Err(Closed)`: the coordinator is gone and the message was dropped.
     pub async fn send(
         &self,
         source: Arc<str>,
         event: SourceEvent,
-    ) -> std::result::Result<(), mpsc::error::SendError<SourceMessage>> {
+    ) -> std::result::Result<(), Closed> {
         let message = self.admit(source, event).await;
-        self.tx.send(message).await
+        self.tx.send(message).await.map_err(|_| Closed)
     }
 
     /// [`Self::send`] from a thread outside any runtime (a reader).
@@ -136,10 +137,14 @@ impl SourceSender {
         &self,
         source: Arc<str>,
         event: SourceEvent,
-    ) -> std::result::Result<(), mpsc::error::SendError<SourceMessage>> {
+    ) -> std::result::Result<(), Closed> {
         futures::executor::block_on(self.send(source, event))
     }
 }
+
+/// The coordinator closed the source channel: nobody takes input any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed;
 
 /// Lets the coordinator ask a reader thread for a checkpoint barrier and
 /// stop it.

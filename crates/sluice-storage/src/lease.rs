@@ -50,8 +50,8 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::process_is_alive;
 use crate::error::{Result, StorageError};
+use crate::liveness::process_is_alive;
 
 /// The lease object's key under the store's prefix.
 pub const LEASE_KEY: &str = "LEASE";

@@ -11,6 +11,7 @@
 mod backend;
 mod error;
 mod lease;
+mod liveness;
 mod manifest;
 mod store;
 #[cfg(any(test, feature = "fault-injection"))]

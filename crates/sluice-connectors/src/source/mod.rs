@@ -12,6 +12,7 @@ mod json_decoder;
 mod parquet_decoder;
 mod parse;
 
+pub use crate::limits::{DEFAULT_MAX_RECORD_BYTES, MAX_MAX_RECORD_BYTES, MIN_MAX_RECORD_BYTES};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -84,15 +85,6 @@ pub struct FileSourceConfig {
     /// `/dev/zero`) fails after about this many bytes.
     pub max_record_bytes: usize,
 }
-
-/// Default of [`FileSourceConfig::max_record_bytes`]: 16 MiB.
-pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 << 20;
-
-/// Smallest accepted `max_record_bytes`: 1 KiB.
-pub const MIN_MAX_RECORD_BYTES: usize = 1 << 10;
-
-/// Largest accepted `max_record_bytes`: 1 GiB.
-pub const MAX_MAX_RECORD_BYTES: usize = 1 << 30;
 
 /// Parse the `max_record_bytes` option: a number of bytes, optionally with
 /// a binary unit (`KiB`, `MiB`, `GiB`, case-insensitive), from

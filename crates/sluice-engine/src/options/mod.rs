@@ -65,7 +65,7 @@ pub struct PipelineOptions {
     /// intake pauses (backpressure) or the subscriber is dropped (disconnect).
     pub subscription_buffer_bytes: u64,
     /// What a subscriber that falls behind does by default.
-    pub subscription_on_lag: crate::output::subscription::OnLag,
+    pub subscription_on_lag: OnLag,
 }
 
 impl Default for PipelineOptions {
@@ -88,7 +88,7 @@ impl Default for PipelineOptions {
             source_queue_bytes: 64 << 20,
             sink_queue_bytes: 64 << 20,
             subscription_buffer_bytes: 64 << 20,
-            subscription_on_lag: crate::output::subscription::OnLag::Backpressure,
+            subscription_on_lag: OnLag::Backpressure,
         }
     }
 }
@@ -149,8 +149,8 @@ impl PipelineOptions {
             }
             "subscription_on_lag" => {
                 self.subscription_on_lag = match spec.choice(value)? {
-                    "disconnect" => crate::output::subscription::OnLag::Disconnect,
-                    _ => crate::output::subscription::OnLag::Backpressure,
+                    "disconnect" => OnLag::Disconnect,
+                    _ => OnLag::Backpressure,
                 }
             }
             other => {
@@ -206,4 +206,14 @@ pub fn take_on_error(opts: &mut WithOptions, context: &str) -> Result<OnError> {
             .map_err(|e| EngineError::Option(format!("{context}: {e}"))),
         None => Ok(OnError::Fail),
     }
+}
+
+/// What a subscriber whose queue is full does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnLag {
+    /// Slow the pipeline: source intake pauses until the subscriber drains.
+    #[default]
+    Backpressure,
+    /// Disconnect the subscriber; its next read reports that it lagged.
+    Disconnect,
 }

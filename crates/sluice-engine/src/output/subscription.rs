@@ -88,15 +88,7 @@ impl ChangeBatch {
     }
 }
 
-/// What a subscriber whose queue is full does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnLag {
-    /// Slow the pipeline: source intake pauses until the subscriber drains.
-    #[default]
-    Backpressure,
-    /// Disconnect the subscriber; its next read reports that it lagged.
-    Disconnect,
-}
+pub use crate::options::OnLag;
 
 /// How a subscription behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
