@@ -260,6 +260,57 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         }
     }
 
+    /// Intake stops (a halt, or a fault that found its tail already past
+    /// the manifest fence). A tail still in flight holds a checkpoint
+    /// captured before the failure (it is consistent, and durable or about
+    /// to be): it is let finish, and once durable its sink epochs commit,
+    /// as they did when the checkpoint was written inline (and as recovery
+    /// would re-commit them from the manifest), so no staged epoch is left
+    /// behind. The manual checkpoint waiting for it is answered. Its
+    /// outcome is not settled again (the failure that stopped intake is
+    /// the one reported).
+    ///
+    /// Blocks the compute thread until the tail ends; it takes no more
+    /// input anyway, and the tail runs on its own worker.
+    pub(super) fn finish_tails_before_stop(&mut self) {
+        while let Some(attempt) = futures::executor::block_on(self.callback.next_checkpoint_tail())
+        {
+            let result = match self.callback.complete_checkpoint_tail(attempt) {
+                BarrierOutcome::Committed(report) => match self.callback.publish_barrier(attempt) {
+                    Ok(()) => Ok(report),
+                    Err(e) => {
+                        Err(e.context(format!("after checkpoint {} became durable", attempt.id)))
+                    }
+                },
+                BarrierOutcome::Failed(e) => {
+                    self.callback.abort_subscription_cut(attempt);
+                    self.callback.record_checkpoint_failure(attempt.id, &e);
+                    Err(EngineError::unshare(e))
+                }
+                BarrierOutcome::Aborted(e) => {
+                    self.callback.abort_subscription_cut(attempt);
+                    Err(EngineError::unshare(e))
+                }
+                BarrierOutcome::Tailing(a) => Err(EngineError::Internal(format!(
+                    "checkpoint {} is still being written",
+                    a.id
+                ))),
+            };
+            match self.replies.iter().position(|(id, _)| *id == attempt.id) {
+                Some(i) => {
+                    let (_, reply) = self.replies.swap_remove(i);
+                    let _ = reply.send(result);
+                }
+                None => {
+                    if let Err(e) = result {
+                        tracing::debug!(checkpoint = attempt.id, error = %e, "checkpoint did not commit before intake stopped");
+                    }
+                }
+            }
+        }
+        futures::executor::block_on(self.callback.wait_checkpoint_tails_idle());
+    }
+
     /// Complete every tail whose durability is or becomes known, then wait
     /// until no tail holds a slot. Returns the outcomes no manual
     /// checkpoint waited for, by id.

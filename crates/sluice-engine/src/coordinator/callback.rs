@@ -317,8 +317,9 @@ pub trait CheckpointLifecycle {
     fn wait_checkpoint_tails_idle(&mut self) -> impl Future<Output = ()> + Send {
         async {}
     }
-    /// Cancel checkpoint tails once recovery owns the pipeline (a halt or
-    /// fault stopped intake): a tail that has not begun its manifest write
+    /// Cancel checkpoint tails once recovery owns the pipeline (a fault
+    /// stopped intake, or a shutdown discards the output; a halt lets the
+    /// tail in flight finish instead): a tail that has not begun its manifest write
     /// never commits, and no cancelled tail's sink epochs are committed.
     /// Returns whether a tail was stopped before its manifest by this call.
     fn cancel_checkpoint_tails_for_recovery(&mut self) -> bool {

@@ -281,8 +281,9 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
                     attempt.id
                 ))))
             }
-            // Durable, but recovery owns the pipeline now: it re-commits
-            // the sealed epochs from the manifest, never this generation.
+            // Durable although cancelled (the fence only stops a tail
+            // before its manifest, so this is a defence): recovery
+            // re-commits the sealed epochs from the manifest.
             TailResult::Durable { .. } if done.cancelled => {
                 return BarrierOutcome::Aborted(Arc::new(EngineError::Checkpoint(format!(
                     "checkpoint {} became durable after recovery took over; its sink epochs are left to recovery",

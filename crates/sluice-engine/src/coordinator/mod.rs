@@ -338,9 +338,15 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         } else {
             tracing::info!(reason = %cause, code = cause.code(), "pipeline halted");
         }
-        // Recovery owns the pipeline from here: no tail commits a manifest
-        // it has not begun, and no tail's sink epochs are committed.
-        self.callback.cancel_checkpoint_tails_for_recovery();
+        // Recovery owns the pipeline after a fault: a tail that has not
+        // begun its manifest never commits (nor do its sink epochs). A tail
+        // past that point, or any tail before a halt (final for this
+        // pipeline), holds a checkpoint captured before the failure: it
+        // finishes, and its sink epochs commit, before the sinks are
+        // aborted.
+        if !fault || !self.callback.cancel_checkpoint_tails_for_recovery() {
+            self.finish_tails_before_stop();
+        }
         self.callback.invalidate_subscriptions(&cause.to_string());
         if let Err(e) = self.callback.abort_sinks() {
             tracing::error!(error = %e, "discarding sink output failed");

@@ -27,10 +27,15 @@
 //! pruning never overlap.
 //!
 //! Cancellation ([`CheckpointTails::cancel`]) is a fence at the manifest:
-//! a tail that has not begun its manifest write never commits; one already
-//! writing it finishes (its checkpoint is durable, and recovery re-commits
-//! its sink epochs from the manifest). Either way the coordinator does not
-//! commit the sink epochs of a cancelled tail.
+//! a tail that has not begun its manifest write never commits, and the
+//! coordinator commits none of its sink epochs (their staged files are
+//! discarded). Only a fault (recovery takes over) or a discarding shutdown
+//! cancels. A tail already past the fence, like any tail in flight at a
+//! halt, is not cancelled: it finishes and is completed as usual (its sink
+//! epochs commit) before the sinks are aborted, since its checkpoint was
+//! captured before the failure (see the coordinator's
+//! `finish_tails_before_stop`); no staged epoch is left for a later
+//! recovery to find.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -345,8 +350,11 @@ impl CheckpointTails {
     pub fn cancel(&mut self) -> bool {
         match self.in_flight.as_mut() {
             Some(t) => {
-                t.cancelled = true;
-                t.gate.cancel()
+                // Past the fence the tail is not cancelled: it finishes,
+                // and the coordinator completes it.
+                let stopped = t.gate.cancel();
+                t.cancelled |= stopped;
+                stopped
             }
             None => false,
         }
