@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
+use std::sync::Arc;
 
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
@@ -25,7 +26,37 @@ use crate::error::{EngineError, Result};
 #[derive(Default)]
 pub struct SnapshotWriter {
     meta: BTreeMap<String, String>,
-    parts: Vec<RecordBatch>,
+    parts: Vec<PartBatch>,
+}
+
+/// A batch part built when the checkpoint tail encodes it, not when the
+/// operator is captured: for state whose copy would cost the compute thread
+/// time proportional to its size (see `operators::scope`).
+pub trait DeferredBatch: Send + Sync + std::fmt::Debug {
+    /// The batch, exactly as it was when captured. May be called more than
+    /// once (by the tail, or by the operator before it changes the state
+    /// the batch is built from); every call returns the same batch. An
+    /// error fails the checkpoint that holds the part.
+    fn produce(&self) -> Result<RecordBatch>;
+}
+
+/// One batch of a snapshot: built, or deferred to whoever encodes it.
+#[derive(Debug, Clone)]
+pub enum PartBatch {
+    /// Built at capture (Arrow buffers shared, not copied).
+    Ready(RecordBatch),
+    /// Built by [`DeferredBatch::produce`] when encoded.
+    Deferred(Arc<dyn DeferredBatch>),
+}
+
+impl PartBatch {
+    /// The batch, producing it if it was deferred.
+    pub fn batch(&self) -> Result<RecordBatch> {
+        match self {
+            PartBatch::Ready(b) => Ok(b.clone()),
+            PartBatch::Deferred(d) => d.produce(),
+        }
+    }
 }
 
 impl SnapshotWriter {
@@ -36,8 +67,13 @@ impl SnapshotWriter {
 
     /// Append a batch as its own part (shared, not copied).
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        self.parts.push(batch.clone());
+        self.parts.push(PartBatch::Ready(batch.clone()));
         Ok(())
+    }
+
+    /// Append a part that is built when the snapshot is encoded.
+    pub fn push_deferred(&mut self, part: Arc<dyn DeferredBatch>) {
+        self.parts.push(PartBatch::Deferred(part));
     }
 
     /// The snapshot, not yet encoded.
@@ -65,7 +101,7 @@ pub enum StatePart {
         /// Scalar fields.
         meta: BTreeMap<String, String>,
         /// Batch parts, in order.
-        parts: Vec<RecordBatch>,
+        parts: Vec<PartBatch>,
     },
 }
 
@@ -83,7 +119,9 @@ impl StatePart {
         out.extend_from_slice(&(meta.len() as u64).to_le_bytes());
         out.extend_from_slice(&meta);
         let mut buf = Vec::new();
-        for batch in &parts {
+        for part in &parts {
+            let batch = part.batch()?;
+            let batch = &batch;
             buf.clear();
             {
                 let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;

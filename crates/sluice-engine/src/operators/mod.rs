@@ -12,6 +12,7 @@ pub mod groups;
 pub mod join;
 pub mod named;
 pub mod retract;
+pub mod scope;
 pub mod session;
 pub mod stateful;
 pub mod window;

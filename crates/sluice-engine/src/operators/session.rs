@@ -317,13 +317,6 @@ impl StatefulOperator for SessionAggregate {
                 .collect::<Result<Vec<_>>>()?;
             cols.push(ScalarValue::iter_to_array(vals)?);
         }
-        let fields: Vec<arrow::datatypes::Field> = cols
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                arrow::datatypes::Field::new(format!("c{i}"), c.data_type().clone(), true)
-            })
-            .collect();
         let meta = std::collections::HashMap::from([(
             "widths".to_string(),
             widths
@@ -332,7 +325,7 @@ impl StatefulOperator for SessionAggregate {
                 .collect::<Vec<_>>()
                 .join(","),
         )]);
-        let schema = arrow::datatypes::Schema::new(fields).with_metadata(meta);
+        let schema = super::scope::state_schema(&cols).with_metadata(meta);
         out.push(&RecordBatch::try_new(std::sync::Arc::new(schema), cols)?)
     }
 

@@ -66,6 +66,12 @@ pub trait StatefulOperator: Send {
 
     /// Write the whole state to `out` without changing what the operator
     /// will emit (a snapshot may compact internal buffers, never results).
+    ///
+    /// This runs on the compute thread at a checkpoint barrier, with every
+    /// row waiting: an operator whose state is large pushes a deferred part
+    /// ([`SnapshotWriter::push_deferred`]) that the checkpoint tail builds,
+    /// and does here only work proportional to what changed since the last
+    /// snapshot (the aggregates do; see `operators::scope`).
     fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()>;
 
     /// Replace the state with one written by [`snapshot`](Self::snapshot) of

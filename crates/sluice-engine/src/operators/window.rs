@@ -19,7 +19,8 @@ use sluice_sql::{EmitMode, WindowKind};
 
 use super::changelog::output_batch;
 use super::expr::{eval, event_time_ms, overflow, time_column, PhysExpr};
-use super::groups::{AggregateFunctions, GroupedAggregates, KeyCodec, KeyRows, ScopeSnapshot};
+use super::groups::{AggregateFunctions, KeyCodec, KeyRows};
+use super::scope::{GroupedAggregates, ScopeSnapshot};
 use super::stateful::{no_such_port, Port, StatefulOperator};
 use crate::error::Result;
 use crate::state::{SnapshotReader, SnapshotWriter};
@@ -255,8 +256,8 @@ impl StatefulOperator for WindowAggregate {
         out.set("closed_through", self.closed_through);
         out.set("dropped_late", self.dropped_late);
         for (start, scope) in self.windows.iter_mut() {
-            let snap = scope.snapshot(&self.def.codec)?;
-            out.push(&snap.to_batch(&[("window_start", start.to_string())])?)?;
+            let extra = vec![("window_start".to_string(), start.to_string())];
+            out.push_deferred(scope.capture(&self.def.codec, extra)?);
         }
         Ok(())
     }
@@ -385,8 +386,8 @@ impl StatefulOperator for UpdatingAggregate {
 
     /// Write the state.
     fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
-        let snap = self.scope.snapshot(&self.codec)?;
-        out.push(&snap.to_batch(&[])?)
+        out.push_deferred(self.scope.capture(&self.codec, vec![])?);
+        Ok(())
     }
 
     /// Replace state with a snapshot's.

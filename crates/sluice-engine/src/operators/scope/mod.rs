@@ -1,0 +1,365 @@
+//! One aggregation scope: group keys and their accumulated state.
+//!
+//! A scope is one window instance (tumble/hop), or the whole non-windowed
+//! aggregate. Keys are interned by a [`GroupTable`] on the compute thread;
+//! the accumulated state is split in two layers (see [`layers`]) so that a
+//! checkpoint captures a scope in time proportional to what changed since
+//! the previous one, and the copy of the whole state is built by the
+//! checkpoint tail.
+
+mod layers;
+mod snapshot;
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, UInt32Array};
+use arrow::compute::take;
+use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+
+use super::changelog::Op;
+use super::groups::{
+    select_inputs, AggregateFunctions, AggregateInputs, GroupTable, KeyCodec, KeyRows,
+};
+use crate::error::{EngineError, Result};
+use crate::state::DeferredBatch;
+use layers::{Delta, Layers};
+pub use snapshot::{state_schema, ScopeSnapshot};
+
+/// A changelog slice: key columns, aggregate columns, and each row's kind.
+pub type Changes = (Vec<ArrayRef>, Vec<ArrayRef>, Vec<Op>);
+
+/// Keys plus grouped accumulators for one aggregation scope.
+pub struct GroupedAggregates {
+    groups: GroupTable,
+    /// Accumulators over the groups changed since the last delta, indexed
+    /// by local index (the order the groups were first changed in).
+    live: Vec<Box<dyn GroupsAccumulator>>,
+    /// Global group index of each local index.
+    live_groups: Vec<usize>,
+    /// Local index + 1 of each global group in the live layer; 0 if absent.
+    local_of: Vec<u32>,
+    /// Whether no delta was ever taken and nothing restored: the live layer
+    /// is then the whole state, with local indices equal to global ones, and
+    /// results are read from it directly.
+    live_only: bool,
+    /// Groups whose keys were handed to the base.
+    keys_handed: usize,
+    /// The base layer and its queue of deltas, shared with captures.
+    layers: Arc<Layers>,
+    /// Deltas taken so far (the last one's `seq`).
+    seq: u64,
+    touched: Vec<bool>,
+    any_touched: bool,
+    /// Last emitted aggregate values per group (changelog mode only).
+    emitted: Option<Vec<ArrayRef>>,
+    scratch: Vec<usize>,
+    local_scratch: Vec<usize>,
+}
+
+impl GroupedAggregates {
+    /// An empty scope.
+    pub fn new(codec: &KeyCodec, funcs: &AggregateFunctions) -> Result<Self> {
+        let no_keys = codec.decode(&codec.empty(), &[])?;
+        Self::with_base(codec, funcs, Layers::new(funcs.accumulators()?, no_keys, 0))
+    }
+
+    fn with_base(codec: &KeyCodec, funcs: &AggregateFunctions, layers: Layers) -> Result<Self> {
+        Ok(Self {
+            groups: GroupTable::new(codec),
+            live: funcs.accumulators()?,
+            live_groups: Vec::new(),
+            local_of: Vec::new(),
+            live_only: true,
+            keys_handed: 0,
+            layers: Arc::new(layers),
+            seq: 0,
+            touched: Vec::new(),
+            any_touched: false,
+            emitted: None,
+            scratch: Vec::new(),
+            local_scratch: Vec::new(),
+        })
+    }
+
+    /// Fold the selected rows of a batch into the accumulators.
+    pub fn update(
+        &mut self,
+        keys: &KeyRows,
+        rows: Option<&[u32]>,
+        inputs: &AggregateInputs,
+    ) -> Result<()> {
+        let mut idx = std::mem::take(&mut self.scratch);
+        self.groups.intern(keys, rows, &mut idx);
+        let n = self.groups.len();
+        if self.touched.len() < n {
+            self.touched.resize(n, false);
+        }
+        for g in &idx {
+            self.touched[*g] = true;
+        }
+        self.any_touched |= !idx.is_empty();
+        let selected = select_inputs(inputs, rows)?;
+        let result = if self.live_only {
+            self.live_update(&idx, n, &selected)
+        } else {
+            let mut local = std::mem::take(&mut self.local_scratch);
+            let mapped = self.map_to_live(&idx, n, &mut local);
+            let total = self.live_groups.len();
+            let result = mapped.and_then(|()| self.live_update(&local, total, &selected));
+            self.local_scratch = local;
+            result
+        };
+        self.scratch = idx;
+        result
+    }
+
+    fn live_update(&mut self, idx: &[usize], total: usize, inputs: &AggregateInputs) -> Result<()> {
+        for (acc, (values, filter)) in self.live.iter_mut().zip(inputs.iter()) {
+            acc.update_batch(values, idx, filter.as_ref(), total)?;
+        }
+        Ok(())
+    }
+
+    /// Map global group indices to live-layer indices, adding the groups
+    /// not yet in the live layer.
+    fn map_to_live(&mut self, idx: &[usize], groups: usize, out: &mut Vec<usize>) -> Result<()> {
+        out.clear();
+        if self.local_of.len() < groups {
+            self.local_of.resize(groups, 0);
+        }
+        for &g in idx {
+            let slot = self.local_of[g];
+            let local = if slot == 0 {
+                self.live_groups.push(g);
+                let next = u32::try_from(self.live_groups.len()).map_err(|_| {
+                    EngineError::Internal("more than 4 billion groups changed in one scope".into())
+                })?;
+                self.local_of[g] = next;
+                next
+            } else {
+                slot
+            };
+            out.push(local as usize - 1);
+        }
+        Ok(())
+    }
+
+    /// Drain the live layer into a delta (None if nothing changed and no
+    /// group was created since the last one).
+    fn take_delta(&mut self, codec: &KeyCodec) -> Result<Option<Delta>> {
+        let total = self.groups.len();
+        if self.live_only {
+            // The live layer held every group at its global index.
+            self.live_groups = (0..total).collect();
+            self.live_only = false;
+        }
+        if self.live_groups.is_empty() && self.keys_handed == total {
+            return Ok(None);
+        }
+        let state = if self.live_groups.is_empty() {
+            vec![vec![]; self.live.len()]
+        } else {
+            self.live
+                .iter_mut()
+                .map(|acc| Ok(acc.state(EmitTo::All)?))
+                .collect::<Result<Vec<_>>>()?
+        };
+        let created: Vec<usize> = (self.keys_handed..total).collect();
+        let new_keys = if created.is_empty() {
+            vec![]
+        } else {
+            codec.decode(self.groups.keys(), &created)?
+        };
+        for g in &self.live_groups {
+            if let Some(slot) = self.local_of.get_mut(*g) {
+                *slot = 0;
+            }
+        }
+        self.keys_handed = total;
+        self.seq += 1;
+        Ok(Some(Delta {
+            seq: self.seq,
+            groups: std::mem::take(&mut self.live_groups),
+            state,
+            new_keys,
+            total,
+        }))
+    }
+
+    /// Capture the state at a checkpoint barrier, in time proportional to
+    /// the groups changed since the previous capture. The returned part is
+    /// built (every group's keys and state) when the checkpoint tail
+    /// encodes it; `extra` goes into its schema metadata.
+    pub fn capture(
+        &mut self,
+        codec: &KeyCodec,
+        extra: Vec<(String, String)>,
+    ) -> Result<Arc<dyn DeferredBatch>> {
+        if let Some(delta) = self.take_delta(codec)? {
+            self.layers.queue(delta);
+        }
+        Ok(self.layers.capture(self.seq, self.emitted.clone(), extra))
+    }
+
+    /// Merge everything into the base and run `read` on its accumulators
+    /// (groups `0..len`, in group-index order). Captures still unbuilt are
+    /// built first, since they must not see what is merged now.
+    fn with_base_state<T>(
+        &mut self,
+        codec: &KeyCodec,
+        read: impl FnOnce(&mut [Box<dyn GroupsAccumulator>]) -> Result<T>,
+    ) -> Result<T> {
+        self.layers.build_captures_before(u64::MAX)?;
+        if let Some(delta) = self.take_delta(codec)? {
+            self.layers.queue(delta);
+        }
+        let mut base = self.layers.base_through(self.seq)?;
+        base.read(read)
+    }
+
+    /// Rebuild a scope from a [`ScopeSnapshot`] (what a capture builds).
+    pub fn restore(
+        codec: &KeyCodec,
+        funcs: &AggregateFunctions,
+        nkeys: usize,
+        snap: &ScopeSnapshot,
+    ) -> Result<Self> {
+        let n = snap.batch.num_rows();
+        let cols = snap.batch.columns();
+        let key_cols = cols.get(..nkeys).ok_or_else(|| {
+            EngineError::Internal("aggregate snapshot is missing key columns".into())
+        })?;
+        let keys = codec.encode(key_cols, n)?;
+        let mut groups = GroupTable::new(codec);
+        let mut idx = Vec::new();
+        groups.intern(&keys, None, &mut idx);
+        let len = groups.len();
+        let mut accs = funcs.accumulators()?;
+        let mut off = nkeys;
+        for (acc, w) in accs.iter_mut().zip(snap.widths.iter()) {
+            let end = off + w;
+            let state = cols.get(off..end).ok_or_else(|| {
+                EngineError::Internal("aggregate snapshot is missing state columns".into())
+            })?;
+            acc.merge_batch(state, &idx, len)?;
+            off = end;
+        }
+        let mut scope = Self::with_base(codec, funcs, Layers::new(accs, key_cols.to_vec(), len))?;
+        scope.groups = groups;
+        scope.live_only = len == 0;
+        scope.keys_handed = len;
+        if let Some(emitted) = snap.emitted_len {
+            scope.emitted = Some(cols[off..].iter().map(|c| c.slice(0, emitted)).collect());
+        }
+        scope.touched = vec![false; len];
+        Ok(scope)
+    }
+
+    /// Whether any group changed since the last [`Self::changes`].
+    pub fn is_touched(&self) -> bool {
+        self.any_touched
+    }
+
+    /// Number of groups.
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Whether there are no groups.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Final values of every group, consuming the scope: (keys, aggregates).
+    pub fn finish(mut self, codec: &KeyCodec) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>, usize)> {
+        let n = self.groups.len();
+        let all: Vec<usize> = (0..n).collect();
+        let keys = codec.decode(self.groups.keys(), &all)?;
+        let evaluate = |accs: &mut [Box<dyn GroupsAccumulator>]| {
+            accs.iter_mut()
+                .map(|a| Ok(a.evaluate(EmitTo::All)?))
+                .collect::<Result<Vec<_>>>()
+        };
+        let values = if self.live_only {
+            evaluate(&mut self.live)?
+        } else {
+            self.with_base_state(codec, evaluate)?
+        };
+        Ok((keys, values, n))
+    }
+
+    /// Current values of all groups without consuming state.
+    fn current_values(
+        &mut self,
+        codec: &KeyCodec,
+        funcs: &AggregateFunctions,
+    ) -> Result<Vec<ArrayRef>> {
+        let n = self.groups.len();
+        let mut fresh = funcs.accumulators()?;
+        let mut read = |accs: &mut [Box<dyn GroupsAccumulator>]| {
+            let identity: Vec<usize> = (0..n).collect();
+            let mut out = Vec::with_capacity(accs.len());
+            for (acc, tmp) in accs.iter_mut().zip(fresh.iter_mut()) {
+                let state = acc.state(EmitTo::All)?;
+                acc.merge_batch(&state, &identity, n)?;
+                tmp.merge_batch(&state, &identity, n)?;
+                out.push(tmp.evaluate(EmitTo::All)?);
+            }
+            Ok(out)
+        };
+        if self.live_only {
+            read(&mut self.live)
+        } else {
+            self.with_base_state(codec, read)
+        }
+    }
+
+    /// The changelog since the last call: for each touched group, a
+    /// retraction of its previously emitted row (if any) and an insert of its
+    /// current row. Returns (keys, aggregates, kinds), retractions first, or
+    /// None if nothing changed.
+    pub fn changes(
+        &mut self,
+        codec: &KeyCodec,
+        funcs: &AggregateFunctions,
+    ) -> Result<Option<Changes>> {
+        if !self.any_touched {
+            return Ok(None);
+        }
+        let current = self.current_values(codec, funcs)?;
+        let prev_len = self
+            .emitted
+            .as_ref()
+            .map_or(0, |e| e.first().map_or(0, |a| a.len()));
+        let touched: Vec<usize> = (0..self.groups.len())
+            .filter(|g| self.touched[*g])
+            .collect();
+        let retract: Vec<usize> = touched.iter().copied().filter(|g| *g < prev_len).collect();
+        let mut key_idx = retract.clone();
+        key_idx.extend(&touched);
+        let keys = codec.decode(self.groups.keys(), &key_idx)?;
+        let retract_idx = UInt32Array::from(retract.iter().map(|g| *g as u32).collect::<Vec<_>>());
+        let insert_idx = UInt32Array::from(touched.iter().map(|g| *g as u32).collect::<Vec<_>>());
+        let mut values = Vec::with_capacity(current.len());
+        for (i, cur) in current.iter().enumerate() {
+            let new_part = take(cur.as_ref(), &insert_idx, None)?;
+            let col = match &self.emitted {
+                Some(prev) if !retract.is_empty() => {
+                    let old_part = take(prev[i].as_ref(), &retract_idx, None)?;
+                    arrow::compute::concat(&[old_part.as_ref(), new_part.as_ref()])?
+                }
+                _ => new_part,
+            };
+            values.push(col);
+        }
+        let mut kinds = vec![Op::Retract; retract.len()];
+        kinds.extend(std::iter::repeat_n(Op::Insert, touched.len()));
+        self.emitted = Some(current);
+        self.touched.iter_mut().for_each(|t| *t = false);
+        self.any_touched = false;
+        Ok(Some((keys, values, kinds)))
+    }
+}
+
+#[cfg(test)]
+mod tests;
