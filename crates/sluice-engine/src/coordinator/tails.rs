@@ -6,15 +6,18 @@
 //!  compute thread (coordinator)               tail worker (own runtime)
 //!  ───────────────────────────                ─────────────────────────
 //!  barriers aligned
-//!  capture: operator state as shared Arrow
-//!    batches, sink epochs sealed,
-//!    manifest drafted             ── spawn ──▶ encode parts (Arrow IPC)
-//!  cycles keep running                         write blobs (fsync each)
+//!  capture: what changed since the last
+//!    capture, as shared Arrow batches or
+//!    deferred parts (state::layers); sink
+//!    epochs sealed, manifest drafted  ── spawn ──▶ build deferred parts,
+//!  cycles keep running                         encode parts (Arrow IPC)
+//!    ⋮                                         write blobs (fsync each)
 //!    ⋮                                         gate: cancelled? → stop here
 //!    ⋮                                         commit the manifest (durable)
+//!    ⋮                                         prune old checkpoints
 //!  next_checkpoint_tail() ◀── durable ──────── │
-//!  sink epochs commit,                         prune old checkpoints
-//!  subscription cut published                  task ends: slot free again
+//!  sink epochs commit,                         task ends: slot free again
+//!  subscription cut published
 //! ```
 //!
 //! One tail is in flight at a time ([`MAX_IN_FLIGHT`]): a sink's `commit`
@@ -361,7 +364,7 @@ impl CheckpointTails {
     }
 }
 
-/// The tail itself: encode, write, commit, report durability, prune.
+/// The tail itself: build and encode, write, commit, prune, report durability.
 async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>) {
     let TailJob {
         id,
@@ -396,13 +399,16 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
         Ok(Some((manifest.state_bytes(), manifest.created_ms)))
     }
     .await;
-    let committed = matches!(written, Ok(Some(_)));
-    // The coordinator may be gone (shut down without settling): nothing
-    // to tell then.
-    let _ = durable.send(written);
-    if committed {
+    // Pruned before durability is reported, so that when a checkpoint is
+    // reported done the store already keeps only `retain` of them (SHOW
+    // CHECKPOINTS right after CHECKPOINT lists exactly those). A failed
+    // prune only leaves extra checkpoints behind.
+    if matches!(written, Ok(Some(_))) {
         if let Err(e) = store.prune(retain).await {
             tracing::warn!(checkpoint = id, error = %e, "pruning old checkpoints failed");
         }
     }
+    // The coordinator may be gone (shut down without settling): nothing
+    // to tell then.
+    let _ = durable.send(written);
 }

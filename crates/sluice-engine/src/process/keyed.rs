@@ -24,9 +24,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use std::sync::Arc;
+
 use arrow::array::ArrayRef;
 use arrow::record_batch::RecordBatch;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::capture::{ProcessBase, ProcessDelta};
+use crate::state::layers::Layers;
+use crate::state::DeferredBatch;
 
 use super::key::encode_keys;
 use super::types::{
@@ -86,6 +92,28 @@ pub struct KeyedProcessor<H: NativeProcessFunction> {
     due: BTreeSet<(i64, Vec<u8>, String)>,
     next_id: u64,
     watermark: i64,
+    /// Keys whose state or timers changed since the last capture; None
+    /// until the first capture or restore (nothing is tracked for a
+    /// pipeline that never checkpoints).
+    changed: Option<FxHashSet<Vec<u8>>>,
+    /// The checkpoint's copy of the state, built off the compute thread.
+    layers: Arc<Layers<ProcessBase>>,
+}
+
+/// A capture of a processor at a checkpoint barrier.
+pub struct ProcessCapture {
+    /// The binding hash of the descriptor the state belongs to.
+    pub binding: String,
+    /// Function name.
+    pub function: String,
+    /// Function version.
+    pub version: u32,
+    /// The next activation id.
+    pub next_id: u64,
+    /// The watermark of the last cut.
+    pub watermark: i64,
+    /// Value state, then timers: built when the checkpoint encodes them.
+    pub parts: Vec<Arc<dyn DeferredBatch>>,
 }
 
 impl<H: NativeProcessFunction> KeyedProcessor<H> {
@@ -116,7 +144,17 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
             due: BTreeSet::new(),
             next_id: 0,
             watermark: i64::MIN,
+            changed: None,
+            layers: Layers::new(ProcessBase::default()),
         })
+    }
+
+    fn note_changed(&mut self, key: &[u8]) {
+        if let Some(changed) = &mut self.changed {
+            if !changed.contains(key) {
+                changed.insert(key.to_vec());
+            }
+        }
     }
 
     /// The handler.
@@ -308,6 +346,7 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
 
     /// Replace a key's timers, keeping the due-time index in step.
     fn set_timers(&mut self, key: Vec<u8>, timers: BTreeMap<String, i64>) {
+        self.note_changed(&key);
         if let Some(old) = self.timers.get(&key) {
             for (name, at) in old {
                 self.due.remove(&(*at, key.clone(), name.clone()));
@@ -339,6 +378,9 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
                     ProcessCallback::Timer { name, .. } => format!("timer:{name}"),
                 },
             });
+        }
+        if !r.mutations.is_empty() {
+            self.note_changed(&a.key);
         }
         for m in r.mutations {
             let v = match m {
@@ -379,7 +421,56 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
         }
     }
 
-    /// The engine-owned state, for a checkpoint.
+    /// Capture the state at a checkpoint barrier, in time proportional to
+    /// the keys changed since the previous capture (the first capture
+    /// copies everything once); the batches are built by whoever encodes
+    /// the parts.
+    pub fn capture(&mut self) -> ProcessCapture {
+        let delta = match self.changed.replace(FxHashSet::default()) {
+            None => ProcessDelta {
+                replace_all: true,
+                state: self
+                    .state
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Some(*v)))
+                    .collect(),
+                timers: self
+                    .timers
+                    .iter()
+                    .map(|(k, t)| (k.clone(), Some(t.clone())))
+                    .collect(),
+            },
+            Some(keys) => {
+                let mut delta = ProcessDelta {
+                    replace_all: false,
+                    state: Vec::with_capacity(keys.len()),
+                    timers: Vec::with_capacity(keys.len()),
+                };
+                for key in keys {
+                    delta
+                        .timers
+                        .push((key.clone(), self.timers.get(&key).cloned()));
+                    delta
+                        .state
+                        .push((key.clone(), self.state.get(&key).copied()));
+                }
+                delta
+            }
+        };
+        self.layers.queue(delta);
+        ProcessCapture {
+            binding: self.binding.clone(),
+            function: self.descriptor.name.clone(),
+            version: self.descriptor.version,
+            next_id: self.next_id,
+            watermark: self.watermark,
+            parts: self
+                .layers
+                .capture(2, Box::new(|base: &mut ProcessBase| base.batches())),
+        }
+    }
+
+    /// The engine-owned state, copied whole (the test harness's view).
     pub fn snapshot(&self) -> ProcessSnapshot {
         ProcessSnapshot {
             binding: self.binding.clone(),
@@ -418,8 +509,19 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
             .iter()
             .flat_map(|(k, t)| t.iter().map(move |(n, at)| (*at, k.clone(), n.clone())))
             .collect();
-        self.state = snap.state.into_iter().collect();
-        self.timers = snap.timers.into_iter().collect();
+        self.state = snap.state.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        self.timers = snap
+            .timers
+            .iter()
+            .map(|(k, t)| (k.clone(), t.clone()))
+            .collect();
+        // The checkpoint's copy starts as what was restored; from here on
+        // captures hand over only what changed.
+        self.layers = Layers::new(ProcessBase {
+            state: snap.state,
+            timers: snap.timers,
+        });
+        self.changed = Some(FxHashSet::default());
         self.next_id = snap.next_id;
         self.watermark = snap.watermark;
         Ok(())

@@ -14,6 +14,7 @@
 //! * [`admission`] holds the delivery-guarantee rules checked at start.
 
 pub mod benchmark;
+mod capture;
 mod harness;
 pub mod key;
 pub mod keyed;

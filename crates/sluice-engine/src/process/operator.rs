@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BinaryArray, Int64Array, StringArray, UInt8Array};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use super::keyed::{CallOutput, KeyedProcessor, ProcessSnapshot};
@@ -213,56 +213,16 @@ impl StatefulOperator for ProcessOperator {
     /// The engine-owned state: value state per key, timers, the next
     /// activation id and the watermark, tagged with the binding.
     fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
-        let snap = self.processor.snapshot();
-        w.set("binding", &snap.binding);
-        w.set("function", &snap.function);
-        w.set("version", snap.version);
-        w.set("next_id", snap.next_id);
-        w.set("watermark", snap.watermark);
-        let keys: Vec<&[u8]> = snap.state.keys().map(Vec::as_slice).collect();
-        let kinds: Vec<u8> = snap
-            .state
-            .values()
-            .map(|v| match v {
-                ValueState::Absent => 0,
-                ValueState::Null => 1,
-                ValueState::Int64(_) => 2,
-            })
-            .collect();
-        let values: Vec<Option<i64>> = snap
-            .state
-            .values()
-            .map(|v| match v {
-                ValueState::Int64(n) => Some(*n),
-                _ => None,
-            })
-            .collect();
-        w.push(&RecordBatch::try_new(
-            state_schema(),
-            vec![
-                Arc::new(BinaryArray::from(keys)),
-                Arc::new(UInt8Array::from(kinds)),
-                Arc::new(Int64Array::from(values)),
-            ],
-        )?)?;
-        let mut t_keys: Vec<&[u8]> = Vec::new();
-        let mut t_names: Vec<&str> = Vec::new();
-        let mut t_at: Vec<i64> = Vec::new();
-        for (k, timers) in &snap.timers {
-            for (name, at) in timers {
-                t_keys.push(k);
-                t_names.push(name);
-                t_at.push(*at);
-            }
+        let capture = self.processor.capture();
+        w.set("binding", &capture.binding);
+        w.set("function", &capture.function);
+        w.set("version", capture.version);
+        w.set("next_id", capture.next_id);
+        w.set("watermark", capture.watermark);
+        for part in capture.parts {
+            w.push_deferred(part);
         }
-        w.push(&RecordBatch::try_new(
-            timer_schema(),
-            vec![
-                Arc::new(BinaryArray::from(t_keys)),
-                Arc::new(StringArray::from(t_names)),
-                Arc::new(Int64Array::from(t_at)),
-            ],
-        )?)
+        Ok(())
     }
 
     /// Restore from a checkpoint part; refused when the part was written
@@ -331,20 +291,4 @@ impl StatefulOperator for ProcessOperator {
         self.processor.restore(snap)?;
         Ok(())
     }
-}
-
-fn state_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("key", DataType::Binary, false),
-        Field::new("kind", DataType::UInt8, false),
-        Field::new("value", DataType::Int64, true),
-    ]))
-}
-
-fn timer_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("key", DataType::Binary, false),
-        Field::new("name", DataType::Utf8, false),
-        Field::new("at_ms", DataType::Int64, false),
-    ]))
 }

@@ -21,8 +21,9 @@ use super::groups::{
     select_inputs, AggregateFunctions, AggregateInputs, GroupTable, KeyCodec, KeyRows,
 };
 use crate::error::{EngineError, Result};
+use crate::state::layers::Layers;
 use crate::state::DeferredBatch;
-use layers::{Delta, Layers};
+use layers::{Delta, ScopeBase};
 pub use snapshot::{state_schema, ScopeSnapshot};
 
 /// A changelog slice: key columns, aggregate columns, and each row's kind.
@@ -45,9 +46,7 @@ pub struct GroupedAggregates {
     /// Groups whose keys were handed to the base.
     keys_handed: usize,
     /// The base layer and its queue of deltas, shared with captures.
-    layers: Arc<Layers>,
-    /// Deltas taken so far (the last one's `seq`).
-    seq: u64,
+    layers: Arc<Layers<ScopeBase>>,
     touched: Vec<bool>,
     any_touched: bool,
     /// Last emitted aggregate values per group (changelog mode only).
@@ -60,10 +59,14 @@ impl GroupedAggregates {
     /// An empty scope.
     pub fn new(codec: &KeyCodec, funcs: &AggregateFunctions) -> Result<Self> {
         let no_keys = codec.decode(&codec.empty(), &[])?;
-        Self::with_base(codec, funcs, Layers::new(funcs.accumulators()?, no_keys, 0))
+        Self::with_base(
+            codec,
+            funcs,
+            ScopeBase::new(funcs.accumulators()?, no_keys, 0),
+        )
     }
 
-    fn with_base(codec: &KeyCodec, funcs: &AggregateFunctions, layers: Layers) -> Result<Self> {
+    fn with_base(codec: &KeyCodec, funcs: &AggregateFunctions, base: ScopeBase) -> Result<Self> {
         Ok(Self {
             groups: GroupTable::new(codec),
             live: funcs.accumulators()?,
@@ -71,8 +74,7 @@ impl GroupedAggregates {
             local_of: Vec::new(),
             live_only: true,
             keys_handed: 0,
-            layers: Arc::new(layers),
-            seq: 0,
+            layers: Layers::new(base),
             touched: Vec::new(),
             any_touched: false,
             emitted: None,
@@ -176,9 +178,7 @@ impl GroupedAggregates {
             }
         }
         self.keys_handed = total;
-        self.seq += 1;
         Ok(Some(Delta {
-            seq: self.seq,
             groups: std::mem::take(&mut self.live_groups),
             state,
             new_keys,
@@ -198,7 +198,16 @@ impl GroupedAggregates {
         if let Some(delta) = self.take_delta(codec)? {
             self.layers.queue(delta);
         }
-        Ok(self.layers.capture(self.seq, self.emitted.clone(), extra))
+        let emitted = self.emitted.clone();
+        let mut parts = self.layers.capture(
+            1,
+            Box::new(move |base: &mut ScopeBase| {
+                Ok(vec![base.snapshot_batch(emitted.as_deref(), &extra)?])
+            }),
+        );
+        parts
+            .pop()
+            .ok_or_else(|| EngineError::Internal("a capture without its part".into()))
     }
 
     /// Merge everything into the base and run `read` on its accumulators
@@ -209,12 +218,10 @@ impl GroupedAggregates {
         codec: &KeyCodec,
         read: impl FnOnce(&mut [Box<dyn GroupsAccumulator>]) -> Result<T>,
     ) -> Result<T> {
-        self.layers.build_captures_before(u64::MAX)?;
         if let Some(delta) = self.take_delta(codec)? {
             self.layers.queue(delta);
         }
-        let mut base = self.layers.base_through(self.seq)?;
-        base.read(read)
+        self.layers.with_latest(|base| read(base.accumulators()))
     }
 
     /// Rebuild a scope from a [`ScopeSnapshot`] (what a capture builds).
@@ -244,7 +251,8 @@ impl GroupedAggregates {
             acc.merge_batch(state, &idx, len)?;
             off = end;
         }
-        let mut scope = Self::with_base(codec, funcs, Layers::new(accs, key_cols.to_vec(), len))?;
+        let mut scope =
+            Self::with_base(codec, funcs, ScopeBase::new(accs, key_cols.to_vec(), len))?;
         scope.groups = groups;
         scope.live_only = len == 0;
         scope.keys_handed = len;

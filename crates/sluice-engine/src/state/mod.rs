@@ -188,3 +188,5 @@ impl SnapshotReader {
         &self.parts
     }
 }
+
+pub mod layers;
