@@ -161,6 +161,7 @@ impl GroupTable {
 }
 
 /// One aggregate function of a GROUP BY, lowered once.
+#[derive(Clone)]
 pub struct AggregateFunction {
     /// The output column it computes, for errors.
     column: Arc<str>,
@@ -172,7 +173,9 @@ pub struct AggregateFunction {
 /// Inputs of every aggregate function, evaluated over one batch.
 pub type AggregateInputs = Vec<(Vec<ArrayRef>, Option<BooleanArray>)>;
 
-/// The aggregate functions of one GROUP BY.
+/// The aggregate functions of one GROUP BY (cheap to clone: the lowered
+/// expressions are shared).
+#[derive(Clone)]
 pub struct AggregateFunctions {
     funcs: Vec<AggregateFunction>,
 }

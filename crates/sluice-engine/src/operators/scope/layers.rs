@@ -1,11 +1,14 @@
 //! The base layer of an aggregation scope (see [`crate::state::layers`]).
 //!
 //! The compute thread folds rows into *live* accumulators that hold only
-//! the groups changed since the last delta, under dense local indices; a
-//! delta is their intermediate state with the global index of each group,
-//! and the keys of the groups created since the previous delta. The base
-//! holds every group under its global index; merging a delta is one
-//! `merge_batch` per aggregate, in time proportional to the delta.
+//! the groups changed since the last delta, under dense local indices. A
+//! delta is those accumulators themselves (moved out, not drained: taking
+//! one costs the compute thread nothing per group), the global index of
+//! each local group, and the keys of the groups created since the previous
+//! delta. The base holds every group under its global index; merging a
+//! delta (on whichever thread builds from the base) drains the delta's
+//! accumulators and merges their state, one `merge_batch` per aggregate,
+//! in time proportional to the delta.
 
 use arrow::array::ArrayRef;
 use arrow::record_batch::RecordBatch;
@@ -15,16 +18,26 @@ use super::ScopeSnapshot;
 use crate::error::Result;
 use crate::state::layers::Base;
 
-/// What the live layer held at one moment, handed to the base.
+/// The live layer at one moment, handed to the base as it is: taking it
+/// moves the accumulators, so a capture does not touch their state.
 pub(super) struct Delta {
-    /// Global group index of each live group, in local-index order.
-    pub groups: Vec<usize>,
-    /// Each accumulator's intermediate state over `groups`.
-    pub state: Vec<Vec<ArrayRef>>,
+    /// Global group index of each local index.
+    pub groups: DeltaGroups,
+    /// Accumulators over the local indices.
+    pub live: Vec<Box<dyn GroupsAccumulator>>,
     /// Key columns of the groups created since the previous delta.
     pub new_keys: Vec<ArrayRef>,
     /// Number of groups in the scope when the delta was taken.
     pub total: usize,
+}
+
+/// Which groups a delta's local indices stand for.
+pub(super) enum DeltaGroups {
+    /// Local index `i` is group `i`, for `0..n` (the live layer held every
+    /// group since the scope began).
+    Identity(usize),
+    /// Local index `i` is group `groups[i]`.
+    Listed(Vec<usize>),
 }
 
 /// Every group's accumulated state, as of the deltas merged so far.
@@ -44,9 +57,14 @@ impl Base for ScopeBase {
         if !delta.new_keys.is_empty() {
             self.key_chunks.push(delta.new_keys);
         }
-        if !delta.groups.is_empty() {
-            for (acc, state) in self.accs.iter_mut().zip(delta.state.iter()) {
-                acc.merge_batch(state, &delta.groups, delta.total)?;
+        let groups = match delta.groups {
+            DeltaGroups::Identity(n) => (0..n).collect(),
+            DeltaGroups::Listed(g) => g,
+        };
+        if !groups.is_empty() {
+            for (acc, mut live) in self.accs.iter_mut().zip(delta.live) {
+                let state = live.state(EmitTo::All)?;
+                acc.merge_batch(&state, &groups, delta.total)?;
             }
         }
         self.len = delta.total;

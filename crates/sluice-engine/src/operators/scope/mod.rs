@@ -23,7 +23,7 @@ use super::groups::{
 use crate::error::{EngineError, Result};
 use crate::state::layers::Layers;
 use crate::state::DeferredBatch;
-use layers::{Delta, ScopeBase};
+use layers::{Delta, DeltaGroups, ScopeBase};
 pub use snapshot::{state_schema, ScopeSnapshot};
 
 /// A changelog slice: key columns, aggregate columns, and each row's kind.
@@ -37,8 +37,14 @@ pub struct GroupedAggregates {
     live: Vec<Box<dyn GroupsAccumulator>>,
     /// Global group index of each local index.
     live_groups: Vec<usize>,
-    /// Local index + 1 of each global group in the live layer; 0 if absent.
-    local_of: Vec<u32>,
+    /// Per global group: `generation << 32 | (local index + 1)` if it is in
+    /// the live layer of that generation. A delta starts a new generation,
+    /// which empties the map without touching it.
+    local_of: Vec<u64>,
+    /// The live layer's generation (from 1; a zeroed slot is in none).
+    generation: u32,
+    /// Makes the fresh live accumulators a delta leaves behind.
+    funcs: AggregateFunctions,
     /// Whether no delta was ever taken and nothing restored: the live layer
     /// is then the whole state, with local indices equal to global ones, and
     /// results are read from it directly.
@@ -72,6 +78,8 @@ impl GroupedAggregates {
             live: funcs.accumulators()?,
             live_groups: Vec::new(),
             local_of: Vec::new(),
+            generation: 1,
+            funcs: funcs.clone(),
             live_only: true,
             keys_handed: 0,
             layers: Layers::new(base),
@@ -129,65 +137,67 @@ impl GroupedAggregates {
         if self.local_of.len() < groups {
             self.local_of.resize(groups, 0);
         }
+        let generation = u64::from(self.generation);
         for &g in idx {
             let slot = self.local_of[g];
-            let local = if slot == 0 {
+            let local = if slot >> 32 == generation {
+                (slot & u64::from(u32::MAX)) as usize - 1
+            } else {
                 self.live_groups.push(g);
                 let next = u32::try_from(self.live_groups.len()).map_err(|_| {
                     EngineError::Internal("more than 4 billion groups changed in one scope".into())
                 })?;
-                self.local_of[g] = next;
-                next
-            } else {
-                slot
+                self.local_of[g] = generation << 32 | u64::from(next);
+                next as usize - 1
             };
-            out.push(local as usize - 1);
+            out.push(local);
         }
         Ok(())
     }
 
-    /// Drain the live layer into a delta (None if nothing changed and no
-    /// group was created since the last one).
+    /// Hand the live layer over as a delta and start an empty one (None if
+    /// nothing changed and no group was created since the last one). The
+    /// accumulators are moved, not drained: this costs the compute thread
+    /// only the decoding of the keys created since the last delta.
     fn take_delta(&mut self, codec: &KeyCodec) -> Result<Option<Delta>> {
         let total = self.groups.len();
-        if self.live_only {
-            // The live layer held every group at its global index.
-            self.live_groups = (0..total).collect();
-            self.live_only = false;
-        }
-        if self.live_groups.is_empty() && self.keys_handed == total {
-            return Ok(None);
-        }
-        let state = if self.live_groups.is_empty() {
-            vec![vec![]; self.live.len()]
-        } else {
-            self.live
-                .iter_mut()
-                .map(|acc| Ok(acc.state(EmitTo::All)?))
-                .collect::<Result<Vec<_>>>()?
-        };
-        let created: Vec<usize> = (self.keys_handed..total).collect();
-        let new_keys = if created.is_empty() {
-            vec![]
-        } else {
-            codec.decode(self.groups.keys(), &created)?
-        };
-        for g in &self.live_groups {
-            if let Some(slot) = self.local_of.get_mut(*g) {
-                *slot = 0;
+        let groups = if self.live_only {
+            if total == 0 {
+                return Ok(None);
             }
-        }
+            // The live layer held every group at its global index.
+            self.live_only = false;
+            DeltaGroups::Identity(total)
+        } else {
+            if self.live_groups.is_empty() && self.keys_handed == total {
+                return Ok(None);
+            }
+            DeltaGroups::Listed(std::mem::take(&mut self.live_groups))
+        };
+        let live = std::mem::replace(&mut self.live, self.funcs.accumulators()?);
+        let new_keys = if self.keys_handed < total {
+            let created: Vec<usize> = (self.keys_handed..total).collect();
+            codec.decode(self.groups.keys(), &created)?
+        } else {
+            vec![]
+        };
         self.keys_handed = total;
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // Once in 4 billion deltas: forget every slot for real.
+            self.local_of.iter_mut().for_each(|slot| *slot = 0);
+            self.generation = 1;
+        }
         Ok(Some(Delta {
-            groups: std::mem::take(&mut self.live_groups),
-            state,
+            groups,
+            live,
             new_keys,
             total,
         }))
     }
 
-    /// Capture the state at a checkpoint barrier, in time proportional to
-    /// the groups changed since the previous capture. The returned part is
+    /// Capture the state at a checkpoint barrier, in time independent of
+    /// the state's size (see [`Self::take_delta`]). The returned part is
     /// built (every group's keys and state) when the checkpoint tail
     /// encodes it; `extra` goes into its schema metadata.
     pub fn capture(
