@@ -324,9 +324,13 @@ impl StatefulOperator for HashJoin {
 
     /// Write both sides' kept rows.
     fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
+        // Kept batches are shared, not copied; the tail concatenates them.
         for side in [&self.left, &self.right] {
-            let all = arrow::compute::concat_batches(&side.schema, side.batches.iter().flatten())?;
-            w.push(&all)?;
+            let kept: Vec<RecordBatch> = side.batches.iter().flatten().cloned().collect();
+            w.push_deferred(crate::state::ConcatLater::new(
+                Arc::clone(&side.schema),
+                kept,
+            ));
         }
         Ok(())
     }

@@ -10,6 +10,7 @@
 //! a changed group retracts its previous row and inserts the new one; a
 //! group whose rows were all retracted retracts its row.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, BinaryArray, StringArray, UInt64Array};
@@ -25,6 +26,7 @@ use super::expr::{eval, PhysExpr};
 use super::groups::{AggregateFunctions, KeyCodec, KeyRows};
 use super::stateful::{no_such_port, Port, StatefulOperator};
 use crate::error::{EngineError, Result};
+use crate::state::layers::{Base, Layers};
 use crate::state::{SnapshotReader, SnapshotWriter};
 
 /// One group: its live input rows and the row it last emitted.
@@ -49,6 +51,78 @@ pub struct ChangelogAggregate {
     touched: Vec<Vec<u8>>,
     touched_set: FxHashSet<Vec<u8>>,
     schema: SchemaRef,
+    /// Groups changed since the last capture; None until the first capture
+    /// or restore (a pipeline that never checkpoints tracks nothing).
+    changed: Option<FxHashSet<Vec<u8>>>,
+    /// The checkpoint's copy of the live rows, built off the compute thread
+    /// (see [`crate::state::layers`]).
+    layers: Arc<Layers<LiveRowsBase>>,
+}
+
+/// A group's live rows: (row in Arrow's row format, count).
+type LiveRows = Vec<(Vec<u8>, u64)>;
+
+/// Each changed group's live rows now (None: the group is gone), or every
+/// group's (the first capture).
+struct LiveRowsDelta {
+    replace_all: bool,
+    groups: Vec<(Vec<u8>, Option<LiveRows>)>,
+}
+
+/// Every group's live rows as of the last capture.
+#[derive(Default)]
+struct LiveRowsBase {
+    groups: BTreeMap<Vec<u8>, LiveRows>,
+}
+
+impl Base for LiveRowsBase {
+    type Delta = LiveRowsDelta;
+
+    fn absorb(&mut self, delta: LiveRowsDelta) -> Result<()> {
+        if delta.replace_all {
+            self.groups.clear();
+        }
+        for (key, rows) in delta.groups {
+            match rows {
+                Some(rows) => self.groups.insert(key, rows),
+                None => self.groups.remove(&key),
+            };
+        }
+        Ok(())
+    }
+}
+
+impl LiveRowsBase {
+    /// The snapshot batch: (key, row, count) for every live row.
+    fn batch(&self) -> Result<RecordBatch> {
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut rows: Vec<&[u8]> = Vec::new();
+        let mut counts: Vec<u64> = Vec::new();
+        for (key, live) in &self.groups {
+            for (row, n) in live {
+                keys.push(key);
+                rows.push(row);
+                counts.push(*n);
+            }
+        }
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Binary, false),
+            Field::new("row", DataType::Binary, false),
+            Field::new("count", DataType::UInt64, false),
+        ]));
+        Ok(RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(BinaryArray::from(keys)),
+                Arc::new(BinaryArray::from(rows)),
+                Arc::new(UInt64Array::from(counts)),
+            ],
+        )?)
+    }
+}
+
+fn live_rows(g: &Group) -> LiveRows {
+    g.live.iter().map(|(r, n)| (r.clone(), *n)).collect()
 }
 
 fn damaged(what: &str) -> EngineError {
@@ -84,6 +158,8 @@ impl ChangelogAggregate {
             touched: Vec::new(),
             touched_set: FxHashSet::default(),
             schema,
+            changed: None,
+            layers: Layers::new(LiveRowsBase::default()),
         })
     }
 
@@ -100,6 +176,9 @@ impl ChangelogAggregate {
     fn touch(&mut self, key: &[u8]) {
         if self.touched_set.insert(key.to_vec()) {
             self.touched.push(key.to_vec());
+            if let Some(changed) = &mut self.changed {
+                changed.insert(key.to_vec());
+            }
         }
     }
 
@@ -261,31 +340,39 @@ impl StatefulOperator for ChangelogAggregate {
         self.emit_changes()
     }
 
-    /// Write every group's live rows.
+    /// Hand the groups changed since the last capture to the checkpoint's
+    /// copy (every group, the first time); the tail writes every group's
+    /// live rows from it.
     fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
-        let mut keys: Vec<&[u8]> = Vec::new();
-        let mut rows: Vec<&[u8]> = Vec::new();
-        let mut counts: Vec<u64> = Vec::new();
-        for (key, g) in &self.groups {
-            for (row, n) in &g.live {
-                keys.push(key);
-                rows.push(row);
-                counts.push(*n);
-            }
+        let delta = match self.changed.replace(FxHashSet::default()) {
+            None => LiveRowsDelta {
+                replace_all: true,
+                groups: self
+                    .groups
+                    .iter()
+                    .map(|(k, g)| (k.clone(), Some(live_rows(g))))
+                    .collect(),
+            },
+            Some(keys) => LiveRowsDelta {
+                replace_all: false,
+                groups: keys
+                    .into_iter()
+                    .map(|k| {
+                        let rows = self.groups.get(&k).map(live_rows);
+                        (k, rows)
+                    })
+                    .collect(),
+            },
+        };
+        self.layers.queue(delta);
+        let mut parts = self.layers.capture(
+            1,
+            Box::new(|base: &mut LiveRowsBase| Ok(vec![base.batch()?])),
+        );
+        if let Some(part) = parts.pop() {
+            w.push_deferred(part);
         }
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("key", DataType::Binary, false),
-            Field::new("row", DataType::Binary, false),
-            Field::new("count", DataType::UInt64, false),
-        ]));
-        w.push(&RecordBatch::try_new(
-            schema,
-            vec![
-                Arc::new(BinaryArray::from(keys)),
-                Arc::new(BinaryArray::from(rows)),
-                Arc::new(UInt64Array::from(counts)),
-            ],
-        )?)
+        Ok(())
     }
 
     /// Restore the live rows and recompute what each group last emitted.
@@ -307,6 +394,15 @@ impl StatefulOperator for ChangelogAggregate {
             .as_primitive_opt::<arrow::datatypes::UInt64Type>()
             .ok_or_else(|| damaged("counts"))?;
         self.groups.clear();
+        self.changed = Some(FxHashSet::default());
+        let mut base = LiveRowsBase::default();
+        for i in 0..part.num_rows() {
+            base.groups
+                .entry(keys.value(i).to_vec())
+                .or_default()
+                .push((rows.value(i).to_vec(), counts.value(i)));
+        }
+        self.layers = Layers::new(base);
         for i in 0..part.num_rows() {
             self.groups
                 .entry(keys.value(i).to_vec())

@@ -40,6 +40,28 @@ pub trait DeferredBatch: Send + Sync + std::fmt::Debug {
     fn produce(&self) -> Result<RecordBatch>;
 }
 
+/// Batches concatenated into one when the snapshot is encoded: the
+/// batches are shared (reference counted), so capturing costs nothing per
+/// row, and the copy happens off the compute thread.
+#[derive(Debug)]
+pub struct ConcatLater {
+    schema: arrow::datatypes::SchemaRef,
+    batches: Vec<RecordBatch>,
+}
+
+impl ConcatLater {
+    /// `batches` (all of `schema`), to be concatenated later.
+    pub fn new(schema: arrow::datatypes::SchemaRef, batches: Vec<RecordBatch>) -> Arc<Self> {
+        Arc::new(Self { schema, batches })
+    }
+}
+
+impl DeferredBatch for ConcatLater {
+    fn produce(&self) -> Result<RecordBatch> {
+        Ok(arrow::compute::concat_batches(&self.schema, &self.batches)?)
+    }
+}
+
 /// One batch of a snapshot: built, or deferred to whoever encodes it.
 #[derive(Debug, Clone)]
 pub enum PartBatch {

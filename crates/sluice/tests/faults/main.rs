@@ -10,3 +10,4 @@ mod panics;
 mod restart;
 mod seam;
 mod sinks;
+mod stateful;
