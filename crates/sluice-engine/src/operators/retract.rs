@@ -26,7 +26,7 @@ use super::expr::{eval, PhysExpr};
 use super::groups::{AggregateFunctions, KeyCodec, KeyRows};
 use super::stateful::{no_such_port, Port, StatefulOperator};
 use crate::error::{EngineError, Result};
-use crate::state::layers::{Base, Layers};
+use crate::state::layers::{Base, KeyedChanges, Layers};
 use crate::state::{SnapshotReader, SnapshotWriter};
 
 /// One group: its live input rows and the row it last emitted.
@@ -62,13 +62,6 @@ pub struct ChangelogAggregate {
 /// A group's live rows: (row in Arrow's row format, count).
 type LiveRows = Vec<(Vec<u8>, u64)>;
 
-/// Each changed group's live rows now (None: the group is gone), or every
-/// group's (the first capture).
-struct LiveRowsDelta {
-    replace_all: bool,
-    groups: Vec<(Vec<u8>, Option<LiveRows>)>,
-}
-
 /// Every group's live rows as of the last capture.
 #[derive(Default)]
 struct LiveRowsBase {
@@ -76,18 +69,10 @@ struct LiveRowsBase {
 }
 
 impl Base for LiveRowsBase {
-    type Delta = LiveRowsDelta;
+    type Delta = KeyedChanges<LiveRows>;
 
-    fn absorb(&mut self, delta: LiveRowsDelta) -> Result<()> {
-        if delta.replace_all {
-            self.groups.clear();
-        }
-        for (key, rows) in delta.groups {
-            match rows {
-                Some(rows) => self.groups.insert(key, rows),
-                None => self.groups.remove(&key),
-            };
-        }
+    fn absorb(&mut self, delta: KeyedChanges<LiveRows>) -> Result<()> {
+        delta.apply(&mut self.groups);
         Ok(())
     }
 }
@@ -345,17 +330,17 @@ impl StatefulOperator for ChangelogAggregate {
     /// live rows from it.
     fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
         let delta = match self.changed.replace(FxHashSet::default()) {
-            None => LiveRowsDelta {
+            None => KeyedChanges {
                 replace_all: true,
-                groups: self
+                entries: self
                     .groups
                     .iter()
                     .map(|(k, g)| (k.clone(), Some(live_rows(g))))
                     .collect(),
             },
-            Some(keys) => LiveRowsDelta {
+            Some(keys) => KeyedChanges {
                 replace_all: false,
-                groups: keys
+                entries: keys
                     .into_iter()
                     .map(|k| {
                         let rows = self.groups.get(&k).map(live_rows);

@@ -20,19 +20,17 @@ use arrow::record_batch::RecordBatch;
 
 use super::types::ValueState;
 use crate::error::Result;
-use crate::state::layers::Base;
+use crate::state::layers::{Base, KeyedChanges};
 
 /// Timers of one key: name to event time (ms).
 pub type KeyTimers = BTreeMap<String, i64>;
 
-/// What changed between two captures.
+/// What changed between two captures: value state and timers by key.
 pub struct ProcessDelta {
-    /// Whether this delta is the whole state (the first capture).
-    pub replace_all: bool,
     /// Each changed key's value state now (None: back to the initial one).
-    pub state: Vec<(Vec<u8>, Option<ValueState>)>,
+    pub state: KeyedChanges<ValueState>,
     /// Each changed key's timers now (None: no timers).
-    pub timers: Vec<(Vec<u8>, Option<KeyTimers>)>,
+    pub timers: KeyedChanges<KeyTimers>,
 }
 
 /// The process state as of the deltas merged: what a checkpoint writes.
@@ -48,22 +46,8 @@ impl Base for ProcessBase {
     type Delta = ProcessDelta;
 
     fn absorb(&mut self, delta: ProcessDelta) -> Result<()> {
-        if delta.replace_all {
-            self.state.clear();
-            self.timers.clear();
-        }
-        for (key, value) in delta.state {
-            match value {
-                Some(v) => self.state.insert(key, v),
-                None => self.state.remove(&key),
-            };
-        }
-        for (key, timers) in delta.timers {
-            match timers {
-                Some(t) => self.timers.insert(key, t),
-                None => self.timers.remove(&key),
-            };
-        }
+        delta.state.apply(&mut self.state);
+        delta.timers.apply(&mut self.timers);
         Ok(())
     }
 }

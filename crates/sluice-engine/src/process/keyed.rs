@@ -31,7 +31,7 @@ use arrow::record_batch::RecordBatch;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::capture::{ProcessBase, ProcessDelta};
-use crate::state::layers::Layers;
+use crate::state::layers::{KeyedChanges, Layers};
 use crate::state::DeferredBatch;
 
 use super::key::encode_keys;
@@ -428,33 +428,40 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
     pub fn capture(&mut self) -> ProcessCapture {
         let delta = match self.changed.replace(FxHashSet::default()) {
             None => ProcessDelta {
-                replace_all: true,
-                state: self
-                    .state
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Some(*v)))
-                    .collect(),
-                timers: self
-                    .timers
-                    .iter()
-                    .map(|(k, t)| (k.clone(), Some(t.clone())))
-                    .collect(),
+                state: KeyedChanges {
+                    replace_all: true,
+                    entries: self
+                        .state
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Some(*v)))
+                        .collect(),
+                },
+                timers: KeyedChanges {
+                    replace_all: true,
+                    entries: self
+                        .timers
+                        .iter()
+                        .map(|(k, t)| (k.clone(), Some(t.clone())))
+                        .collect(),
+                },
             },
             Some(keys) => {
-                let mut delta = ProcessDelta {
-                    replace_all: false,
-                    state: Vec::with_capacity(keys.len()),
-                    timers: Vec::with_capacity(keys.len()),
-                };
+                let mut state = Vec::with_capacity(keys.len());
+                let mut timers = Vec::with_capacity(keys.len());
                 for key in keys {
-                    delta
-                        .timers
-                        .push((key.clone(), self.timers.get(&key).cloned()));
-                    delta
-                        .state
-                        .push((key.clone(), self.state.get(&key).copied()));
+                    timers.push((key.clone(), self.timers.get(&key).cloned()));
+                    state.push((key.clone(), self.state.get(&key).copied()));
                 }
-                delta
+                ProcessDelta {
+                    state: KeyedChanges {
+                        replace_all: false,
+                        entries: state,
+                    },
+                    timers: KeyedChanges {
+                        replace_all: false,
+                        entries: timers,
+                    },
+                }
             }
         };
         self.layers.queue(delta);

@@ -59,6 +59,31 @@ pub trait Base: Send + 'static {
     fn absorb(&mut self, delta: Self::Delta) -> Result<()>;
 }
 
+/// The delta of a base that is a map by key: each changed key's value now
+/// (None: the key is gone), or, with `replace_all`, every key's (the first
+/// capture of an operator that tracked nothing before it).
+pub struct KeyedChanges<V> {
+    /// Whether `entries` is the whole map.
+    pub replace_all: bool,
+    /// Changed keys and their values now.
+    pub entries: Vec<(Vec<u8>, Option<V>)>,
+}
+
+impl<V> KeyedChanges<V> {
+    /// Apply to the map it is a delta of.
+    pub fn apply(self, map: &mut std::collections::BTreeMap<Vec<u8>, V>) {
+        if self.replace_all {
+            map.clear();
+        }
+        for (key, value) in self.entries {
+            match value {
+                Some(v) => map.insert(key, v),
+                None => map.remove(&key),
+            };
+        }
+    }
+}
+
 /// Builds a capture's batches from the base as of its barrier.
 pub type Build<B> = Box<dyn FnOnce(&mut B) -> Result<Vec<RecordBatch>> + Send>;
 
