@@ -246,7 +246,7 @@ impl StatefulOperator for WindowAggregate {
             } else {
                 Some(rows.as_slice())
             };
-            scope.update(&keys, sel, &inputs)?;
+            scope.update(&self.def.codec, &keys, sel, &inputs)?;
         }
         Ok(vec![])
     }
@@ -380,7 +380,7 @@ impl StatefulOperator for UpdatingAggregate {
             .collect::<Result<Vec<_>>>()?;
         let keys = self.codec.encode(&key_cols, batch.num_rows())?;
         let inputs = self.funcs.evaluate_inputs(batch)?;
-        self.scope.update(&keys, None, &inputs)?;
+        self.scope.update(&self.codec, &keys, None, &inputs)?;
         Ok(vec![])
     }
 

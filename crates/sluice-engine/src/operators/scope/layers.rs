@@ -25,8 +25,9 @@ pub(super) struct Delta {
     pub groups: DeltaGroups,
     /// Accumulators over the local indices.
     pub live: Vec<Box<dyn GroupsAccumulator>>,
-    /// Key columns of the groups created since the previous delta.
-    pub new_keys: Vec<ArrayRef>,
+    /// Key columns of the groups created since the previous delta, in
+    /// chunks, in group-index order.
+    pub new_keys: Vec<Vec<ArrayRef>>,
     /// Number of groups in the scope when the delta was taken.
     pub total: usize,
 }
@@ -54,9 +55,8 @@ impl Base for ScopeBase {
     type Delta = Delta;
 
     fn absorb(&mut self, delta: Delta) -> Result<()> {
-        if !delta.new_keys.is_empty() {
-            self.key_chunks.push(delta.new_keys);
-        }
+        self.key_chunks
+            .extend(delta.new_keys.into_iter().filter(|c| !c.is_empty()));
         let groups = match delta.groups {
             DeltaGroups::Identity(n) => (0..n).collect(),
             DeltaGroups::Listed(g) => g,

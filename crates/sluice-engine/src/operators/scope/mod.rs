@@ -49,8 +49,12 @@ pub struct GroupedAggregates {
     /// is then the whole state, with local indices equal to global ones, and
     /// results are read from it directly.
     live_only: bool,
-    /// Groups whose keys were handed to the base.
-    keys_handed: usize,
+    /// Groups whose keys are decoded (into `new_keys` or the base).
+    keys_decoded: usize,
+    /// Key columns of the groups created since the last delta, one chunk
+    /// per batch that created groups: decoded as groups are created (once
+    /// captures began), so a capture only moves them.
+    new_keys: Vec<Vec<ArrayRef>>,
     /// The base layer and its queue of deltas, shared with captures.
     layers: Arc<Layers<ScopeBase>>,
     touched: Vec<bool>,
@@ -81,7 +85,8 @@ impl GroupedAggregates {
             generation: 1,
             funcs: funcs.clone(),
             live_only: true,
-            keys_handed: 0,
+            keys_decoded: 0,
+            new_keys: Vec::new(),
             layers: Layers::new(base),
             touched: Vec::new(),
             any_touched: false,
@@ -94,6 +99,7 @@ impl GroupedAggregates {
     /// Fold the selected rows of a batch into the accumulators.
     pub fn update(
         &mut self,
+        codec: &KeyCodec,
         keys: &KeyRows,
         rows: Option<&[u32]>,
         inputs: &AggregateInputs,
@@ -108,6 +114,14 @@ impl GroupedAggregates {
             self.touched[*g] = true;
         }
         self.any_touched |= !idx.is_empty();
+        if !self.live_only && self.keys_decoded < n {
+            // Captures are being taken: decode the new groups' keys now,
+            // a batch's worth at a time, rather than all at the barrier.
+            let created: Vec<usize> = (self.keys_decoded..n).collect();
+            self.new_keys
+                .push(codec.decode(self.groups.keys(), &created)?);
+            self.keys_decoded = n;
+        }
         let selected = select_inputs(inputs, rows)?;
         let result = if self.live_only {
             self.live_update(&idx, n, &selected)
@@ -157,8 +171,9 @@ impl GroupedAggregates {
 
     /// Hand the live layer over as a delta and start an empty one (None if
     /// nothing changed and no group was created since the last one). The
-    /// accumulators are moved, not drained: this costs the compute thread
-    /// only the decoding of the keys created since the last delta.
+    /// accumulators are moved, not drained, and the keys of new groups were
+    /// decoded as they were created: this costs the compute thread nothing
+    /// per group (except the first delta, which decodes every key so far).
     fn take_delta(&mut self, codec: &KeyCodec) -> Result<Option<Delta>> {
         let total = self.groups.len();
         let groups = if self.live_only {
@@ -169,19 +184,21 @@ impl GroupedAggregates {
             self.live_only = false;
             DeltaGroups::Identity(total)
         } else {
-            if self.live_groups.is_empty() && self.keys_handed == total {
+            if self.live_groups.is_empty() && self.keys_decoded == total {
                 return Ok(None);
             }
             DeltaGroups::Listed(std::mem::take(&mut self.live_groups))
         };
         let live = std::mem::replace(&mut self.live, self.funcs.accumulators()?);
-        let new_keys = if self.keys_handed < total {
-            let created: Vec<usize> = (self.keys_handed..total).collect();
-            codec.decode(self.groups.keys(), &created)?
-        } else {
-            vec![]
-        };
-        self.keys_handed = total;
+        if self.keys_decoded < total {
+            // Only the first delta (or one taken before any update since):
+            // later ones find their keys decoded by `update`.
+            let created: Vec<usize> = (self.keys_decoded..total).collect();
+            self.new_keys
+                .push(codec.decode(self.groups.keys(), &created)?);
+            self.keys_decoded = total;
+        }
+        let new_keys = std::mem::take(&mut self.new_keys);
         self.generation = self.generation.wrapping_add(1);
         if self.generation == 0 {
             // Once in 4 billion deltas: forget every slot for real.
@@ -265,7 +282,7 @@ impl GroupedAggregates {
             Self::with_base(codec, funcs, ScopeBase::new(accs, key_cols.to_vec(), len))?;
         scope.groups = groups;
         scope.live_only = len == 0;
-        scope.keys_handed = len;
+        scope.keys_decoded = len;
         if let Some(emitted) = snap.emitted_len {
             scope.emitted = Some(cols[off..].iter().map(|c| c.slice(0, emitted)).collect());
         }

@@ -73,7 +73,7 @@ fn update(
         .encode(&[Arc::clone(batch.column(0))], batch.num_rows())
         .unwrap();
     let inputs = funcs.evaluate_inputs(&batch).unwrap();
-    scope.update(&keys, None, &inputs).unwrap();
+    scope.update(codec, &keys, None, &inputs).unwrap();
 }
 
 fn apply(model: &mut Model, rows: &[(i64, i64, String)]) {
