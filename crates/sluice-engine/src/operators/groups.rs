@@ -30,6 +30,7 @@ use crate::error::{EngineError, Result};
 /// Encodes key columns into comparable rows; handles the no-key case.
 pub struct KeyCodec {
     converter: Option<RowConverter>,
+    types: Vec<arrow::datatypes::DataType>,
 }
 
 impl KeyCodec {
@@ -42,7 +43,24 @@ impl KeyCodec {
                 types.iter().map(|t| SortField::new(t.clone())).collect(),
             )?)
         };
-        Ok(Self { converter })
+        Ok(Self {
+            converter,
+            types: types.to_vec(),
+        })
+    }
+
+    /// Another codec for the same key types (one per thread that decodes).
+    pub fn try_clone(&self) -> Result<Self> {
+        Self::new(&self.types)
+    }
+
+    /// A copy of `rows` (the encoded bytes, not decoded columns) that
+    /// another thread can decode with [`Self::try_clone`]'s codec.
+    pub fn copy_rows(rows: &KeyRows) -> KeyRows {
+        match rows {
+            KeyRows::Rows(r) => KeyRows::Rows(r.clone()),
+            KeyRows::Unit(n) => KeyRows::Unit(*n),
+        }
     }
 
     /// Encode key columns (`num_rows` rows).

@@ -16,6 +16,7 @@ use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 
 use super::ScopeSnapshot;
 use crate::error::Result;
+use crate::operators::groups::{KeyCodec, KeyRows};
 use crate::state::layers::Base;
 
 /// The live layer at one moment, handed to the base as it is: taking it
@@ -28,6 +29,10 @@ pub(super) struct Delta {
     /// Key columns of the groups created since the previous delta, in
     /// chunks, in group-index order.
     pub new_keys: Vec<Vec<ArrayRef>>,
+    /// Every key so far, still encoded, with a codec to decode them (the
+    /// first delta: copying encoded rows is several times cheaper than
+    /// decoding them on the compute thread). Comes before `new_keys`.
+    pub encoded_keys: Option<(KeyRows, KeyCodec)>,
     /// Number of groups in the scope when the delta was taken.
     pub total: usize,
 }
@@ -55,6 +60,14 @@ impl Base for ScopeBase {
     type Delta = Delta;
 
     fn absorb(&mut self, delta: Delta) -> Result<()> {
+        if let Some((rows, codec)) = delta.encoded_keys {
+            let n = match &rows {
+                KeyRows::Rows(r) => r.num_rows(),
+                KeyRows::Unit(_) => 0,
+            };
+            let all: Vec<usize> = (0..n).collect();
+            self.key_chunks.push(codec.decode(&rows, &all)?);
+        }
         self.key_chunks
             .extend(delta.new_keys.into_iter().filter(|c| !c.is_empty()));
         let groups = match delta.groups {

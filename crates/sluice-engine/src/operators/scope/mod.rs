@@ -173,7 +173,8 @@ impl GroupedAggregates {
     /// nothing changed and no group was created since the last one). The
     /// accumulators are moved, not drained, and the keys of new groups were
     /// decoded as they were created: this costs the compute thread nothing
-    /// per group (except the first delta, which decodes every key so far).
+    /// per group (except the first delta, which copies every key so far in
+    /// its encoded form).
     fn take_delta(&mut self, codec: &KeyCodec) -> Result<Option<Delta>> {
         let total = self.groups.len();
         let groups = if self.live_only {
@@ -190,9 +191,14 @@ impl GroupedAggregates {
             DeltaGroups::Listed(std::mem::take(&mut self.live_groups))
         };
         let live = std::mem::replace(&mut self.live, self.funcs.accumulators()?);
-        if self.keys_decoded < total {
-            // Only the first delta (or one taken before any update since):
-            // later ones find their keys decoded by `update`.
+        let mut encoded_keys = None;
+        if self.keys_decoded == 0 && total > 0 {
+            // The first delta: every key so far, copied encoded and
+            // decoded by whoever merges the delta.
+            encoded_keys = Some((KeyCodec::copy_rows(self.groups.keys()), codec.try_clone()?));
+            self.keys_decoded = total;
+        } else if self.keys_decoded < total {
+            // Later deltas find their keys decoded by `update`.
             let created: Vec<usize> = (self.keys_decoded..total).collect();
             self.new_keys
                 .push(codec.decode(self.groups.keys(), &created)?);
@@ -209,6 +215,7 @@ impl GroupedAggregates {
             groups,
             live,
             new_keys,
+            encoded_keys,
             total,
         }))
     }
