@@ -29,8 +29,8 @@ use crate::error::{EngineError, Result};
 
 /// Encodes key columns into comparable rows; handles the no-key case.
 pub struct KeyCodec {
-    converter: Option<RowConverter>,
-    types: Vec<arrow::datatypes::DataType>,
+    /// Shared: rows decode only with the converter that encoded them.
+    converter: Option<Arc<RowConverter>>,
 }
 
 impl KeyCodec {
@@ -39,23 +39,22 @@ impl KeyCodec {
         let converter = if types.is_empty() {
             None
         } else {
-            Some(RowConverter::new(
+            Some(Arc::new(RowConverter::new(
                 types.iter().map(|t| SortField::new(t.clone())).collect(),
-            )?)
+            )?))
         };
-        Ok(Self {
-            converter,
-            types: types.to_vec(),
-        })
+        Ok(Self { converter })
     }
 
-    /// Another codec for the same key types (one per thread that decodes).
-    pub fn try_clone(&self) -> Result<Self> {
-        Self::new(&self.types)
+    /// The same codec, for another thread to decode this one's rows.
+    pub fn share(&self) -> Self {
+        Self {
+            converter: self.converter.clone(),
+        }
     }
 
     /// A copy of `rows` (the encoded bytes, not decoded columns) that
-    /// another thread can decode with [`Self::try_clone`]'s codec.
+    /// another thread can decode with [`Self::share`]'s codec.
     pub fn copy_rows(rows: &KeyRows) -> KeyRows {
         match rows {
             KeyRows::Rows(r) => KeyRows::Rows(r.clone()),

@@ -195,7 +195,7 @@ impl GroupedAggregates {
         if self.keys_decoded == 0 && total > 0 {
             // The first delta: every key so far, copied encoded and
             // decoded by whoever merges the delta.
-            encoded_keys = Some((KeyCodec::copy_rows(self.groups.keys()), codec.try_clone()?));
+            encoded_keys = Some((KeyCodec::copy_rows(self.groups.keys()), codec.share()));
             self.keys_decoded = total;
         } else if self.keys_decoded < total {
             // Later deltas find their keys decoded by `update`.
