@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -47,6 +48,27 @@ const CHECKPOINTS: &str = "checkpoints";
 
 /// Ids a reservation tries before giving up (each taken id moves it on).
 pub const RESERVE_TRIES: u32 = 64;
+
+/// The longest pause between two tries of a reservation that lost a race.
+const RESERVE_BACKOFF_CAP: Duration = Duration::from_millis(32);
+
+/// How long a reservation that lost `lost` races in a row waits before its
+/// next try: a random time up to an exponentially growing bound. Without
+/// the wait, reservers that start together keep leapfrogging each other
+/// (each finds the other's larger marker and moves above it) until all run
+/// out of tries; the random part breaks the lockstep.
+fn reserve_backoff(lost: u32) -> Duration {
+    use std::hash::BuildHasher;
+    let bound = RESERVE_BACKOFF_CAP
+        .as_micros()
+        .min(100u128 << lost.min(16))
+        .max(1);
+    // A fresh `RandomState` is randomly keyed: a cheap source of jitter
+    // that differs between threads and processes.
+    let random = std::collections::hash_map::RandomState::new().hash_one(lost);
+    let micros = u64::try_from(u128::from(random) % bound).unwrap_or(0);
+    Duration::from_micros(micros)
+}
 
 fn attempt_key(id: u64) -> String {
     format!("{ATTEMPTS}/{id:020}")
@@ -95,8 +117,9 @@ impl CheckpointStore {
     /// reservations on one store never get the same id: one that finds its
     /// marker taken moves on to the next id, and one that finds a larger id
     /// in use after creating its marker (its listing was stale) gives the
-    /// marker back and moves above that id. After [`RESERVE_TRIES`] ids
-    /// this is [`StorageError::ReservationContended`].
+    /// marker back and moves above that id; either waits a random, growing
+    /// time first (see `reserve_backoff`). After [`RESERVE_TRIES`] ids this
+    /// is [`StorageError::ReservationContended`].
     ///
     /// The store has one writer (the pipeline's checkpoint coordinator,
     /// guarded by the store's lease or the state directory's lock), whose
@@ -110,7 +133,10 @@ impl CheckpointStore {
         let committed = self.committed_ids().await?;
         let (mut last, mut key) = self.largest_id(&committed).await?;
         self.discard_abandoned(&committed).await?;
-        for _ in 0..RESERVE_TRIES {
+        for attempt in 0..RESERVE_TRIES {
+            if attempt > 0 {
+                tokio::time::sleep(reserve_backoff(attempt)).await;
+            }
             let id = last
                 .checked_add(1)
                 .ok_or_else(|| StorageError::IdsExhausted {
