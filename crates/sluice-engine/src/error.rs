@@ -61,6 +61,16 @@ pub enum EngineError {
         #[source]
         cause: Arc<EngineError>,
     },
+    /// A process-function worker (remote Rust or Python) could not be
+    /// declared or reached: the worker crate's error, with its own code.
+    #[error("{source}")]
+    Worker {
+        /// The worker crate's stable code (`SLC-RMT-...`).
+        code: &'static str,
+        /// The error itself.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// An error also held by the pipeline's status (which reports it to
     /// every later call); it reads and codes as the error itself.
     #[error(transparent)]
@@ -155,6 +165,7 @@ impl EngineError {
             EngineError::Sql(e) => e.code(),
             EngineError::Connector(e) => e.code(),
             EngineError::Catalog(_) => "SLC-ENG-001",
+            EngineError::Worker { code, .. } => code,
             EngineError::Schema(_) => "SLC-ENG-002",
             EngineError::Option(_) => "SLC-ENG-003",
             EngineError::Execution { .. } => "SLC-ENG-004",

@@ -18,6 +18,10 @@ fn every_engine_error() -> Vec<EngineError> {
             message: "not a number".into(),
         }),
         EngineError::Catalog("no such".into()),
+        EngineError::Worker {
+            code: "SLC-RMT-003",
+            source: Box::new(std::io::Error::other("worker gone")),
+        },
         EngineError::Schema("bad shape".into()),
         EngineError::Option("bad".into()),
         EngineError::exec("op", datafusion::error::DataFusionError::Plan("p".into())),
@@ -55,6 +59,7 @@ fn variant(e: &EngineError) -> &'static str {
         EngineError::Sql(_) => "Sql",
         EngineError::Connector(_) => "Connector",
         EngineError::Catalog(_) => "Catalog",
+        EngineError::Worker { .. } => "Worker",
         EngineError::Schema(_) => "Schema",
         EngineError::Option(_) => "Option",
         EngineError::Execution { .. } => "Execution",

@@ -53,3 +53,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Re-exported Arrow, so users build batches with the same version.
 pub use arrow;
+
+/// Re-exported remote process-function library (the worker side and its
+/// protocol), so a worker can be written against the same versions.
+pub use sluice_remote as remote;

@@ -24,16 +24,21 @@ pub(super) struct RegisteredFunction {
     pub(super) factory: HandlerFactory,
 }
 
-fn check_descriptor(d: &ProcessFunctionDescriptor) -> Result<()> {
+fn check_descriptor(d: &ProcessFunctionDescriptor, remote: bool) -> Result<()> {
     let context = format!("process function '{}' v{}", d.name, d.version);
     if d.name.is_empty() {
         return Err(EngineError::Catalog(
             "a process function needs a name".into(),
         ));
     }
-    if d.runtime != ProcessRuntime::Native {
+    if !remote && d.runtime != ProcessRuntime::Native {
         return Err(EngineError::Catalog(format!(
             "{context}: a native handler must be registered with ProcessRuntime::Native (remote and python runtimes run in workers, not in this process)"
+        )));
+    }
+    if remote && d.runtime == ProcessRuntime::Native {
+        return Err(EngineError::Catalog(format!(
+            "{context}: a handler served by a worker must be declared with a worker runtime (RemoteRust or Python), not Native"
         )));
     }
     if d.key_columns.is_empty() {
@@ -69,7 +74,27 @@ impl Pipeline {
         descriptor: ProcessFunctionDescriptor,
         factory: HandlerFactory,
     ) -> Result<()> {
-        check_descriptor(&descriptor)?;
+        self.register(descriptor, factory, false)
+    }
+
+    /// Register a function whose handlers forward calls to a worker
+    /// process (runtime `RemoteRust` or `Python`); `factory` makes the
+    /// forwarding handlers. Everything else is as for a native function.
+    pub fn register_worker_function(
+        &mut self,
+        descriptor: ProcessFunctionDescriptor,
+        factory: HandlerFactory,
+    ) -> Result<()> {
+        self.register(descriptor, factory, true)
+    }
+
+    fn register(
+        &mut self,
+        descriptor: ProcessFunctionDescriptor,
+        factory: HandlerFactory,
+        remote: bool,
+    ) -> Result<()> {
+        check_descriptor(&descriptor, remote)?;
         if self.functions.contains_key(&descriptor.name) {
             return Err(EngineError::Catalog(format!(
                 "a process function named '{}' is already registered",

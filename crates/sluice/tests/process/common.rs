@@ -138,3 +138,33 @@ pub async fn open(dir: Option<&std::path::Path>, options: &[(&str, &str)]) -> Da
     .unwrap();
     db
 }
+
+/// Generated events for one key space of six keys: times mostly rising, each
+/// up to 1.5 s out of order; between 1 and `max_len - 1` of them.
+pub fn disordered_events(max_len: usize) -> impl proptest::strategy::Strategy<Value = Vec<Event>> {
+    use proptest::prelude::*;
+    prop::collection::vec((0i64..6, 0i64..20, 0i64..1_500, 0i64..400), 1..max_len).prop_map(|raw| {
+        let mut t = 10_000;
+        raw.into_iter()
+            .map(|(k, amount, disorder, step)| {
+                t += step;
+                (k, amount, (t - disorder).max(0))
+            })
+            .collect()
+    })
+}
+
+/// The `(key, amount)` BIGINT columns of an activation's input row.
+pub fn key_and_amount(callback: &sluice::process::ProcessCallback) -> Result<(i64, i64), String> {
+    let sluice::process::ProcessCallback::Input(row) = callback else {
+        return Err("unexpected timer".into());
+    };
+    let col = |i: usize| {
+        row.column(i)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .map(|c| c.value(0))
+            .ok_or_else(|| "not BIGINT".to_string())
+    };
+    Ok((col(0)?, col(1)?))
+}

@@ -7,3 +7,4 @@ mod binding;
 mod common;
 mod ordering;
 mod policy;
+mod remote;

@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 
-use crate::common::{collect, log_rows, open, oracle, Event};
+use crate::common::{collect, disordered_events, log_rows, open, oracle, Event};
 
 /// `HH:MM:SS.mmm` on 1970-01-01 for `ms` within the first day.
 fn timestamp(ms: i64) -> String {
@@ -18,18 +18,6 @@ fn timestamp(ms: i64) -> String {
         ms / 1_000 % 60,
         ms % 1_000
     )
-}
-
-fn events() -> impl Strategy<Value = Vec<Event>> {
-    prop::collection::vec((0i64..6, 0i64..20, 0i64..1_500, 0i64..400), 1..150).prop_map(|raw| {
-        let mut t = 10_000;
-        raw.into_iter()
-            .map(|(k, amount, disorder, step)| {
-                t += step;
-                (k, amount, (t - disorder).max(0))
-            })
-            .collect()
-    })
 }
 
 async fn run_pipeline(
@@ -67,7 +55,7 @@ proptest! {
 
     #[test]
     fn activation_ids_do_not_depend_on_cycle_cuts(
-        events in events(),
+        events in disordered_events(150),
         batch_size in 1usize..12,
         per_cycle in prop::sample::select(vec![1usize, 3, 64]),
     ) {

@@ -13,7 +13,7 @@ use sluice::process::{
 };
 use sluice::Error;
 
-use crate::common::{collect, events_batch, open};
+use crate::common::{collect, events_batch, key_and_amount, open};
 
 /// Emits two rows for key 7 and one otherwise; fails on amount 666.
 struct Picky;
@@ -26,17 +26,7 @@ impl NativeProcessFunction for Picky {
         activations
             .iter()
             .map(|a| {
-                let sluice::process::ProcessCallback::Input(row) = &a.callback else {
-                    return Err("unexpected timer".into());
-                };
-                let col = |i: usize| {
-                    row.column(i)
-                        .as_any()
-                        .downcast_ref::<Int64Array>()
-                        .map(|c| c.value(0))
-                        .ok_or("not BIGINT")
-                };
-                let (key, amount) = (col(0)?, col(1)?);
+                let (key, amount) = key_and_amount(&a.callback)?;
                 if amount == 666 {
                     return Err(format!("cannot handle amount {amount}"));
                 }
