@@ -29,6 +29,28 @@ if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
     rm -rf "$CARGO_TARGET_DIR"/*/incremental
 fi
 
+echo "== python workers: bubblewrap and the sluice_worker SDK"
+# Python process functions run in a bubblewrap sandbox, with the SDK
+# installed for the interpreter the tests use (python3, or SLUICE_PYTHON).
+# The tests fail without them, so install them here.
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+if ! command -v bwrap >/dev/null 2>&1; then
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+fi
+python="${SLUICE_PYTHON:-python3}"
+"$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+    grpcio-tools ./python/sluice-worker
+# The committed protocol stubs must be what the .proto generates.
+stubs=$(mktemp -d)
+cp -r python/sluice-worker "$stubs/sdk"
+mkdir -p "$stubs/crates/sluice-remote" && cp -r crates/sluice-remote/proto "$stubs/crates/sluice-remote/"
+mkdir -p "$stubs/python" && mv "$stubs/sdk" "$stubs/python/sluice-worker"
+(cd "$stubs/python/sluice-worker" && bash generate.sh)
+diff -r python/sluice-worker/sluice_worker/_proto "$stubs/python/sluice-worker/sluice_worker/_proto" \
+    -x __pycache__ || { echo "error: python/sluice-worker stubs are stale; run python/sluice-worker/generate.sh" >&2; exit 1; }
+rm -rf "$stubs"
+
 echo "== import cycles between modules"
 python3 scripts/test_check_module_cycles.py
 python3 scripts/check_module_cycles.py

@@ -270,6 +270,20 @@ pub async fn probe(
         .map(drop)
 }
 
+/// What hosts a worker, for workers the engine runs itself (Python): the
+/// client waits for it before opening a session and tells it when a call
+/// failed.
+pub trait WorkerHost: Send + Sync {
+    /// Block until the worker can take a session, for at most `timeout`.
+    /// `Err` says why it cannot (with the worker's last output).
+    fn wait_ready(&self, timeout: std::time::Duration) -> Result<()>;
+
+    /// A call failed with `error`; the host may kill and restart a worker
+    /// that stopped answering. The return is nothing: the call has failed
+    /// either way.
+    fn call_failed(&self, error: &RemoteError);
+}
+
 /// Counters of one remote function, shared by its handlers.
 #[derive(Debug, Default)]
 pub struct RemoteMetrics {
@@ -291,6 +305,7 @@ pub struct RemoteProcessFunction {
     runtime: Arc<RemoteRuntime>,
     metrics: Arc<RemoteMetrics>,
     session: Option<Session>,
+    host: Option<Arc<dyn WorkerHost>>,
 }
 
 impl RemoteProcessFunction {
@@ -310,7 +325,14 @@ impl RemoteProcessFunction {
             runtime,
             metrics,
             session: None,
+            host: None,
         }
+    }
+
+    /// The same, for a worker run by `host`.
+    pub fn hosted(mut self, host: Arc<dyn WorkerHost>) -> Self {
+        self.host = Some(host);
+        self
     }
 
     fn call(&mut self, acts: &[ProcessActivation]) -> Result<Vec<ProcessActivationResult>> {
@@ -326,6 +348,11 @@ impl RemoteProcessFunction {
         })?;
         let (endpoint, limits) = (self.endpoint.clone(), self.limits);
         let session = self.session.take();
+        if session.is_none() {
+            if let Some(host) = &self.host {
+                host.wait_ready(limits.call_deadline)?;
+            }
+        }
         let metrics = Arc::clone(&self.metrics);
         let started = Instant::now();
         let (session, complete) = self.runtime.block_on(async move {
@@ -432,6 +459,9 @@ impl NativeProcessFunction for RemoteProcessFunction {
             }
             Err(e) => {
                 self.metrics.errors.fetch_add(1, Ordering::Relaxed);
+                if let Some(host) = &self.host {
+                    host.call_failed(&e);
+                }
                 tracing::warn!(function = %self.descriptor.name, endpoint = %self.endpoint, error = %e.render(), "remote call failed");
                 Err(format!(
                     "remote worker at {}: {}",

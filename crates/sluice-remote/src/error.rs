@@ -120,6 +120,30 @@ pub enum RemoteError {
     /// A frame that the protocol does not allow at this point.
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// A Python deployment cannot be used: its package directory, its
+    /// interpreter or the worker SDK.
+    #[error("python deployment '{path}': {reason}")]
+    PythonEnvironment {
+        /// The package directory or interpreter concerned.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The sandbox a Python worker must run in cannot be set up on this
+    /// host; the worker is never started without it.
+    #[error("cannot sandbox the python worker: {reason}")]
+    Sandbox {
+        /// What is missing.
+        reason: String,
+    },
+    /// A supervised worker did not become ready.
+    #[error("the python worker for '{function}' did not start: {reason}")]
+    WorkerStart {
+        /// The function.
+        function: String,
+        /// Why, with the end of the worker's own output.
+        reason: String,
+    },
     /// Starting or running the client's or worker's own machinery.
     #[error("remote runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -148,6 +172,9 @@ impl RemoteError {
             RemoteError::SessionLost { .. } => "SLC-RMT-012",
             RemoteError::Protocol(_) => "SLC-RMT-013",
             RemoteError::Runtime(_) => "SLC-RMT-014",
+            RemoteError::PythonEnvironment { .. } => "SLC-RMT-015",
+            RemoteError::Sandbox { .. } => "SLC-RMT-016",
+            RemoteError::WorkerStart { .. } => "SLC-RMT-017",
         }
     }
 
@@ -176,6 +203,17 @@ impl RemoteError {
         }
     }
 
+    pub(crate) fn package(path: &std::path::Path, reason: impl Into<String>) -> Self {
+        RemoteError::PythonEnvironment {
+            path: path.display().to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn io(path: &std::path::Path, e: std::io::Error) -> Self {
+        Self::package(path, e.to_string())
+    }
+
     pub(crate) fn malformed(what: impl Into<String>, reason: impl Into<String>) -> Self {
         RemoteError::Malformed {
             what: what.into(),
@@ -185,7 +223,7 @@ impl RemoteError {
 }
 
 /// Every code a [`RemoteError`] can have.
-pub const CODES: [&str; 14] = [
+pub const CODES: [&str; 17] = [
     "SLC-RMT-001",
     "SLC-RMT-002",
     "SLC-RMT-003",
@@ -200,6 +238,9 @@ pub const CODES: [&str; 14] = [
     "SLC-RMT-012",
     "SLC-RMT-013",
     "SLC-RMT-014",
+    "SLC-RMT-015",
+    "SLC-RMT-016",
+    "SLC-RMT-017",
 ];
 
 /// Results of this crate.

@@ -10,12 +10,14 @@
 //! * [`endpoint`]: loopback TCP or Unix socket addresses, nothing else.
 //! * [`codec`]: activations and results as bounded Arrow IPC.
 //! * [`protocol`]: versions, bindings and limits of the handshake.
+//! * [`python`]: supervised, sandboxed Python workers.
 
 pub mod client;
 pub mod codec;
 pub mod endpoint;
 pub mod error;
 pub mod protocol;
+pub mod python;
 pub mod worker;
 
 /// The generated protocol types and gRPC stubs.
@@ -24,8 +26,9 @@ pub mod proto {
     tonic::include_proto!("sluice.process.v1");
 }
 
-pub use client::{probe, RemoteMetrics, RemoteProcessFunction, RemoteRuntime};
+pub use client::{probe, RemoteMetrics, RemoteProcessFunction, RemoteRuntime, WorkerHost};
 pub use endpoint::RemoteEndpoint;
 pub use error::{RemoteError, Result};
 pub use protocol::RemoteLimits;
+pub use python::{PythonDeployment, PythonWorker};
 pub use worker::Worker;

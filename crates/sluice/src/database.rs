@@ -30,7 +30,7 @@ mod outputs;
 mod process;
 mod seal;
 pub use outputs::SinkOutput;
-pub use process::HandlerFactory;
+pub use process::{HandlerFactory, ProcessWorkerStats};
 
 struct Inner {
     /// The one owner of DDL and lifecycle; every statement goes through it.
@@ -42,6 +42,9 @@ struct Inner {
     checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
     /// The checkpoint store, built once (see `checkpoint_store`).
     checkpoint_slot: Mutex<checkpoint_store::StoreSlot>,
+    /// Process functions served by workers, by name (counters, and the
+    /// supervised Python workers this database runs).
+    workers: parking_lot::Mutex<std::collections::BTreeMap<String, process::WorkerEntry>>,
     _lock: Option<std::fs::File>,
 }
 
@@ -105,6 +108,7 @@ impl DatabaseBuilder {
                 state_dir: self.state_dir,
                 checkpoint_object_store: self.checkpoint_object_store,
                 checkpoint_slot: Mutex::default(),
+                workers: parking_lot::Mutex::default(),
                 _lock: lock,
             }),
         })

@@ -22,7 +22,7 @@ mod database;
 pub mod fuzzing;
 mod query;
 
-pub use database::{Database, DatabaseBuilder, HandlerFactory, SinkOutput};
+pub use database::{Database, DatabaseBuilder, HandlerFactory, ProcessWorkerStats, SinkOutput};
 pub use sluice_engine::coordinator::CheckpointReport;
 pub use sluice_engine::metrics::MetricsSnapshot;
 pub use sluice_engine::options::{Delivery, PipelineOptions};

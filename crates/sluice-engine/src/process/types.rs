@@ -27,8 +27,10 @@ pub enum ProcessRuntime {
 
 /// Versioned file-tree binding for a supervised Python deployment. Paths
 /// are relative to the package root, so an identical package can move
-/// without changing checkpoint identity.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// without changing checkpoint identity; the interpreter, the worker SDK
+/// and the entry point are part of it, so changing any of them (or any
+/// file) is a new identity, under which older state is not restored.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PythonEnvironmentBinding {
     /// Package name.
     pub package: String,
@@ -36,6 +38,17 @@ pub struct PythonEnvironmentBinding {
     pub version: String,
     /// Relative path to SHA-256 digest of every file of the tree.
     pub files: BTreeMap<String, String>,
+    /// The handler class, as `module:Class`.
+    pub entry: String,
+    /// The interpreter, as it reports itself (`CPython 3.11.7`).
+    pub interpreter: String,
+    /// The version of the worker SDK (`sluice_worker`) it runs under.
+    pub sdk: String,
+}
+
+impl PythonEnvironmentBinding {
+    /// Version of the binding's canonical encoding (in the binding hash).
+    pub const FORMAT: u32 = 1;
 }
 
 /// Per-function bounds, enforced before a handler response is accepted.
@@ -95,10 +108,12 @@ pub struct ProcessFunctionDescriptor {
 
 impl ProcessFunctionDescriptor {
     /// A stable hash of the binding (name, version, input and output
-    /// columns, key columns, initial state and runtime): state is restored
-    /// only under the same binding. It is the CRC-32 of a canonical text:
+    /// columns, key columns, initial state and runtime, with a Python
+    /// deployment's whole environment binding): state is restored only
+    /// under the same binding. It is the hex SHA-256 of a canonical text:
     /// fields as `name type nullability` with Arrow's display of the type,
-    /// and explicit words for the state and runtime.
+    /// explicit words for the state and runtime, and a Python tree as
+    /// sorted `path=digest` pairs.
     pub fn binding_hash(&self) -> String {
         let columns = |schema: &SchemaRef| {
             schema
@@ -120,12 +135,16 @@ impl ProcessFunctionDescriptor {
             ProcessRuntime::Native => "native".to_string(),
             ProcessRuntime::RemoteRust => "remote_rust".to_string(),
             ProcessRuntime::Python(p) => format!(
-                "python {} {} [{}]",
+                "python format {} package {:?} version {:?} entry {:?} interpreter {:?} sdk {:?} files [{}]",
+                PythonEnvironmentBinding::FORMAT,
                 p.package,
                 p.version,
+                p.entry,
+                p.interpreter,
+                p.sdk,
                 p.files
                     .iter()
-                    .map(|(path, digest)| format!("{path}={digest}"))
+                    .map(|(path, digest)| format!("{path:?}={digest}"))
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -140,7 +159,11 @@ impl ProcessFunctionDescriptor {
             format!("runtime {runtime}"),
         ]
         .join("\n");
-        format!("{:08x}", crc32fast::hash(text.as_bytes()))
+        use sha2::Digest;
+        sha2::Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 }
 

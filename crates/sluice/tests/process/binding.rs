@@ -325,6 +325,7 @@ async fn bad_bindings_and_registrations_are_refused_by_name() {
         package: "p".into(),
         version: "1".into(),
         files: Default::default(),
+        ..Default::default()
     });
     let e = db
         .register_process_function(d, || KeyedCounter)

@@ -7,4 +7,5 @@ mod binding;
 mod common;
 mod ordering;
 mod policy;
+mod python;
 mod remote;

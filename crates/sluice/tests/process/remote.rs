@@ -158,6 +158,7 @@ async fn declaring_a_remote_function_refuses_each_bad_input_by_name() {
             package: "p".into(),
             version: "1".into(),
             files: Default::default(),
+            ..Default::default()
         });
         d
     };
