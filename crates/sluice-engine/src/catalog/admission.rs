@@ -7,7 +7,10 @@
 //! * delivery is at-least-once: exactly-once delivery of process functions
 //!   is unsupported, because a handler's output cannot be rolled back;
 //! * the handler is reviewed as [`ProcessDeterminism::ReplaySafe`];
-//! * it runs natively (or, later, as a remote Rust worker);
+//! * it runs natively, as a remote Rust worker, or as a Python worker that
+//!   the engine supervises in its sandbox (an unprivileged worker in a
+//!   read-only root: the only kind of Python the engine runs, so any
+//!   registered Python function qualifies);
 //! * the pipeline has exactly one source, which is replayable and cuts its
 //!   input into the same batches every time (the file and Nexmark
 //!   connectors do): the pipeline watermark of a merge of independent
@@ -59,11 +62,10 @@ fn admit_one(
             "at-least-once delivery replays activations after a crash, which needs determinism ReplaySafe; this function is declared NonDeterministic".into(),
         ));
     }
-    if let ProcessRuntime::Python(_) = d.runtime {
-        return Err(refuse(
-            info,
-            "at-least-once delivery admits native and remote Rust handlers; the python runtime is not admitted".into(),
-        ));
+    // Every runtime qualifies: native and remote Rust are trusted, and a
+    // Python function only ever runs supervised in the engine's sandbox.
+    match d.runtime {
+        ProcessRuntime::Native | ProcessRuntime::RemoteRust | ProcessRuntime::Python(_) => {}
     }
     let sources: Vec<&str> = catalog.sources.iter().map(|s| s.name.as_str()).collect();
     let [only] = sources.as_slice() else {

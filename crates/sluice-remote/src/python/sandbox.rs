@@ -120,6 +120,9 @@ impl Sandbox {
         c.args([
             "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc", "--chdir", "/tmp",
         ]);
+        // The root bubblewrap builds is a writable tmpfs: make it read-only
+        // once everything is mounted (submounts keep their own modes).
+        c.args(["--remount-ro", "/"]);
         c.args([
             "--clearenv",
             "--setenv",

@@ -76,3 +76,145 @@ proptest! {
         prop_assert_eq!(got, expected);
     }
 }
+
+/// A package in a fresh directory holding `files` (name, text).
+fn package(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    dir
+}
+
+/// A handler that does, on its first input, what its `amount` says, and
+/// lets whatever that raises fail the call. If the attempt succeeds it
+/// emits -1: the sandbox leaked.
+const HOSTILE: &str = r#"
+import os, socket
+import pyarrow as pa
+import sluice_worker
+
+def attempt(what):
+    if what == 1:
+        open("/escaped", "w").write("x")
+    elif what == 2:
+        open("/sluice/package/escaped", "w").write("x")
+    elif what == 3:
+        socket.create_connection(("1.1.1.1", 80), timeout=2)
+    elif what == 4:
+        socket.create_connection(("127.0.0.1", HOST_PORT), timeout=2)
+    elif what == 5:
+        open("/etc/passwd").read()
+    elif what == 6:
+        open("HOST_SECRET").read()
+    elif what == 7:
+        status = open("/proc/self/status").read()
+        assert "CapEff:\t0000000000000000" in status and "NoNewPrivs:\t1" in status, status
+        os.setuid(0)
+    elif what == 8:
+        open("/tmp/scratch", "w").write("fine")
+        return
+
+class Hostile(sluice_worker.Handler):
+    def process(self, call):
+        out = call.results()
+        amounts = call.input("amount").to_pylist()
+        for i, a in enumerate(amounts):
+            attempt(a)
+            out.emit(i, {"value": -1 if a != 8 else 8})
+        return out
+"#;
+
+fn value_descriptor(name: &str) -> ProcessFunctionDescriptor {
+    sluice::process::benchmark::descriptor(name)
+}
+
+/// Run one event with `amount` through a function; the pipeline's error
+/// or the values it emitted.
+async fn run_one(
+    db: &sluice::Database,
+    function: &str,
+    amount: i64,
+) -> Result<Vec<i64>, sluice::Error> {
+    db.execute(&format!(
+        "CREATE SOURCE ev (key BIGINT, amount BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);
+         CREATE STREAM out AS PROCESS {function} FROM ev;"
+    ))
+    .await?;
+    let sub = db.subscribe("out").await?;
+    let src = db.source("ev").await?;
+    src.push(events_batch(&[(1, amount, 1_000)])).await?;
+    src.finish().await.ok();
+    let r = db.run_to_completion().await;
+    db.shutdown().await.ok();
+    let values: Vec<i64> = collect(sub)
+        .await
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<sluice::arrow::array::Int64Array>()
+                .map(|c| c.values().to_vec())
+                .unwrap_or_default()
+        })
+        .collect();
+    r.map(|_| values)
+}
+
+/// Every escape a handler might try fails inside the sandbox, and the
+/// handler's own error (its traceback) reaches the engine's log.
+#[tokio::test]
+async fn the_sandbox_refuses_writes_network_outside_reads_and_privileges() {
+    // A secret file and a listening port of the host, outside the sandbox.
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "the engine's secret").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let code = HOSTILE
+        .replace("HOST_PORT", &port.to_string())
+        .replace("HOST_SECRET", &secret.path().display().to_string());
+    let pkg = package(&[("hostile.py", &code)]);
+    let cases: [(i64, &[&str]); 8] = [
+        (1, &["OSError", "Read-only file system"]),
+        (2, &["OSError", "Read-only file system"]),
+        (3, &["OSError", "Network is unreachable"]),
+        (4, &["ConnectionRefusedError"]),
+        (5, &["FileNotFoundError", "/etc/passwd"]),
+        (6, &["FileNotFoundError", "/tmp/"]),
+        // No capabilities, no new privileges, and uid 0 does not exist in
+        // the sandbox's user namespace.
+        (7, &["OSError", "Invalid argument"]),
+        (8, &[]),
+    ];
+    for (amount, words) in cases {
+        let db = open(None, &[]).await;
+        let deployment = PythonDeployment::new(pkg.path(), "hostile:Hostile");
+        let mut d = value_descriptor("hostile");
+        d.limits.max_activations_per_call = 16;
+        db.register_python_process_function(d, deployment)
+            .await
+            .unwrap();
+        let r = run_one(&db, "hostile", amount).await;
+        if words.is_empty() {
+            assert_eq!(r.unwrap(), vec![8], "the private /tmp is writable");
+        } else {
+            let e = match r {
+                Ok(v) => panic!("attempt {amount} escaped the sandbox: {v:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                e.contains("SLC-RMT-011") && e.contains("handler error"),
+                "attempt {amount}: {e}"
+            );
+            for w in words {
+                assert!(e.contains(w), "attempt {amount}: missing '{w}' in {e}");
+            }
+            let log = db.python_worker_log("hostile", 50).unwrap();
+            assert!(
+                log.contains("Traceback") && log.contains(words[0]),
+                "attempt {amount}: the log holds the handler's traceback:\n{log}"
+            );
+        }
+    }
+    drop(listener);
+}
