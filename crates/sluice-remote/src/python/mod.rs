@@ -44,7 +44,8 @@ pub struct PythonDeployment {
     pub path: PathBuf,
     /// The handler class, as `module:Class` (the module is found in `path`).
     pub entry: String,
-    /// Package name in the binding (default: the directory's name).
+    /// Package name in the binding (default: the entry's module; never the
+    /// directory's name, so a moved package keeps its identity).
     pub package: Option<String>,
     /// Package version in the binding (default: `0`).
     pub version: Option<String>,
@@ -113,11 +114,11 @@ pub fn prepare(
     let files = tree::digest_tree(&root)?;
     let interpreter = interpreter::probe(&interpreter::choose(deployment.python.as_deref()))?;
     let sandbox = Sandbox::locate(&interpreter)?;
-    let package = deployment.package.clone().unwrap_or_else(|| {
-        root.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    });
+    // Not the directory's name: a moved package keeps its identity.
+    let package = deployment
+        .package
+        .clone()
+        .unwrap_or_else(|| entry.split(':').next().unwrap_or_default().to_string());
     descriptor.runtime = ProcessRuntime::Python(PythonEnvironmentBinding {
         package,
         version: deployment.version.clone().unwrap_or_else(|| "0".into()),

@@ -40,7 +40,15 @@ impl Sandbox {
     /// Find `bwrap` and check that it can build the sandbox here (user
     /// namespaces may be disabled); the error says what is missing.
     pub fn locate(interpreter: &Interpreter) -> Result<Self, RemoteError> {
-        let bwrap = std::env::var_os("PATH")
+        Self::locate_in(std::env::var_os("PATH"), interpreter)
+    }
+
+    /// [`Self::locate`], searching `path` (a `PATH`-style list) for `bwrap`.
+    pub fn locate_in(
+        path: Option<std::ffi::OsString>,
+        interpreter: &Interpreter,
+    ) -> Result<Self, RemoteError> {
+        let bwrap = path
             .iter()
             .flat_map(std::env::split_paths)
             .map(|d| d.join("bwrap"))
@@ -145,5 +153,55 @@ impl Sandbox {
         }
         c.arg("--").arg(&interpreter.executable);
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interpreter() -> Interpreter {
+        Interpreter {
+            executable: "/usr/bin/python3".into(),
+            description: "CPython 3".into(),
+            sdk: "0.1.0".into(),
+            read_paths: vec![],
+        }
+    }
+
+    #[test]
+    fn without_bubblewrap_declaring_fails_and_says_what_to_install() {
+        let e = Sandbox::locate_in(Some("/nonexistent:/also/not".into()), &interpreter())
+            .err()
+            .unwrap_or_else(|| panic!("a sandbox without bwrap"));
+        assert_eq!(e.code(), "SLC-RMT-016");
+        assert_eq!(
+            e.to_string(),
+            "cannot sandbox the python worker: bubblewrap (`bwrap`) is not installed; install Debian's `bubblewrap` package"
+        );
+    }
+
+    #[test]
+    fn a_bubblewrap_that_cannot_build_the_sandbox_is_refused_with_its_output() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let fake = dir.path().join("bwrap");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = Sandbox::locate_in(Some(dir.path().into()), &interpreter())
+            .err()
+            .unwrap_or_else(|| panic!("a sandbox from a failing bwrap"));
+        assert_eq!(e.code(), "SLC-RMT-016");
+        let text = e.to_string();
+        assert!(
+            text.contains("bubblewrap cannot build the sandbox on this host")
+                && text.contains("No permissions to create new namespace"),
+            "{text}"
+        );
     }
 }

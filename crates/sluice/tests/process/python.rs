@@ -218,3 +218,207 @@ async fn the_sandbox_refuses_writes_network_outside_reads_and_privileges() {
     }
     drop(listener);
 }
+
+/// Crashes its worker on amount 667 and hangs on amount 666; otherwise
+/// echoes the amount.
+const FRAGILE: &str = r#"
+import os, time
+import sluice_worker
+
+class Fragile(sluice_worker.Handler):
+    def process(self, call):
+        out = call.results()
+        for i, a in enumerate(call.input("amount").to_pylist()):
+            if a == 667:
+                os._exit(3)
+            if a == 666:
+                time.sleep(30)
+            out.emit(i, {"value": a})
+        return out
+"#;
+
+/// A worker killed mid-call and a worker past its deadline: the call
+/// applies nothing, the pipeline halts with the error, and the supervisor
+/// starts a new worker (a crash is counted as one, a hang is killed).
+#[tokio::test]
+async fn a_dead_or_hung_worker_fails_its_call_and_is_restarted() {
+    let pkg = package(&[("fragile.py", FRAGILE)]);
+    let quick = sluice::remote::RemoteLimits {
+        call_deadline: std::time::Duration::from_millis(800),
+        ..sluice::remote::RemoteLimits::default()
+    };
+    for (amount, words, crashes, kills) in [
+        (
+            667,
+            vec!["SLC-RMT-012", "the session with the worker at unix:"],
+            1,
+            0,
+        ),
+        (
+            666,
+            vec!["SLC-RMT-008", "got no answer within its deadline of 800ms"],
+            0,
+            1,
+        ),
+    ] {
+        let db = open(None, &[]).await;
+        let mut deployment = PythonDeployment::new(pkg.path(), "fragile:Fragile");
+        deployment.max_backoff = std::time::Duration::from_millis(200);
+        db.register_python_process_function_with(value_descriptor("fragile"), deployment, quick)
+            .await
+            .unwrap();
+        let e = match run_one(&db, "fragile", amount).await {
+            Ok(v) => panic!("amount {amount}: the call succeeded with {v:?}"),
+            Err(e) => e.to_string(),
+        };
+        for w in &words {
+            assert!(e.contains(w), "amount {amount}: missing '{w}' in {e}");
+        }
+        // The supervisor brings a new worker up.
+        let mut stats = db.process_worker_stats("fragile").unwrap();
+        for _ in 0..500 {
+            if stats.starts >= 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            stats = db.process_worker_stats("fragile").unwrap();
+        }
+        assert_eq!(
+            (stats.crashes, stats.kills),
+            (crashes, kills),
+            "amount {amount}: {stats:?}"
+        );
+        assert!(
+            stats.starts >= 2 && stats.restarts >= 1,
+            "amount {amount}: {stats:?}"
+        );
+        assert_eq!(
+            (stats.calls, stats.errors),
+            (0, 1),
+            "amount {amount}: {stats:?}"
+        );
+    }
+}
+
+/// Each way a deployment can be unusable is refused when it is declared,
+/// naming what is wrong; nothing is registered.
+#[tokio::test]
+async fn a_bad_deployment_is_refused_by_name() {
+    let broken = package(&[(
+        "broken.py",
+        "import sluice_worker\nraise RuntimeError('cannot load my model')\n",
+    )]);
+    let fine = package(&[(
+        "fine.py",
+        "import sluice_worker\nclass H(sluice_worker.Handler):\n    pass\n",
+    )]);
+    let cases: Vec<(PythonDeployment, &str, Vec<&str>)> = vec![
+        (
+            PythonDeployment::new(fine.path(), "fine"),
+            "SLC-RMT-015",
+            vec!["entry 'fine' must be module:Class"],
+        ),
+        (
+            PythonDeployment::new(fine.path(), "missing:H"),
+            "SLC-RMT-015",
+            vec!["no missing.py or missing/__init__.py"],
+        ),
+        (
+            PythonDeployment::new("/nonexistent/package", "fine:H"),
+            "SLC-RMT-015",
+            vec!["python deployment '/nonexistent/package'"],
+        ),
+        (
+            PythonDeployment {
+                python: Some("/nonexistent/python3".into()),
+                ..PythonDeployment::new(fine.path(), "fine:H")
+            },
+            "SLC-RMT-015",
+            vec!["'/nonexistent/python3'", "cannot run the interpreter"],
+        ),
+        (
+            PythonDeployment::new(broken.path(), "broken:Broken"),
+            "SLC-RMT-017",
+            vec![
+                "the python worker for 'bad' did not start",
+                "exited before it was ready",
+                "RuntimeError: cannot load my model",
+            ],
+        ),
+        (
+            PythonDeployment::new(fine.path(), "fine:Missing"),
+            "SLC-RMT-017",
+            vec!["module 'fine' has no 'Missing'"],
+        ),
+    ];
+    let db = open(None, &[]).await;
+    for (deployment, code, words) in cases {
+        let mut d = deployment;
+        d.startup_timeout = std::time::Duration::from_secs(10);
+        let shown = format!("{d:?}");
+        let e = db
+            .register_python_process_function(value_descriptor("bad"), d)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), code, "{shown}: {e}");
+        let text = e.to_string();
+        for w in words {
+            assert!(text.contains(w), "{shown}: missing '{w}' in {text}");
+        }
+    }
+    assert!(db.process_worker_stats("bad").is_none());
+    db.shutdown().await.unwrap();
+}
+
+/// A deployment's identity is its files (by relative path), interpreter,
+/// SDK and entry: a moved copy restores the checkpoint, a changed file is
+/// refused by name.
+#[tokio::test]
+async fn state_is_restored_under_a_moved_deployment_but_not_a_changed_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("ev.csv");
+    std::fs::write(
+        &data,
+        "key,amount,ts\n1,5,1970-01-01 00:00:01\n2,6,1970-01-01 00:00:02\n",
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let source =
+        std::fs::read_to_string(example("activation_log").join("activation_log.py")).unwrap();
+    let first = package(&[("activation_log.py", &source)]);
+    let moved = package(&[("activation_log.py", &source)]);
+    let changed = package(&[("activation_log.py", &format!("{source}\n# a change\n"))]);
+    for (n, pkg) in [first.path(), moved.path(), changed.path()]
+        .into_iter()
+        .enumerate()
+    {
+        let db = open(Some(&state), &[("checkpoint_interval", "1h")]).await;
+        db.register_python_process_function(
+            activation_log_descriptor("py_log"),
+            PythonDeployment::new(pkg, "activation_log:ActivationLog"),
+        )
+        .await
+        .unwrap();
+        db.execute(&format!(
+            "CREATE SOURCE ev (key BIGINT, amount BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+               WITH (connector = 'file', path = '{}', format = 'csv');
+             CREATE STREAM out AS PROCESS py_log FROM ev;",
+            data.display()
+        ))
+        .await
+        .unwrap();
+        let r = db.run_to_completion().await;
+        if n < 2 {
+            r.unwrap();
+            db.shutdown().await.unwrap();
+        } else {
+            let e = r.unwrap_err().to_string();
+            assert!(
+                e.contains("the checkpointed state belongs to 'py_log' v1")
+                    && e.contains("restoring state under a different binding is refused"),
+                "{e}"
+            );
+            db.abort().await.ok();
+        }
+    }
+}
