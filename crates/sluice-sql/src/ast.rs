@@ -18,6 +18,8 @@ pub enum Statement {
     CreateProcessStream(CreateProcessStream),
     /// `CREATE SINK`.
     CreateSink(CreateSink),
+    /// `CREATE PROCESS FUNCTION`: a function served by a worker.
+    CreateProcessFunction(CreateProcessFunction),
     /// `DROP <kind> [IF EXISTS] name`.
     Drop {
         /// What is dropped.
@@ -95,6 +97,24 @@ pub struct CreateSource {
     /// `LATE DATA TO stream`: where late rows go instead of being dropped.
     pub late_data_to: Option<String>,
     /// Connector options; empty for a push source.
+    pub options: WithOptions,
+}
+
+/// `CREATE PROCESS FUNCTION name VERSION n (input) KEY (cols) RETURNS
+/// (output) WITH (options)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateProcessFunction {
+    /// Function name.
+    pub name: String,
+    /// Function version.
+    pub version: u32,
+    /// Input columns.
+    pub input: SchemaRef,
+    /// Key columns (of the input).
+    pub key: Vec<String>,
+    /// Output columns.
+    pub output: SchemaRef,
+    /// Runtime, deployment, determinism, initial state and limits.
     pub options: WithOptions,
 }
 

@@ -27,7 +27,7 @@ pub mod types;
 pub mod window_udf;
 
 pub use ast::{
-    CreateProcessStream, CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement,
+    CreateProcessFunction, CreateProcessStream, CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement,
     WatermarkSpec, WithOptions,
 };
 pub use catalog::PlanCatalog;

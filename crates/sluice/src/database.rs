@@ -26,6 +26,7 @@ use crate::query::run_query;
 use crate::{Error, Result};
 
 mod checkpoint_store;
+mod declare;
 mod outputs;
 mod process;
 mod seal;
@@ -179,6 +180,10 @@ impl Database {
             Statement::CreateSource(s) => p.create_source(s).await.map(|()| vec![]),
             Statement::CreateStream(s) => p.create_stream(s).await.map(|()| vec![]),
             Statement::CreateProcessStream(b) => p.bind(b).await.map(|_| vec![]),
+            Statement::CreateProcessFunction(f) => {
+                drop(p);
+                self.declare_process_function(f).await.map(|()| vec![])
+            }
             Statement::CreateSink(s) => p.create_sink(s).await.map(|()| vec![]),
             Statement::ShowProcessFunctions => Ok(vec![p.catalog().show_process_functions()?]),
             Statement::Drop {
@@ -445,6 +450,7 @@ fn statement_name(s: &Statement) -> &'static str {
         Statement::CreateSource(_) => "CREATE SOURCE",
         Statement::CreateStream(_) => "CREATE STREAM",
         Statement::CreateProcessStream(_) => "CREATE STREAM ... AS PROCESS",
+        Statement::CreateProcessFunction(_) => "CREATE PROCESS FUNCTION",
         Statement::ShowProcessFunctions => "SHOW PROCESS FUNCTIONS",
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop { .. } => "DROP",

@@ -53,7 +53,7 @@ SELECT name, COUNT(*) AS n, MAX(big) AS top FROM t GROUP BY name;
 ";
 
 /// Stable code prefixes of the public error type.
-const CODE_PREFIXES: &[&str] = &["SLC-SQL-", "SLC-ENG-", "SLC-CONN-", "SLC-STO-"];
+const CODE_PREFIXES: &[&str] = &["SLC-SQL-", "SLC-ENG-", "SLC-CONN-", "SLC-STO-", "SLC-RMT-"];
 
 /// Whether executing `stmt` could read or write outside the scratch
 /// directory or the process (see the module docs).
@@ -81,6 +81,8 @@ pub fn reaches_outside(stmt: &Statement) -> bool {
             }
         }
         Statement::Set { name, .. } => name == "checkpoint_store",
+        // Starts a worker process or connects to one.
+        Statement::CreateProcessFunction(_) => true,
         Statement::ShowCheckpoints => true,
         Statement::Explain(inner) => reaches_outside(inner),
         Statement::CreateStream(_)

@@ -422,3 +422,103 @@ async fn state_is_restored_under_a_moved_deployment_but_not_a_changed_one() {
         }
     }
 }
+
+/// Declared in SQL alone (as a `sluice run` script would), the vectorized
+/// Python fraud detector (`python/examples/fraud`) flags exactly what the
+/// built-in native one flags, on generated disordered input.
+#[tokio::test]
+async fn a_python_function_declared_in_sql_matches_the_native_one() {
+    use sluice::process::benchmark::{descriptor, FraudDetector};
+    let db = open(None, &[]).await;
+    db.register_process_function(descriptor("fraud_native"), || FraudDetector {
+        threshold: 1000,
+        window_ms: 10_000,
+    })
+    .await
+    .unwrap();
+    db.execute(&format!(
+        "CREATE PROCESS FUNCTION fraud_py VERSION 1 (key BIGINT NOT NULL, amount BIGINT NOT NULL)
+           KEY (key) RETURNS (value BIGINT NOT NULL)
+           WITH (runtime = 'python', path = '{}', entry = 'fraud:Detector');
+         CREATE SOURCE ev (key BIGINT NOT NULL, amount BIGINT NOT NULL, ts TIMESTAMP NOT NULL,
+           WATERMARK FOR ts AS ts - INTERVAL '2' SECOND);
+         CREATE STREAM native AS PROCESS fraud_native FROM ev;
+         CREATE STREAM py AS PROCESS fraud_py FROM ev;",
+        example("fraud").display()
+    ))
+    .await
+    .unwrap();
+    // Read both outputs while the pipeline runs: a subscriber that is not
+    // read slows the pipeline (backpressure) until it is.
+    let native = tokio::spawn(collect(db.subscribe("native").await.unwrap()));
+    let py = tokio::spawn(collect(db.subscribe("py").await.unwrap()));
+    let src = db.source("ev").await.unwrap();
+    // A fixed pseudo-random walk: keys 0..7, amounts 0..2000, time moving
+    // forward by up to 3 s with up to 1.5 s of disorder.
+    let mut x: u64 = 0x5eed;
+    let mut next = |m: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % m
+    };
+    let mut t = 0i64;
+    let mut events = Vec::new();
+    for _ in 0..3_000 {
+        t += next(3_000) as i64;
+        events.push((next(7) as i64, next(2_000) as i64, (t - next(1_500) as i64).max(0)));
+    }
+    for chunk in events.chunks(97) {
+        src.push(events_batch(chunk)).await.unwrap();
+    }
+    src.finish().await.unwrap();
+    db.run_to_completion().await.unwrap();
+    db.shutdown().await.unwrap();
+    let values = |batches: Vec<sluice::arrow::record_batch::RecordBatch>| -> Vec<i64> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<sluice::arrow::array::Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect()
+    };
+    let (want, got) = (values(native.await.unwrap()), values(py.await.unwrap()));
+    assert!(want.len() > 50, "the input raises alerts: {}", want.len());
+    assert_eq!(got, want);
+}
+
+/// Every option of `CREATE PROCESS FUNCTION` that is wrong is refused by
+/// name before anything starts.
+#[tokio::test]
+async fn each_bad_process_function_option_is_refused_by_name() {
+    let db = open(None, &[]).await;
+    let head = "CREATE PROCESS FUNCTION f VERSION 1 (key BIGINT, amount BIGINT) KEY (key) RETURNS (value BIGINT)";
+    let python = format!("runtime = 'python', path = '{}', entry = 'fraud:Detector'", example("fraud").display());
+    let cases: Vec<(String, &str)> = vec![
+        ("".into(), "process function 'f' requires option 'runtime'"),
+        ("runtime = 'jvm'".into(), "option 'runtime' must be 'python' or 'remote_rust', found 'jvm'"),
+        ("runtime = 'native'".into(), "runtime 'native' handlers are Rust code"),
+        ("runtime = 'python', entry = 'fraud:Detector'".into(), "requires option 'path'"),
+        ("runtime = 'remote_rust'".into(), "requires option 'endpoint'"),
+        (format!("{python}, endpoint = 'unix:/x'"), "option 'endpoint' applies to runtime 'remote_rust', not 'python'"),
+        ("runtime = 'remote_rust', endpoint = 'unix:/x', path = 'p'".into(), "option 'path' applies to runtime 'python', not 'remote_rust'"),
+        (format!("{python}, colour = 'red'"), "unknown option 'colour'"),
+        (format!("{python}, determinism = 'sometimes'"), "option 'determinism' must be 'replay_safe' or 'non_deterministic', found 'sometimes'"),
+        (format!("{python}, initial_state = 'zero'"), "option 'initial_state' must be 'absent', 'null' or a BIGINT, found 'zero'"),
+        (format!("{python}, max_timers_per_key = '-1'"), "option 'max_timers_per_key' must be a non-negative integer, found '-1'"),
+        (format!("{python}, call_deadline = 'soon'"), "option 'call_deadline' must be a duration"),
+        (format!("{python}, startup_timeout = 'later'"), "option 'startup_timeout' must be a duration"),
+        ("runtime = 'remote_rust', endpoint = 'tcp://8.8.8.8:1'".into(), "'8.8.8.8:1' is not a loopback address"),
+    ];
+    for (options, words) in cases {
+        let sql = if options.is_empty() { head.to_string() } else { format!("{head} WITH ({options})") };
+        let e = db.execute(&sql).await.unwrap_err().to_string();
+        assert!(e.contains(words), "{sql}\n  missing '{words}' in {e}");
+    }
+    assert!(db.process_functions().await.is_empty());
+    assert!(db.process_worker_stats("f").is_none());
+    db.shutdown().await.unwrap();
+}

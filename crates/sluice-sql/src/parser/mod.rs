@@ -22,6 +22,8 @@ use crate::ast::{
 use crate::error::{Result, SqlError};
 use crate::types::arrow_type;
 
+mod process_function;
+
 /// Parse a script of `;`-separated statements.
 pub fn parse_sql(sql: &str) -> Result<Vec<Statement>> {
     let dialect = GenericDialect {};
@@ -171,12 +173,15 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     if lead(0, "CREATE") && lead(1, "SINK") {
         return parse_create_sink(&mut p);
     }
+    if lead(0, "CREATE") && lead(1, "PROCESS") && lead(2, "FUNCTION") {
+        return process_function::parse(&mut p);
+    }
     if lead(0, "CREATE") {
         // None of the CREATE forms above: name the word that is not one.
         p.next_token();
         parse_kind(&mut p, false, "CREATE")?;
         return Err(SqlError::Syntax(
-            "expected CREATE SOURCE | STREAM | MATERIALIZED VIEW | SINK".into(),
+            "expected CREATE SOURCE | STREAM | MATERIALIZED VIEW | SINK | PROCESS FUNCTION".into(),
         ));
     }
     if lead(0, "DROP") {
@@ -349,6 +354,25 @@ fn parse_process_binding(
     }))
 }
 
+/// One `name TYPE [NOT NULL | NULL]` column of `owner`'s column list.
+fn parse_column(p: &mut Parser<'_>, owner: &str, fields: &mut Vec<Field>) -> Result<()> {
+    let col = ident(p)?;
+    let ty = p.parse_data_type()?;
+    let nullable = if p.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
+        false
+    } else {
+        let _ = p.parse_keyword(Keyword::NULL);
+        true
+    };
+    if fields.iter().any(|f| f.name() == &col) {
+        return Err(SqlError::Catalog(format!(
+            "{owner} declares column '{col}' twice"
+        )));
+    }
+    fields.push(Field::new(&col, arrow_type(&ty, &col)?, nullable));
+    Ok(())
+}
+
 fn parse_create_source(p: &mut Parser<'_>) -> Result<Statement> {
     expect_word(p, "CREATE")?;
     expect_word(p, "SOURCE")?;
@@ -365,20 +389,7 @@ fn parse_create_source(p: &mut Parser<'_>) -> Result<Statement> {
             }
             watermark = Some(parse_watermark(p)?);
         } else {
-            let col = ident(p)?;
-            let ty = p.parse_data_type()?;
-            let nullable = if p.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
-                false
-            } else {
-                let _ = p.parse_keyword(Keyword::NULL);
-                true
-            };
-            if fields.iter().any(|f| f.name() == &col) {
-                return Err(SqlError::Catalog(format!(
-                    "source '{name}' declares column '{col}' twice"
-                )));
-            }
-            fields.push(Field::new(&col, arrow_type(&ty, &col)?, nullable));
+            parse_column(p, &format!("source '{name}'"), &mut fields)?;
         }
         if p.consume_token(&Token::Comma) {
             continue;
