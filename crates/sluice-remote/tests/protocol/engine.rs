@@ -554,9 +554,13 @@ fn stale_answers_are_dropped_and_the_right_one_is_used() {
     });
 }
 
+pub fn closed_mid_call() -> Outcome {
+    misbehave(None, on_call(|_| vec![Act::Close]), engine_limits())
+}
+
 #[test]
 fn a_worker_that_closes_the_stream_mid_call_ends_the_session() {
-    let o = misbehave(None, on_call(|_| vec![Act::Close]), engine_limits());
+    let o = closed_mid_call();
     assert_eq!(o.code, "SLC-RMT-012");
     assert!(
         o.message

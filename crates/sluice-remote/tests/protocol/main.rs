@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod codec;
 mod common;
+mod coverage;
 mod engine;
 mod handshake;
