@@ -405,11 +405,13 @@ fn decode_complete(
     }
     let per = |n: usize| activations.saturating_mul(n.max(1));
     let batches = ResultBatches {
+        // Results and output are bounded by the function's limits; a
+        // payload carrying other counts than declared is malformed, below.
         results: ipc::decode(
             "results",
             &c.results_ipc,
             &results::results_schema(),
-            activations,
+            activations.max(d.limits.max_activations_per_call),
         )?,
         mutations: ipc::decode(
             "mutations",
@@ -427,7 +429,7 @@ fn decode_complete(
             "output",
             &c.output_ipc,
             &results::output_schema(&d.output_schema),
-            c.output_rows as usize,
+            max_rows,
         )?,
     };
     if batches.output.num_rows() != c.output_rows as usize

@@ -308,12 +308,9 @@ impl Session {
             ));
         }
         let wire = activations::schema(&self.input);
-        let batch = ipc::decode(
-            "activations",
-            &call.activations_ipc,
-            &wire,
-            call.activations as usize,
-        )?;
+        // Bounded by the function's limit: a payload that carries more
+        // rows than declared (but within the limit) is malformed, below.
+        let batch = ipc::decode("activations", &call.activations_ipc, &wire, max)?;
         if batch.num_rows() != call.activations as usize {
             return Err(RemoteError::malformed(
                 "activations",
