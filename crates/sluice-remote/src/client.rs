@@ -57,6 +57,13 @@ impl RemoteRuntime {
 
     /// Run `fut` on this runtime and wait for it from a synchronous caller
     /// (which may itself be inside another runtime).
+    ///
+    /// The answer comes back over a plain channel, not the task's
+    /// `JoinHandle`: polling a `JoinHandle` from inside the caller's tokio
+    /// task spends that task's cooperative budget, and once the budget is
+    /// gone tokio defers the wake-up until the caller yields, which a
+    /// blocked caller never does (the compute thread hung after a few
+    /// hundred calls that way).
     fn block_on<T: Send + 'static>(
         &self,
         fut: impl Future<Output = Result<T>> + Send + 'static,
@@ -66,11 +73,15 @@ impl RemoteRuntime {
                 "the remote runtime is shut down".into(),
             ));
         };
-        let task = rt.spawn(fut);
-        match futures::executor::block_on(task) {
-            Ok(r) => r,
-            Err(e) => Err(RemoteError::Runtime(std::io::Error::other(e))),
-        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        rt.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv().unwrap_or_else(|_| {
+            Err(RemoteError::Runtime(std::io::Error::other(
+                "the remote call's task ended without an answer (the runtime shut down or the task panicked)",
+            )))
+        })
     }
 }
 

@@ -27,8 +27,8 @@ pub mod types;
 pub mod window_udf;
 
 pub use ast::{
-    CreateProcessFunction, CreateProcessStream, CreateSink, CreateSource, CreateStream, EmitMode, ObjectKind, Statement,
-    WatermarkSpec, WithOptions,
+    CreateProcessFunction, CreateProcessStream, CreateSink, CreateSource, CreateStream, EmitMode,
+    ObjectKind, Statement, WatermarkSpec, WithOptions,
 };
 pub use catalog::PlanCatalog;
 pub use columns_read::ColumnsRead;

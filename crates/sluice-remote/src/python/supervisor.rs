@@ -56,6 +56,8 @@ struct State {
     stop: bool,
     kill: bool,
     last_error: Option<String>,
+    /// Starts that failed (never ready) so far.
+    failed_starts: u64,
 }
 
 struct Shared {
@@ -136,11 +138,13 @@ impl Supervisor {
         self.shared.tail(n)
     }
 
-    /// Block until a worker is listening, for at most `timeout`.
+    /// Block until a worker is listening, for at most `timeout`; a start
+    /// that fails meanwhile ends the wait at once with its reason.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), RemoteError> {
         let until = Instant::now() + timeout;
         let mut state = self.shared.state.lock();
-        while !state.ready && !state.stop {
+        let failed = state.failed_starts;
+        while !state.ready && !state.stop && state.failed_starts == failed {
             if self
                 .shared
                 .changed
@@ -259,7 +263,10 @@ fn monitor(shared: &Arc<Shared>, config: &SupervisorConfig) {
             .stderr(Stdio::piped());
         match command.spawn() {
             Err(e) => {
-                shared.state.lock().last_error = Some(format!("cannot start the worker: {e}"));
+                let mut state = shared.state.lock();
+                state.last_error = Some(format!("cannot start the worker: {e}"));
+                state.failed_starts += 1;
+                drop(state);
                 shared.changed.notify_all();
                 failures += 1;
             }
@@ -278,7 +285,10 @@ fn monitor(shared: &Arc<Shared>, config: &SupervisorConfig) {
                         let _ = child.kill();
                         let _ = child.wait();
                         tracing::error!(function = %config.function, "python worker did not start: {why}");
-                        shared.state.lock().last_error = Some(why);
+                        let mut state = shared.state.lock();
+                        state.last_error = Some(why);
+                        state.failed_starts += 1;
+                        drop(state);
                         shared.changed.notify_all();
                         failures += 1;
                     }

@@ -27,6 +27,50 @@ fn worker_cannot_listen() -> Outcome {
     })
 }
 
+/// A Python deployment whose package directory does not exist.
+fn python_package_missing() -> Outcome {
+    let d = sluice_remote::PythonDeployment::new("/nonexistent/package", "m:C");
+    let e = sluice_remote::python::prepare(descriptor(), &d)
+        .err()
+        .unwrap();
+    Outcome::new(e.code(), e.to_string())
+}
+
+/// No bubblewrap on the search path.
+fn no_sandbox() -> Outcome {
+    let interpreter = sluice_remote::python::interpreter::Interpreter {
+        executable: "/usr/bin/python3".into(),
+        description: "CPython 3".into(),
+        sdk: "0.1.0".into(),
+        read_paths: vec![],
+    };
+    let e = sluice_remote::python::sandbox::Sandbox::locate_in(
+        Some("/nonexistent".into()),
+        &interpreter,
+    )
+    .err()
+    .unwrap();
+    Outcome::new(e.code(), e.to_string())
+}
+
+/// A supervised worker that exits at once, before it is ready.
+fn worker_never_ready() -> Outcome {
+    use sluice_remote::python::supervisor::{Supervisor, SupervisorConfig};
+    let s = Supervisor::start(SupervisorConfig {
+        function: "f".into(),
+        launch: Box::new(|| {
+            let mut c = std::process::Command::new("sh");
+            c.args(["-c", "echo 'cannot start' >&2; exit 3"]);
+            c
+        }),
+        startup_timeout: std::time::Duration::from_secs(5),
+        max_backoff: std::time::Duration::from_secs(1),
+    })
+    .unwrap();
+    let e = s.wait_ready(std::time::Duration::from_secs(5)).unwrap_err();
+    Outcome::new(e.code(), e.to_string())
+}
+
 type Scenario = (&'static str, &'static str, fn() -> Outcome);
 
 const SCENARIOS: &[Scenario] = &[
@@ -110,6 +154,17 @@ const SCENARIOS: &[Scenario] = &[
         "SLC-RMT-014",
         "a worker that cannot listen",
         worker_cannot_listen,
+    ),
+    (
+        "SLC-RMT-015",
+        "a python package that does not exist",
+        python_package_missing,
+    ),
+    ("SLC-RMT-016", "no bubblewrap", no_sandbox),
+    (
+        "SLC-RMT-017",
+        "a python worker that exits before it is ready",
+        worker_never_ready,
     ),
 ];
 

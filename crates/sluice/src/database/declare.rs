@@ -51,13 +51,19 @@ fn bad(option: &str, expected: &str, found: &str) -> SqlError {
 
 fn count(o: &mut WithOptions, key: &str, default: usize) -> std::result::Result<usize, SqlError> {
     o.take(key).map_or(Ok(default), |v| {
-        v.parse().map_err(|_| bad(key, "a non-negative integer", &v))
+        v.parse()
+            .map_err(|_| bad(key, "a non-negative integer", &v))
     })
 }
 
-fn duration(o: &mut WithOptions, key: &str, default: Duration) -> std::result::Result<Duration, SqlError> {
+fn duration(
+    o: &mut WithOptions,
+    key: &str,
+    default: Duration,
+) -> std::result::Result<Duration, SqlError> {
     o.take(key).map_or(Ok(default), |v| {
-        humantime::parse_duration(&v).map_err(|_| bad(key, "a duration such as '10s' or '500ms'", &v))
+        humantime::parse_duration(&v)
+            .map_err(|_| bad(key, "a duration such as '10s' or '500ms'", &v))
     })
 }
 
@@ -82,7 +88,11 @@ pub(super) fn declaration(f: CreateProcessFunction) -> std::result::Result<Decla
         }
         r => return Err(bad("runtime", "'python' or 'remote_rust'", r)),
     };
-    if let Some((k, _)) = o.entries().iter().find(|(k, _)| other.contains(&k.as_str())) {
+    if let Some((k, _)) = o
+        .entries()
+        .iter()
+        .find(|(k, _)| other.contains(&k.as_str()))
+    {
         return Err(SqlError::Option(format!(
             "{context}: option '{k}' applies to runtime '{other_name}', not '{runtime}'"
         )));
@@ -90,23 +100,47 @@ pub(super) fn declaration(f: CreateProcessFunction) -> std::result::Result<Decla
     let determinism = match o.take("determinism").as_deref() {
         None | Some("replay_safe") => ProcessDeterminism::ReplaySafe,
         Some("non_deterministic") => ProcessDeterminism::NonDeterministic,
-        Some(v) => return Err(bad("determinism", "'replay_safe' or 'non_deterministic'", v)),
+        Some(v) => {
+            return Err(bad(
+                "determinism",
+                "'replay_safe' or 'non_deterministic'",
+                v,
+            ))
+        }
     };
     let initial_state = match o.take("initial_state").as_deref() {
         None | Some("absent") => None,
         Some("null") => Some(ValueState::Null),
-        Some(v) => Some(ValueState::Int64(
-            v.parse().map_err(|_| bad("initial_state", "'absent', 'null' or a BIGINT", v))?,
-        )),
+        Some(v) => {
+            Some(ValueState::Int64(v.parse().map_err(|_| {
+                bad("initial_state", "'absent', 'null' or a BIGINT", v)
+            })?))
+        }
     };
     let d = ProcessFunctionLimits::default();
     let limits = ProcessFunctionLimits {
-        max_activations_per_call: count(&mut o, "max_activations_per_call", d.max_activations_per_call)?,
-        max_output_rows_per_activation: count(&mut o, "max_output_rows_per_activation", d.max_output_rows_per_activation)?,
-        max_output_rows_per_call: count(&mut o, "max_output_rows_per_call", d.max_output_rows_per_call)?,
+        max_activations_per_call: count(
+            &mut o,
+            "max_activations_per_call",
+            d.max_activations_per_call,
+        )?,
+        max_output_rows_per_activation: count(
+            &mut o,
+            "max_output_rows_per_activation",
+            d.max_output_rows_per_activation,
+        )?,
+        max_output_rows_per_call: count(
+            &mut o,
+            "max_output_rows_per_call",
+            d.max_output_rows_per_call,
+        )?,
         max_timers_per_key: count(&mut o, "max_timers_per_key", d.max_timers_per_key)?,
         max_timer_name_len: count(&mut o, "max_timer_name_len", d.max_timer_name_len)?,
-        max_state_changes_per_activation: count(&mut o, "max_state_changes_per_activation", d.max_state_changes_per_activation)?,
+        max_state_changes_per_activation: count(
+            &mut o,
+            "max_state_changes_per_activation",
+            d.max_state_changes_per_activation,
+        )?,
     };
     let r = RemoteLimits::default();
     let remote_limits = RemoteLimits {
@@ -126,11 +160,13 @@ pub(super) fn declaration(f: CreateProcessFunction) -> std::result::Result<Decla
         runtime: ProcessRuntime::RemoteRust,
     };
     let declared = if runtime == "python" {
-        let mut deployment = PythonDeployment::new(o.require("path", &context)?, o.require("entry", &context)?);
+        let mut deployment =
+            PythonDeployment::new(o.require("path", &context)?, o.require("entry", &context)?);
         deployment.package = o.take("package");
         deployment.version = o.take("package_version");
         deployment.python = o.take("python").map(Into::into);
-        deployment.startup_timeout = duration(&mut o, "startup_timeout", deployment.startup_timeout)?;
+        deployment.startup_timeout =
+            duration(&mut o, "startup_timeout", deployment.startup_timeout)?;
         Declared::Python(descriptor, deployment, remote_limits)
     } else {
         Declared::Remote(descriptor, o.require("endpoint", &context)?, remote_limits)
@@ -145,10 +181,12 @@ impl Database {
     pub(super) async fn declare_process_function(&self, f: CreateProcessFunction) -> Result<()> {
         match declaration(f)? {
             Declared::Python(d, deployment, limits) => {
-                self.register_python_process_function_with(d, deployment, limits).await
+                self.register_python_process_function_with(d, deployment, limits)
+                    .await
             }
             Declared::Remote(d, endpoint, limits) => {
-                self.register_remote_process_function_with(d, &endpoint, limits).await
+                self.register_remote_process_function_with(d, &endpoint, limits)
+                    .await
             }
         }
     }

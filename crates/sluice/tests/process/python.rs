@@ -457,14 +457,20 @@ async fn a_python_function_declared_in_sql_matches_the_native_one() {
     // forward by up to 3 s with up to 1.5 s of disorder.
     let mut x: u64 = 0x5eed;
     let mut next = |m: u64| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (x >> 33) % m
     };
     let mut t = 0i64;
     let mut events = Vec::new();
     for _ in 0..3_000 {
         t += next(3_000) as i64;
-        events.push((next(7) as i64, next(2_000) as i64, (t - next(1_500) as i64).max(0)));
+        events.push((
+            next(7) as i64,
+            next(2_000) as i64,
+            (t - next(1_500) as i64).max(0),
+        ));
     }
     for chunk in events.chunks(97) {
         src.push(events_batch(chunk)).await.unwrap();
@@ -496,25 +502,71 @@ async fn a_python_function_declared_in_sql_matches_the_native_one() {
 async fn each_bad_process_function_option_is_refused_by_name() {
     let db = open(None, &[]).await;
     let head = "CREATE PROCESS FUNCTION f VERSION 1 (key BIGINT, amount BIGINT) KEY (key) RETURNS (value BIGINT)";
-    let python = format!("runtime = 'python', path = '{}', entry = 'fraud:Detector'", example("fraud").display());
+    let python = format!(
+        "runtime = 'python', path = '{}', entry = 'fraud:Detector'",
+        example("fraud").display()
+    );
     let cases: Vec<(String, &str)> = vec![
         ("".into(), "process function 'f' requires option 'runtime'"),
-        ("runtime = 'jvm'".into(), "option 'runtime' must be 'python' or 'remote_rust', found 'jvm'"),
-        ("runtime = 'native'".into(), "runtime 'native' handlers are Rust code"),
-        ("runtime = 'python', entry = 'fraud:Detector'".into(), "requires option 'path'"),
-        ("runtime = 'remote_rust'".into(), "requires option 'endpoint'"),
-        (format!("{python}, endpoint = 'unix:/x'"), "option 'endpoint' applies to runtime 'remote_rust', not 'python'"),
-        ("runtime = 'remote_rust', endpoint = 'unix:/x', path = 'p'".into(), "option 'path' applies to runtime 'python', not 'remote_rust'"),
-        (format!("{python}, colour = 'red'"), "unknown option 'colour'"),
-        (format!("{python}, determinism = 'sometimes'"), "option 'determinism' must be 'replay_safe' or 'non_deterministic', found 'sometimes'"),
-        (format!("{python}, initial_state = 'zero'"), "option 'initial_state' must be 'absent', 'null' or a BIGINT, found 'zero'"),
-        (format!("{python}, max_timers_per_key = '-1'"), "option 'max_timers_per_key' must be a non-negative integer, found '-1'"),
-        (format!("{python}, call_deadline = 'soon'"), "option 'call_deadline' must be a duration"),
-        (format!("{python}, startup_timeout = 'later'"), "option 'startup_timeout' must be a duration"),
-        ("runtime = 'remote_rust', endpoint = 'tcp://8.8.8.8:1'".into(), "'8.8.8.8:1' is not a loopback address"),
+        (
+            "runtime = 'jvm'".into(),
+            "option 'runtime' must be 'python' or 'remote_rust', found 'jvm'",
+        ),
+        (
+            "runtime = 'native'".into(),
+            "runtime 'native' handlers are Rust code",
+        ),
+        (
+            "runtime = 'python', entry = 'fraud:Detector'".into(),
+            "requires option 'path'",
+        ),
+        (
+            "runtime = 'remote_rust'".into(),
+            "requires option 'endpoint'",
+        ),
+        (
+            format!("{python}, endpoint = 'unix:/x'"),
+            "option 'endpoint' applies to runtime 'remote_rust', not 'python'",
+        ),
+        (
+            "runtime = 'remote_rust', endpoint = 'unix:/x', path = 'p'".into(),
+            "option 'path' applies to runtime 'python', not 'remote_rust'",
+        ),
+        (
+            format!("{python}, colour = 'red'"),
+            "unknown option 'colour'",
+        ),
+        (
+            format!("{python}, determinism = 'sometimes'"),
+            "option 'determinism' must be 'replay_safe' or 'non_deterministic', found 'sometimes'",
+        ),
+        (
+            format!("{python}, initial_state = 'zero'"),
+            "option 'initial_state' must be 'absent', 'null' or a BIGINT, found 'zero'",
+        ),
+        (
+            format!("{python}, max_timers_per_key = '-1'"),
+            "option 'max_timers_per_key' must be a non-negative integer, found '-1'",
+        ),
+        (
+            format!("{python}, call_deadline = 'soon'"),
+            "option 'call_deadline' must be a duration",
+        ),
+        (
+            format!("{python}, startup_timeout = 'later'"),
+            "option 'startup_timeout' must be a duration",
+        ),
+        (
+            "runtime = 'remote_rust', endpoint = 'tcp://8.8.8.8:1'".into(),
+            "'8.8.8.8:1' is not a loopback address",
+        ),
     ];
     for (options, words) in cases {
-        let sql = if options.is_empty() { head.to_string() } else { format!("{head} WITH ({options})") };
+        let sql = if options.is_empty() {
+            head.to_string()
+        } else {
+            format!("{head} WITH ({options})")
+        };
         let e = db.execute(&sql).await.unwrap_err().to_string();
         assert!(e.contains(words), "{sql}\n  missing '{words}' in {e}");
     }
