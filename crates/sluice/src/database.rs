@@ -46,6 +46,9 @@ struct Inner {
     /// Process functions served by workers, by name (counters, and the
     /// supervised Python workers this database runs).
     workers: parking_lot::Mutex<std::collections::BTreeMap<String, process::WorkerEntry>>,
+    /// What relative paths in statements resolve against (see
+    /// [`DatabaseBuilder::base_dir`]).
+    base_dir: Option<PathBuf>,
     _lock: Option<std::fs::File>,
 }
 
@@ -71,7 +74,8 @@ impl DatabaseBuilder {
         self
     }
 
-    /// Resolve relative connector paths against `dir` (default: the working directory).
+    /// Resolve relative connector paths and Python package paths against
+    /// `dir` (default: the working directory).
     pub fn base_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.base_dir = Some(dir.as_ref().to_path_buf());
         self
@@ -101,6 +105,7 @@ impl DatabaseBuilder {
             Some(dir) => Some(lock_state_dir(dir)?),
             None => None,
         };
+        let base_dir = self.base_dir.clone();
         let pipeline = Pipeline::new(self.options, self.base_dir);
         Ok(Database {
             inner: Arc::new(Inner {
@@ -110,6 +115,7 @@ impl DatabaseBuilder {
                 checkpoint_object_store: self.checkpoint_object_store,
                 checkpoint_slot: Mutex::default(),
                 workers: parking_lot::Mutex::default(),
+                base_dir,
                 _lock: lock,
             }),
         })

@@ -180,7 +180,13 @@ impl Database {
     /// Register what a `CREATE PROCESS FUNCTION` statement declares.
     pub(super) async fn declare_process_function(&self, f: CreateProcessFunction) -> Result<()> {
         match declaration(f)? {
-            Declared::Python(d, deployment, limits) => {
+            Declared::Python(d, mut deployment, limits) => {
+                // A relative package path resolves like a connector's path.
+                if let Some(base) = &self.inner.base_dir {
+                    if deployment.path.is_relative() {
+                        deployment.path = base.join(&deployment.path);
+                    }
+                }
                 self.register_python_process_function_with(d, deployment, limits)
                     .await
             }
