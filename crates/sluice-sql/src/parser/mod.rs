@@ -316,6 +316,21 @@ fn parse_create_stream(p: &mut Parser<'_>, emit: Option<EmitMode>) -> Result<Sta
     }))
 }
 
+/// The number after `VERSION` in `what`'s declaration.
+fn version_number(p: &mut Parser<'_>, what: &str) -> Result<u32> {
+    let t = p.next_token();
+    let v = match &t.token {
+        Token::Number(n, _) => n.parse::<u32>().ok(),
+        _ => None,
+    };
+    v.ok_or_else(|| {
+        SqlError::Syntax(format!(
+            "{what}: expected a version number after VERSION, found {}",
+            t.token
+        ))
+    })
+}
+
 /// `PROCESS function [VERSION n] FROM input`, after `CREATE STREAM name AS`.
 fn parse_process_binding(
     p: &mut Parser<'_>,
@@ -324,17 +339,7 @@ fn parse_process_binding(
 ) -> Result<Statement> {
     let function = ident(p)?;
     let version = if parse_word(p, "VERSION") {
-        let t = p.next_token();
-        let v = match &t.token {
-            Token::Number(n, _) => n.parse::<u32>().ok(),
-            _ => None,
-        };
-        Some(v.ok_or_else(|| {
-            SqlError::Syntax(format!(
-                "'{name}': expected a version number after VERSION, found {}",
-                t.token
-            ))
-        })?)
+        Some(version_number(p, &format!("'{name}'"))?)
     } else {
         None
     };

@@ -19,7 +19,7 @@ use arrow::datatypes::{Field, Schema};
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::Token;
 
-use super::{expect_end, expect_word, ident, parse_column, parse_with_options};
+use super::{expect_end, expect_word, ident, parse_column, parse_with_options, version_number};
 use crate::ast::{CreateProcessFunction, Statement};
 use crate::error::{Result, SqlError};
 
@@ -46,17 +46,7 @@ pub(super) fn parse(p: &mut Parser<'_>) -> Result<Statement> {
     expect_word(p, "FUNCTION")?;
     let name = ident(p)?;
     expect_word(p, "VERSION")?;
-    let t = p.next_token();
-    let version = match &t.token {
-        Token::Number(n, _) => n.parse::<u32>().ok(),
-        _ => None,
-    }
-    .ok_or_else(|| {
-        SqlError::Syntax(format!(
-            "process function '{name}': expected a version number after VERSION, found {}",
-            t.token
-        ))
-    })?;
+    let version = version_number(p, &format!("process function '{name}'"))?;
     let input = columns(p, &format!("process function '{name}' input"))?;
     expect_word(p, "KEY")?;
     p.expect_token(&Token::LParen)?;

@@ -168,3 +168,31 @@ pub fn key_and_amount(callback: &sluice::process::ProcessCallback) -> Result<(i6
     };
     Ok((col(0)?, col(1)?))
 }
+
+/// Push `events` (in batches of `batch_size`) through `function` behind
+/// the filter `amount % 3 <> 0` (the oracle's `keep`), run to completion
+/// and shut down; the activation-log rows it wrote.
+pub async fn run_log_pipeline(
+    db: &Database,
+    function: &str,
+    events: &[Event],
+    batch_size: usize,
+) -> Vec<LogRow> {
+    db.execute(&format!(
+        "CREATE SOURCE ev (key BIGINT, amount BIGINT, ts TIMESTAMP,
+            WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);
+         CREATE STREAM kept AS SELECT key, amount FROM ev WHERE amount % 3 <> 0;
+         CREATE STREAM log AS PROCESS {function} FROM kept;"
+    ))
+    .await
+    .unwrap();
+    let sub = db.subscribe("log").await.unwrap();
+    let src = db.source("ev").await.unwrap();
+    for b in events.chunks(batch_size) {
+        src.push(events_batch(b)).await.unwrap();
+    }
+    src.finish().await.unwrap();
+    db.run_to_completion().await.unwrap();
+    db.shutdown().await.unwrap();
+    log_rows(&collect(sub).await)
+}

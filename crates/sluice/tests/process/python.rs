@@ -15,7 +15,7 @@ use sluice::process::ProcessFunctionDescriptor;
 use sluice::remote::PythonDeployment;
 
 use crate::common::{
-    collect, disordered_events, events_batch, log_rows, open, oracle, Event, LogRow,
+    collect, disordered_events, events_batch, open, oracle, run_log_pipeline, Event, LogRow,
 };
 
 /// `python/examples/<name>` in the repository.
@@ -37,26 +37,10 @@ async fn run_python(events: &[Event], batch_size: usize, per_cycle: usize) -> Ve
     )
     .await
     .unwrap();
-    db.execute(
-        "CREATE SOURCE ev (key BIGINT, amount BIGINT, ts TIMESTAMP,
-            WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);
-         CREATE STREAM kept AS SELECT key, amount FROM ev WHERE amount % 3 <> 0;
-         CREATE STREAM log AS PROCESS py_log FROM kept;",
-    )
-    .await
-    .unwrap();
-    let sub = db.subscribe("log").await.unwrap();
-    let src = db.source("ev").await.unwrap();
-    for b in events.chunks(batch_size) {
-        src.push(events_batch(b)).await.unwrap();
-    }
-    src.finish().await.unwrap();
-    db.run_to_completion().await.unwrap();
+    let rows = run_log_pipeline(&db, "py_log", events, batch_size).await;
     let stats = db.process_worker_stats("py_log").unwrap();
-    assert_eq!(stats.starts, 1, "{stats:?}");
-    assert_eq!(stats.errors, 0, "{stats:?}");
-    db.shutdown().await.unwrap();
-    log_rows(&collect(sub).await)
+    assert_eq!((stats.starts, stats.errors), (1, 0), "{stats:?}");
+    rows
 }
 
 proptest! {

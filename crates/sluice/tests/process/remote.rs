@@ -20,7 +20,7 @@ use sluice::remote::{RemoteEndpoint, RemoteLimits, Worker};
 use sluice::Error;
 
 use crate::common::{
-    collect, disordered_events, events_batch, key_and_amount, log_rows, open, oracle, Event,
+    collect, disordered_events, events_batch, key_and_amount, open, oracle, run_log_pipeline, Event,
 };
 
 /// A worker on a Unix socket in its own thread and runtime, killed (every
@@ -104,23 +104,7 @@ async fn run_remote(
     db.register_remote_process_function(log_descriptor(), &worker.endpoint)
         .await
         .unwrap();
-    db.execute(
-        "CREATE SOURCE ev (key BIGINT, amount BIGINT, ts TIMESTAMP,
-            WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);
-         CREATE STREAM kept AS SELECT key, amount FROM ev WHERE amount % 3 <> 0;
-         CREATE STREAM log AS PROCESS remote_log FROM kept;",
-    )
-    .await
-    .unwrap();
-    let sub = db.subscribe("log").await.unwrap();
-    let src = db.source("ev").await.unwrap();
-    for b in events.chunks(batch_size) {
-        src.push(events_batch(b)).await.unwrap();
-    }
-    src.finish().await.unwrap();
-    db.run_to_completion().await.unwrap();
-    db.shutdown().await.unwrap();
-    log_rows(&collect(sub).await)
+    run_log_pipeline(&db, "remote_log", events, batch_size).await
 }
 
 proptest! {
