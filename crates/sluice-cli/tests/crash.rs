@@ -26,8 +26,15 @@ fn write_input(dir: &Path) {
     .unwrap();
 }
 
-/// Events keyed by `key` with an `amount`, for the process-function pipeline.
+/// Events keyed by `key` with an `amount`, for the process-function pipeline
+/// (the built-in native `activation_log`).
 fn write_process_input(dir: &Path) {
+    write_activation_log_pipeline(dir, "", "activation_log");
+}
+
+/// The activation-log pipeline over keyed events: `declaration` declares
+/// the function `name` (nothing for a built-in one).
+fn write_activation_log_pipeline(dir: &Path, declaration: &str, name: &str) {
     let mut rng = Lcg(99);
     let mut out = String::from("key,amount,ts\n");
     for id in 0..PROCESS_ROWS {
@@ -39,14 +46,81 @@ fn write_process_input(dir: &Path) {
     std::fs::write(dir.join("events.csv"), out).unwrap();
     std::fs::write(
         dir.join("pipeline.sql"),
-        "CREATE SOURCE events (key BIGINT, amount BIGINT, ts TIMESTAMP, \
+        format!(
+            "{declaration}
+         CREATE SOURCE events (key BIGINT, amount BIGINT, ts TIMESTAMP, \
              WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) \
          WITH (connector = 'file', path = 'events.csv', format = 'csv', batch_size = '256');
          CREATE STREAM big AS SELECT key, amount FROM events WHERE amount > 9;
-         CREATE STREAM log AS PROCESS activation_log FROM big;
-         CREATE SINK log_out FROM log WITH (connector = 'file', path = 'out/log.csv');",
+         CREATE STREAM log AS PROCESS {name} FROM big;
+         CREATE SINK log_out FROM log WITH (connector = 'file', path = 'out/log.csv');"
+        ),
     )
     .unwrap();
+}
+
+/// The activation log's signature, for `CREATE PROCESS FUNCTION`.
+const ACTIVATION_LOG_SIGNATURE: &str =
+    "VERSION 1 (key BIGINT NOT NULL, amount BIGINT NOT NULL) KEY (key) \
+     RETURNS (activation_id BIGINT NOT NULL, key BIGINT NOT NULL, callback VARCHAR NOT NULL, \
+              count BIGINT NOT NULL, watermark BIGINT NOT NULL)";
+
+/// The activation log in Python (`python/examples/activation_log`, the
+/// same logic as the native fixture), which the engine runs in its
+/// sandboxed, supervised worker: a SIGKILL of the engine takes the worker
+/// with it (`--die-with-parent`), and the restarted engine starts a new one.
+fn write_python_process_input(dir: &Path) {
+    let package =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/examples/activation_log");
+    let package = package.canonicalize().unwrap();
+    write_activation_log_pipeline(
+        dir,
+        &format!(
+            "CREATE PROCESS FUNCTION py_log {ACTIVATION_LOG_SIGNATURE} \
+             WITH (runtime = 'python', path = '{}', entry = 'activation_log:ActivationLog');",
+            package.display()
+        ),
+        "py_log",
+    );
+}
+
+/// The native activation log served by a remote Rust worker in this test
+/// process, on a socket in `dir`; the worker outlives every engine kill,
+/// and each restarted engine opens a new session with it.
+fn write_remote_process_input(dir: &Path) {
+    use sluice::process::benchmark::{activation_log_descriptor, ActivationLog};
+    use sluice::process::ProcessRuntime;
+    use sluice::remote::{RemoteEndpoint, Worker};
+
+    let socket = dir.join("worker.sock");
+    let endpoint = format!("unix:{}", socket.display());
+    let parsed: RemoteEndpoint = endpoint.parse().unwrap();
+    let mut descriptor = activation_log_descriptor("remote_log");
+    descriptor.runtime = ProcessRuntime::RemoteRust;
+    let worker = Worker::new(descriptor, || ActivationLog { window_ms: 1_000 });
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(worker.serve(&parsed)).unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the worker listens on {endpoint}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    write_activation_log_pipeline(
+        dir,
+        &format!(
+            "CREATE PROCESS FUNCTION remote_log {ACTIVATION_LOG_SIGNATURE} \
+             WITH (runtime = 'remote_rust', endpoint = '{endpoint}');"
+        ),
+        "remote_log",
+    );
 }
 
 const PROCESS_ROWS: u64 = 50_000;
@@ -241,4 +315,52 @@ fn process_function_replays_identical_activations_after_sigkill() {
         "at_least_once",
         Check::SameActivations,
     );
+}
+
+#[test]
+fn python_process_function_replays_identical_activations_after_sigkill() {
+    crash_and_compare(
+        write_python_process_input,
+        &["log.csv"],
+        "at_least_once",
+        Check::SameActivations,
+    );
+}
+
+#[test]
+fn remote_process_function_replays_identical_activations_after_sigkill() {
+    crash_and_compare(
+        write_remote_process_input,
+        &["log.csv"],
+        "at_least_once",
+        Check::SameActivations,
+    );
+}
+
+/// Before any crash: the Python and remote Rust activation logs are the
+/// native one, byte for byte (the same activations, ids, state and timers).
+#[test]
+fn every_runtime_writes_the_native_activation_log() {
+    let base = tempfile::tempdir().unwrap();
+    let mut logs = Vec::new();
+    for (name, setup) in [
+        ("native", write_process_input as fn(&Path)),
+        ("python", write_python_process_input),
+        ("remote", write_remote_process_input),
+    ] {
+        let dir = base.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        setup(&dir);
+        let (status, stderr) = Run::spawn(sluice(&dir, &[])).wait(WATCHDOG);
+        assert!(status.success(), "{name}: {stderr}");
+        let log = std::fs::read_to_string(dir.join("out/log.csv")).unwrap();
+        assert!(log.lines().count() > 1_000, "{name}: the log has rows");
+        logs.push((name, log));
+    }
+    for (name, log) in &logs[1..] {
+        assert!(
+            *log == logs[0].1,
+            "the {name} activation log differs from the native one"
+        );
+    }
 }

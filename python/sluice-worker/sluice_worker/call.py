@@ -71,6 +71,9 @@ class Results:
     def __init__(self, call):
         self._call = call
         self._mutations = []
+        # Vectorized mutations: (indices, kind, values) arrays per call of
+        # set_states / clear_states.
+        self._mutation_arrays = []
         self._timers = []
         self._outputs = []
         self._output_batches = []
@@ -118,24 +121,48 @@ class Results:
         self._output_batches.append((indices, batch))
 
     def set_states(self, indices, values):
-        """Set the state of many activations' keys at once (vectorized)."""
-        for i, v in zip(pa.array(indices).to_pylist(), pa.array(values).to_pylist()):
-            self.set_state(i, v)
+        """Set the state of many activations' keys at once (vectorized):
+        the key of activation ``indices[r]`` gets ``values[r]`` (null for a
+        present null)."""
+        indices = self._indices(indices)
+        values = pa.array(values).cast(pa.int64())
+        if len(values) != len(indices):
+            raise ValueError(f"{len(indices)} indices for {len(values)} values")
+        kinds = pa.array([0] * len(indices), pa.uint8())
+        self._mutation_arrays.append((indices, kinds, values))
+
+    def clear_states(self, indices):
+        """Make the state of many activations' keys absent (vectorized)."""
+        indices = self._indices(indices)
+        kinds = pa.array([1] * len(indices), pa.uint8())
+        self._mutation_arrays.append((indices, kinds, pa.nulls(len(indices), pa.int64())))
+
+    def _indices(self, indices):
+        indices = pa.array(indices).cast(pa.uint32())
+        if indices.null_count:
+            raise ValueError("an activation index is null")
+        if len(indices) and pc.max(indices).as_py() >= len(self._call):
+            raise IndexError(f"an activation index is not in 0..{len(self._call)}")
+        return indices
 
     def to_batches(self):
         """The four record batches of the protocol's ``Complete``."""
         call = self._call
         ids = call.activations.column("id")
         results = pa.RecordBatch.from_arrays([ids.cast(pa.uint64())], schema=_RESULTS)
-        m = sorted(self._mutations, key=lambda x: x[0])
-        mutations = pa.RecordBatch.from_arrays(
-            [
-                pa.array([x[0] for x in m], pa.uint32()),
-                pa.array([x[1] for x in m], pa.uint8()),
-                pa.array([x[2] for x in m], pa.int64()),
-            ],
-            schema=_MUTATIONS,
-        )
+        m = self._mutations
+        parts = [
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.array([x[0] for x in m], pa.uint32()),
+                    pa.array([x[1] for x in m], pa.uint8()),
+                    pa.array([x[2] for x in m], pa.int64()),
+                ],
+                schema=_MUTATIONS,
+            )
+        ]
+        parts += [pa.RecordBatch.from_arrays(list(a), schema=_MUTATIONS) for a in self._mutation_arrays]
+        mutations = _by_result(pa.Table.from_batches(parts, schema=_MUTATIONS))
         t = sorted(self._timers, key=lambda x: x[0])
         timers = pa.RecordBatch.from_arrays(
             [
@@ -155,10 +182,18 @@ class Results:
         for indices, batch in self._output_batches:
             cols = [indices] + [batch.column(f.name).cast(f.type) for f in call.output_schema]
             parts.append(pa.RecordBatch.from_arrays(cols, schema=schema))
-        table = pa.Table.from_batches(parts, schema=schema)
-        # Rows grouped by result, in order; a stable sort keeps each
-        # result's rows in the order they were emitted.
-        table = table.take(pc.sort_indices(table, sort_keys=[("result", "ascending")]))
-        output = table.combine_chunks().to_batches()
-        output = output[0] if output else pa.RecordBatch.from_arrays(columns, schema=schema)
+        output = _by_result(pa.Table.from_batches(parts, schema=schema))
         return results, mutations, timers, output
+
+
+def _by_result(table):
+    """One batch with the table's rows grouped by result, in order; the
+    sort is stable, so each result's rows keep the order they were given
+    in."""
+    table = table.take(pc.sort_indices(table, sort_keys=[("result", "ascending")]))
+    batches = table.combine_chunks().to_batches()
+    if batches:
+        return batches[0]
+    return pa.RecordBatch.from_arrays(
+        [pa.array([], f.type) for f in table.schema], schema=table.schema
+    )

@@ -18,6 +18,7 @@
 //! a Unix socket in a private directory (mode 0700) that is the sandbox's
 //! only way out.
 
+pub mod health;
 pub mod interpreter;
 pub mod sandbox;
 pub mod supervisor;
@@ -55,6 +56,9 @@ pub struct PythonDeployment {
     pub startup_timeout: Duration,
     /// The longest pause between restarts after crashes.
     pub max_backoff: Duration,
+    /// Time between health checks of a ready worker (a handshake on its
+    /// own connection; [`health`]).
+    pub health_interval: Duration,
 }
 
 impl PythonDeployment {
@@ -68,9 +72,14 @@ impl PythonDeployment {
             python: None,
             startup_timeout: Duration::from_secs(30),
             max_backoff: Duration::from_secs(5),
+            health_interval: Duration::from_secs(5),
         }
     }
 }
+
+/// Shortest and longest startup timeout, backoff and health interval.
+const MIN_PERIOD: Duration = Duration::from_millis(10);
+const MAX_PERIOD: Duration = Duration::from_secs(86_400);
 
 /// Check a deployment and bind its identity into `descriptor` (whose
 /// runtime becomes `Python`); returns what launching needs.
@@ -87,6 +96,22 @@ pub fn prepare(
             &deployment.path,
             format!("entry '{entry}' must be module:Class"),
         ));
+    }
+    for (name, value) in [
+        ("startup_timeout", deployment.startup_timeout),
+        ("max_backoff", deployment.max_backoff),
+        ("health_interval", deployment.health_interval),
+    ] {
+        if !(MIN_PERIOD..=MAX_PERIOD).contains(&value) {
+            return Err(RemoteError::package(
+                &deployment.path,
+                format!(
+                    "{name} is {}ms; it must be from {}ms to one day",
+                    value.as_millis(),
+                    MIN_PERIOD.as_millis()
+                ),
+            ));
+        }
     }
     let root = std::fs::canonicalize(&deployment.path)
         .map_err(|e| RemoteError::io(&deployment.path, e))?;
@@ -132,7 +157,9 @@ pub fn prepare(
 
 /// A running, supervised Python worker.
 pub struct PythonWorker {
-    supervisor: Supervisor,
+    // Dropped first: stops the health checks.
+    _health_stop: std::sync::mpsc::Sender<()>,
+    supervisor: Arc<Supervisor>,
     endpoint: RemoteEndpoint,
     // Dropped after the supervisor (fields drop in order): the socket's
     // directory outlives the worker.
@@ -149,9 +176,11 @@ impl PythonWorker {
         sandbox: Sandbox,
         limits: RemoteLimits,
     ) -> Result<Arc<Self>> {
+        let base = std::env::temp_dir();
+        sweep_stale_run_dirs(&base);
         let run_dir = tempfile::Builder::new()
-            .prefix("sluice-python-")
-            .tempdir()
+            .prefix(&format!("{RUN_DIR_PREFIX}{}-", std::process::id()))
+            .tempdir_in(&base)
             .map_err(RemoteError::Runtime)?;
         restrict(run_dir.path())?;
         let socket = run_dir.path().join(sandbox::SOCKET);
@@ -176,7 +205,23 @@ impl PythonWorker {
             max_backoff: deployment.max_backoff,
         })?;
         supervisor.wait_ready(deployment.startup_timeout)?;
+        let supervisor = Arc::new(supervisor);
+        let (health_stop, stopped) = std::sync::mpsc::channel();
+        health::spawn(
+            health::HealthCheck {
+                descriptor: descriptor.clone(),
+                endpoint: endpoint.clone(),
+                limits,
+                interval: deployment.health_interval,
+                timeout: deployment.health_interval.max(Duration::from_secs(1)),
+                metrics: supervisor.metrics(),
+            },
+            Arc::downgrade(&supervisor),
+            stopped,
+        )
+        .map_err(RemoteError::Runtime)?;
         Ok(Arc::new(Self {
+            _health_stop: health_stop,
             supervisor,
             endpoint,
             _run_dir: run_dir,
@@ -209,6 +254,42 @@ impl WorkerHost for PythonWorker {
         // new process gets the function answering again.
         if error.code() == "SLC-RMT-008" {
             self.supervisor.kill();
+        }
+    }
+}
+
+/// Run directories are named `sluice-python-<engine pid>-<random>`.
+const RUN_DIR_PREFIX: &str = "sluice-python-";
+
+/// Remove the run directories of engines that no longer run. An engine
+/// killed with SIGKILL takes its workers with it (`--die-with-parent`) but
+/// cannot remove their socket directories; the next engine on the host
+/// does. A directory whose engine id is still a live process (even a
+/// reused id) is left alone, so this never touches a running worker's.
+pub fn sweep_stale_run_dirs(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(RUN_DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => {
+                tracing::info!(dir = %entry.path().display(), "removed a dead engine's python run directory")
+            }
+            Err(e) => {
+                tracing::debug!(dir = %entry.path().display(), error = %e, "could not remove a stale python run directory")
+            }
         }
     }
 }
@@ -254,4 +335,37 @@ fn worker_env(
             limits.max_message_bytes.to_string(),
         ),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn only_dead_engines_run_dirs_are_swept() {
+        let base = tempfile::tempdir().unwrap();
+        let mine = format!("{RUN_DIR_PREFIX}{}-a", std::process::id());
+        // Above the kernel's largest pid_max (2^22): never a live process.
+        let dead = format!("{RUN_DIR_PREFIX}4194305-b");
+        let init = format!("{RUN_DIR_PREFIX}1-c");
+        let names = [mine.as_str(), &dead, &init, "sluice-python-x-d", "other"];
+        for n in names {
+            std::fs::create_dir(base.path().join(n)).unwrap();
+            std::fs::write(base.path().join(n).join("worker.sock"), b"").unwrap();
+        }
+        sweep_stale_run_dirs(base.path());
+        let mut left: Vec<String> = std::fs::read_dir(base.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want: Vec<String> = names
+            .iter()
+            .filter(|n| **n != dead)
+            .map(|n| n.to_string())
+            .collect();
+        want.sort();
+        assert_eq!(left, want);
+    }
 }

@@ -46,8 +46,10 @@ pub struct SupervisorMetrics {
     pub restarts: AtomicU64,
     /// Workers that exited while they should have been running.
     pub crashes: AtomicU64,
-    /// Workers killed because a call passed its deadline.
+    /// Workers killed: a call passed its deadline, or health checks failed.
     pub kills: AtomicU64,
+    /// Health checks that failed ([`super::health`]).
+    pub health_failures: AtomicU64,
 }
 
 #[derive(Default)]
@@ -171,6 +173,11 @@ impl Supervisor {
                 format!("{why}; its last output:\n{tail}")
             },
         })
+    }
+
+    /// Whether a worker is running and answered its start.
+    pub fn is_ready(&self) -> bool {
+        self.shared.state.lock().ready
     }
 
     /// Kill the running worker (it is started again after the backoff).

@@ -39,6 +39,7 @@ pub const PYTHON_OPTIONS: &[&str] = &[
     "package_version",
     "python",
     "startup_timeout",
+    "health_interval",
 ];
 /// Options of `runtime = 'remote_rust'`.
 pub const REMOTE_OPTIONS: &[&str] = &["endpoint"];
@@ -167,6 +168,8 @@ pub(super) fn declaration(f: CreateProcessFunction) -> std::result::Result<Decla
         deployment.python = o.take("python").map(Into::into);
         deployment.startup_timeout =
             duration(&mut o, "startup_timeout", deployment.startup_timeout)?;
+        deployment.health_interval =
+            duration(&mut o, "health_interval", deployment.health_interval)?;
         Declared::Python(descriptor, deployment, remote_limits)
     } else {
         Declared::Remote(descriptor, o.require("endpoint", &context)?, remote_limits)

@@ -43,8 +43,11 @@ pub struct ProcessWorkerStats {
     pub restarts: u64,
     /// Python: workers that exited while they should have been running.
     pub crashes: u64,
-    /// Python: workers killed because a call passed its deadline.
+    /// Python: workers killed (a call passed its deadline, or health
+    /// checks failed).
     pub kills: u64,
+    /// Python: failed health checks.
+    pub health_failures: u64,
 }
 
 fn worker_error(e: RemoteError) -> crate::Error {
@@ -229,6 +232,7 @@ impl Database {
             stats.restarts = s.restarts.load(Ordering::Relaxed);
             stats.crashes = s.crashes.load(Ordering::Relaxed);
             stats.kills = s.kills.load(Ordering::Relaxed);
+            stats.health_failures = s.health_failures.load(Ordering::Relaxed);
         }
         Some(stats)
     }

@@ -284,6 +284,63 @@ async fn a_dead_or_hung_worker_fails_its_call_and_is_restarted() {
     }
 }
 
+const STALLING: &str = r#"
+import os, signal, threading, time
+import sluice_worker
+
+def stop_later():
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+class Stalling(sluice_worker.Handler):
+    def process(self, call):
+        out = call.results()
+        for i, a in enumerate(call.input("amount").to_pylist()):
+            if a == 13:
+                threading.Thread(target=stop_later, daemon=True).start()
+            out.emit(i, {"value": a})
+        return out
+"#;
+
+/// A worker that stops answering while no call runs (here it stops
+/// itself with SIGSTOP after answering): neither a crash nor a deadline
+/// sees it, the health checks do. After three failed checks in a row it is
+/// killed and a new worker starts, whose checks pass.
+#[tokio::test]
+async fn a_worker_that_stops_answering_while_idle_is_killed_by_health_checks() {
+    let pkg = package(&[("stalling.py", STALLING)]);
+    let db = open(None, &[]).await;
+    let mut deployment = PythonDeployment::new(pkg.path(), "stalling:Stalling");
+    deployment.health_interval = std::time::Duration::from_millis(100);
+    deployment.max_backoff = std::time::Duration::from_millis(200);
+    db.register_python_process_function(value_descriptor("stalling"), deployment)
+        .await
+        .unwrap();
+    assert_eq!(run_one(&db, "stalling", 13).await.unwrap(), vec![13]);
+    let mut stats = db.process_worker_stats("stalling").unwrap();
+    for _ in 0..1_000 {
+        if stats.starts >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        stats = db.process_worker_stats("stalling").unwrap();
+    }
+    assert_eq!(
+        (
+            stats.starts,
+            stats.kills,
+            stats.crashes,
+            stats.health_failures
+        ),
+        (2, 1, 0, 3),
+        "{stats:?}"
+    );
+    // The new worker answers its checks.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let later = db.process_worker_stats("stalling").unwrap();
+    assert_eq!((later.starts, later.health_failures), (2, 3), "{later:?}");
+}
+
 /// Each way a deployment can be unusable is refused when it is declared,
 /// naming what is wrong; nothing is registered.
 #[tokio::test]
@@ -539,6 +596,18 @@ async fn each_bad_process_function_option_is_refused_by_name() {
         (
             format!("{python}, startup_timeout = 'later'"),
             "option 'startup_timeout' must be a duration",
+        ),
+        (
+            format!("{python}, health_interval = 'often'"),
+            "option 'health_interval' must be a duration",
+        ),
+        (
+            format!("{python}, health_interval = '1ms'"),
+            "health_interval is 1ms; it must be from 10ms to one day",
+        ),
+        (
+            format!("{python}, startup_timeout = '2days'"),
+            "startup_timeout is 172800000ms; it must be from 10ms to one day",
         ),
         (
             "runtime = 'remote_rust', endpoint = 'tcp://8.8.8.8:1'".into(),
