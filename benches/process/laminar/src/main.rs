@@ -28,7 +28,13 @@ use laminar_db::subscription::{PortalFrame, SubscribeStart, SubscriptionPortal};
 use laminar_db::{DbError, LaminarDB};
 use tokio_util::sync::CancellationToken;
 
+/// Largest call (Sluice's limit in its run).
 const CHUNK: usize = 65_536;
+/// Rows per push: LaminarDB's default step budget. Its subscription log
+/// closes a reader that falls more than a few entries behind (`Lagged`),
+/// which pushes of 65,536 rows provoke now and then; the rows and their
+/// order are Sluice's, only cut finer.
+const PUSH: usize = 4_096;
 const CREDITS: usize = 8;
 
 fn output_schema() -> SchemaRef {
@@ -246,7 +252,8 @@ async fn open(
     (db, portal, stop)
 }
 
-async fn receive(portal: &mut SubscriptionPortal, rows: usize) {
+/// Read at least `rows` output rows; returns how many were read.
+async fn receive(portal: &mut SubscriptionPortal, rows: usize) -> usize {
     let mut seen = 0;
     while seen < rows {
         match portal.next_frame().await {
@@ -255,6 +262,7 @@ async fn receive(portal: &mut SubscriptionPortal, rows: usize) {
             other => panic!("output unavailable: {other:?}"),
         }
     }
+    seen
 }
 
 async fn close(db: Arc<LaminarDB>, stop: Option<CancellationToken>) {
@@ -268,31 +276,45 @@ async fn throughput(runtime: Runtime, keys: u64, activations: u64) -> f64 {
     let (db, mut portal, stop) = open(runtime).await;
     let source = db.source_untyped("events").expect("source");
     let schema = source.schema().clone();
-    let batches: Vec<RecordBatch> = (0..activations.div_ceil(CHUNK as u64))
+    let batches: Vec<RecordBatch> = (0..activations.div_ceil(PUSH as u64))
         .map(|i| {
-            let first = i * CHUNK as u64;
-            let rows = CHUNK.min((activations - first) as usize);
-            events(&schema, first, rows, keys, 10_000 * (i as i64 + 1))
+            let first = i * PUSH as u64;
+            let rows = PUSH.min((activations - first) as usize);
+            // The event time of Sluice's run: 10 ms more every 65,536 rows.
+            events(
+                &schema,
+                first,
+                rows,
+                keys,
+                10_000 * ((first / CHUNK as u64) as i64 + 1),
+            )
         })
         .collect();
+    // At most two batches ahead of the output: LaminarDB closes a
+    // subscription whose reader falls behind its log (`Lagged`), so the
+    // reader keeps up while the pipeline always has the next batch.
     let started = Instant::now();
-    let pushing = tokio::spawn(async move {
-        for batch in batches {
-            // The push buffer is bounded: a saturated buffer refuses the
-            // batch, so wait for room (and give up on a lasting refusal).
-            let refused_since = Instant::now();
-            while let Err(e) = source.push_arrow(batch.clone()) {
-                assert!(
-                    refused_since.elapsed() < Duration::from_secs(30),
-                    "push refused for 30 s: {e}"
-                );
-                tokio::time::sleep(Duration::from_micros(200)).await;
-            }
+    let mut received = 0usize;
+    let mut pushed = 0usize;
+    for batch in batches {
+        let refused_since = Instant::now();
+        while let Err(e) = source.push_arrow(batch.clone()) {
+            // A saturated push buffer refuses the batch: wait for room.
+            assert!(
+                refused_since.elapsed() < Duration::from_secs(30),
+                "push refused for 30 s: {e}"
+            );
+            tokio::time::sleep(Duration::from_micros(200)).await;
         }
-    });
-    receive(&mut portal, activations as usize).await;
+        pushed += batch.num_rows();
+        received += receive(
+            &mut portal,
+            pushed.saturating_sub(2 * PUSH).saturating_sub(received),
+        )
+        .await;
+    }
+    receive(&mut portal, activations as usize - received).await;
     let rate = activations as f64 / started.elapsed().as_secs_f64();
-    pushing.await.expect("pusher");
     close(db, stop).await;
     rate
 }
