@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark smoke test for CI: every Nexmark query for 2,000 events through
 # `sluice bench` (debug build), a paced run, the CSV writer, the live-groups
-# memory workload, the query tests
+# memory workload, the process-runtimes benchmark, the query tests
 # (each query against its DataFusion oracle), the Nexmark connector's tests,
 # and one pass of every criterion micro-benchmark. No peers. Well under a
 # minute once the debug build is cached.
@@ -27,4 +27,9 @@ cargo test -q -p sluice-connectors --lib nexmark
 cargo test -q -p sluice-bench
 # One iteration of each micro-benchmark, in the test profile.
 cargo test -q -p sluice-bench --benches
+# The process-runtimes benchmark (native, remote Rust, Python) on a few
+# thousand activations: every runtime gives a rate and a round trip.
+cargo build -q -p sluice --example process_runtimes_bench
+ACTIVATIONS=3000 LATENCY_ROUNDS=5 "$CARGO_TARGET_DIR/debug/examples/process_runtimes_bench" 100 > "$TMP/process.md"
+test "$(grep -c '^| Sluice |' "$TMP/process.md")" -eq 6
 echo "bench smoke: ok"

@@ -36,8 +36,7 @@ use sluice::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use sluice::arrow::record_batch::RecordBatch;
 use sluice::process::{
     NativeProcessFunction, ProcessActivation, ProcessActivationResult, ProcessCallback,
-    ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionLimits, ProcessRuntime,
-    ValueMutation, ValueState,
+    ProcessFunctionDescriptor, ProcessRuntime, ValueMutation, ValueState,
 };
 use sluice::remote::{PythonDeployment, RemoteEndpoint, RemoteLimits, Worker};
 use sluice::Database;
@@ -58,20 +57,14 @@ fn output_schema() -> SchemaRef {
     ]))
 }
 
+/// The fixtures' descriptor (65,536 activations a call, replay-safe) with
+/// this function's schemas.
 fn descriptor(name: &str, runtime: ProcessRuntime) -> ProcessFunctionDescriptor {
     ProcessFunctionDescriptor {
-        name: name.into(),
-        version: 1,
         input_schema: input_schema(),
-        key_columns: vec!["key".into()],
         output_schema: output_schema(),
-        initial_state: None,
-        limits: ProcessFunctionLimits {
-            max_activations_per_call: CHUNK,
-            ..ProcessFunctionLimits::default()
-        },
-        determinism: ProcessDeterminism::ReplaySafe,
         runtime,
+        ..sluice::process::benchmark::descriptor(name)
     }
 }
 
