@@ -2,7 +2,8 @@
 //!
 //! A snapshot is a sequence of length-prefixed frames: the first is a JSON
 //! map of scalar fields, each following frame is an Arrow IPC stream holding
-//! one record batch. Arrow IPC keeps every aggregate's intermediate state
+//! one part (a record batch, written as one or more messages that a reader
+//! concatenates). Arrow IPC keeps every aggregate's intermediate state
 //! (whatever its types) exact, and the framing lets one operator store any
 //! number of parts (one per open window, for example).
 
@@ -130,6 +131,13 @@ pub enum StatePart {
 impl StatePart {
     /// The snapshot format's bytes: length-prefixed frames, the JSON map of
     /// scalar fields first, then one Arrow IPC stream per batch.
+    ///
+    /// The output is sized once, from the batches' memory, and each stream
+    /// is written straight into it, a message per [`ROWS_PER_MESSAGE`]
+    /// rows: a gigabyte of state is then copied once, instead of through
+    /// doubling buffers and a second copy (which profiles of a 1 GB
+    /// checkpoint showed as most of the tail's time, in `memmove` and page
+    /// zeroing).
     pub fn encode(self) -> Result<Bytes> {
         let (meta, parts) = match self {
             StatePart::Encoded(b) => return Ok(b),
@@ -137,24 +145,53 @@ impl StatePart {
         };
         let meta = serde_json::to_vec(&meta)
             .map_err(|e| EngineError::Internal(format!("encoding snapshot: {e}")))?;
-        let mut out = Vec::new();
+        let batches = parts
+            .iter()
+            .map(PartBatch::batch)
+            .collect::<Result<Vec<_>>>()?;
+        let estimate = 8 + meta.len() + batches.iter().map(encoded_size_hint).sum::<usize>();
+        let mut out = Vec::with_capacity(estimate);
         out.extend_from_slice(&(meta.len() as u64).to_le_bytes());
         out.extend_from_slice(&meta);
-        let mut buf = Vec::new();
-        for part in &parts {
-            let batch = part.batch()?;
-            let batch = &batch;
-            buf.clear();
+        for batch in &batches {
+            let at = out.len();
+            out.extend_from_slice(&[0; 8]);
             {
-                let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
-                w.write(batch)?;
+                let mut w = StreamWriter::try_new(&mut out, &batch.schema())?;
+                let rows = batch.num_rows();
+                let mut offset = 0;
+                loop {
+                    let len = ROWS_PER_MESSAGE.min(rows - offset);
+                    w.write(&batch.slice(offset, len))?;
+                    offset += len;
+                    if offset >= rows {
+                        break;
+                    }
+                }
                 w.finish()?;
             }
-            out.extend_from_slice(&(buf.len() as u64).to_le_bytes());
-            out.extend_from_slice(&buf);
+            let len = (out.len() - at - 8) as u64;
+            out[at..at + 8].copy_from_slice(&len.to_le_bytes());
         }
         Ok(Bytes::from(out))
     }
+}
+
+/// Rows per IPC message in an encoded part. Arrow's encoder copies each
+/// message's buffers into a scratch vector before writing it; bounded
+/// messages keep that scratch small and reused.
+const ROWS_PER_MESSAGE: usize = 65_536;
+
+/// About the bytes `batch` takes encoded: its buffers (as sliced) plus
+/// framing per message.
+fn encoded_size_hint(batch: &RecordBatch) -> usize {
+    let data: usize = batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+        .sum();
+    let messages = batch.num_rows() / ROWS_PER_MESSAGE + 1;
+    data + messages * (512 + 64 * batch.num_columns()) + 8
 }
 
 /// Reads one operator snapshot.
@@ -189,9 +226,14 @@ impl SnapshotReader {
             serde_json::from_slice(meta).map_err(|e| corrupt(&e.to_string()))?;
         let mut parts = Vec::new();
         for f in rest {
+            // A part is written as one stream of one or more messages.
             let reader = StreamReader::try_new(Cursor::new(*f), None)?;
-            for b in reader {
-                parts.push(b?);
+            let schema = reader.schema();
+            let mut batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+            match batches.len() {
+                0 => {}
+                1 => parts.extend(batches.pop()),
+                _ => parts.push(arrow::compute::concat_batches(&schema, &batches)?),
             }
         }
         Ok(Self { meta, parts })
@@ -212,3 +254,59 @@ impl SnapshotReader {
 }
 
 pub mod layers;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::record_batch::RecordBatch;
+
+    use super::{SnapshotReader, SnapshotWriter, ROWS_PER_MESSAGE};
+
+    fn batch(rows: usize) -> RecordBatch {
+        let schema = Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ])
+        .with_metadata([("widths".to_string(), "1".to_string())].into());
+        let k: ArrayRef = Arc::new(Int64Array::from_iter(
+            (0..rows as i64).map(|i| (i % 7 != 0).then_some(i)),
+        ));
+        let s: ArrayRef = Arc::new(StringArray::from_iter(
+            (0..rows).map(|i| (i % 5 != 0).then(|| format!("v{i}"))),
+        ));
+        RecordBatch::try_new(Arc::new(schema), vec![k, s]).unwrap()
+    }
+
+    /// Parts of every size around the message boundary, including empty
+    /// ones and slices of larger batches, read back as the same batches,
+    /// one part each, schema metadata included.
+    #[test]
+    fn parts_of_any_size_round_trip_as_one_batch_each() {
+        let big = batch(3 * ROWS_PER_MESSAGE + 17);
+        let parts = vec![
+            batch(0),
+            batch(1),
+            batch(ROWS_PER_MESSAGE),
+            batch(ROWS_PER_MESSAGE + 1),
+            big.clone(),
+            big.slice(ROWS_PER_MESSAGE - 3, ROWS_PER_MESSAGE + 5),
+        ];
+        let mut w = SnapshotWriter::default();
+        w.set("id", 7);
+        for p in &parts {
+            w.push(p).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let r = SnapshotReader::new(&bytes).unwrap();
+        assert_eq!(r.get::<u64>("id").unwrap(), 7);
+        assert_eq!(r.parts().len(), parts.len());
+        for (got, want) in r.parts().iter().zip(&parts) {
+            assert_eq!(got, want);
+        }
+    }
+}
