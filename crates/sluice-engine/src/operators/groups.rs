@@ -276,6 +276,22 @@ impl AggregateFunctions {
             .collect()
     }
 
+    /// Per function, whether merging two states gives the same state in
+    /// either order (count, sum, min, max, avg and the bitwise and boolean
+    /// folds, without DISTINCT). A scope's base may then merge an older state into a newer
+    /// accumulator, which reuses the newer one's memory; any other function
+    /// (`array_agg`, `string_agg`, variance, ...) is merged oldest first.
+    pub fn merge_commutes(&self) -> Vec<bool> {
+        const COMMUTING: &[&str] = &[
+            "count", "sum", "min", "max", "avg", "mean", "bool_and", "bool_or", "bit_and",
+            "bit_or", "bit_xor",
+        ];
+        self.funcs
+            .iter()
+            .map(|f| !f.expr.is_distinct() && COMMUTING.contains(&f.expr.fun().name()))
+            .collect()
+    }
+
     /// Fresh row accumulators (used by session windows, which merge).
     pub fn row_accumulators(&self) -> Result<Vec<Box<dyn datafusion::logical_expr::Accumulator>>> {
         self.funcs

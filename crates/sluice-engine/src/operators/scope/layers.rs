@@ -8,15 +8,18 @@
 //! delta. The base holds every group under its global index; merging a
 //! delta (on whichever thread builds from the base) drains the delta's
 //! accumulators and merges their state, one `merge_batch` per aggregate,
-//! in time proportional to the delta.
+//! in time proportional to the delta. A snapshot leaves the base frozen as
+//! Arrow arrays, so the next merge copies unchanged groups in bulk (see
+//! [`BaseState`]).
 
-use arrow::array::ArrayRef;
+use arrow::array::{ArrayRef, UInt32Array};
+use arrow::compute::{interleave, take};
 use arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 
 use super::ScopeSnapshot;
-use crate::error::Result;
-use crate::operators::groups::{KeyCodec, KeyRows};
+use crate::error::{EngineError, Result};
+use crate::operators::groups::{AggregateFunctions, KeyCodec, KeyRows};
 use crate::state::layers::Base;
 
 /// The live layer at one moment, handed to the base as it is: taking it
@@ -48,12 +51,37 @@ pub(super) enum DeltaGroups {
 
 /// Every group's accumulated state, as of the deltas merged so far.
 pub(super) struct ScopeBase {
-    accs: Vec<Box<dyn GroupsAccumulator>>,
+    state: BaseState,
+    /// Makes fresh accumulators (to thaw a frozen base, or to merge a delta
+    /// into it oldest first).
+    funcs: AggregateFunctions,
+    /// Per aggregate, whether its merge commutes (see
+    /// [`AggregateFunctions::merge_commutes`]).
+    commutes: Vec<bool>,
     /// Key columns in group-index order, as chunks (one per delta) that a
     /// copy concatenates.
     key_chunks: Vec<Vec<ArrayRef>>,
     /// Number of groups.
     len: usize,
+}
+
+/// The base's state in one of two forms.
+///
+/// A snapshot needs every group's state as Arrow arrays, and DataFusion's
+/// accumulators only hand theirs out by draining. Putting the drained state
+/// back (as the base once did after every snapshot) costs as much again:
+/// for `MIN`/`MAX` over strings, an allocation per group. So a snapshot
+/// leaves the base *frozen*, as the arrays it drained, and the next delta
+/// is merged into those arrays ([`merge_into_frozen`]): only the changed
+/// groups pass through an accumulator, and the rest are copied in bulk.
+/// The base thaws back into accumulators only when results are read from
+/// it.
+enum BaseState {
+    /// Accumulators over groups `0..len`.
+    Live(Vec<Box<dyn GroupsAccumulator>>),
+    /// Each accumulator's state columns over groups `0..len` (immutable;
+    /// snapshots share them).
+    Frozen(Vec<Vec<ArrayRef>>),
 }
 
 impl Base for ScopeBase {
@@ -75,9 +103,37 @@ impl Base for ScopeBase {
             DeltaGroups::Listed(g) => g,
         };
         if !groups.is_empty() {
-            for (acc, mut live) in self.accs.iter_mut().zip(delta.live) {
-                let state = live.state(EmitTo::All)?;
-                acc.merge_batch(&state, &groups, delta.total)?;
+            let old = self.len;
+            match &mut self.state {
+                // An empty base taking a delta of every group in order: the
+                // delta's accumulators are the state.
+                BaseState::Live(_) if old == 0 && is_identity(&groups, delta.total) => {
+                    self.state = BaseState::Live(delta.live);
+                }
+                BaseState::Live(accs) => {
+                    for (acc, mut live) in accs.iter_mut().zip(delta.live) {
+                        let state = live.state(EmitTo::All)?;
+                        acc.merge_batch(&state, &groups, delta.total)?;
+                    }
+                }
+                BaseState::Frozen(states) => {
+                    let fresh = self.funcs.accumulators()?;
+                    let merged = states
+                        .iter()
+                        .zip(delta.live)
+                        .zip(fresh)
+                        .zip(&self.commutes)
+                        .map(|(((state, live), fresh), &commutes)| {
+                            let (acc, delta_after) = if commutes {
+                                (live, None)
+                            } else {
+                                (fresh, Some(live))
+                            };
+                            merge_into_frozen(state, acc, delta_after, &groups, old, delta.total)
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    self.state = BaseState::Frozen(merged);
+                }
             }
         }
         self.len = delta.total;
@@ -85,20 +141,125 @@ impl Base for ScopeBase {
     }
 }
 
+/// Whether `groups` is `0..total` in order.
+fn is_identity(groups: &[usize], total: usize) -> bool {
+    groups.len() == total && groups.iter().enumerate().all(|(i, g)| i == *g)
+}
+
+/// One aggregate's frozen state (`state`, over groups `0..old`) with a
+/// delta merged in: a new state over `0..total`.
+///
+/// `acc` is an accumulator over the delta's local groups (`groups[i]` is
+/// local group `i`'s global index). When the merge commutes, `acc` is the
+/// delta's own accumulator, and the older state of the changed groups is
+/// merged into it. Otherwise `acc` is fresh: the older state goes in first,
+/// then the delta's (`delta`), so order-sensitive states keep their order.
+/// Unchanged groups are copied from `state` in bulk.
+fn merge_into_frozen(
+    state: &[ArrayRef],
+    mut acc: Box<dyn GroupsAccumulator>,
+    delta: Option<Box<dyn GroupsAccumulator>>,
+    groups: &[usize],
+    old: usize,
+    total: usize,
+) -> Result<Vec<ArrayRef>> {
+    let n = groups.len();
+    let (mut locals, mut globals) = (Vec::new(), Vec::new());
+    for (local, &g) in groups.iter().enumerate() {
+        if g < old {
+            locals.push(local);
+            globals.push(u32::try_from(g).map_err(|_| too_many(g))?);
+        }
+    }
+    if !locals.is_empty() {
+        let at = UInt32Array::from(globals);
+        let older = state
+            .iter()
+            .map(|c| Ok(take(c.as_ref(), &at, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        acc.merge_batch(&older, &locals, n)?;
+    }
+    if let Some(mut delta) = delta {
+        let newer = delta.state(EmitTo::All)?;
+        let identity: Vec<usize> = (0..n).collect();
+        acc.merge_batch(&newer, &identity, n)?;
+    }
+    let merged = acc.state(EmitTo::All)?;
+    if is_identity(groups, total) {
+        return Ok(merged);
+    }
+    // Each group's source: (0, g) unchanged, (1, local) merged.
+    let mut from: Vec<(usize, usize)> = (0..old).map(|g| (0, g)).collect();
+    from.resize(total, (usize::MAX, 0));
+    for (local, &g) in groups.iter().enumerate() {
+        let slot = from.get_mut(g).ok_or_else(|| too_many(g))?;
+        *slot = (1, local);
+    }
+    if let Some(g) = from.iter().position(|(src, _)| *src == usize::MAX) {
+        return Err(EngineError::Internal(format!(
+            "aggregate group {g} was created but is missing from its delta"
+        )));
+    }
+    state
+        .iter()
+        .zip(&merged)
+        .map(|(before, after)| Ok(interleave(&[before.as_ref(), after.as_ref()], &from)?))
+        .collect()
+}
+
+fn too_many(g: usize) -> EngineError {
+    EngineError::Internal(format!("aggregate group index {g} is out of range"))
+}
+
 impl ScopeBase {
     /// A base over `accs` (fresh, or holding `len` restored groups whose
-    /// keys are `keys`).
-    pub fn new(accs: Vec<Box<dyn GroupsAccumulator>>, keys: Vec<ArrayRef>, len: usize) -> Self {
+    /// keys are `keys`), made by `funcs`.
+    pub fn new(
+        funcs: &AggregateFunctions,
+        accs: Vec<Box<dyn GroupsAccumulator>>,
+        keys: Vec<ArrayRef>,
+        len: usize,
+    ) -> Self {
         Self {
-            accs,
+            state: BaseState::Live(accs),
+            funcs: funcs.clone(),
+            commutes: funcs.merge_commutes(),
             key_chunks: vec![keys],
             len,
         }
     }
 
-    /// The accumulators, over groups `0..len` in group-index order.
-    pub fn accumulators(&mut self) -> &mut [Box<dyn GroupsAccumulator>] {
-        &mut self.accs
+    /// The accumulators, over groups `0..len` in group-index order (a
+    /// frozen base thaws: its state is merged into fresh accumulators).
+    pub fn accumulators(&mut self) -> Result<&mut [Box<dyn GroupsAccumulator>]> {
+        if let BaseState::Frozen(states) = &self.state {
+            let mut accs = self.funcs.accumulators()?;
+            let all: Vec<usize> = (0..self.len).collect();
+            for (acc, state) in accs.iter_mut().zip(states) {
+                acc.merge_batch(state, &all, self.len)?;
+            }
+            self.state = BaseState::Live(accs);
+        }
+        match &mut self.state {
+            BaseState::Live(accs) => Ok(accs),
+            BaseState::Frozen(_) => Err(EngineError::Internal("a thawed base is frozen".into())),
+        }
+    }
+
+    /// Each accumulator's state columns (a live base is drained into them
+    /// and stays frozen).
+    fn frozen(&mut self) -> Result<&[Vec<ArrayRef>]> {
+        if let BaseState::Live(accs) = &mut self.state {
+            let states = accs
+                .iter_mut()
+                .map(|acc| Ok(acc.state(EmitTo::All)?))
+                .collect::<Result<Vec<_>>>()?;
+            self.state = BaseState::Frozen(states);
+        }
+        match &self.state {
+            BaseState::Frozen(states) => Ok(states),
+            BaseState::Live(_) => Err(EngineError::Internal("a frozen base is live".into())),
+        }
     }
 
     /// Key columns of every group, in group-index order (chunks are
@@ -123,7 +284,7 @@ impl ScopeBase {
     /// The scope as one snapshot batch: every group's keys and intermediate
     /// state, then `emitted` (the last emitted values, changelog mode)
     /// padded to every group; `extra` goes into the schema metadata. The
-    /// accumulators are left as they were.
+    /// state is shared with the base, which stays frozen.
     pub fn snapshot_batch(
         &mut self,
         emitted: Option<&[ArrayRef]>,
@@ -131,14 +292,9 @@ impl ScopeBase {
     ) -> Result<RecordBatch> {
         let n = self.len;
         let mut cols = self.keys()?;
-        let all: Vec<usize> = (0..n).collect();
-        let mut widths = Vec::with_capacity(self.accs.len());
-        for acc in self.accs.iter_mut() {
-            let state = acc.state(EmitTo::All)?;
-            acc.merge_batch(&state, &all, n)?;
-            widths.push(state.len());
-            cols.extend(state);
-        }
+        let states = self.frozen()?;
+        let widths = states.iter().map(Vec::len).collect();
+        cols.extend(states.iter().flatten().cloned());
         let emitted_len = match emitted {
             Some(prev) => {
                 let len = prev.first().map_or(0, |a| a.len());

@@ -72,7 +72,7 @@ impl GroupedAggregates {
         Self::with_base(
             codec,
             funcs,
-            ScopeBase::new(funcs.accumulators()?, no_keys, 0),
+            ScopeBase::new(funcs, funcs.accumulators()?, no_keys, 0),
         )
     }
 
@@ -255,7 +255,7 @@ impl GroupedAggregates {
         if let Some(delta) = self.take_delta(codec)? {
             self.layers.queue(delta);
         }
-        self.layers.with_latest(|base| read(base.accumulators()))
+        self.layers.with_latest(|base| read(base.accumulators()?))
     }
 
     /// Rebuild a scope from a [`ScopeSnapshot`] (what a capture builds).
@@ -285,8 +285,11 @@ impl GroupedAggregates {
             acc.merge_batch(state, &idx, len)?;
             off = end;
         }
-        let mut scope =
-            Self::with_base(codec, funcs, ScopeBase::new(accs, key_cols.to_vec(), len))?;
+        let mut scope = Self::with_base(
+            codec,
+            funcs,
+            ScopeBase::new(funcs, accs, key_cols.to_vec(), len),
+        )?;
         scope.groups = groups;
         scope.live_only = len == 0;
         scope.keys_decoded = len;

@@ -11,15 +11,17 @@ use arrow::array::{AsArray, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::DFSchema;
-use datafusion::functions_aggregate::expr_fn::{count, max, sum};
+use datafusion::functions_aggregate::expr_fn::{array_agg, count, max, sum};
 use datafusion::logical_expr::{col, lit};
 
 use super::{GroupedAggregates, ScopeSnapshot};
 use crate::operators::groups::{AggregateFunctions, KeyCodec};
 use crate::state::DeferredBatch;
 
-/// (count, sum, max) of one group.
-type Values = (i64, i64, String);
+/// (count, sum, max, array_agg) of one group. `array_agg` keeps its
+/// values in arrival order, so a merge that puts a newer state before an
+/// older one shows up.
+type Values = (i64, i64, String, Vec<i64>);
 type Model = BTreeMap<i64, Values>;
 
 struct Rng(u64);
@@ -46,9 +48,14 @@ fn schema() -> Arc<Schema> {
 
 fn setup() -> (KeyCodec, AggregateFunctions) {
     let df = DFSchema::try_from(schema().as_ref().clone()).unwrap();
-    let aggs = [count(lit(1)), sum(col("v")), max(col("s"))];
-    let funcs =
-        AggregateFunctions::lower(&aggs, &df, &["n".into(), "total".into(), "top".into()]).unwrap();
+    let aggs = [
+        count(lit(1)),
+        sum(col("v")),
+        max(col("s")),
+        array_agg(col("v")),
+    ];
+    let names = ["n".into(), "total".into(), "top".into(), "all".into()];
+    let funcs = AggregateFunctions::lower(&aggs, &df, &names).unwrap();
     (KeyCodec::new(&[DataType::Int64]).unwrap(), funcs)
 }
 
@@ -78,21 +85,22 @@ fn update(
 
 fn apply(model: &mut Model, rows: &[(i64, i64, String)]) {
     for (k, v, s) in rows {
-        let e = model.entry(*k).or_insert((0, 0, String::new()));
+        let e = model.entry(*k).or_insert((0, 0, String::new(), Vec::new()));
         e.0 += 1;
         e.1 += v;
         if *s > e.2 {
             e.2 = s.clone();
         }
+        e.3.push(*v);
     }
 }
 
-/// Rows of (keys, [count, sum, max]) as a model.
+/// Rows of (keys, [count, sum, max, array_agg]) as a model.
 fn as_model(keys: &[arrow::array::ArrayRef], values: &[arrow::array::ArrayRef]) -> Model {
     row_list(keys, values).into_iter().collect()
 }
 
-/// Rows of (keys, [count, sum, max]) in order.
+/// Rows of (keys, [count, sum, max, array_agg]) in order.
 fn row_list(
     keys: &[arrow::array::ArrayRef],
     values: &[arrow::array::ArrayRef],
@@ -101,8 +109,15 @@ fn row_list(
     let n = values[0].as_primitive::<Int64Type>();
     let t = values[1].as_primitive::<Int64Type>();
     let m = values[2].as_string::<i32>();
+    let a = values[3].as_list::<i32>();
     (0..k.len())
-        .map(|i| (k.value(i), (n.value(i), t.value(i), m.value(i).to_string())))
+        .map(|i| {
+            let all = a.value(i).as_primitive::<Int64Type>().values().to_vec();
+            (
+                k.value(i),
+                (n.value(i), t.value(i), m.value(i).to_string(), all),
+            )
+        })
         .collect()
 }
 
@@ -214,23 +229,31 @@ fn a_capture_built_after_later_updates_excludes_them() {
     update(&mut scope, &codec, &funcs, &[row(1, 5), row(3, 7)]);
     let second = scope.capture(&codec, vec![]).unwrap();
     update(&mut scope, &codec, &funcs, &[row(3, 1)]);
-    let expect = |rows: &[(i64, i64, i64, &str)]| -> Model {
+    let expect = |rows: &[(i64, i64, i64, &str, &[i64])]| -> Model {
         rows.iter()
-            .map(|(k, n, t, m)| (*k, (*n, *t, m.to_string())))
+            .map(|(k, n, t, m, a)| (*k, (*n, *t, m.to_string(), a.to_vec())))
             .collect()
     };
     // Built out of order of the updates, each is exactly its barrier.
     assert_eq!(
         restored(&first, &codec, &funcs),
-        expect(&[(1, 1, 10, "0010"), (2, 1, 20, "0020")])
+        expect(&[(1, 1, 10, "0010", &[10]), (2, 1, 20, "0020", &[20])])
     );
     assert_eq!(
         restored(&second, &codec, &funcs),
-        expect(&[(1, 2, 15, "0010"), (2, 1, 20, "0020"), (3, 1, 7, "0007")])
+        expect(&[
+            (1, 2, 15, "0010", &[10, 5]),
+            (2, 1, 20, "0020", &[20]),
+            (3, 1, 7, "0007", &[7])
+        ])
     );
     let (keys, values, _) = scope.finish(&codec).unwrap();
     assert_eq!(
         as_model(&keys, &values),
-        expect(&[(1, 2, 15, "0010"), (2, 1, 20, "0020"), (3, 2, 8, "0007")])
+        expect(&[
+            (1, 2, 15, "0010", &[10, 5]),
+            (2, 1, 20, "0020", &[20]),
+            (3, 2, 8, "0007", &[7, 1])
+        ])
     );
 }
