@@ -490,6 +490,15 @@ async fn coalesce_nvl_nvl2_and_arrow_cast_run_in_every_position() {
         "unsupported: now() (also called current_timestamp()) in a continuous query: \
          DataFusion evaluates it only while planning a one-shot query"
     );
+    let explained = db
+        .execute("EXPLAIN CREATE MATERIALIZED VIEW x AS SELECT i FROM src WHERE current_date() > d")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        explained.to_string(),
+        "unsupported: current_date() (also called today()) in a continuous query: \
+         DataFusion evaluates it only while planning a one-shot query"
+    );
     db.start().await.unwrap();
     db.source("src").await.unwrap().push(rows()).await.unwrap();
     tokio::time::timeout(PATIENCE, wait_for_rows(&db, 4))
