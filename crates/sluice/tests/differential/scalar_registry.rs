@@ -462,7 +462,7 @@ async fn texts(db: &Database, sql: &str) -> Vec<String> {
 }
 
 /// The functions DataFusion only runs once simplified, in a projection, a
-/// GROUP BY key, a filter and aggregate arguments: exact rows, and the
+/// GROUP BY key, a filter, aggregate arguments and join keys: exact rows, and the
 /// pipeline keeps running; `now()`, which cannot run over a stream, is
 /// refused at CREATE by name.
 #[tokio::test]
@@ -477,7 +477,9 @@ async fn coalesce_nvl_nvl2_and_arrow_cast_run_in_every_position() {
          CREATE MATERIALIZED VIEW q AS SELECT i FROM src \
            WHERE coalesce(i, 0) > 0 AND arrow_cast(n, 'Int64') IS NOT NULL; \
          CREATE MATERIALIZED VIEW r AS SELECT SUM(coalesce(i, 100)) AS s, \
-           COUNT(nvl2(w, 1, NULL)) AS k, SUM(arrow_cast(n, 'Int64')) AS t FROM src"
+           COUNT(nvl2(w, 1, NULL)) AS k, SUM(arrow_cast(n, 'Int64')) AS t FROM src; \
+         CREATE MATERIALIZED VIEW j AS SELECT a.i, b.w FROM src a JOIN src b \
+           ON coalesce(a.i, 0) = coalesce(b.i, 0) AND nvl(a.w, 'x') = nvl(b.w, 'x')"
     );
     db.execute(&ddl).await.unwrap();
     let e = db
@@ -536,6 +538,11 @@ async fn coalesce_nvl_nvl2_and_arrow_cast_run_in_every_position() {
     );
     assert_eq!(texts(&db, "SELECT * FROM q").await, ["3", "42"]);
     assert_eq!(texts(&db, "SELECT * FROM r").await, ["143 | 3 | 6"]);
+    // Join keys: the NULL row joins itself through coalesce and nvl.
+    assert_eq!(
+        texts(&db, "SELECT * FROM j").await,
+        [" | ", "-2 | abc", "3 | Hello World", "42 | ÄÖü x"]
+    );
     let status = db.status().await.unwrap();
     assert!(status.halted.is_none() && !status.stopped, "{status:?}");
     db.shutdown().await.unwrap();
