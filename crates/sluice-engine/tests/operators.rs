@@ -162,6 +162,54 @@ async fn hop_emits_every_overlapping_window_once() {
     assert_eq!(op.dropped_late(), 2);
 }
 
+/// A size that is not a multiple of the slide: windows start at every
+/// multiple of the slide, last `size`, and each closes when the watermark
+/// reaches its own end.
+#[tokio::test]
+async fn hop_with_a_size_not_a_multiple_of_the_slide() {
+    let q = |size: u32| {
+        let w = format!("hop(ts, INTERVAL '5' MILLISECOND, INTERVAL '{size}' MILLISECOND)");
+        format!("CREATE STREAM x AS SELECT {w} AS w, COUNT(*) AS n, SUM(v) AS total FROM s GROUP BY {w}")
+    };
+    // Size 7: [0, 7), [5, 12), [10, 17). A row at 6 is in the first two, one
+    // at 8 only in [5, 12), one at 11 in [5, 12) and [10, 17).
+    let mut op = compile(&q(7)).await;
+    run(&mut op, &[(1, 1, 6), (1, 10, 8), (1, 100, 11)], 0);
+    assert!(lines(&run(&mut op, &[], 6)).is_empty());
+    let out = run(&mut op, &[], 7);
+    assert_eq!(
+        lines(&out),
+        vec!["| 1970-01-01T00:00:00 | 1 | 1     |"],
+        "{out}"
+    );
+    let out = run(&mut op, &[], 12);
+    assert_eq!(
+        lines(&out),
+        vec!["| 1970-01-01T00:00:00.005 | 3 | 111   |"],
+        "{out}"
+    );
+    let out = run(&mut op, &[], 17);
+    assert_eq!(
+        lines(&out),
+        vec!["| 1970-01-01T00:00:00.010 | 1 | 100   |"],
+        "{out}"
+    );
+    // Size 3, smaller than the slide: [0, 3), [5, 8), ...; a row at 4 is in
+    // no window, neither emitted nor counted late.
+    let mut op = compile(&q(3)).await;
+    run(&mut op, &[(1, 1, 2), (1, 10, 4), (1, 100, 7)], 0);
+    let out = run(&mut op, &[], 100);
+    assert_eq!(
+        lines(&out),
+        vec![
+            "| 1970-01-01T00:00:00     | 1 | 1     |",
+            "| 1970-01-01T00:00:00.005 | 1 | 100   |",
+        ],
+        "{out}"
+    );
+    assert_eq!(op.dropped_late(), 0);
+}
+
 #[tokio::test]
 async fn tumble_with_offset_and_window_end() {
     let mut op = compile(
@@ -221,6 +269,19 @@ async fn every_aggregation_survives_snapshot_and_restore() {
         ("tumble(ts, INTERVAL '10' MILLISECOND)", "EMIT CHANGES"),
         (
             "hop(ts, INTERVAL '5' MILLISECOND, INTERVAL '15' MILLISECOND)",
+            "",
+        ),
+        // Sizes that are not a multiple of the slide.
+        (
+            "hop(ts, INTERVAL '5' MILLISECOND, INTERVAL '12' MILLISECOND)",
+            "",
+        ),
+        (
+            "hop(ts, INTERVAL '5' MILLISECOND, INTERVAL '12' MILLISECOND)",
+            "EMIT CHANGES",
+        ),
+        (
+            "hop(ts, INTERVAL '5' MILLISECOND, INTERVAL '3' MILLISECOND)",
             "",
         ),
         ("session(ts, INTERVAL '6' MILLISECOND)", ""),

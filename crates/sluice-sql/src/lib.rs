@@ -23,6 +23,7 @@ mod join;
 pub mod parser;
 pub mod plan;
 pub mod planner;
+pub mod simplify;
 pub mod types;
 pub mod window_udf;
 

@@ -383,9 +383,10 @@ impl Converter<'_> {
     }
 }
 
-/// The most hopping windows one row may fall in (`size / slide`). Each row
-/// is copied into every window it belongs to, so an unbounded ratio (a 1 ms
-/// slide over a 1 day size is 86,400,000 copies) exhausts memory on one row.
+/// The most hopping windows one row may fall in (`size / slide`, rounded
+/// up). Each row is copied into every window it belongs to, so an unbounded
+/// ratio (a 1 ms slide over a 1 day size is 86,400,000 copies) exhausts
+/// memory on one row.
 pub const MAX_HOP_WINDOWS_PER_ROW: i64 = 1000;
 
 /// If `e` is a window function call, its window.
@@ -433,17 +434,13 @@ fn window_call(e: &Expr, input: &DFSchema) -> Result<Option<(WindowFunction, Win
         WindowFunction::Hop | WindowFunction::HopEnd => {
             let slide_ms = positive("slide", arg_ms(1)?)?;
             let size_ms = positive("size", arg_ms(2)?)?;
-            if size_ms % slide_ms != 0 {
-                return Err(SqlError::Type(format!(
-                    "{}(): the size ({size_ms} ms) must be a multiple of the slide ({slide_ms} ms)",
-                    func.name()
-                )));
-            }
-            if size_ms / slide_ms > MAX_HOP_WINDOWS_PER_ROW {
+            // Windows start at every multiple of the slide; a size that is
+            // not a multiple puts some rows in one window fewer than others.
+            let most = size_ms / slide_ms + i64::from(size_ms % slide_ms != 0);
+            if most > MAX_HOP_WINDOWS_PER_ROW {
                 return Err(SqlError::Unsupported(format!(
-                    "{}(): a size of {size_ms} ms with a slide of {slide_ms} ms puts every row in {} windows; at most {MAX_HOP_WINDOWS_PER_ROW} windows per row are allowed (use a slide of at least size / {MAX_HOP_WINDOWS_PER_ROW})",
+                    "{}(): a size of {size_ms} ms with a slide of {slide_ms} ms puts a row in up to {most} windows; at most {MAX_HOP_WINDOWS_PER_ROW} windows per row are allowed (use a slide of at least size / {MAX_HOP_WINDOWS_PER_ROW})",
                     func.name(),
-                    size_ms / slide_ms
                 )));
             }
             WindowKind::Hop { slide_ms, size_ms }

@@ -18,12 +18,21 @@ use crate::error::{EngineError, Result};
 pub type PhysExpr = Arc<dyn PhysicalExpr>;
 
 /// Compile `expr` against `schema` (the operator's input). Integer `+`,
-/// `-`, `*` and unary `-` fail on overflow instead of wrapping.
+/// `-`, `*` and unary `-` fail on overflow instead of wrapping. Calls that
+/// DataFusion only runs after simplifying them (`coalesce`, `arrow_cast`,
+/// ...) are simplified first; one that cannot run over a stream is refused
+/// here, at `CREATE`.
 pub fn compile(expr: &Expr, schema: &DFSchema) -> Result<PhysExpr> {
     let props = ExecutionProps::new();
-    create_physical_expr(expr, schema, &props, &PhysicalPlanningContext::default())
-        .and_then(|e| sluice_sql::checked::binary::fail_on_overflow(e, schema.as_arrow()))
-        .map_err(|e| EngineError::exec(format!("compiling {expr}"), e))
+    let runnable = sluice_sql::simplify::for_execution(expr, schema)?;
+    create_physical_expr(
+        &runnable,
+        schema,
+        &props,
+        &PhysicalPlanningContext::default(),
+    )
+    .and_then(|e| sluice_sql::checked::binary::fail_on_overflow(e, schema.as_arrow()))
+    .map_err(|e| EngineError::exec(format!("compiling {expr}"), e))
 }
 
 /// Evaluate the expression computing output `column`; an overflow names it.

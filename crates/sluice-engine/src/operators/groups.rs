@@ -206,9 +206,13 @@ impl AggregateFunctions {
         let physical_schema = input.as_arrow().clone();
         let mut funcs = Vec::with_capacity(aggregates.len());
         for (i, e) in aggregates.iter().enumerate() {
-            let lowered = LoweredAggregateBuilder::new(e, input, &physical_schema, &props, &ctx)
-                .build()
-                .map_err(|err| EngineError::exec(format!("aggregate {e}"), err))?;
+            // Arguments and FILTER may call functions that only run once
+            // simplified (see `sluice_sql::simplify`).
+            let runnable = sluice_sql::simplify::for_execution(e, input)?;
+            let lowered =
+                LoweredAggregateBuilder::new(&runnable, input, &physical_schema, &props, &ctx)
+                    .build()
+                    .map_err(|err| EngineError::exec(format!("aggregate {e}"), err))?;
             // Arguments are evaluated here, not by DataFusion: make their
             // integer arithmetic checked like every other expression.
             let inputs = lowered

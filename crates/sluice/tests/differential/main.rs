@@ -18,4 +18,6 @@ mod liveness;
 mod oracle;
 mod refusals;
 mod relational;
+mod scalar_candidates;
+mod scalar_registry;
 mod windows;

@@ -138,19 +138,24 @@ impl Win {
                 size,
                 with_end,
             } => {
-                // Each row joins the size/slide windows whose start is a
-                // multiple of the slide in (ts - size, ts].
+                // Each row joins the windows whose start is a multiple of
+                // the slide in (ts - size, ts]: the ceil(size / slide)
+                // latest multiples, less those that end at or before ts (a
+                // size that is not a multiple of the slide puts some rows in
+                // one window fewer; one smaller than the slide, in none).
                 let end = match with_end {
                     true => format!(", ws + {size} AS we"),
                     false => String::new(),
                 };
                 let sql = format!(
                     "SELECT key, ws{end}, {AGGS} FROM \
-                     (SELECT t.key, t.value, (t.ts_ms / {slide} - o.k) * {slide} AS ws \
+                     (SELECT t.key, t.value, t.ts_ms, (t.ts_ms / {slide} - o.k) * {slide} AS ws \
                       FROM t CROSS JOIN o) \
+                     WHERE ts_ms < ws + {size} \
                      GROUP BY key, ws"
                 );
-                let tables = [("t", table(on_time, &[])), ("o", offsets(size / slide))];
+                let most = size / slide + i64::from(size % slide != 0);
+                let tables = [("t", table(on_time, &[])), ("o", offsets(most))];
                 query(&tables, &sql).await
             }
             Win::Session { gap, keyed } => {
@@ -199,12 +204,31 @@ fn win_strategy() -> impl Strategy<Value = Win> {
                 size: slide * mult,
                 with_end,
             }),
+        // Sizes that are not a multiple of the slide, below it too.
+        (hop_slide(), hop_any_size(), any::<bool>()).prop_map(|(slide, size, with_end)| {
+            Win::Hop {
+                slide,
+                size,
+                with_end,
+            }
+        }),
         (
             prop_oneof![Just(1_000i64), Just(3_000), Just(8_000)],
             any::<bool>()
         )
             .prop_map(|(gap, keyed)| Win::Session { gap, keyed }),
     ]
+}
+
+/// Hop slides, ms.
+fn hop_slide() -> impl Strategy<Value = i64> {
+    prop_oneof![Just(2_000i64), Just(3_000), Just(5_000)]
+}
+
+/// Hop sizes of any multiple of 250 ms from 250 ms to 20 s: mostly not a
+/// multiple of the slide, sometimes smaller than it.
+fn hop_any_size() -> impl Strategy<Value = i64> {
+    (1i64..=80).prop_map(|q| q * 250)
 }
 
 /// What Sluice produced for one case.
@@ -281,6 +305,13 @@ proptest! {
     #[test]
     fn hop_matches_batch(s in stream(60), pc in per_cycle(), slide in prop_oneof![Just(2_000i64), Just(5_000)], mult in 1i64..=4, with_end in any::<bool>()) {
         block_on(check(&s, &Win::Hop { slide, size: slide * mult, with_end }, pc))?;
+    }
+
+    /// A size that is not a multiple of the slide: windows still start at
+    /// every multiple of the slide and last `size`.
+    #[test]
+    fn hop_with_a_size_not_a_multiple_of_the_slide_matches_batch(s in stream(60), pc in per_cycle(), slide in hop_slide(), size in hop_any_size(), with_end in any::<bool>()) {
+        block_on(check(&s, &Win::Hop { slide, size, with_end }, pc))?;
     }
 
     #[test]

@@ -128,17 +128,18 @@ async fn window_arguments_are_checked_and_hop_is_capped_at_1000_windows_per_row(
         (
             "hop(ts, INTERVAL '1' MILLISECOND, INTERVAL '1' DAY)",
             "SLC-SQL-002",
-            "unsupported: hop(): a size of 86400000 ms with a slide of 1 ms puts every row in 86400000 windows; at most 1000 windows per row are allowed (use a slide of at least size / 1000)",
+            "unsupported: hop(): a size of 86400000 ms with a slide of 1 ms puts a row in up to 86400000 windows; at most 1000 windows per row are allowed (use a slide of at least size / 1000)",
         ),
         (
             "hop(ts, INTERVAL '1' SECOND, INTERVAL '1001' SECOND)",
             "SLC-SQL-002",
-            "unsupported: hop(): a size of 1001000 ms with a slide of 1000 ms puts every row in 1001 windows; at most 1000 windows per row are allowed (use a slide of at least size / 1000)",
+            "unsupported: hop(): a size of 1001000 ms with a slide of 1000 ms puts a row in up to 1001 windows; at most 1000 windows per row are allowed (use a slide of at least size / 1000)",
         ),
         (
-            "hop(ts, INTERVAL '2' SECOND, INTERVAL '1' SECOND)",
-            "SLC-SQL-004",
-            "type error: hop(): the size (1000 ms) must be a multiple of the slide (2000 ms)",
+            // Not a multiple: a row falls in 1000 or 1001 windows.
+            "hop(ts, INTERVAL '2' MILLISECOND, INTERVAL '2001' MILLISECOND)",
+            "SLC-SQL-002",
+            "unsupported: hop(): a size of 2001 ms with a slide of 2 ms puts a row in up to 1001 windows; at most 1000 windows per row are allowed (use a slide of at least size / 1000)",
         ),
         (
             "hop(ts, INTERVAL '0' SECOND, INTERVAL '1' SECOND)",
@@ -165,11 +166,19 @@ async fn window_arguments_are_checked_and_hop_is_capped_at_1000_windows_per_row(
         let sql = stream(group);
         assert_eq!(refused(&db, &sql, code).await, want, "{sql}");
     }
-    // Exactly at the cap is fine.
-    db.execute(&stream(
+    // Exactly at the cap is fine, and so is a size that is not a multiple
+    // of the slide (larger or smaller than it).
+    for (i, group) in [
         "hop(ts, INTERVAL '1' SECOND, INTERVAL '1000' SECOND)",
-    ))
-    .await
-    .unwrap();
+        "hop(ts, INTERVAL '2' MILLISECOND, INTERVAL '1999' MILLISECOND)",
+        "hop(ts, INTERVAL '2' SECOND, INTERVAL '3' SECOND)",
+        "hop(ts, INTERVAL '2' SECOND, INTERVAL '1' SECOND)",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let sql = stream(group).replace("STREAM w ", &format!("STREAM w{i} "));
+        db.execute(&sql).await.unwrap();
+    }
     db.shutdown().await.unwrap();
 }
