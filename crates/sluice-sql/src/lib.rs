@@ -9,7 +9,8 @@
 //! scalar functions and aggregate functions. This crate adds what streaming
 //! needs on top: `CREATE SOURCE` with `WATERMARK FOR`, `CREATE STREAM` /
 //! `MATERIALIZED VIEW` with `EMIT`, `CREATE SINK`, and the window functions
-//! `tumble`, `hop`, `session` (plus `tumble_end`, `hop_end`).
+//! `tumble`, `hop`, `session` (plus `tumble_end`, `hop_end`, `session_end`),
+//! also written as Flink's window table-valued functions (`TABLE(TUMBLE(...))`).
 
 pub mod accumulators;
 pub mod ast;
@@ -25,6 +26,7 @@ pub mod plan;
 pub mod planner;
 pub mod simplify;
 pub mod types;
+mod window_tvf;
 pub mod window_udf;
 
 pub use ast::{

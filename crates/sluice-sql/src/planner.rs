@@ -104,8 +104,9 @@ impl StreamPlanner {
     async fn logical_plan(catalog: &dyn PlanCatalog, query: &sp::Query) -> Result<LogicalPlan> {
         let ctx = Self::session(catalog)?;
         let state = ctx.state();
+        let query = crate::window_tvf::rewrite(catalog, query)?.unwrap_or_else(|| query.clone());
         let stmt = datafusion::sql::parser::Statement::Statement(Box::new(sp::Statement::Query(
-            Box::new(query.clone()),
+            Box::new(query),
         )));
         let plan = state.statement_to_plan(stmt).await?;
         Ok(state
@@ -445,7 +446,7 @@ fn window_call(e: &Expr, input: &DFSchema) -> Result<Option<(WindowFunction, Win
             }
             WindowKind::Hop { slide_ms, size_ms }
         }
-        WindowFunction::Session => WindowKind::Session {
+        WindowFunction::Session | WindowFunction::SessionEnd => WindowKind::Session {
             gap_ms: positive("gap", arg_ms(1)?)?,
         },
     };

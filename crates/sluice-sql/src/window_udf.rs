@@ -1,4 +1,5 @@
-//! The window functions `tumble`, `hop`, `session`, `tumble_end`, `hop_end`.
+//! The window functions `tumble`, `hop`, `session`, `tumble_end`, `hop_end`,
+//! `session_end`.
 //!
 //! In a continuous query they may only appear in `GROUP BY`, where the planner
 //! turns them into a [`crate::WindowSpec`]. They are registered as DataFusion
@@ -59,6 +60,8 @@ pub enum WindowFunction {
     HopEnd,
     /// `session(ts, gap)`: session start.
     Session,
+    /// `session_end(ts, gap)`: session end (the last event plus the gap).
+    SessionEnd,
 }
 
 impl WindowFunction {
@@ -70,6 +73,7 @@ impl WindowFunction {
             "hop" => Self::Hop,
             "hop_end" => Self::HopEnd,
             "session" => Self::Session,
+            "session_end" => Self::SessionEnd,
             _ => return None,
         })
     }
@@ -82,12 +86,13 @@ impl WindowFunction {
             Self::Hop => "hop",
             Self::HopEnd => "hop_end",
             Self::Session => "session",
+            Self::SessionEnd => "session_end",
         }
     }
 
     /// Whether the function returns the window's end rather than its start.
     pub fn is_end(self) -> bool {
-        matches!(self, Self::TumbleEnd | Self::HopEnd)
+        matches!(self, Self::TumbleEnd | Self::HopEnd | Self::SessionEnd)
     }
 }
 
@@ -103,7 +108,7 @@ impl WindowUdf {
         let arities = match func {
             WindowFunction::Tumble | WindowFunction::TumbleEnd => vec![2, 3],
             WindowFunction::Hop | WindowFunction::HopEnd => vec![3],
-            WindowFunction::Session => vec![2],
+            WindowFunction::Session | WindowFunction::SessionEnd => vec![2],
         };
         let signature = Signature::one_of(
             arities.into_iter().map(TypeSignature::Any).collect(),
@@ -121,6 +126,7 @@ pub fn window_udfs() -> Vec<ScalarUDF> {
         WindowFunction::Hop,
         WindowFunction::HopEnd,
         WindowFunction::Session,
+        WindowFunction::SessionEnd,
     ]
     .into_iter()
     .map(|f| ScalarUDF::new_from_impl(WindowUdf::new(f)))

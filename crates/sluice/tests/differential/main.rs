@@ -20,4 +20,5 @@ mod refusals;
 mod relational;
 mod scalar_candidates;
 mod scalar_registry;
+mod window_tvfs;
 mod windows;

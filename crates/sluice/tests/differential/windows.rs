@@ -12,7 +12,8 @@ use crate::gen::{per_cycle, sessions, split_late, stream, Split, Stream};
 use crate::oracle::{offsets, query, table};
 
 /// Every aggregate compared; first_value/last_value are order-dependent and left out.
-const AGGS: &str = "COUNT(*) AS n, SUM(value) AS s, MIN(value) AS mn, MAX(value) AS mx, \
+pub(crate) const AGGS: &str =
+    "COUNT(*) AS n, SUM(value) AS s, MIN(value) AS mn, MAX(value) AS mx, \
                     AVG(value) AS av, COUNT(DISTINCT value) AS nd, \
                     SUM(value) FILTER (WHERE value % 2 = 0) AS even_sum";
 
@@ -58,7 +59,7 @@ fn keyed_window(f: &str, end: Option<&str>, args: String) -> (String, String) {
 
 impl Win {
     /// (leading SELECT columns, GROUP BY list) of the streaming query.
-    fn engine_sql(&self) -> (String, String) {
+    pub(crate) fn engine_sql(&self) -> (String, String) {
         match *self {
             Win::Tumble {
                 size,
@@ -105,7 +106,7 @@ impl Win {
     }
 
     /// The expected final rows, computed in batch from the on-time rows.
-    async fn oracle(&self, on_time: &[Event]) -> Vec<Row> {
+    pub(crate) async fn oracle(&self, on_time: &[Event]) -> Vec<Row> {
         match *self {
             Win::Tumble { .. } => {
                 // The tumble UDF evaluated row by row in a batch query.
