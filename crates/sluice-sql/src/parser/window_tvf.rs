@@ -36,6 +36,17 @@ pub(super) fn strip_table_arguments(tokens: Vec<TokenWithSpan>) -> Result<Vec<To
             && tok(k + 2).is_some_and(|t| TVF_NAMES.iter().any(|n| is_word(t, n)))
             && tok(k + 3) == Some(&Token::LParen);
         if !is_tvf {
+            // `FROM TUMBLE(TABLE t, ...)` without the `TABLE(...)` around it.
+            let bare = tok(k).is_some_and(|t| TVF_NAMES.iter().any(|n| is_word(t, n)))
+                && tok(k + 1) == Some(&Token::LParen)
+                && tok(k + 2).is_some_and(|t| is_word(t, "TABLE"));
+            if bare {
+                let name = tok(k).map(ToString::to_string).unwrap_or_default();
+                return Err(SqlError::Unsupported(format!(
+                    "{0}(TABLE ...) outside TABLE(...): write FROM TABLE({0}(TABLE t, DESCRIPTOR(ts), ...))",
+                    name.to_ascii_uppercase()
+                )));
+            }
             k += 1;
             continue;
         }

@@ -193,3 +193,75 @@ async fn explain_of_a_tvf_query() {
         "{tvf:?}"
     );
 }
+
+/// The exact error of a refused statement.
+async fn refusal(sql: &str) -> String {
+    let db = open(&format!(
+        "{}; CREATE STREAM named AS SELECT key, ts, value, key AS window_end FROM src",
+        source_ddl("src", 1_000, "")
+    ))
+    .await;
+    match db.execute(sql).await {
+        Ok(_) => panic!("accepted: {sql}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Each shape Sluice cannot run over a window TVF, refused at CREATE with
+/// the construct named and the spelling that works.
+#[tokio::test]
+async fn refused_shapes() {
+    let cases = [
+        (
+            "CREATE STREAM x AS SELECT key, window_start FROM TABLE(TUMBLE(TABLE src, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+            "unsupported: TUMBLE(TABLE ...) without GROUP BY window_start, window_end: Sluice runs a window TVF only as a windowed aggregation; write SELECT window_start, window_end, k, COUNT(*) FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end, k",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_start, COUNT(*) AS n FROM TABLE(HOP(TABLE src, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '2' SECOND)) GROUP BY window_start",
+            "unsupported: an aggregation over HOP(TABLE ...) must GROUP BY both window_start and window_end (Flink's rule); write SELECT window_start, window_end, k, COUNT(*) FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end, k",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_start, window_end, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE src, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS w JOIN src ON w.key = src.key GROUP BY window_start, window_end",
+            "unsupported: TUMBLE(TABLE ...) joined with another relation: a window TVF must be the only relation in FROM; write SELECT window_start, window_end, k, COUNT(*) FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end, k",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_start, window_end, COUNT(*) AS n FROM TABLE(SESSION(TABLE src PARTITION BY key, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+            "unsupported: PARTITION BY inside SESSION(TABLE ...): sessions are already per GROUP BY key; write SESSION(TABLE t, DESCRIPTOR(ts), gap) and GROUP BY window_start, window_end and the partition columns",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_start, window_end, COUNT(*) AS n FROM TUMBLE(TABLE src, DESCRIPTOR(ts), INTERVAL '1' SECOND) GROUP BY window_start, window_end",
+            "unsupported: TUMBLE(TABLE ...) outside TABLE(...): write FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), ...))",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_start, window_end, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE src, DESCRIPTOR(ts), INTERVAL '1' SECOND)) WHERE window_start > ts GROUP BY window_start, window_end",
+            "unsupported: window_start / window_end / window_time in the WHERE of a query over TUMBLE(TABLE ...): filter on them in HAVING, or in a query over this stream",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_time, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE src, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, window_end, window_time",
+            "unsupported: GROUP BY window_time over TUMBLE(TABLE ...): group by window_start and window_end, and select window_time",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_start, window_end, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE src, ts, INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+            "syntax error: TUMBLE(TABLE ...): the time argument must be DESCRIPTOR(column), found ts",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_start, window_end, COUNT(*) AS n FROM TABLE(HOP(TABLE src, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+            "syntax error: HOP(TABLE ...): missing argument SIZE",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_start, window_end, COUNT(*) AS n FROM TABLE(HOP(DATA => TABLE src, TIMECOL => DESCRIPTOR(ts), SLIDE => INTERVAL '1' SECOND, SIZE => INTERVAL '2' SECOND, OFFSET => INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+            "syntax error: HOP(TABLE ...): unknown argument name 'OFFSET' (known: DATA, TIMECOL, SLIDE, SIZE)",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_start, window_end, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE named, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+            "unsupported: TUMBLE(TABLE named, ...): 'named' already has a column named 'window_end', which the window TVF adds; rename it in a stream first",
+        ),
+        (
+            "CREATE STREAM x AS SELECT window_start, window_end, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE src, DESCRIPTOR(nope), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+            "TUMBLE(TABLE src, DESCRIPTOR(nope), ...): 'src' has no column 'nope'",
+        ),
+    ];
+    for (sql, expected) in cases {
+        assert_eq!(refusal(sql).await, expected, "{sql}");
+    }
+}
