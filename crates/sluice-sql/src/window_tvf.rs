@@ -412,3 +412,7 @@ fn apply(select: &mut sp::Select, w: &WindowTvf) -> Result<()> {
     select.from[0].relation = relation;
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "window_tvf_tests.rs"]
+mod tests;
