@@ -11,7 +11,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
 use datafusion::common::{Column, DFSchema, DFSchemaRef};
 use datafusion::datasource::empty::EmptyTable;
-use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
+use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast as sp;
 
@@ -264,8 +264,12 @@ impl Converter<'_> {
                 let input = self.convert(&agg.input)?;
                 self.convert_aggregate(input, &agg.group_expr, &agg.aggr_expr, &agg.schema)
             }
-            LogicalPlan::Distinct(_) => Err(SqlError::Unsupported(
-                "SELECT DISTINCT in a continuous query (use GROUP BY)".into(),
+            LogicalPlan::Distinct(Distinct::All(input)) => {
+                self.saw_aggregate = true;
+                self.convert_distinct(input)
+            }
+            LogicalPlan::Distinct(Distinct::On(_)) => Err(SqlError::Unsupported(
+                "SELECT DISTINCT ON in a continuous query".into(),
             )),
             LogicalPlan::Sort(_) => Err(SqlError::Unsupported(
                 "ORDER BY in a continuous query (a stream has no end to sort by)".into(),
@@ -303,6 +307,39 @@ impl Converter<'_> {
             condition,
             Arc::clone(&join.schema),
         )
+    }
+
+    /// `SELECT DISTINCT cols FROM ...` is `GROUP BY cols` with no aggregate:
+    /// the selected expressions (a window function among them) become the
+    /// grouping, so a windowed DISTINCT emits each distinct row once when its
+    /// window closes and frees it with the watermark, as any windowed
+    /// aggregation does.
+    fn convert_distinct(&mut self, input: &LogicalPlan) -> Result<StreamNode> {
+        let (source, group, schema) = match input {
+            LogicalPlan::Projection(proj) => (
+                proj.input.as_ref(),
+                proj.expr.iter().map(|e| e.clone().unalias()).collect(),
+                Arc::clone(&proj.schema),
+            ),
+            other => (
+                other,
+                other
+                    .schema()
+                    .columns()
+                    .into_iter()
+                    .map(Expr::Column)
+                    .collect::<Vec<_>>(),
+                Arc::clone(other.schema()),
+            ),
+        };
+        let converted = self.convert(source)?;
+        let node = self.convert_aggregate(converted, &group, &[], &schema)?;
+        match node {
+            StreamNode::Aggregate { .. } => Err(SqlError::Unsupported(
+                "SELECT DISTINCT without a window function (tumble, hop or session) in a continuous query; add a window to the selected columns, e.g. SELECT DISTINCT k, tumble(ts, INTERVAL '10' SECOND) AS w".into(),
+            )),
+            windowed => Ok(windowed),
+        }
     }
 
     fn convert_aggregate(

@@ -11,6 +11,7 @@ mod changelog_aggregates;
 mod changes;
 mod checkpointing;
 mod common;
+mod distinct;
 mod gen;
 mod joins;
 mod late;
