@@ -95,6 +95,9 @@ impl StreamNode {
                 add_refs(&mut cols, aggregates.iter().chain([&window.time]));
                 input.collect_columns_read(target, Some(cols), read);
             }
+            StreamNode::Distinct { input, keys, .. } => {
+                input.collect_columns_read(target, Some(refs(keys)), read);
+            }
             StreamNode::Aggregate {
                 input,
                 keys,

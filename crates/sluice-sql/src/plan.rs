@@ -209,6 +209,17 @@ pub enum StreamNode {
         /// Output schema (keys, aggregates, change column).
         schema: DFSchemaRef,
     },
+    /// Non-windowed `SELECT DISTINCT` over an append-only input: each
+    /// distinct row once, the first time it is seen. Append-only output; the
+    /// state is every distinct row seen, never freed.
+    Distinct {
+        /// Input operator.
+        input: Box<StreamNode>,
+        /// The selected expressions, one per output column.
+        keys: Vec<Expr>,
+        /// Output schema.
+        schema: DFSchemaRef,
+    },
 }
 
 impl StreamNode {
@@ -220,7 +231,8 @@ impl StreamNode {
             | StreamNode::Union { schema, .. }
             | StreamNode::WindowAggregate { schema, .. }
             | StreamNode::Join { schema, .. }
-            | StreamNode::Aggregate { schema, .. } => schema,
+            | StreamNode::Aggregate { schema, .. }
+            | StreamNode::Distinct { schema, .. } => schema,
             StreamNode::Filter { input, .. } => input.schema(),
         }
     }
@@ -235,7 +247,7 @@ impl StreamNode {
             StreamNode::Union { inputs, .. } => inputs.iter().any(|i| i.is_changelog()),
             StreamNode::WindowAggregate { emit, .. } => *emit == EmitMode::Changes,
             StreamNode::Aggregate { .. } => true,
-            StreamNode::Join { .. } => false,
+            StreamNode::Join { .. } | StreamNode::Distinct { .. } => false,
         }
     }
 
@@ -258,7 +270,8 @@ impl StreamNode {
             StreamNode::Filter { input, .. }
             | StreamNode::Project { input, .. }
             | StreamNode::WindowAggregate { input, .. }
-            | StreamNode::Aggregate { input, .. } => input.collect_inputs(out),
+            | StreamNode::Aggregate { input, .. }
+            | StreamNode::Distinct { input, .. } => input.collect_inputs(out),
             StreamNode::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_inputs(out)),
             StreamNode::Join { left, right, .. } => {
                 left.collect_inputs(out);
@@ -382,6 +395,14 @@ impl StreamNode {
                     "{pad}UpdatingAggregate: keys=[{}], aggregates=[{}], emit=changes",
                     list(keys),
                     list(aggregates)
+                )?;
+                input.fmt_indent(f, depth + 1)?;
+            }
+            StreamNode::Distinct { input, keys, .. } => {
+                writeln!(
+                    f,
+                    "{pad}Distinct: keys=[{}], emit=first seen; state grows with distinct rows (never freed)",
+                    list(keys)
                 )?;
                 input.fmt_indent(f, depth + 1)?;
             }

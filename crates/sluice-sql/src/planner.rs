@@ -333,13 +333,33 @@ impl Converter<'_> {
             ),
         };
         let converted = self.convert(source)?;
-        let node = self.convert_aggregate(converted, &group, &[], &schema)?;
-        match node {
-            StreamNode::Aggregate { .. } => Err(SqlError::Unsupported(
-                "SELECT DISTINCT without a window function (tumble, hop or session) in a continuous query; add a window to the selected columns, e.g. SELECT DISTINCT k, tumble(ts, INTERVAL '10' SECOND) AS w".into(),
-            )),
-            windowed => Ok(windowed),
+        let mut windowed = false;
+        for g in &group {
+            windowed |= window_call(g, converted.schema())?.is_some();
         }
+        if windowed {
+            return self.convert_aggregate(converted, &group, &[], &schema);
+        }
+        // Without a window no row is ever final, so the output could only be
+        // exact as an append-only stream of first occurrences.
+        if converted.is_changelog() {
+            return Err(SqlError::Unsupported(
+                "SELECT DISTINCT without a window over a changelog input (an EMIT CHANGES stream or a non-windowed GROUP BY); use GROUP BY".into(),
+            ));
+        }
+        if self.emit.is_some() {
+            return Err(SqlError::Unsupported(
+                "EMIT on a SELECT DISTINCT without a window function (tumble, hop or session); its output is append-only: each distinct row once, when first seen".into(),
+            ));
+        }
+        for g in &group {
+            check_scalar_expr(g)?;
+        }
+        Ok(StreamNode::Distinct {
+            input: Box::new(converted),
+            keys: group,
+            schema,
+        })
     }
 
     fn convert_aggregate(

@@ -498,6 +498,16 @@ impl Enc {
                 e.node(left);
                 e.node(right);
             }
+            StreamNode::Distinct {
+                input,
+                keys,
+                schema,
+            } => {
+                e.tag("distinct");
+                e.exprs(keys, input.schema());
+                e.schema(schema);
+                e.node(input);
+            }
             StreamNode::Aggregate {
                 input,
                 keys,

@@ -7,6 +7,7 @@
 //! treat them all alike.
 
 pub mod changelog;
+pub mod distinct;
 pub mod expr;
 pub mod groups;
 pub mod join;
@@ -208,6 +209,21 @@ impl Operator {
                     vec![Operator::compile(left)?, Operator::compile(right)?],
                     Box::new(join),
                 )
+            }
+            StreamNode::Distinct {
+                input,
+                keys,
+                schema,
+            } => {
+                let in_schema = input.schema();
+                let op = distinct::Distinct::new(
+                    keys.iter()
+                        .map(|k| compile(k, in_schema))
+                        .collect::<Result<_>>()?,
+                    KeyCodec::new(&key_types(keys, in_schema)?)?,
+                    Arc::new(schema.as_arrow().clone()),
+                );
+                Operator::stateful(vec![Operator::compile(input)?], Box::new(op))
             }
             StreamNode::Aggregate {
                 input,
