@@ -127,22 +127,28 @@ async fn windowed_distinct_exact_rows() {
     );
 }
 
-/// EXPLAIN shows a windowed DISTINCT as the window aggregation it runs as
-/// (state freed per window), and a non-windowed DISTINCT is refused by name.
-#[tokio::test]
-async fn explain_and_refusal() {
-    let db = open(&source_ddl("src", 1_000, "")).await;
-    let out = db
-        .execute("EXPLAIN CREATE STREAM x AS SELECT DISTINCT key, tumble(ts, INTERVAL '10' SECOND) AS w FROM src")
-        .await
-        .expect("explain");
-    let text: Vec<String> = crate::common::rows(&out)
+/// The lines of an EXPLAIN statement's output.
+async fn explain_lines(db: &sluice::Database, sql: &str) -> Vec<String> {
+    let out = db.execute(sql).await.expect("explain");
+    crate::common::rows(&out)
         .into_iter()
         .map(|r| match &r[0] {
             Cell::Str(s) => s.clone(),
             other => panic!("not text: {other:?}"),
         })
-        .collect();
+        .collect()
+}
+
+/// EXPLAIN shows a windowed DISTINCT as the window aggregation it runs as
+/// (state freed per window), and a non-windowed DISTINCT is refused by name.
+#[tokio::test]
+async fn explain_and_refusal() {
+    let db = open(&source_ddl("src", 1_000, "")).await;
+    let text = explain_lines(
+        &db,
+        "EXPLAIN CREATE STREAM x AS SELECT DISTINCT key, tumble(ts, INTERVAL '10' SECOND) AS w FROM src",
+    )
+    .await;
     let joined = text.join("\n");
     assert!(
         joined.contains(
@@ -150,17 +156,11 @@ async fn explain_and_refusal() {
         ),
         "{joined}"
     );
-    let out = db
-        .execute("EXPLAIN CREATE STREAM y AS SELECT DISTINCT key, value FROM src")
-        .await
-        .expect("explain");
-    let text: Vec<String> = crate::common::rows(&out)
-        .into_iter()
-        .map(|r| match &r[0] {
-            Cell::Str(s) => s.clone(),
-            other => panic!("not text: {other:?}"),
-        })
-        .collect();
+    let text = explain_lines(
+        &db,
+        "EXPLAIN CREATE STREAM y AS SELECT DISTINCT key, value FROM src",
+    )
+    .await;
     assert!(
         text.iter().any(|l| l.contains(
             "Distinct: keys=[src.key, src.value], emit=first seen; state grows with distinct rows (never freed)"
