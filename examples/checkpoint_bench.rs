@@ -12,7 +12,8 @@
 //! fast as it takes rows. Each size runs with `checkpoint_interval = 1s`
 //! and with checkpoints off. `CHECKPOINT_BENCH=pause` runs only that
 //! table; `PAUSE_SECS` sets each phase's length (default 15 s) and
-//! `PAUSE_ROUNDS` the number of alternating off/on pairs per size (default 1);
+//! `PAUSE_ROUNDS` the number of alternating off/on pairs per size (default 1),
+//! and `TAIL_SHARE` the `checkpoint_tail_share` option (default: the engine's);
 //! `CHECKPOINT_BENCH_EVENTS=N` adds the old throughput table over N events
 //! (`CHECKPOINT_BENCH=throughput` runs only that one), with checkpoints every
 //! `CHECKPOINT_BENCH_INTERVAL` (default 1s) against none, and how often a
@@ -224,11 +225,13 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(15);
     let dir = tempfile::tempdir().map_err(|e| sluice::Error::Internal(e.to_string()))?;
-    let db = Database::builder()
+    let mut builder = Database::builder()
         .state_dir(dir.path())
-        .set("checkpoint_interval", interval)?
-        .open()
-        .await?;
+        .set("checkpoint_interval", interval)?;
+    if let Ok(share) = std::env::var("TAIL_SHARE") {
+        builder = builder.set("checkpoint_tail_share", &share)?;
+    }
+    let db = builder.open().await?;
     db.execute(PAUSE_DDL).await?;
     db.start().await?;
     let src = db.source("s").await?;

@@ -13,6 +13,8 @@ pub struct PipelineMetrics {
     events_ingested: AtomicU64,
     batches: AtomicU64,
     cycle_ns: AtomicU64,
+    /// When the running cycle started ([`clock_ns`]), 0 between cycles.
+    cycle_started: AtomicU64,
     execute_ns: AtomicU64,
     output_store_ns: AtomicU64,
     sink_enqueue_ns: AtomicU64,
@@ -25,6 +27,7 @@ pub struct PipelineMetrics {
     checkpoint_pause_max_ns: AtomicU64,
     checkpoint_pause_total_ns: AtomicU64,
     checkpoint_pauses: AtomicU64,
+    checkpoint_rest_ns: AtomicU64,
     last_checkpoint: Mutex<Option<crate::seam::CheckpointReport>>,
     watermark: AtomicI64,
     per_source: Mutex<BTreeMap<String, SourceCounters>>,
@@ -35,6 +38,35 @@ pub struct PipelineMetrics {
     output_queue_peak_bytes: AtomicU64,
     output_full: AtomicBool,
     intake_pauses: AtomicU64,
+}
+
+/// A checkpoint tail paces itself by how busy the cycles counted here keep
+/// the compute thread, and its rests are counted here.
+impl crate::state::pace::PaceHost for PipelineMetrics {
+    /// Finished cycles plus the running one so far: cycles can last longer
+    /// than a tail's unit of work (64 batches of 8192 rows), and a busy
+    /// compute thread must look busy during them.
+    fn busy_ns(&self) -> u64 {
+        let done = self.cycle_ns.load(Ordering::Relaxed);
+        let started = self.cycle_started.load(Ordering::Relaxed);
+        let running = match started {
+            0 => 0,
+            s => clock_ns().saturating_sub(s),
+        };
+        done + running
+    }
+
+    fn rested(&self, rest: std::time::Duration) {
+        let ns = u64::try_from(rest.as_nanos()).unwrap_or(u64::MAX);
+        self.checkpoint_rest_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+/// Nanoseconds on a process-wide monotonic clock (from its first use).
+fn clock_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let epoch = EPOCH.get_or_init(std::time::Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Per-source counters.
@@ -87,6 +119,9 @@ pub struct MetricsSnapshot {
     pub checkpoint_pause_total_ns: u64,
     /// Attempts whose pause was recorded.
     pub checkpoint_pauses: u64,
+    /// Time checkpoint tails rested so that a busy pipeline keeps its
+    /// throughput (see the `checkpoint_tail_share` option).
+    pub checkpoint_rest_ns: u64,
     /// The last committed checkpoint.
     pub last_checkpoint: Option<crate::seam::CheckpointReport>,
     /// Current pipeline watermark (ms; i64::MIN before any).
@@ -132,8 +167,15 @@ impl PipelineMetrics {
         m
     }
 
+    /// A cycle starts now.
+    pub fn note_cycle_start(&self) {
+        self.cycle_started
+            .store(clock_ns().max(1), Ordering::Relaxed);
+    }
+
     /// Record one finished cycle.
     pub fn record_cycle(&self, events: u64, batches: u64, elapsed_ns: u64) {
+        self.cycle_started.store(0, Ordering::Relaxed);
         self.cycles.fetch_add(1, Ordering::Relaxed);
         self.events_ingested.fetch_add(events, Ordering::Relaxed);
         self.batches.fetch_add(batches, Ordering::Relaxed);
@@ -240,6 +282,7 @@ impl PipelineMetrics {
             checkpoint_pause_max_ns: self.checkpoint_pause_max_ns.load(Ordering::Relaxed),
             checkpoint_pause_total_ns: self.checkpoint_pause_total_ns.load(Ordering::Relaxed),
             checkpoint_pauses: self.checkpoint_pauses.load(Ordering::Relaxed),
+            checkpoint_rest_ns: self.checkpoint_rest_ns.load(Ordering::Relaxed),
             last_checkpoint: self.last_checkpoint.lock().clone(),
             watermark: self.watermark.load(Ordering::Relaxed),
             sources: self.per_source.lock().clone(),

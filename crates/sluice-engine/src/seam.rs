@@ -102,6 +102,8 @@ pub struct CheckpointConfig {
     pub alignment_timeout: std::time::Duration,
     /// Committed checkpoints kept.
     pub retain: usize,
+    /// Percent of the time a tail may work while the pipeline is busy.
+    pub tail_share: u8,
     /// Delivery guarantee.
     pub delivery: Delivery,
     /// Fingerprint of the pipeline definition.

@@ -142,6 +142,9 @@ pub trait CycleExecution {
         source_batches: &BatchMap,
         watermark: i64,
     ) -> impl Future<Output = Result<CycleOutcome, CycleError>> + Send;
+    /// A cycle starts now (ended by [`Self::record_cycle`]): lets readers
+    /// of the compute thread's busy time count a cycle still running.
+    fn note_cycle_start(&self) {}
     /// Record cycle metrics.
     fn record_cycle(&self, events_ingested: u64, batches: u64, elapsed_ns: u64);
     /// Record the three timed phases of a published cycle.

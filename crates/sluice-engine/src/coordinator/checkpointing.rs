@@ -240,6 +240,10 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             manifest,
             parts,
             retain: c.retain,
+            pacer: crate::state::pace::Pacer::new(
+                c.tail_share,
+                Arc::clone(&self.shared.metrics) as Arc<dyn crate::state::pace::PaceHost>,
+            ),
         };
         match self.tails.spawn(job) {
             Ok(()) => BarrierOutcome::Tailing(attempt),

@@ -347,6 +347,10 @@ impl CycleExecution for ConnectorPipelineCallback {
         Ok(CycleOutcome { results: data })
     }
 
+    fn note_cycle_start(&self) {
+        self.shared.metrics.note_cycle_start();
+    }
+
     fn record_cycle(&self, events_ingested: u64, batches: u64, elapsed_ns: u64) {
         self.shared
             .metrics

@@ -432,6 +432,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     async fn run_cycle(&mut self, batches: BatchMap, events: u64, count: u64) {
         tracing::trace!(events, batches = count, "cycle");
         let started = Instant::now();
+        self.callback.note_cycle_start();
         let watermark = self.callback.current_watermark();
         let outcome = match self.callback.execute_cycle(&batches, watermark).await {
             Ok(o) => o,

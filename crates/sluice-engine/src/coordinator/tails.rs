@@ -50,6 +50,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::error::EngineError;
+use crate::state::pace::{self, Pacer};
 use crate::state::StatePart;
 
 /// Tails in flight at most; see the module docs for why it is one.
@@ -171,6 +172,8 @@ pub struct TailJob {
     pub parts: Vec<(String, StatePart)>,
     /// Committed checkpoints to keep when pruning afterwards.
     pub retain: usize,
+    /// How the tail paces its work while the pipeline is busy.
+    pub pacer: Pacer,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -402,6 +405,7 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
         mut manifest,
         parts,
         retain,
+        mut pacer,
         ..
     } = job;
     let written = async {
@@ -409,14 +413,29 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
             if gate.is_cancelled() {
                 return Ok(None);
             }
-            let bytes = part.encode().map_err(|source| TailError::Encode {
+            let started = Instant::now();
+            let (bytes, rested) = pace::paced(&mut pacer, || part.encode());
+            let bytes = bytes.map_err(|source| TailError::Encode {
                 name: name.clone(),
                 source,
             })?;
-            let blob = store
-                .write_blob(id, &name, bytes)
-                .await
-                .map_err(|source| TailError::WriteBlob { name, source })?;
+            let encoded = started.elapsed();
+            let size = bytes.len();
+            let blob = store.write_blob(id, &name, bytes).await.map_err(|source| {
+                TailError::WriteBlob {
+                    name: name.clone(),
+                    source,
+                }
+            })?;
+            tracing::debug!(
+                checkpoint = id,
+                part = %name,
+                bytes = size,
+                encode_ms = encoded.as_millis() as u64,
+                rested_ms = rested.as_millis() as u64,
+                write_ms = (started.elapsed() - encoded).as_millis() as u64,
+                "checkpoint part written"
+            );
             manifest.blobs.push(blob);
         }
         if !gate.begin_commit() {

@@ -34,6 +34,9 @@ pub struct PipelineOptions {
     pub checkpoint_store: Option<String>,
     /// Committed checkpoints kept.
     pub checkpoint_retain: usize,
+    /// Percent of the time a checkpoint tail may work while the compute
+    /// thread is busy (100: never rest); see `state::pace`.
+    pub checkpoint_tail_share: u8,
     /// How long sources may take to align on a checkpoint barrier before the attempt is abandoned.
     pub checkpoint_alignment_timeout: Duration,
     /// Default time after which a quiet source stops holding the watermark.
@@ -75,6 +78,7 @@ impl Default for PipelineOptions {
             delivery: Delivery::AtLeastOnce,
             checkpoint_store: None,
             checkpoint_retain: 3,
+            checkpoint_tail_share: DEFAULT_TAIL_SHARE,
             checkpoint_alignment_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5),
             batch_size: 8192,
@@ -93,12 +97,18 @@ impl Default for PipelineOptions {
     }
 }
 
+/// The default of `checkpoint_tail_share` (percent): measured with
+/// `examples/checkpoint_bench.rs` (BENCHMARKS.md, "Pacing the checkpoint
+/// tail").
+pub const DEFAULT_TAIL_SHARE: u8 = 25;
+
 /// Every option name [`PipelineOptions::set`] accepts.
 pub const PIPELINE_OPTIONS: &[&str] = &[
     "checkpoint_interval",
     "delivery",
     "checkpoint_store",
     "checkpoint_retain",
+    "checkpoint_tail_share",
     "checkpoint_alignment_timeout",
     "idle_timeout",
     "batch_size",
@@ -130,6 +140,11 @@ impl PipelineOptions {
             }
             "checkpoint_store" => self.checkpoint_store = Some(spec.text(value)?),
             "checkpoint_retain" => self.checkpoint_retain = spec.count(value)?,
+            "checkpoint_tail_share" => {
+                self.checkpoint_tail_share = u8::try_from(spec.count(value)?).map_err(|_| {
+                    EngineError::Internal("checkpoint_tail_share passed its range".into())
+                })?
+            }
             "checkpoint_alignment_timeout" => {
                 self.checkpoint_alignment_timeout = spec.required_duration(value)?
             }

@@ -92,6 +92,7 @@ pub const PIPELINE_OPTION_SPECS: &[OptionSpec] = &[
         kind: OptionKind::Text,
     },
     count("checkpoint_retain", 1, 10_000),
+    count("checkpoint_tail_share", 1, 100),
     duration(
         "checkpoint_alignment_timeout",
         Duration::from_millis(10),

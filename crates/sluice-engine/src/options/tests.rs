@@ -72,6 +72,7 @@ fn table() -> Vec<Row> {
     let (ci_ok, ci_bad) = durations_10ms(true);
     let (cat_ok, cat_bad) = durations_10ms(false);
     let (retain_ok, retain_bad) = counts("10000", "10001", "3");
+    let (share_ok, share_bad) = counts("100", "101", "25");
     let (batch_ok, batch_bad) = counts("1048576", "1048577", "8192");
     let (chan_ok, chan_bad) = counts("65536", "65537", "16");
     let (sb_ok, sb_bad) = counts("16777216", "16777217", "1000000");
@@ -117,6 +118,7 @@ fn table() -> Vec<Row> {
             vec![("", Garbage), ("   ", Garbage)],
         ),
         ("checkpoint_retain", retain_ok, retain_bad),
+        ("checkpoint_tail_share", share_ok, share_bad),
         ("checkpoint_alignment_timeout", cat_ok, cat_bad),
         (
             "idle_timeout",

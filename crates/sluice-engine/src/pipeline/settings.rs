@@ -46,6 +46,7 @@ pub fn option_timing(name: &str) -> &'static [OptionTiming] {
         | "delivery"
         | "checkpoint_store"
         | "checkpoint_retain"
+        | "checkpoint_tail_share"
         | "checkpoint_alignment_timeout"
         | "subscription_history"
         | "subscription_history_bytes" => &[Start],

@@ -88,6 +88,7 @@ impl Pipeline {
             interval: o.checkpoint_interval,
             alignment_timeout: o.checkpoint_alignment_timeout,
             retain: o.checkpoint_retain,
+            tail_share: o.checkpoint_tail_share,
             delivery,
             fingerprint: self.catalog.fingerprint(),
             history_epochs: o.subscription_history,

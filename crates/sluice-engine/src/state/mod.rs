@@ -147,7 +147,11 @@ impl StatePart {
             .map_err(|e| EngineError::Internal(format!("encoding snapshot: {e}")))?;
         let batches = parts
             .iter()
-            .map(PartBatch::batch)
+            .map(|p| {
+                let batch = p.batch();
+                pace::point();
+                batch
+            })
             .collect::<Result<Vec<_>>>()?;
         let estimate = 8 + meta.len() + batches.iter().map(encoded_size_hint).sum::<usize>();
         let mut out = Vec::with_capacity(estimate);
@@ -163,6 +167,7 @@ impl StatePart {
                 loop {
                     let len = ROWS_PER_MESSAGE.min(rows - offset);
                     w.write(&batch.slice(offset, len))?;
+                    pace::point();
                     offset += len;
                     if offset >= rows {
                         break;
@@ -254,6 +259,7 @@ impl SnapshotReader {
 }
 
 pub mod layers;
+pub mod pace;
 
 #[cfg(test)]
 mod tests {

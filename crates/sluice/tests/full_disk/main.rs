@@ -5,6 +5,7 @@
 mod common;
 mod failed_write;
 mod hook;
+mod pacing;
 mod stays_full;
 mod stopped;
 mod tails;

@@ -94,6 +94,7 @@ fn expected(name: &str, stage: Stage) -> Outcome {
             | "delivery"
             | "checkpoint_store"
             | "checkpoint_retain"
+            | "checkpoint_tail_share"
             | "checkpoint_alignment_timeout"
             | "subscription_history"
             | "subscription_history_bytes",
@@ -104,6 +105,7 @@ fn expected(name: &str, stage: Stage) -> Outcome {
             | "delivery"
             | "checkpoint_store"
             | "checkpoint_retain"
+            | "checkpoint_tail_share"
             | "checkpoint_alignment_timeout"
             | "subscription_history"
             | "subscription_history_bytes",

@@ -21,6 +21,7 @@ use super::ScopeSnapshot;
 use crate::error::{EngineError, Result};
 use crate::operators::groups::{AggregateFunctions, KeyCodec, KeyRows};
 use crate::state::layers::Base;
+use crate::state::pace;
 
 /// The live layer at one moment, handed to the base as it is: taking it
 /// moves the accumulators, so a capture does not touch their state.
@@ -171,20 +172,24 @@ fn merge_into_frozen(
             globals.push(u32::try_from(g).map_err(|_| too_many(g))?);
         }
     }
-    if !locals.is_empty() {
-        let at = UInt32Array::from(globals);
+    // In chunks, so a checkpoint tail can pace itself between them.
+    for (locals, globals) in locals.chunks(MERGE_CHUNK).zip(globals.chunks(MERGE_CHUNK)) {
+        let at = UInt32Array::from(globals.to_vec());
         let older = state
             .iter()
             .map(|c| Ok(take(c.as_ref(), &at, None)?))
             .collect::<Result<Vec<_>>>()?;
-        acc.merge_batch(&older, &locals, n)?;
+        acc.merge_batch(&older, locals, n)?;
+        pace::point();
     }
     if let Some(mut delta) = delta {
         let newer = delta.state(EmitTo::All)?;
         let identity: Vec<usize> = (0..n).collect();
         acc.merge_batch(&newer, &identity, n)?;
+        pace::point();
     }
     let merged = acc.state(EmitTo::All)?;
+    pace::point();
     if is_identity(groups, total) {
         return Ok(merged);
     }
@@ -203,9 +208,16 @@ fn merge_into_frozen(
     state
         .iter()
         .zip(&merged)
-        .map(|(before, after)| Ok(interleave(&[before.as_ref(), after.as_ref()], &from)?))
+        .map(|(before, after)| {
+            let column = interleave(&[before.as_ref(), after.as_ref()], &from)?;
+            pace::point();
+            Ok(column)
+        })
         .collect()
 }
+
+/// Groups whose older state is merged at a time (see [`merge_into_frozen`]).
+const MERGE_CHUNK: usize = 65_536;
 
 fn too_many(g: usize) -> EngineError {
     EngineError::Internal(format!("aggregate group index {g} is out of range"))
