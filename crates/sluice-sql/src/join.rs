@@ -109,8 +109,8 @@ pub(crate) fn join_node(
     );
     if let Some(kind) = outer {
         let (left_outer, right_outer) = kind.preserves();
-        let changelog = (left_outer && left_bounds.is_empty())
-            || (right_outer && right_bounds.is_empty());
+        let changelog =
+            (left_outer && left_bounds.is_empty()) || (right_outer && right_bounds.is_empty());
         let schema = if changelog {
             crate::planner::with_change_column(&schema)?
         } else {

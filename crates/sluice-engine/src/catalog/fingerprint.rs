@@ -508,7 +508,13 @@ impl Enc {
                 schema,
             } => {
                 e.tag("join");
-                e.join((left, right), on, filter.as_ref(), (left_bounds, right_bounds), schema);
+                e.join(
+                    (left, right),
+                    on,
+                    filter.as_ref(),
+                    (left_bounds, right_bounds),
+                    schema,
+                );
             }
             StreamNode::OuterJoin {
                 kind,
@@ -524,7 +530,13 @@ impl Enc {
                 e.tag("outer_join");
                 e.tag(kind.sql());
                 e.bool(*changelog);
-                e.join((left, right), on, filter.as_ref(), (left_bounds, right_bounds), schema);
+                e.join(
+                    (left, right),
+                    on,
+                    filter.as_ref(),
+                    (left_bounds, right_bounds),
+                    schema,
+                );
             }
             StreamNode::Distinct {
                 input,

@@ -142,7 +142,11 @@ impl Side {
     }
 
     /// Key bytes of every row of `batch`, None where a key is NULL.
-    pub(crate) fn encode(&self, converter: &RowConverter, batch: &RecordBatch) -> Result<Vec<Option<Key>>> {
+    pub(crate) fn encode(
+        &self,
+        converter: &RowConverter,
+        batch: &RecordBatch,
+    ) -> Result<Vec<Option<Key>>> {
         let cols: Vec<ArrayRef> = self
             .keys
             .iter()

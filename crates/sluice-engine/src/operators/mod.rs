@@ -448,7 +448,10 @@ type JoinSide = (Vec<PhysExpr>, SchemaRef, Vec<join::SideBound>);
 fn join_sides(
     left: &StreamNode,
     right: &StreamNode,
-    on: &[(datafusion::logical_expr::Expr, datafusion::logical_expr::Expr)],
+    on: &[(
+        datafusion::logical_expr::Expr,
+        datafusion::logical_expr::Expr,
+    )],
     left_bounds: &[sluice_sql::plan::JoinStateBound],
     right_bounds: &[sluice_sql::plan::JoinStateBound],
 ) -> Result<(JoinSide, JoinSide, Vec<arrow::datatypes::DataType>)> {

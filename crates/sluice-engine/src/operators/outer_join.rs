@@ -135,7 +135,12 @@ impl OuterJoin {
 
     /// Pairs of `batch` (new rows of the left side when `from_left`) with
     /// the other side's kept rows that pass the filter.
-    fn probe(&self, batch: &RecordBatch, keys: &[Option<super::join::Key>], from_left: bool) -> Result<Matches> {
+    fn probe(
+        &self,
+        batch: &RecordBatch,
+        keys: &[Option<super::join::Key>],
+        from_left: bool,
+    ) -> Result<Matches> {
         let other = if from_left { &self.right } else { &self.left };
         let (mine, theirs) = other.candidates(keys);
         if mine.is_empty() {
@@ -167,7 +172,10 @@ impl OuterJoin {
         };
         let mask = eval_predicate(f, &joined)?;
         let pass = |i: usize| mask.is_valid(i) && mask.value(i);
-        let new_rows = (0..mine.len()).filter(|i| pass(*i)).map(|i| mine[i]).collect();
+        let new_rows = (0..mine.len())
+            .filter(|i| pass(*i))
+            .map(|i| mine[i])
+            .collect();
         let kept_rows = (0..theirs.len())
             .filter(|i| pass(*i))
             .map(|i| theirs[i])
