@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use crate::common::{
-    appended, block_on, complete, config, drain, ev, event_batch, fold, open, open_tuned,
+    appended, block_on, complete, config, drain, ev, event_batch, fold, open, open_tuned, select,
     source_ddl, Cell, Row, BASE,
 };
 use crate::gen::{per_cycle, split_late, stream, Stream};
@@ -36,6 +36,10 @@ const FULL_CHANGES: &str = "SELECT l.key AS lk, l.value AS lv, r.key AS rk, r.va
 const RIGHT_WHERE: &str = "SELECT l.value AS lv, r.key, r.value AS rv \
      FROM l RIGHT JOIN r ON l.key = r.key WHERE l.value IS NULL OR r.value > 5";
 
+/// An updating aggregate over the FULL changelog (stream `j4`, as `f`).
+const PER_KEY: &str =
+    "SELECT lk, COUNT(*) AS n, SUM(rv) AS s, COUNT(rk) AS matched FROM f GROUP BY lk";
+
 const APPEND: [&str; 3] = [LEFT_WITHIN, RIGHT_WITHIN, FULL_WITHIN];
 const CHANGES: [&str; 3] = [LEFT_CHANGES, FULL_CHANGES, RIGHT_WHERE];
 
@@ -48,6 +52,10 @@ async fn outer_joins(left: &Stream, right: &Stream, pc: usize) -> Result<(), Tes
     for (i, q) in APPEND.iter().chain(CHANGES.iter()).enumerate() {
         ddl.push_str(&format!("; CREATE STREAM j{i} AS {q}"));
     }
+    ddl.push_str(&format!(
+        "; CREATE MATERIALIZED VIEW v AS {FULL_CHANGES}; CREATE MATERIALIZED VIEW g AS {}",
+        PER_KEY.replace("FROM f", "FROM j4")
+    ));
     let db = open_tuned(&ddl, pc).await;
     let mut subs = Vec::new();
     for i in 0..APPEND.len() + CHANGES.len() {
@@ -68,11 +76,18 @@ async fn outer_joins(left: &Stream, right: &Stream, pc: usize) -> Result<(), Tes
     l.finish().await.expect("finish l");
     r.finish().await.expect("finish r");
     complete(&db).await;
+    let view = select(&db, "SELECT * FROM v").await;
+    let grouped = select(&db, "SELECT * FROM g").await;
     db.shutdown().await.expect("shutdown");
     let tables = [
         ("l", table(&split_late(left).on_time, &[])),
         ("r", table(&split_late(right).on_time, &[])),
     ];
+    prop_assert_eq!(
+        view,
+        query(&tables, FULL_CHANGES).await,
+        "view of the changelog form"
+    );
     for (i, sql) in APPEND.iter().chain(CHANGES.iter()).enumerate() {
         let batches = drain(&mut subs[i]).await;
         let got = if i < APPEND.len() {
