@@ -88,6 +88,12 @@ async fn outer_joins(left: &Stream, right: &Stream, pc: usize) -> Result<(), Tes
         query(&tables, FULL_CHANGES).await,
         "view of the changelog form"
     );
+    let nested = PER_KEY.replace("FROM f", &format!("FROM ({FULL_CHANGES}) AS f"));
+    prop_assert_eq!(
+        grouped,
+        query(&tables, &nested).await,
+        "GROUP BY over the changelog form"
+    );
     for (i, sql) in APPEND.iter().chain(CHANGES.iter()).enumerate() {
         let batches = drain(&mut subs[i]).await;
         let got = if i < APPEND.len() {
