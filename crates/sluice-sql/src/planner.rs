@@ -3,7 +3,7 @@
 //! DataFusion plans the `SELECT` (names, types, functions, coercion); this
 //! module then walks the resulting logical plan exactly once and maps each
 //! node to a [`StreamNode`], refusing with a named error anything a
-//! continuous query cannot execute (outer joins, `ORDER BY`, `LIMIT`, ...).
+//! continuous query cannot execute (semi joins, `ORDER BY`, `LIMIT`, ...).
 
 use std::sync::Arc;
 
