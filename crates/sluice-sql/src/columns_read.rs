@@ -116,6 +116,15 @@ impl StreamNode {
                 left_bounds,
                 right_bounds,
                 ..
+            }
+            | StreamNode::OuterJoin {
+                left,
+                right,
+                on,
+                filter,
+                left_bounds,
+                right_bounds,
+                ..
             } => {
                 let needed = needed.map(|mut cols| {
                     add_refs(&mut cols, on.iter().flat_map(|(l, r)| [l, r]));

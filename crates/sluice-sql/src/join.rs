@@ -1,10 +1,13 @@
-//! Planning `JOIN`: an inner equi-join of two append-only inputs.
+//! Planning `JOIN`: an inner or outer equi-join of two append-only inputs.
 //!
 //! DataFusion plans `a JOIN b ON cond` as a join whose condition is one
 //! filter, and `FROM a, b WHERE cond` as a cross join under a filter. Both
 //! become one [`StreamNode::Join`]: every conjunct `l = r` whose sides read
 //! only the left and only the right input is a key pair; the rest is a
-//! residual condition over the joined row.
+//! residual condition over the joined row. `LEFT`, `RIGHT` and `FULL` joins
+//! become a [`StreamNode::OuterJoin`] with the same keys, residual and state
+//! bounds; its output is append-only when every preserved side is bounded
+//! (a padded row is final when its row is freed), a changelog otherwise.
 
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::utils::split_conjunction;
@@ -12,7 +15,7 @@ use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, JoinType, Operat
 
 use crate::catalog::PlanCatalog;
 use crate::error::{Result, SqlError};
-use crate::plan::StreamNode;
+use crate::plan::{OuterKind, StreamNode};
 use crate::window_udf::check_scalar_expr;
 
 /// Whether every column `e` reads is in `schema` (and it reads at least one).
@@ -61,11 +64,17 @@ pub(crate) fn join_node(
     condition: Vec<&Expr>,
     schema: datafusion::common::DFSchemaRef,
 ) -> Result<StreamNode> {
-    if join_type != JoinType::Inner {
-        return Err(SqlError::Unsupported(format!(
-            "{join_type} JOIN in a continuous query (only inner joins are supported)"
-        )));
-    }
+    let outer = match join_type {
+        JoinType::Inner => None,
+        JoinType::Left => Some(OuterKind::Left),
+        JoinType::Right => Some(OuterKind::Right),
+        JoinType::Full => Some(OuterKind::Full),
+        other => {
+            return Err(SqlError::Unsupported(format!(
+                "{other} JOIN in a continuous query (inner, LEFT, RIGHT and FULL OUTER joins are supported)"
+            )))
+        }
+    };
     if left.is_changelog() || right.is_changelog() {
         return Err(SqlError::Unsupported(
             "JOIN over a changelog input (an EMIT CHANGES stream or a non-windowed GROUP BY); join append-only inputs".into(),
@@ -98,6 +107,27 @@ pub(crate) fn join_node(
         |e| reads_only(e, left.schema()),
         |e| reads_only(e, right.schema()),
     );
+    if let Some(kind) = outer {
+        let (left_outer, right_outer) = kind.preserves();
+        let changelog =
+            (left_outer && left_bounds.is_empty()) || (right_outer && right_bounds.is_empty());
+        let schema = if changelog {
+            crate::planner::with_change_column(&schema)?
+        } else {
+            schema
+        };
+        return Ok(StreamNode::OuterJoin {
+            kind,
+            left: Box::new(left),
+            right: Box::new(right),
+            on: keys,
+            filter: residual.into_iter().reduce(Expr::and),
+            left_bounds,
+            right_bounds,
+            changelog,
+            schema,
+        });
+    }
     Ok(StreamNode::Join {
         left: Box::new(left),
         right: Box::new(right),

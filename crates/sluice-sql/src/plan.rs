@@ -126,6 +126,37 @@ pub struct JoinStateBound {
     pub strict: bool,
 }
 
+/// Which side's rows an outer join keeps when they find no match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OuterKind {
+    /// `LEFT [OUTER] JOIN`: every left row.
+    Left,
+    /// `RIGHT [OUTER] JOIN`: every right row.
+    Right,
+    /// `FULL [OUTER] JOIN`: every row of both sides.
+    Full,
+}
+
+impl OuterKind {
+    /// Whether unmatched rows of the (left, right) side appear padded.
+    pub fn preserves(self) -> (bool, bool) {
+        match self {
+            OuterKind::Left => (true, false),
+            OuterKind::Right => (false, true),
+            OuterKind::Full => (true, true),
+        }
+    }
+
+    /// The join as SQL names it.
+    pub fn sql(self) -> &'static str {
+        match self {
+            OuterKind::Left => "LEFT",
+            OuterKind::Right => "RIGHT",
+            OuterKind::Full => "FULL",
+        }
+    }
+}
+
 /// One operator of a continuous query.
 #[derive(Debug, Clone)]
 pub enum StreamNode {
@@ -198,6 +229,34 @@ pub enum StreamNode {
         /// Output schema: the left columns, then the right ones.
         schema: DFSchemaRef,
     },
+    /// `LEFT` / `RIGHT` / `FULL` outer equi-join of two append-only inputs:
+    /// the inner join's pairs, plus every row of a preserved side that
+    /// matched nothing, padded with NULLs. Append-only when every preserved
+    /// side has a state bound (a padded row is emitted when the watermark
+    /// frees its row); otherwise a changelog (a padded row is emitted on
+    /// arrival and retracted at the row's first match).
+    OuterJoin {
+        /// Which sides are preserved.
+        kind: OuterKind,
+        /// Left input.
+        left: Box<StreamNode>,
+        /// Right input.
+        right: Box<StreamNode>,
+        /// Key pairs, as for [`StreamNode::Join`].
+        on: Vec<(Expr, Expr)>,
+        /// Residual condition over the joined row: it decides matching (a
+        /// preserved row failing it still appears, padded).
+        filter: Option<Expr>,
+        /// When a kept left row can no longer match (empty: never).
+        left_bounds: Vec<JoinStateBound>,
+        /// When a kept right row can no longer match (empty: never).
+        right_bounds: Vec<JoinStateBound>,
+        /// Whether the output is a changelog (a preserved side is unbounded).
+        changelog: bool,
+        /// Output schema: the left columns, then the right ones (nullable
+        /// where padded), then the change column when `changelog`.
+        schema: DFSchemaRef,
+    },
     /// Non-windowed `GROUP BY`: an updating aggregate with changelog output.
     Aggregate {
         /// Input operator.
@@ -231,6 +290,7 @@ impl StreamNode {
             | StreamNode::Union { schema, .. }
             | StreamNode::WindowAggregate { schema, .. }
             | StreamNode::Join { schema, .. }
+            | StreamNode::OuterJoin { schema, .. }
             | StreamNode::Aggregate { schema, .. }
             | StreamNode::Distinct { schema, .. } => schema,
             StreamNode::Filter { input, .. } => input.schema(),
@@ -247,6 +307,7 @@ impl StreamNode {
             StreamNode::Union { inputs, .. } => inputs.iter().any(|i| i.is_changelog()),
             StreamNode::WindowAggregate { emit, .. } => *emit == EmitMode::Changes,
             StreamNode::Aggregate { .. } => true,
+            StreamNode::OuterJoin { changelog, .. } => *changelog,
             StreamNode::Join { .. } | StreamNode::Distinct { .. } => false,
         }
     }
@@ -273,7 +334,7 @@ impl StreamNode {
             | StreamNode::Aggregate { input, .. }
             | StreamNode::Distinct { input, .. } => input.collect_inputs(out),
             StreamNode::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_inputs(out)),
-            StreamNode::Join { left, right, .. } => {
+            StreamNode::Join { left, right, .. } | StreamNode::OuterJoin { left, right, .. } => {
                 left.collect_inputs(out);
                 right.collect_inputs(out);
             }
@@ -285,6 +346,29 @@ impl StreamNode {
         let list = |es: &[Expr]| {
             es.iter()
                 .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let bounds = |b: &[JoinStateBound]| {
+            if b.is_empty() {
+                "kept".to_string()
+            } else {
+                b.iter()
+                    .map(|b| {
+                        format!(
+                            "until watermark - {}ms {} {}",
+                            b.other_lag_ms,
+                            if b.strict { ">=" } else { ">" },
+                            b.expr
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            }
+        };
+        let keys = |on: &[(Expr, Expr)]| {
+            on.iter()
+                .map(|(l, r)| format!("{l} = {r}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -319,37 +403,59 @@ impl StreamNode {
                 right_bounds,
                 ..
             } => {
-                let bounds = |b: &[JoinStateBound]| {
-                    if b.is_empty() {
-                        "kept".to_string()
-                    } else {
-                        b.iter()
-                            .map(|b| {
-                                format!(
-                                    "until watermark - {}ms {} {}",
-                                    b.other_lag_ms,
-                                    if b.strict { ">=" } else { ">" },
-                                    b.expr
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                            .join(" or ")
-                    }
-                };
-                let keys = on
-                    .iter()
-                    .map(|(l, r)| format!("{l} = {r}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
                 match filter {
-                    Some(f2) => writeln!(f, "{pad}InnerJoin: on=[{keys}], filter={f2}")?,
-                    None => writeln!(f, "{pad}InnerJoin: on=[{keys}]")?,
+                    Some(f2) => writeln!(f, "{pad}InnerJoin: on=[{}], filter={f2}", keys(on))?,
+                    None => writeln!(f, "{pad}InnerJoin: on=[{}]", keys(on))?,
                 }
                 writeln!(
                     f,
                     "{pad}  left rows: {}; right rows: {}",
                     bounds(left_bounds),
                     bounds(right_bounds)
+                )?;
+                left.fmt_indent(f, depth + 1)?;
+                right.fmt_indent(f, depth + 1)?;
+            }
+            StreamNode::OuterJoin {
+                kind,
+                left,
+                right,
+                on,
+                filter,
+                left_bounds,
+                right_bounds,
+                changelog,
+                ..
+            } => {
+                let filter = filter.as_ref().map(|e| format!(", filter={e}"));
+                let emit = if *changelog {
+                    "changes (a padded row is retracted at its first match)"
+                } else {
+                    "padded rows when the watermark frees them (append-only)"
+                };
+                writeln!(
+                    f,
+                    "{pad}{}OuterJoin: on=[{}]{}, emit={emit}",
+                    match kind {
+                        OuterKind::Left => "Left",
+                        OuterKind::Right => "Right",
+                        OuterKind::Full => "Full",
+                    },
+                    keys(on),
+                    filter.unwrap_or_default()
+                )?;
+                let grows = |b: &[JoinStateBound], side: &str| {
+                    if b.is_empty() {
+                        format!("kept; state grows with the {side} rows (never freed)")
+                    } else {
+                        bounds(b)
+                    }
+                };
+                writeln!(
+                    f,
+                    "{pad}  left rows: {}; right rows: {}",
+                    grows(left_bounds, "left"),
+                    grows(right_bounds, "right")
                 )?;
                 left.fmt_indent(f, depth + 1)?;
                 right.fmt_indent(f, depth + 1)?;

@@ -3,7 +3,7 @@
 //! DataFusion plans the `SELECT` (names, types, functions, coercion); this
 //! module then walks the resulting logical plan exactly once and maps each
 //! node to a [`StreamNode`], refusing with a named error anything a
-//! continuous query cannot execute (outer joins, `ORDER BY`, `LIMIT`, ...).
+//! continuous query cannot execute (semi joins, `ORDER BY`, `LIMIT`, ...).
 
 use std::sync::Arc;
 
@@ -129,7 +129,7 @@ fn check_output_names(name: &str, schema: &Schema) -> Result<()> {
 }
 
 /// Append the change column to a schema that lacks it.
-fn with_change_column(schema: &DFSchema) -> Result<DFSchemaRef> {
+pub(crate) fn with_change_column(schema: &DFSchema) -> Result<DFSchemaRef> {
     if schema.has_column_with_unqualified_name(CHANGE_COLUMN) {
         return Ok(Arc::new(schema.clone()));
     }
@@ -227,11 +227,18 @@ impl Converter<'_> {
                 })
             }
             LogicalPlan::Filter(filter) => {
-                // `FROM a, b WHERE ...`: the filter is the join's condition.
-                if let LogicalPlan::Join(join) = filter.input.as_ref() {
-                    let mut condition = crate::join::conjuncts(join.filter.as_ref());
-                    condition.extend(crate::join::conjuncts(Some(&filter.predicate)));
-                    return self.convert_join(join, condition);
+                // `FROM a, b WHERE ...`: the filter is the join's condition
+                // (of an inner join only: WHERE over an outer join also
+                // removes padded rows, which ON would keep).
+                match filter.input.as_ref() {
+                    LogicalPlan::Join(join)
+                        if join.join_type == datafusion::logical_expr::JoinType::Inner =>
+                    {
+                        let mut condition = crate::join::conjuncts(join.filter.as_ref());
+                        condition.extend(crate::join::conjuncts(Some(&filter.predicate)));
+                        return self.convert_join(join, condition);
+                    }
+                    _ => {}
                 }
                 check_scalar_expr(&filter.predicate)?;
                 let input = self.convert(&filter.input)?;

@@ -74,7 +74,7 @@ use datafusion::common::{DFSchema, DFSchemaRef, ScalarValue};
 use datafusion::logical_expr::{Expr, Operator};
 use sha2::{Digest, Sha256};
 use sluice_sql::ast::EmitMode;
-use sluice_sql::plan::{GroupSlot, WindowKind};
+use sluice_sql::plan::{GroupSlot, JoinStateBound, WindowKind};
 use sluice_sql::{StreamNode, StreamPlan, WatermarkSpec};
 
 use super::{Catalog, SinkConnector, SourceConnector, StreamKind};
@@ -386,6 +386,36 @@ impl Enc {
         })
     }
 
+    /// A join's keys, filter, bounds, schema and inputs (inner and outer alike).
+    fn join(
+        &mut self,
+        (left, right): (&StreamNode, &StreamNode),
+        on: &[(Expr, Expr)],
+        filter: Option<&Expr>,
+        (left_bounds, right_bounds): (&[JoinStateBound], &[JoinStateBound]),
+        schema: &DFSchemaRef,
+    ) {
+        self.list(on.iter(), |e, (l, r)| {
+            e.group(|e| {
+                e.expr(l, left.schema());
+                e.expr(r, right.schema());
+            })
+        });
+        self.opt(filter, |e, f| e.expr(f, schema));
+        for (bounds, side) in [(left_bounds, left), (right_bounds, right)] {
+            self.list(bounds.iter(), |e, b| {
+                e.group(|e| {
+                    e.expr(&b.expr, side.schema());
+                    e.int(b.other_lag_ms);
+                    e.bool(b.strict);
+                })
+            });
+        }
+        self.schema(schema);
+        self.node(left);
+        self.node(right);
+    }
+
     fn exprs(&mut self, es: &[Expr], on: &DFSchema) {
         self.list(es.iter(), |e, x| e.expr(x, on));
     }
@@ -478,25 +508,35 @@ impl Enc {
                 schema,
             } => {
                 e.tag("join");
-                e.list(on.iter(), |e, (l, r)| {
-                    e.group(|e| {
-                        e.expr(l, left.schema());
-                        e.expr(r, right.schema());
-                    })
-                });
-                e.opt(filter.as_ref(), |e, f| e.expr(f, schema));
-                for (bounds, side) in [(left_bounds, left), (right_bounds, right)] {
-                    e.list(bounds.iter(), |e, b| {
-                        e.group(|e| {
-                            e.expr(&b.expr, side.schema());
-                            e.int(b.other_lag_ms);
-                            e.bool(b.strict);
-                        })
-                    });
-                }
-                e.schema(schema);
-                e.node(left);
-                e.node(right);
+                e.join(
+                    (left, right),
+                    on,
+                    filter.as_ref(),
+                    (left_bounds, right_bounds),
+                    schema,
+                );
+            }
+            StreamNode::OuterJoin {
+                kind,
+                left,
+                right,
+                on,
+                filter,
+                left_bounds,
+                right_bounds,
+                changelog,
+                schema,
+            } => {
+                e.tag("outer_join");
+                e.tag(kind.sql());
+                e.bool(*changelog);
+                e.join(
+                    (left, right),
+                    on,
+                    filter.as_ref(),
+                    (left_bounds, right_bounds),
+                    schema,
+                );
             }
             StreamNode::Distinct {
                 input,

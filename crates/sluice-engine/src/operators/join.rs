@@ -35,19 +35,24 @@ pub type SideBound = (PhysExpr, i64, bool);
 
 /// A row's key in Arrow's row format; keys of one or two numbers fit
 /// inline, so keeping a row allocates nothing for its key.
-type Key = SmallVec<[u8; 16]>;
+pub(crate) type Key = SmallVec<[u8; 16]>;
 
 /// The kept rows with one key, as (batch, row); most keys of a join on an
 /// id have one row.
 type Hits = SmallVec<[(u32, u32); 1]>;
 
-/// One side's kept rows and their key index.
-struct Side {
+/// One side's kept rows and their key index (shared with the outer join,
+/// `super::outer_join`, which also tracks which kept rows have matched).
+pub(crate) struct Side {
     keys: Vec<PhysExpr>,
-    schema: SchemaRef,
+    pub(crate) schema: SchemaRef,
     bounds: Vec<SideBound>,
     /// Kept batches; None once dropped.
-    batches: Vec<Option<RecordBatch>>,
+    pub(crate) batches: Vec<Option<RecordBatch>>,
+    /// Per kept batch, per row, whether the row has matched; maintained
+    /// only when `track` (an outer join's preserved side).
+    pub(crate) matched: Vec<Vec<bool>>,
+    track: bool,
     /// Per batch, the watermark at which all its rows can go.
     expiry: Vec<i64>,
     /// Per batch, its index entries.
@@ -78,8 +83,39 @@ impl std::fmt::Debug for HashJoin {
     }
 }
 
+/// A dropped batch of a tracked side and which of its rows matched.
+pub(crate) type Dropped = (RecordBatch, Vec<bool>);
+
+/// Pairs of new rows (by row) and kept rows (by batch, row) with equal keys.
+pub(crate) type Candidates = (Vec<u32>, Vec<(usize, usize)>);
+
 impl Side {
-    fn rows(&self) -> usize {
+    /// An empty side; `track` keeps per-row match flags.
+    pub(crate) fn new(
+        (keys, schema, bounds): (Vec<PhysExpr>, SchemaRef, Vec<SideBound>),
+        track: bool,
+    ) -> Self {
+        Side {
+            keys,
+            schema,
+            bounds,
+            batches: Vec::new(),
+            matched: Vec::new(),
+            track,
+            expiry: Vec::new(),
+            entries: Vec::new(),
+            live_entries: 0,
+            dead_entries: 0,
+            index: FxHashMap::default(),
+        }
+    }
+
+    /// Whether the side keeps per-row match flags.
+    pub(crate) fn tracks(&self) -> bool {
+        self.track
+    }
+
+    pub(crate) fn rows(&self) -> usize {
         self.batches
             .iter()
             .flatten()
@@ -106,7 +142,11 @@ impl Side {
     }
 
     /// Key bytes of every row of `batch`, None where a key is NULL.
-    fn encode(&self, converter: &RowConverter, batch: &RecordBatch) -> Result<Vec<Option<Key>>> {
+    pub(crate) fn encode(
+        &self,
+        converter: &RowConverter,
+        batch: &RecordBatch,
+    ) -> Result<Vec<Option<Key>>> {
         let cols: Vec<ArrayRef> = self
             .keys
             .iter()
@@ -121,9 +161,20 @@ impl Side {
             .collect())
     }
 
-    fn keep(&mut self, batch: RecordBatch, keys: Vec<Option<Key>>) -> Result<()> {
+    /// Keep `batch`, with its rows' match flags when the side tracks them
+    /// (None: none matched yet).
+    pub(crate) fn keep(
+        &mut self,
+        batch: RecordBatch,
+        keys: Vec<Option<Key>>,
+        matched: Option<Vec<bool>>,
+    ) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
+        }
+        if self.track {
+            self.matched
+                .push(matched.unwrap_or_else(|| vec![false; batch.num_rows()]));
         }
         let b = self.batches.len() as u32;
         let mut entries = 0;
@@ -141,11 +192,17 @@ impl Side {
     }
 
     /// Drop the batches the watermark has passed; rebuild when most index
-    /// entries point at dropped batches.
-    fn evict(&mut self, watermark: i64) -> Result<()> {
+    /// entries point at dropped batches. Returns the dropped batches with
+    /// their match flags when the side tracks them (else nothing).
+    pub(crate) fn evict(&mut self, watermark: i64) -> Result<Vec<Dropped>> {
+        let mut dropped = Vec::new();
         for i in 0..self.batches.len() {
             if self.batches[i].is_some() && self.expiry[i] <= watermark {
-                self.batches[i] = None;
+                if let Some(b) = self.batches[i].take() {
+                    if self.track {
+                        dropped.push((b, std::mem::take(&mut self.matched[i])));
+                    }
+                }
                 self.live_entries -= self.entries[i];
                 self.dead_entries += self.entries[i];
             }
@@ -153,21 +210,26 @@ impl Side {
         if self.dead_entries > self.live_entries {
             self.compact();
         }
-        Ok(())
+        Ok(dropped)
     }
 
     /// Remove dropped batches and their index entries, renumbering the rest.
     fn compact(&mut self) {
         let mut remap = vec![u32::MAX; self.batches.len()];
         let (mut batches, mut expiry, mut entries) = (Vec::new(), Vec::new(), Vec::new());
+        let mut matched = Vec::new();
         for (i, b) in self.batches.drain(..).enumerate() {
             if let Some(b) = b {
                 remap[i] = batches.len() as u32;
                 batches.push(Some(b));
                 expiry.push(self.expiry[i]);
                 entries.push(self.entries[i]);
+                if self.track {
+                    matched.push(std::mem::take(&mut self.matched[i]));
+                }
             }
         }
+        self.matched = matched;
         self.index.retain(|_, hits| {
             hits.retain_mut(|(b, _)| match remap[*b as usize] {
                 u32::MAX => false,
@@ -184,8 +246,9 @@ impl Side {
         self.dead_entries = 0;
     }
 
-    fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.batches.clear();
+        self.matched.clear();
         self.expiry.clear();
         self.entries.clear();
         self.index.clear();
@@ -193,8 +256,28 @@ impl Side {
         self.dead_entries = 0;
     }
 
+    /// The kept rows whose key equals a row's of a new batch (`keys`, from
+    /// [`Self::encode`] of the other side): (new row, kept row) pairs.
+    pub(crate) fn candidates(&self, keys: &[Option<Key>]) -> Candidates {
+        let mut mine: Vec<u32> = Vec::new();
+        let mut theirs: Vec<(usize, usize)> = Vec::new();
+        for (row, key) in keys.iter().enumerate() {
+            let Some(hits) = key.as_ref().and_then(|k| self.index.get(k)) else {
+                continue;
+            };
+            for (b, r) in hits {
+                if self.batches[*b as usize].is_none() {
+                    continue;
+                }
+                mine.push(row as u32);
+                theirs.push((*b as usize, *r as usize));
+            }
+        }
+        (mine, theirs)
+    }
+
     /// Columns of the kept rows at `at`, in order.
-    fn gather(&self, at: &[(usize, usize)]) -> Result<Vec<ArrayRef>> {
+    pub(crate) fn gather(&self, at: &[(usize, usize)]) -> Result<Vec<ArrayRef>> {
         (0..self.schema.fields().len())
             .map(|c| {
                 let empty = arrow::array::new_empty_array(self.schema.field(c).data_type());
@@ -209,6 +292,13 @@ impl Side {
     }
 }
 
+/// The converter of a join's key columns to Arrow's row format.
+pub(crate) fn key_converter(key_types: Vec<arrow::datatypes::DataType>) -> Result<RowConverter> {
+    Ok(RowConverter::new(
+        key_types.into_iter().map(SortField::new).collect(),
+    )?)
+}
+
 impl HashJoin {
     /// A join with the given key expressions per side (same types, in
     /// pairs), residual filter over the joined row, and output schema.
@@ -219,21 +309,10 @@ impl HashJoin {
         filter: Option<PhysExpr>,
         schema: SchemaRef,
     ) -> Result<Self> {
-        let side = |(keys, schema, bounds): (Vec<PhysExpr>, SchemaRef, Vec<SideBound>)| Side {
-            keys,
-            schema,
-            bounds,
-            batches: Vec::new(),
-            expiry: Vec::new(),
-            entries: Vec::new(),
-            live_entries: 0,
-            dead_entries: 0,
-            index: FxHashMap::default(),
-        };
         Ok(Self {
-            converter: RowConverter::new(key_types.into_iter().map(SortField::new).collect())?,
-            left: side(left),
-            right: side(right),
+            converter: key_converter(key_types)?,
+            left: Side::new(left, false),
+            right: Side::new(right, false),
             filter,
             schema,
         })
@@ -248,20 +327,7 @@ impl HashJoin {
         from_left: bool,
     ) -> Result<Option<RecordBatch>> {
         let other = if from_left { &self.right } else { &self.left };
-        let mut mine: Vec<u32> = Vec::new();
-        let mut theirs: Vec<(usize, usize)> = Vec::new();
-        for (row, key) in keys.iter().enumerate() {
-            let Some(hits) = key.as_ref().and_then(|k| other.index.get(k)) else {
-                continue;
-            };
-            for (b, r) in hits {
-                if other.batches[*b as usize].is_none() {
-                    continue;
-                }
-                mine.push(row as u32);
-                theirs.push((*b as usize, *r as usize));
-            }
-        }
+        let (mine, theirs) = other.candidates(keys);
         if mine.is_empty() {
             return Ok(None);
         }
@@ -310,7 +376,7 @@ impl StatefulOperator for HashJoin {
         } else {
             &mut self.right
         };
-        side.keep(batch, keys)?;
+        side.keep(batch, keys, None)?;
         Ok(joined.into_iter().collect())
     }
 
@@ -347,7 +413,7 @@ impl StatefulOperator for HashJoin {
             side.clear();
             let batch = RecordBatch::try_new(Arc::clone(&side.schema), batch.columns().to_vec())?;
             let keys = side.encode(&self.converter, &batch)?;
-            side.keep(batch, keys)?;
+            side.keep(batch, keys, None)?;
         }
         Ok(())
     }

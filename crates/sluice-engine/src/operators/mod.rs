@@ -12,6 +12,7 @@ pub mod expr;
 pub mod groups;
 pub mod join;
 pub mod named;
+pub mod outer_join;
 pub mod retract;
 pub mod scope;
 pub mod session;
@@ -29,6 +30,7 @@ use crate::error::{EngineError, Result};
 use expr::{compile, eval_column, eval_predicate, PhysExpr};
 use groups::{AggregateFunctions, KeyCodec};
 use join::HashJoin;
+use outer_join::OuterJoin;
 use retract::ChangelogAggregate;
 use session::SessionAggregate;
 pub use stateful::{restore_part, snapshot_part, snapshot_state_part, Port, StatefulOperator};
@@ -180,30 +182,39 @@ impl Operator {
                 right_bounds,
                 schema,
             } => {
-                let (ls, rs) = (left.schema(), right.schema());
-                let arrow_of = |s: &datafusion::common::DFSchema| Arc::new(s.as_arrow().clone());
-                let left_keys = on
-                    .iter()
-                    .map(|(l, _)| compile(l, ls))
-                    .collect::<Result<Vec<_>>>()?;
-                let right_keys = on
-                    .iter()
-                    .map(|(_, r)| compile(r, rs))
-                    .collect::<Result<Vec<_>>>()?;
-                let key_exprs: Vec<_> = on.iter().map(|(l, _)| l.clone()).collect();
-                let bounds = |b: &[sluice_sql::plan::JoinStateBound],
-                              s: &datafusion::common::DFSchema|
-                 -> Result<Vec<join::SideBound>> {
-                    b.iter()
-                        .map(|b| Ok((compile(&b.expr, s)?, b.other_lag_ms, b.strict)))
-                        .collect()
-                };
+                let (l, r, types) = join_sides(left, right, on, left_bounds, right_bounds)?;
                 let join = HashJoin::new(
-                    (left_keys, arrow_of(ls), bounds(left_bounds, ls)?),
-                    (right_keys, arrow_of(rs), bounds(right_bounds, rs)?),
-                    key_types(&key_exprs, ls)?,
+                    l,
+                    r,
+                    types,
                     filter.as_ref().map(|f| compile(f, schema)).transpose()?,
                     Arc::new(schema.as_arrow().clone()),
+                )?;
+                Operator::stateful(
+                    vec![Operator::compile(left)?, Operator::compile(right)?],
+                    Box::new(join),
+                )
+            }
+            StreamNode::OuterJoin {
+                kind,
+                left,
+                right,
+                on,
+                filter,
+                left_bounds,
+                right_bounds,
+                changelog,
+                schema,
+            } => {
+                let (l, r, types) = join_sides(left, right, on, left_bounds, right_bounds)?;
+                let join = OuterJoin::new(
+                    l,
+                    r,
+                    types,
+                    kind.preserves(),
+                    filter.as_ref().map(|f| compile(f, schema)).transpose()?,
+                    Arc::new(schema.as_arrow().clone()),
+                    *changelog,
                 )?;
                 Operator::stateful(
                     vec![Operator::compile(left)?, Operator::compile(right)?],
@@ -430,6 +441,45 @@ impl Operator {
 }
 
 /// Types of key expressions over an input schema.
+/// One join side as the operators take it: key expressions, schema, bounds.
+type JoinSide = (Vec<PhysExpr>, SchemaRef, Vec<join::SideBound>);
+
+/// Both sides of a join compiled, and its key types.
+fn join_sides(
+    left: &StreamNode,
+    right: &StreamNode,
+    on: &[(
+        datafusion::logical_expr::Expr,
+        datafusion::logical_expr::Expr,
+    )],
+    left_bounds: &[sluice_sql::plan::JoinStateBound],
+    right_bounds: &[sluice_sql::plan::JoinStateBound],
+) -> Result<(JoinSide, JoinSide, Vec<arrow::datatypes::DataType>)> {
+    let (ls, rs) = (left.schema(), right.schema());
+    let arrow_of = |s: &datafusion::common::DFSchema| Arc::new(s.as_arrow().clone());
+    let left_keys = on
+        .iter()
+        .map(|(l, _)| compile(l, ls))
+        .collect::<Result<Vec<_>>>()?;
+    let right_keys = on
+        .iter()
+        .map(|(_, r)| compile(r, rs))
+        .collect::<Result<Vec<_>>>()?;
+    let key_exprs: Vec<_> = on.iter().map(|(l, _)| l.clone()).collect();
+    let bounds = |b: &[sluice_sql::plan::JoinStateBound],
+                  s: &datafusion::common::DFSchema|
+     -> Result<Vec<join::SideBound>> {
+        b.iter()
+            .map(|b| Ok((compile(&b.expr, s)?, b.other_lag_ms, b.strict)))
+            .collect()
+    };
+    Ok((
+        (left_keys, arrow_of(ls), bounds(left_bounds, ls)?),
+        (right_keys, arrow_of(rs), bounds(right_bounds, rs)?),
+        key_types(&key_exprs, ls)?,
+    ))
+}
+
 fn key_types(
     keys: &[datafusion::logical_expr::Expr],
     schema: &datafusion::common::DFSchema,

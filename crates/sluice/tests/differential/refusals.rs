@@ -46,8 +46,8 @@ async fn unknown_function() {
 async fn join() {
     refused(
         &db().await,
-        "CREATE STREAM x AS SELECT l.key FROM src l LEFT JOIN src r ON l.key = r.key",
-        &["Left JOIN in a continuous query (only inner joins are supported)"],
+        "CREATE STREAM x AS SELECT l.key FROM src l LEFT SEMI JOIN src r ON l.key = r.key",
+        &["LeftSemi JOIN in a continuous query (inner, LEFT, RIGHT and FULL OUTER joins are supported)"],
     )
     .await;
     refused(
