@@ -32,6 +32,7 @@ impl StreamPlanner {
         for udf in window_udfs() {
             ctx.register_udf(udf);
         }
+        ctx.register_udf(crate::asof::marker_udf());
         crate::checked::register_aggregates(&ctx);
         for name in catalog.relation_names() {
             if let Some((schema, _)) = catalog.relation(&name) {
@@ -228,10 +229,17 @@ impl Converter<'_> {
             }
             LogicalPlan::Filter(filter) => {
                 // `FROM a, b WHERE ...`: the filter is the join's condition.
-                if let LogicalPlan::Join(join) = filter.input.as_ref() {
+                // An ASOF join's WHERE filters its result instead.
+                let asof = |j: &datafusion::logical_expr::logical_plan::Join| {
+                    j.filter.as_ref().is_some_and(crate::asof::mentions_marker)
+                };
+                match filter.input.as_ref() {
+                    LogicalPlan::Join(join) if !asof(join) => {
                     let mut condition = crate::join::conjuncts(join.filter.as_ref());
                     condition.extend(crate::join::conjuncts(Some(&filter.predicate)));
                     return self.convert_join(join, condition);
+                    }
+                    _ => {}
                 }
                 check_scalar_expr(&filter.predicate)?;
                 let input = self.convert(&filter.input)?;
@@ -298,6 +306,17 @@ impl Converter<'_> {
     ) -> Result<StreamNode> {
         let left = self.convert(&join.left)?;
         let right = self.convert(&join.right)?;
+        if condition.iter().any(|c| crate::asof::mentions_marker(c)) {
+            return crate::asof::asof_node(
+                self.catalog,
+                join.join_type,
+                left,
+                right,
+                &join.on,
+                join.filter.as_ref(),
+                Arc::clone(&join.schema),
+            );
+        }
         crate::join::join_node(
             self.catalog,
             join.join_type,

@@ -1,0 +1,247 @@
+//! `ASOF JOIN` of two sources, in Snowflake's spelling (`MATCH_CONDITION`)
+//! and DuckDB's (the comparison in `ON`), inner and `LEFT`, backward (`>=`,
+//! `>`) and forward (`<=`, `<`), with and without a tolerance.
+//!
+//! DataFusion has no ASOF join, so the batch oracle is plain SQL over the
+//! on-time rows: per left row (numbered by an `id` column), the closest
+//! right time by `max()` (backward) or `min()` (forward) over the matching
+//! right rows, then a join back to every right row of that key at that time
+//! (several right rows at the closest time are all matches, as in Sluice).
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+use crate::common::{
+    appended, block_on, complete, config, drain, ev, event_batch, interval, open, open_tuned,
+    source_ddl, Cell, Event, BASE,
+};
+use crate::gen::{per_cycle, split_late, stream, Stream};
+use crate::oracle::{query, table};
+
+const COLS: &str = "l.key, l.ts AS lts, l.value AS lv, r.ts AS rts, r.value AS rv";
+
+/// One ASOF query of the differential test.
+struct Case {
+    /// Whether the query is written with MATCH_CONDITION.
+    snowflake: bool,
+    left: bool,
+    op: &'static str,
+    tolerance_ms: Option<i64>,
+}
+
+const CASES: [Case; 6] = [
+    Case {
+        snowflake: true,
+        left: false,
+        op: ">=",
+        tolerance_ms: None,
+    },
+    Case {
+        snowflake: false,
+        left: true,
+        op: ">=",
+        tolerance_ms: Some(3_000),
+    },
+    Case {
+        snowflake: false,
+        left: false,
+        op: ">",
+        tolerance_ms: None,
+    },
+    Case {
+        snowflake: true,
+        left: true,
+        op: "<=",
+        tolerance_ms: Some(2_000),
+    },
+    Case {
+        snowflake: true,
+        left: false,
+        op: "<",
+        tolerance_ms: None,
+    },
+    Case {
+        snowflake: false,
+        left: true,
+        op: "<=",
+        tolerance_ms: None,
+    },
+];
+
+impl Case {
+    fn backward(&self) -> bool {
+        self.op.starts_with('>')
+    }
+
+    /// The tolerance conjunct, in the one spelling Sluice reads.
+    fn tolerance(&self) -> String {
+        match self.tolerance_ms {
+            None => String::new(),
+            Some(ms) if self.backward() => format!(" AND r.ts >= l.ts - {}", interval(ms)),
+            Some(ms) => format!(" AND r.ts <= l.ts + {}", interval(ms)),
+        }
+    }
+
+    fn sluice(&self) -> String {
+        let kind = if self.left {
+            "LEFT ASOF JOIN"
+        } else {
+            "ASOF JOIN"
+        };
+        let (op, tol) = (self.op, self.tolerance());
+        if self.snowflake {
+            format!(
+                "SELECT {COLS} FROM l {kind} r MATCH_CONDITION (l.ts {op} r.ts) ON l.key = r.key{tol}"
+            )
+        } else {
+            format!("SELECT {COLS} FROM l {kind} r ON l.key = r.key AND l.ts {op} r.ts{tol}")
+        }
+    }
+
+    fn oracle(&self) -> String {
+        let agg = if self.backward() { "max" } else { "min" };
+        let join = if self.left { "LEFT JOIN" } else { "JOIN" };
+        let (op, tol) = (self.op, self.tolerance());
+        format!(
+            "WITH m AS (SELECT l.id, {agg}(r.ts) AS mts FROM l JOIN r \
+               ON l.key = r.key AND l.ts {op} r.ts{tol} GROUP BY l.id) \
+             SELECT {COLS} FROM l {join} m ON l.id = m.id \
+             {join} r ON r.key = l.key AND r.ts = m.mts"
+        )
+    }
+}
+
+/// The oracle's table of events, each numbered by `id`.
+fn numbered(events: &[Event]) -> sluice::arrow::record_batch::RecordBatch {
+    table(events, &[("id", (0..events.len() as i64).collect())])
+}
+
+async fn asof_joins(left: &Stream, right: &Stream, pc: usize) -> Result<(), TestCaseError> {
+    let mut ddl = format!(
+        "{}; {}",
+        source_ddl("l", left.delay_ms, ""),
+        source_ddl("r", right.delay_ms, "")
+    );
+    for (i, c) in CASES.iter().enumerate() {
+        ddl.push_str(&format!("; CREATE STREAM a{i} AS {}", c.sluice()));
+    }
+    let db = open_tuned(&ddl, pc).await;
+    let mut subs = Vec::new();
+    for i in 0..CASES.len() {
+        subs.push(db.subscribe(&format!("a{i}")).await.expect("subscribe"));
+    }
+    let (l, r) = (
+        db.source("l").await.expect("l"),
+        db.source("r").await.expect("r"),
+    );
+    for i in 0..left.batches.len().max(right.batches.len()) {
+        if let Some(b) = left.batches.get(i) {
+            l.push(event_batch(b)).await.expect("push l");
+        }
+        if let Some(b) = right.batches.get(i) {
+            r.push(event_batch(b)).await.expect("push r");
+        }
+    }
+    l.finish().await.expect("finish l");
+    r.finish().await.expect("finish r");
+    complete(&db).await;
+    db.shutdown().await.expect("shutdown");
+    let tables = [
+        ("l", numbered(&split_late(left).on_time)),
+        ("r", numbered(&split_late(right).on_time)),
+    ];
+    for (sub, c) in subs.iter_mut().zip(&CASES) {
+        let got = appended(&drain(sub).await).map_err(TestCaseError::fail)?;
+        let expected = query(&tables, &c.oracle()).await;
+        prop_assert_eq!(got, expected, "{}", c.sluice());
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn asof_joins_match_batch(left in stream(40), right in stream(40), pc in per_cycle()) {
+        block_on(asof_joins(&left, &right, pc))?;
+    }
+}
+
+/// The rows of a one-source push, for the hand cases.
+fn batch(rows: &[(i64, i64, i64)]) -> sluice::arrow::record_batch::RecordBatch {
+    event_batch(
+        &rows
+            .iter()
+            .map(|(k, t, v)| ev(*k, BASE + t, Some(*v)))
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Exact rows: the latest right row at or before each left row (both
+/// right rows at the closest time for the tie), inner and LEFT.
+#[tokio::test]
+async fn asof_exact_rows() {
+    let db = open(&format!(
+        "{}; {}; \
+         CREATE STREAM i AS SELECT {COLS} FROM l ASOF JOIN r MATCH_CONDITION (l.ts >= r.ts) ON l.key = r.key; \
+         CREATE STREAM o AS SELECT {COLS} FROM l LEFT ASOF JOIN r ON l.key = r.key AND l.ts >= r.ts \
+           AND r.ts >= l.ts - INTERVAL '1' SECOND",
+        source_ddl("l", 0, ""),
+        source_ddl("r", 0, "")
+    ))
+    .await;
+    let mut inner = db.subscribe("i").await.expect("subscribe");
+    let mut outer = db.subscribe("o").await.expect("subscribe");
+    let (l, r) = (
+        db.source("l").await.expect("l"),
+        db.source("r").await.expect("r"),
+    );
+    r.push(batch(&[
+        (1, 100, 10),
+        (1, 500, 11),
+        (2, 300, 20),
+        (1, 500, 12),
+    ]))
+    .await
+    .expect("push r");
+    // key 1 at 600: ties at 500 (two rows); at 400: 100 (300 ms back, within
+    // the tolerance); at 2000: 500, 1500 ms back (too far for `o`); key 2
+    // at 200: nothing at or before; key 3: no right rows at all.
+    l.push(batch(&[
+        (1, 600, 1),
+        (1, 400, 2),
+        (1, 2_000, 3),
+        (2, 200, 4),
+        (3, 700, 5),
+    ]))
+    .await
+    .expect("push l");
+    l.finish().await.expect("finish l");
+    r.finish().await.expect("finish r");
+    complete(&db).await;
+    db.shutdown().await.expect("shutdown");
+    let (i, t) = (Cell::Int, |ms: i64| Cell::Int(BASE + ms));
+    let got = appended(&drain(&mut inner).await).expect("append-only");
+    assert_eq!(
+        got,
+        vec![
+            vec![i(1), t(400), i(2), t(100), i(10)],
+            vec![i(1), t(600), i(1), t(500), i(11)],
+            vec![i(1), t(600), i(1), t(500), i(12)],
+            vec![i(1), t(2_000), i(3), t(500), i(11)],
+            vec![i(1), t(2_000), i(3), t(500), i(12)],
+        ]
+    );
+    let got = appended(&drain(&mut outer).await).expect("append-only");
+    assert_eq!(
+        got,
+        vec![
+            vec![i(1), t(400), i(2), t(100), i(10)],
+            vec![i(1), t(600), i(1), t(500), i(11)],
+            vec![i(1), t(600), i(1), t(500), i(12)],
+            vec![i(1), t(2_000), i(3), Cell::Null, Cell::Null],
+            vec![i(2), t(200), i(4), Cell::Null, Cell::Null],
+            vec![i(3), t(700), i(5), Cell::Null, Cell::Null],
+        ]
+    );
+}
