@@ -339,3 +339,26 @@ pub(crate) fn asof_node(
         schema: Arc::clone(&schema),
     })
 }
+
+/// Refuse the marker anywhere but in a join's condition (a user calling
+/// `__asof_match` directly): it is never executable.
+pub(crate) fn check_marker_placement(plan: &datafusion::logical_expr::LogicalPlan) -> Result<()> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut misplaced = false;
+    plan.apply(|node| {
+        if !matches!(node, datafusion::logical_expr::LogicalPlan::Join(_)) {
+            misplaced |= node.expressions().iter().any(mentions_marker);
+        }
+        Ok(if misplaced {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    if misplaced {
+        return Err(unsupported(format!(
+            "{MARKER}() outside an ASOF JOIN condition (it only marks one); {HOW}"
+        )));
+    }
+    Ok(())
+}

@@ -110,6 +110,7 @@ impl StreamPlanner {
             Box::new(query),
         )));
         let plan = state.statement_to_plan(stmt).await?;
+        crate::asof::check_marker_placement(&plan)?;
         Ok(state
             .analyzer()
             .execute_and_check(plan, state.config_options(), |_, _| {})?)

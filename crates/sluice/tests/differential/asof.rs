@@ -245,3 +245,216 @@ async fn asof_exact_rows() {
         ]
     );
 }
+
+/// The lines of an EXPLAIN statement's output, in order.
+async fn explain_lines(db: &sluice::Database, sql: &str) -> Vec<String> {
+    let out = db.execute(sql).await.expect("explain");
+    out.iter()
+        .flat_map(crate::common::batch_rows)
+        .map(|r| match &r[0] {
+            Cell::Str(s) => s.clone(),
+            other => panic!("not text: {other:?}"),
+        })
+        .collect()
+}
+
+/// EXPLAIN names the ASOF join and when each side's rows are let go.
+#[tokio::test]
+async fn asof_explain_shows_state_bounds() {
+    let db = open(&format!(
+        "{}; {}",
+        source_ddl("l", 1_000, ""),
+        source_ddl("r", 0, "")
+    ))
+    .await;
+    let text = explain_lines(
+        &db,
+        "EXPLAIN CREATE STREAM x AS SELECT l.key, r.value FROM l LEFT ASOF JOIN r \
+         ON l.key = r.key AND l.ts >= r.ts AND r.ts >= l.ts - INTERVAL '5' SECOND",
+    )
+    .await;
+    let at = text
+        .iter()
+        .position(|l| l.contains("AsofJoin:"))
+        .unwrap_or_else(|| panic!("{text:?}"));
+    assert_eq!(
+        text[at].trim(),
+        "AsofJoin: left, on=[l.key = r.key], match=l.ts >= r.ts, tolerance=5000ms"
+    );
+    assert_eq!(
+        text[at + 1].trim(),
+        "left rows: held until watermark - 0ms > l.ts; right rows: per key, the latest at or \
+         before min(watermark - 0ms, held left rows' l.ts) and later ones, none older than that \
+         minus 5000ms"
+    );
+    let text = explain_lines(
+        &db,
+        "EXPLAIN CREATE STREAM y AS SELECT l.key, r.value FROM l ASOF JOIN r \
+         MATCH_CONDITION (l.ts < r.ts) ON l.key = r.key",
+    )
+    .await;
+    let at = text
+        .iter()
+        .position(|l| l.contains("AsofJoin:"))
+        .unwrap_or_else(|| panic!("{text:?}"));
+    assert_eq!(
+        text[at].trim(),
+        "AsofJoin: inner, on=[l.key = r.key], match=l.ts < r.ts"
+    );
+    assert_eq!(
+        text[at + 1].trim(),
+        "left rows: held until watermark - 0ms > their closest match's r.ts (a row with no match \
+         yet waits for one: state grows with unmatched left rows); right rows: per key, those at \
+         or after min(watermark - 0ms, held left rows' l.ts)"
+    );
+}
+
+/// Every refused shape, with the words its error must contain (all
+/// SLC-SQL-002, naming the construct and the supported way).
+#[tokio::test]
+async fn asof_refusals() {
+    let db = open(&format!(
+        "{}; {}; CREATE STREAM c AS SELECT key, COUNT(*) AS n FROM r GROUP BY key",
+        source_ddl("l", 0, ""),
+        source_ddl("r", 0, "")
+    ))
+    .await;
+    let refused = [
+        (
+            "SELECT l.key FROM l RIGHT ASOF JOIN r ON l.key = r.key AND l.ts >= r.ts",
+            "RIGHT ASOF JOIN (only ASOF JOIN and LEFT ASOF JOIN are supported); swap the inputs and write LEFT ASOF JOIN",
+        ),
+        (
+            "SELECT l.key FROM l FULL OUTER ASOF JOIN r ON l.key = r.key AND l.ts >= r.ts",
+            "FULL ASOF JOIN (only ASOF JOIN and LEFT ASOF JOIN are supported)",
+        ),
+        (
+            "SELECT l.key FROM l ASOF JOIN r",
+            "ASOF JOIN without a condition; write l ASOF JOIN r ON l.k = r.k AND l.ts >= r.ts",
+        ),
+        (
+            "SELECT l.key FROM l ASOF JOIN c ON l.key = c.key AND l.ts >= l.ts",
+            "ASOF JOIN over a changelog input",
+        ),
+        (
+            "SELECT l.key FROM l ASOF JOIN r ON l.ts >= r.ts",
+            "an ASOF JOIN without an equality between its two inputs",
+        ),
+        (
+            "SELECT l.key FROM l ASOF JOIN r MATCH_CONDITION (l.value >= r.value) ON l.key = r.key",
+            "both sides must be the inputs' event-time columns",
+        ),
+        (
+            "SELECT l.key FROM l ASOF JOIN r MATCH_CONDITION (l.ts = r.ts) ON l.key = r.key",
+            "it must compare the left input's event time with the right's by >=, >, <= or <",
+        ),
+        (
+            "SELECT l.key FROM l ASOF JOIN r ON l.key = r.key",
+            "an ASOF JOIN without a comparison of the two inputs' event times",
+        ),
+        (
+            "SELECT l.key FROM l ASOF JOIN r ON l.key = r.key AND l.ts >= r.ts AND l.value < r.value",
+            "an ASOF JOIN with more than one comparison of the two inputs' columns",
+        ),
+        (
+            "SELECT l.key FROM l ASOF JOIN r ON l.key = r.key AND l.ts >= r.ts AND r.value > 3",
+            "condition r.value > Int64(3) in an ASOF JOIN (only key equalities, the match condition and one tolerance written r.ts >= l.ts - INTERVAL '...' are allowed)",
+        ),
+        (
+            "SELECT l.key FROM l ASOF JOIN r ON l.key = r.key AND l.ts >= r.ts \
+             AND r.ts <= l.ts + INTERVAL '1' SECOND",
+            "in an ASOF JOIN (only key equalities",
+        ),
+        (
+            "SELECT l.key FROM l ASOF JOIN r ON l.key = r.key AND l.ts >= r.ts OR l.value = 1",
+            "an ASOF JOIN condition that is not a conjunction",
+        ),
+        (
+            "SELECT __asof_match(l.value > 1) AS x FROM l",
+            "__asof_match() outside an ASOF JOIN condition",
+        ),
+    ];
+    for (query, expected) in refused {
+        let sql = format!("CREATE STREAM z AS {query}");
+        let err = db.execute(&sql).await.expect_err(&sql);
+        assert_eq!(err.code(), "SLC-SQL-002", "{sql}: {err}");
+        assert!(err.to_string().contains(expected), "{sql}: {err}");
+    }
+}
+
+async fn open_pair(dir: &std::path::Path) -> sluice::Database {
+    let db = sluice::Database::builder()
+        .state_dir(dir)
+        .set("checkpoint_interval", "1h")
+        .expect("option")
+        .open()
+        .await
+        .expect("open");
+    db.execute(&format!(
+        "{}; {}; CREATE STREAM a AS SELECT {COLS} FROM l ASOF JOIN r \
+         MATCH_CONDITION (l.ts >= r.ts) ON l.key = r.key",
+        source_ddl("l", 0, ""),
+        source_ddl("r", 0, "")
+    ))
+    .await
+    .expect("ddl");
+    db.start().await.expect("start");
+    db
+}
+
+async fn next(sub: &mut sluice::Subscription) -> sluice::ChangeBatch {
+    tokio::time::timeout(std::time::Duration::from_secs(10), sub.next())
+        .await
+        .expect("a batch arrives")
+        .expect("subscription open")
+        .expect("batch")
+}
+
+/// A held left row and the kept right rows survive a checkpoint and a
+/// restart: the row emitted before the checkpoint is not emitted again,
+/// the held one is emitted once after it, matched with a right row of the
+/// first run.
+#[tokio::test]
+async fn asof_across_restore() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (i, t) = (Cell::Int, |ms: i64| Cell::Int(BASE + ms));
+    let db = open_pair(dir.path()).await;
+    let mut sub = db.subscribe("a").await.expect("subscribe");
+    let (l, r) = (
+        db.source("l").await.expect("l"),
+        db.source("r").await.expect("r"),
+    );
+    r.push(batch(&[(1, 100, 10), (1, 500, 11)]))
+        .await
+        .expect("push r");
+    l.push(batch(&[(1, 300, 1), (1, 600, 2)]))
+        .await
+        .expect("push l");
+    // The watermark is 500: the row at 300 is final, the one at 600 held.
+    let first = appended(&[next(&mut sub).await]).expect("append-only");
+    assert_eq!(first, vec![vec![i(1), t(300), i(1), t(100), i(10)]]);
+    db.checkpoint().await.expect("checkpoint");
+    db.abort().await.expect("abort");
+    drop(db);
+
+    let db = open_pair(dir.path()).await;
+    let mut sub = db.subscribe("a").await.expect("subscribe");
+    let (l, r) = (
+        db.source("l").await.expect("l"),
+        db.source("r").await.expect("r"),
+    );
+    r.push(batch(&[(1, 900, 13)])).await.expect("push r");
+    l.push(batch(&[(1, 1_000, 3)])).await.expect("push l");
+    l.finish().await.expect("finish l");
+    r.finish().await.expect("finish r");
+    complete(&db).await;
+    db.shutdown().await.expect("shutdown");
+    let second = appended(&drain(&mut sub).await).expect("append-only");
+    assert_eq!(
+        second,
+        vec![
+            vec![i(1), t(600), i(2), t(500), i(11)],
+            vec![i(1), t(1_000), i(3), t(900), i(13)],
+        ]
+    );
+}
