@@ -432,3 +432,112 @@ impl StatefulOperator for AsofJoin {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use arrow::array::{AsArray, Int64Array};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use datafusion::common::DFSchema;
+    use datafusion::prelude::col;
+
+    use super::*;
+    use crate::operators::expr::compile;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Int64, true),
+            Field::new("ts", DataType::Int64, true),
+        ]))
+    }
+
+    fn side() -> AsofSide {
+        let df = DFSchema::try_from(schema().as_ref().clone()).unwrap();
+        AsofSide {
+            keys: vec![compile(&col("key"), &df).unwrap()],
+            time: compile(&col("ts"), &df).unwrap(),
+            lag_ms: 0,
+            schema: schema(),
+        }
+    }
+
+    fn join(op: AsofOp, tolerance_ms: Option<i64>) -> AsofJoin {
+        let mut fields = schema().fields().to_vec();
+        fields.extend(schema().fields().iter().cloned());
+        AsofJoin::new(
+            side(),
+            side(),
+            vec![DataType::Int64],
+            op,
+            tolerance_ms,
+            false,
+            Arc::new(Schema::new(fields)),
+        )
+        .unwrap()
+    }
+
+    fn rows(rows: &[(i64, i64)]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// (left ts, right ts) of every emitted row.
+    fn pairs(out: Vec<RecordBatch>) -> Vec<(i64, i64)> {
+        out.iter()
+            .flat_map(|b| {
+                let l = b.column(1).as_primitive::<Int64Type>().clone();
+                let r = b.column(3).as_primitive::<Int64Type>().clone();
+                (0..b.num_rows()).map(move |i| (l.value(i), r.value(i)))
+            })
+            .collect()
+    }
+
+    /// Backward: a left row waits until the watermark passes it; right
+    /// rows older than the latest one at or before the earliest held or
+    /// future left row go, and a tolerance drops that one too once it is
+    /// too old for any of them.
+    #[test]
+    fn backward_state_is_freed_by_the_watermark() {
+        let mut j = join(AsofOp::GtEq, Some(5));
+        j.update(RIGHT, rows(&[(1, 10), (1, 20), (1, 30), (2, 5)]))
+            .unwrap();
+        j.update(LEFT, rows(&[(1, 25)])).unwrap();
+        assert!(j.advance(22).unwrap().is_empty());
+        // 10 is older than 20; 5 (key 2) is more than 5 before any left
+        // row still to come.
+        assert_eq!((j.held.len(), j.right_count()), (1, 2), "20 and 30 kept");
+        assert_eq!(pairs(j.advance(26).unwrap()), vec![(25, 20)]);
+        assert_eq!(j.right_count(), 1, "20 too old for a left row at 26");
+        assert!(j.advance(31).unwrap().is_empty());
+        assert_eq!((j.held.len(), j.right_count()), (0, 1), "only 30 kept");
+        j.advance(35).unwrap();
+        assert_eq!(j.right_count(), 1, "a left row at 35 could pick 30");
+        j.advance(36).unwrap();
+        assert_eq!(j.right_count(), 0);
+    }
+
+    /// Forward: a match is final once the watermark passes it; a row with
+    /// no match waits (no tolerance) until the end of the input; right rows
+    /// before every held and future left row go.
+    #[test]
+    fn forward_waits_for_a_final_match() {
+        let mut j = join(AsofOp::LtEq, None);
+        j.update(RIGHT, rows(&[(1, 10), (1, 20)])).unwrap();
+        j.update(LEFT, rows(&[(1, 15), (3, 1)])).unwrap();
+        assert!(j.advance(12).unwrap().is_empty());
+        assert_eq!((j.held.len(), j.right_count()), (2, 1), "10 gone");
+        // 20 could still be beaten by a right row at 15..20 until then.
+        assert!(j.advance(20).unwrap().is_empty());
+        assert_eq!(pairs(j.advance(21).unwrap()), vec![(15, 20)]);
+        assert_eq!((j.held.len(), j.right_count()), (1, 0));
+        assert!(j.advance(i64::MAX).unwrap().is_empty(), "inner: no match");
+        assert_eq!(j.held.len(), 0);
+    }
+}
