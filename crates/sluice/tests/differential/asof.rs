@@ -458,3 +458,62 @@ async fn asof_across_restore() {
         ]
     );
 }
+
+/// A right row exactly at the watermark can still come, so a left row at
+/// the watermark is not final yet (backward), nor is a match at it
+/// (forward): both wait, and then take every right row at the closest time.
+#[tokio::test]
+async fn asof_waits_for_rows_at_the_watermark() {
+    let cols = "l.ts AS lts, l.value AS lv, r.value AS rv";
+    let db = open_tuned(
+        &format!(
+            "{}; {}; CREATE STREAM seen AS SELECT key FROM l; \
+             CREATE STREAM b AS SELECT {cols} FROM l ASOF JOIN r ON l.key = r.key AND l.ts >= r.ts; \
+             CREATE STREAM f AS SELECT {cols} FROM l ASOF JOIN r ON l.key = r.key AND l.ts <= r.ts",
+            source_ddl("l", 0, ""),
+            source_ddl("r", 0, "")
+        ),
+        1,
+    )
+    .await;
+    let mut seen = db.subscribe("seen").await.expect("subscribe");
+    let mut b = db.subscribe("b").await.expect("subscribe");
+    let mut f = db.subscribe("f").await.expect("subscribe");
+    let (l, r) = (
+        db.source("l").await.expect("l"),
+        db.source("r").await.expect("r"),
+    );
+    r.push(batch(&[(1, 500, 1)])).await.expect("push r");
+    l.push(batch(&[(1, 500, 10), (1, 700, 11)]))
+        .await
+        .expect("push l");
+    // The cycle with the left rows has run: the watermark is 500.
+    next(&mut seen).await;
+    r.push(batch(&[(1, 500, 2), (1, 800, 3)]))
+        .await
+        .expect("push r");
+    l.finish().await.expect("finish l");
+    r.finish().await.expect("finish r");
+    complete(&db).await;
+    db.shutdown().await.expect("shutdown");
+    let (i, t) = (Cell::Int, |ms: i64| Cell::Int(BASE + ms));
+    let got = appended(&drain(&mut b).await).expect("append-only");
+    assert_eq!(
+        got,
+        vec![
+            vec![t(500), i(10), i(1)],
+            vec![t(500), i(10), i(2)],
+            vec![t(700), i(11), i(1)],
+            vec![t(700), i(11), i(2)],
+        ]
+    );
+    let got = appended(&drain(&mut f).await).expect("append-only");
+    assert_eq!(
+        got,
+        vec![
+            vec![t(500), i(10), i(1)],
+            vec![t(500), i(10), i(2)],
+            vec![t(700), i(11), i(3)],
+        ]
+    );
+}
