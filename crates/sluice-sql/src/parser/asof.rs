@@ -122,6 +122,11 @@ pub(super) fn rewrite(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> 
                 "MATCH_CONDITION ( ... has no closing parenthesis".into(),
             ));
         };
+        if tok(close + 1).is_some_and(|t| is_word(t, "USING")) {
+            return Err(SqlError::Unsupported(
+                "USING (...) after an ASOF JOIN's MATCH_CONDITION; write ON l.k = r.k".into(),
+            ));
+        }
         edits[solid[j]] = Some(Edit::Replace(vec![Token::make_keyword("ON"), marker]));
         if tok(close + 1).is_some_and(|t| is_word(t, "ON")) {
             edits[solid[close + 1]] = Some(Edit::Replace(vec![Token::make_keyword("AND")]));

@@ -333,6 +333,10 @@ async fn asof_refusals() {
             "ASOF JOIN without a condition; write l ASOF JOIN r ON l.k = r.k AND l.ts >= r.ts",
         ),
         (
+            "SELECT l.key FROM l ASOF JOIN r MATCH_CONDITION (l.ts >= r.ts) USING (key)",
+            "USING (...) after an ASOF JOIN's MATCH_CONDITION; write ON l.k = r.k",
+        ),
+        (
             "SELECT l.key FROM l ASOF JOIN c ON l.key = c.key AND l.ts >= l.ts",
             "ASOF JOIN over a changelog input",
         ),
