@@ -178,20 +178,24 @@ fn batch(rows: &[(i64, i64, i64)]) -> sluice::arrow::record_batch::RecordBatch {
 }
 
 /// Exact rows: the latest right row at or before each left row (both
-/// right rows at the closest time for the tie), inner and LEFT.
+/// right rows at the closest time for the tie), inner, LEFT, and with a
+/// WHERE over the result.
 #[tokio::test]
 async fn asof_exact_rows() {
     let db = open(&format!(
         "{}; {}; \
          CREATE STREAM i AS SELECT {COLS} FROM l ASOF JOIN r MATCH_CONDITION (l.ts >= r.ts) ON l.key = r.key; \
          CREATE STREAM o AS SELECT {COLS} FROM l LEFT ASOF JOIN r ON l.key = r.key AND l.ts >= r.ts \
-           AND r.ts >= l.ts - INTERVAL '1' SECOND",
+           AND r.ts >= l.ts - INTERVAL '1' SECOND; \
+         CREATE STREAM w AS SELECT {COLS} FROM l ASOF JOIN r MATCH_CONDITION (l.ts >= r.ts) \
+           ON l.key = r.key WHERE r.value = 10",
         source_ddl("l", 0, ""),
         source_ddl("r", 0, "")
     ))
     .await;
     let mut inner = db.subscribe("i").await.expect("subscribe");
     let mut outer = db.subscribe("o").await.expect("subscribe");
+    let mut filtered = db.subscribe("w").await.expect("subscribe");
     let (l, r) = (
         db.source("l").await.expect("l"),
         db.source("r").await.expect("r"),
@@ -243,7 +247,10 @@ async fn asof_exact_rows() {
             vec![i(2), t(200), i(4), Cell::Null, Cell::Null],
             vec![i(3), t(700), i(5), Cell::Null, Cell::Null],
         ]
-    );
+    ); // WHERE filters the result: the rows at 600 and 2000 picked 500, so
+       // they are gone, not matched with the older row at 100.
+    let got = appended(&drain(&mut filtered).await).expect("append-only");
+    assert_eq!(got, vec![vec![i(1), t(400), i(2), t(100), i(10)]]);
 }
 
 /// The lines of an EXPLAIN statement's output, in order.
