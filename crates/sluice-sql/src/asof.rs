@@ -89,7 +89,7 @@ fn unsupported(msg: impl Into<String>) -> SqlError {
     SqlError::Unsupported(msg.into())
 }
 
-/// `a op b` as (a, op, b), casts around either side removed.
+/// `a op b` as (a, op, b) when `op` is an ordering comparison.
 fn comparison(e: &Expr) -> Option<(&Expr, Operator, &Expr)> {
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right })
