@@ -108,6 +108,29 @@ impl StreamNode {
                 add_refs(&mut cols, aggregates);
                 input.collect_columns_read(target, Some(cols), read);
             }
+            StreamNode::AsofJoin {
+                left,
+                right,
+                on,
+                left_time,
+                right_time,
+                ..
+            } => {
+                let needed = needed.map(|mut cols| {
+                    add_refs(&mut cols, on.iter().flat_map(|(l, r)| [l, r]));
+                    add_refs(&mut cols, [left_time, right_time]);
+                    cols
+                });
+                for side in [left, right] {
+                    let side_needed = needed.as_ref().map(|cols| {
+                        cols.iter()
+                            .filter(|c| side.schema().has_column(c))
+                            .cloned()
+                            .collect()
+                    });
+                    side.collect_columns_read(target, side_needed, read);
+                }
+            }
             StreamNode::Join {
                 left,
                 right,

@@ -13,6 +13,7 @@
 //! also written as Flink's window table-valued functions (`TABLE(TUMBLE(...))`).
 
 pub mod accumulators;
+mod asof;
 pub mod ast;
 pub mod bounds;
 pub mod catalog;

@@ -157,6 +157,39 @@ impl OuterKind {
     }
 }
 
+/// How an ASOF join's match condition compares the left row's time `l`
+/// with the right row's `r`: `l >= r` (and `>`) matches the latest right
+/// row at (or before) the left row, `l <= r` (and `<`) the earliest at (or
+/// after) it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsofOp {
+    /// `l.ts >= r.ts`.
+    GtEq,
+    /// `l.ts > r.ts`.
+    Gt,
+    /// `l.ts <= r.ts`.
+    LtEq,
+    /// `l.ts < r.ts`.
+    Lt,
+}
+
+impl AsofOp {
+    /// The SQL operator.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AsofOp::GtEq => ">=",
+            AsofOp::Gt => ">",
+            AsofOp::LtEq => "<=",
+            AsofOp::Lt => "<",
+        }
+    }
+
+    /// Whether the match is the latest right row before the left row.
+    pub fn backward(self) -> bool {
+        matches!(self, AsofOp::GtEq | AsofOp::Gt)
+    }
+}
+
 /// One operator of a continuous query.
 #[derive(Debug, Clone)]
 pub enum StreamNode {
@@ -257,6 +290,35 @@ pub enum StreamNode {
         /// where padded), then the change column when `changelog`.
         schema: DFSchemaRef,
     },
+    /// ASOF join of two append-only inputs: each left row with the right
+    /// rows of equal (non-NULL) key whose time is the closest one
+    /// satisfying `left_time op right_time` (and the tolerance), emitted once
+    /// the watermark makes that match final. Append-only output.
+    AsofJoin {
+        /// Left input.
+        left: Box<StreamNode>,
+        /// Right input.
+        right: Box<StreamNode>,
+        /// Key pairs (left expr, right expr), of the same type.
+        on: Vec<(Expr, Expr)>,
+        /// The left input's event-time column.
+        left_time: Expr,
+        /// The right input's event-time column.
+        right_time: Expr,
+        /// How the times compare.
+        op: AsofOp,
+        /// At most this far apart (ms), when given.
+        tolerance_ms: Option<i64>,
+        /// `LEFT ASOF JOIN`: left rows without a match are emitted with
+        /// NULLs for the right columns.
+        keep_unmatched: bool,
+        /// Future left rows have `left_time >= watermark - left_lag_ms`.
+        left_lag_ms: i64,
+        /// Future right rows have `right_time >= watermark - right_lag_ms`.
+        right_lag_ms: i64,
+        /// Output schema: the left columns, then the right ones.
+        schema: DFSchemaRef,
+    },
     /// Non-windowed `GROUP BY`: an updating aggregate with changelog output.
     Aggregate {
         /// Input operator.
@@ -291,6 +353,7 @@ impl StreamNode {
             | StreamNode::WindowAggregate { schema, .. }
             | StreamNode::Join { schema, .. }
             | StreamNode::OuterJoin { schema, .. }
+            | StreamNode::AsofJoin { schema, .. }
             | StreamNode::Aggregate { schema, .. }
             | StreamNode::Distinct { schema, .. } => schema,
             StreamNode::Filter { input, .. } => input.schema(),
@@ -308,7 +371,9 @@ impl StreamNode {
             StreamNode::WindowAggregate { emit, .. } => *emit == EmitMode::Changes,
             StreamNode::Aggregate { .. } => true,
             StreamNode::OuterJoin { changelog, .. } => *changelog,
-            StreamNode::Join { .. } | StreamNode::Distinct { .. } => false,
+            StreamNode::Join { .. } | StreamNode::AsofJoin { .. } | StreamNode::Distinct { .. } => {
+                false
+            }
         }
     }
 
@@ -334,7 +399,9 @@ impl StreamNode {
             | StreamNode::Aggregate { input, .. }
             | StreamNode::Distinct { input, .. } => input.collect_inputs(out),
             StreamNode::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_inputs(out)),
-            StreamNode::Join { left, right, .. } | StreamNode::OuterJoin { left, right, .. } => {
+            StreamNode::Join { left, right, .. }
+            | StreamNode::OuterJoin { left, right, .. }
+            | StreamNode::AsofJoin { left, right, .. } => {
                 left.collect_inputs(out);
                 right.collect_inputs(out);
             }
@@ -457,6 +524,60 @@ impl StreamNode {
                     grows(left_bounds, "left"),
                     grows(right_bounds, "right")
                 )?;
+                left.fmt_indent(f, depth + 1)?;
+                right.fmt_indent(f, depth + 1)?;
+            }
+            StreamNode::AsofJoin {
+                left,
+                right,
+                on,
+                left_time,
+                right_time,
+                op,
+                tolerance_ms,
+                keep_unmatched,
+                left_lag_ms,
+                right_lag_ms,
+                ..
+            } => {
+                let keys = on
+                    .iter()
+                    .map(|(l, r)| format!("{l} = {r}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let kind = if *keep_unmatched { "left" } else { "inner" };
+                let tol = tolerance_ms.map_or(String::new(), |t| format!(", tolerance={t}ms"));
+                writeln!(
+                    f,
+                    "{pad}AsofJoin: {kind}, on=[{keys}], match={left_time} {} {right_time}{tol}",
+                    op.as_str()
+                )?;
+                let (lrows, rrows) = if op.backward() {
+                    (
+                        format!(
+                            "held until watermark - {right_lag_ms}ms {} {left_time}",
+                            if *op == AsofOp::Gt { ">=" } else { ">" }
+                        ),
+                        format!(
+                            "per key, the latest at or before min(watermark - {left_lag_ms}ms, held left rows' {left_time}) and later ones{}",
+                            tolerance_ms.map_or(String::new(), |t| format!(", none older than that minus {t}ms"))
+                        ),
+                    )
+                } else {
+                    (
+                        format!(
+                            "held until watermark - {right_lag_ms}ms > their closest match's {right_time}{}",
+                            match tolerance_ms {
+                                Some(t) => format!(" or > {left_time} + {t}ms"),
+                                None => " (a row with no match yet waits for one: state grows with unmatched left rows)".to_string(),
+                            }
+                        ),
+                        format!(
+                            "per key, those at or after min(watermark - {left_lag_ms}ms, held left rows' {left_time})"
+                        ),
+                    )
+                };
+                writeln!(f, "{pad}  left rows: {lrows}; right rows: {rrows}")?;
                 left.fmt_indent(f, depth + 1)?;
                 right.fmt_indent(f, depth + 1)?;
             }

@@ -32,6 +32,7 @@ impl StreamPlanner {
         for udf in window_udfs() {
             ctx.register_udf(udf);
         }
+        ctx.register_udf(crate::asof::marker_udf());
         crate::checked::register_aggregates(&ctx);
         for name in catalog.relation_names() {
             if let Some((schema, _)) = catalog.relation(&name) {
@@ -109,6 +110,7 @@ impl StreamPlanner {
             Box::new(query),
         )));
         let plan = state.statement_to_plan(stmt).await?;
+        crate::asof::check_marker_placement(&plan)?;
         Ok(state
             .analyzer()
             .execute_and_check(plan, state.config_options(), |_, _| {})?)
@@ -229,10 +231,15 @@ impl Converter<'_> {
             LogicalPlan::Filter(filter) => {
                 // `FROM a, b WHERE ...`: the filter is the join's condition
                 // (of an inner join only: WHERE over an outer join also
-                // removes padded rows, which ON would keep).
+                // removes padded rows, which ON would keep). An ASOF join's
+                // WHERE filters its result instead.
+                let asof = |j: &datafusion::logical_expr::logical_plan::Join| {
+                    j.filter.as_ref().is_some_and(crate::asof::mentions_marker)
+                };
                 match filter.input.as_ref() {
                     LogicalPlan::Join(join)
-                        if join.join_type == datafusion::logical_expr::JoinType::Inner =>
+                        if join.join_type == datafusion::logical_expr::JoinType::Inner
+                            && !asof(join) =>
                     {
                         let mut condition = crate::join::conjuncts(join.filter.as_ref());
                         condition.extend(crate::join::conjuncts(Some(&filter.predicate)));
@@ -305,6 +312,17 @@ impl Converter<'_> {
     ) -> Result<StreamNode> {
         let left = self.convert(&join.left)?;
         let right = self.convert(&join.right)?;
+        if condition.iter().any(|c| crate::asof::mentions_marker(c)) {
+            return crate::asof::asof_node(
+                self.catalog,
+                join.join_type,
+                left,
+                right,
+                &join.on,
+                join.filter.as_ref(),
+                Arc::clone(&join.schema),
+            );
+        }
         crate::join::join_node(
             self.catalog,
             join.join_type,

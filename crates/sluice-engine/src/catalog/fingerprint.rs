@@ -538,6 +538,37 @@ impl Enc {
                     schema,
                 );
             }
+            StreamNode::AsofJoin {
+                left,
+                right,
+                on,
+                left_time,
+                right_time,
+                op,
+                tolerance_ms,
+                keep_unmatched,
+                left_lag_ms,
+                right_lag_ms,
+                schema,
+            } => {
+                e.tag("asof_join");
+                e.list(on.iter(), |e, (l, r)| {
+                    e.group(|e| {
+                        e.expr(l, left.schema());
+                        e.expr(r, right.schema());
+                    })
+                });
+                e.expr(left_time, left.schema());
+                e.expr(right_time, right.schema());
+                e.tag(op.as_str());
+                e.opt(tolerance_ms.as_ref(), |e, t| e.int(*t));
+                e.bool(*keep_unmatched);
+                e.int(*left_lag_ms);
+                e.int(*right_lag_ms);
+                e.schema(schema);
+                e.node(left);
+                e.node(right);
+            }
             StreamNode::Distinct {
                 input,
                 keys,

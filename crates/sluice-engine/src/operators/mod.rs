@@ -6,6 +6,7 @@
 //! [`StatefulOperator`], so the tree walks below (run, snapshot, restore)
 //! treat them all alike.
 
+pub mod asof;
 pub mod changelog;
 pub mod distinct;
 pub mod expr;
@@ -219,6 +220,57 @@ impl Operator {
                 Operator::stateful(
                     vec![Operator::compile(left)?, Operator::compile(right)?],
                     Box::new(join),
+                )
+            }
+            StreamNode::AsofJoin {
+                left,
+                right,
+                on,
+                left_time,
+                right_time,
+                op,
+                tolerance_ms,
+                keep_unmatched,
+                left_lag_ms,
+                right_lag_ms,
+                schema,
+            } => {
+                let side =
+                    |n: &StreamNode, keys: Vec<&datafusion::logical_expr::Expr>, time, lag_ms| {
+                        let s = n.schema();
+                        Ok::<_, EngineError>(asof::AsofSide {
+                            keys: keys
+                                .into_iter()
+                                .map(|k| compile(k, s))
+                                .collect::<Result<_>>()?,
+                            time: compile(time, s)?,
+                            lag_ms,
+                            schema: Arc::new(s.as_arrow().clone()),
+                        })
+                    };
+                let key_exprs: Vec<_> = on.iter().map(|(l, _)| l.clone()).collect();
+                let op = asof::AsofJoin::new(
+                    side(
+                        left,
+                        on.iter().map(|(l, _)| l).collect(),
+                        left_time,
+                        *left_lag_ms,
+                    )?,
+                    side(
+                        right,
+                        on.iter().map(|(_, r)| r).collect(),
+                        right_time,
+                        *right_lag_ms,
+                    )?,
+                    key_types(&key_exprs, left.schema())?,
+                    *op,
+                    *tolerance_ms,
+                    *keep_unmatched,
+                    Arc::new(schema.as_arrow().clone()),
+                )?;
+                Operator::stateful(
+                    vec![Operator::compile(left)?, Operator::compile(right)?],
+                    Box::new(op),
                 )
             }
             StreamNode::Distinct {

@@ -22,6 +22,7 @@ use crate::ast::{
 use crate::error::{Result, SqlError};
 use crate::types::arrow_type;
 
+mod asof;
 mod process_function;
 mod window_tvf;
 
@@ -165,6 +166,7 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     if lead(0, "CREATE") && (lead(1, "STREAM") || (lead(1, "MATERIALIZED") && lead(2, "VIEW"))) {
         let (tokens, emit) = split_emit_clause(tokens)?;
         let tokens = window_tvf::strip_table_arguments(tokens)?;
+        let tokens = asof::rewrite(tokens)?;
         let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens);
         return parse_create_stream(&mut p, emit);
     }

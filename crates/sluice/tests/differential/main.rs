@@ -7,6 +7,7 @@
 //! rows, and computes the expected final result in batch. Deterministic tests
 //! cover late data, idleness, DROP while running and refused statements.
 
+mod asof;
 mod changelog_aggregates;
 mod changes;
 mod checkpointing;
