@@ -21,5 +21,6 @@ mod refusals;
 mod relational;
 mod scalar_candidates;
 mod scalar_registry;
+mod top_n;
 mod window_tvfs;
 mod windows;
