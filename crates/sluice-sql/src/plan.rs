@@ -470,11 +470,13 @@ impl StreamNode {
                     .join(", ");
                 let how = match mode {
                     TopNMode::Windowed { key, lag_ms } => format!(
-                        "emit=on window close; state: {limit} rows per partition, freed once the watermark passes {} + {lag_ms}ms",
-                        partition.get(*key).map(|e| e.to_string()).unwrap_or_default()
+                        "emit=on window close; state: {limit} rows per partition, freed once the watermark passes {}{}",
+                        partition.get(*key).map(|e| e.to_string()).unwrap_or_default(),
+                        signed_ms(*lag_ms)
                     ),
                     TopNMode::FirstByTime { lag_ms } => format!(
-                        "emit=first rows by event time once the watermark passes them + {lag_ms}ms; state grows with distinct partition keys (a count each, never freed)"
+                        "emit=first rows by event time once the watermark passes them{}; state grows with distinct partition keys (a count each, never freed)",
+                        signed_ms(*lag_ms)
                     ),
                     TopNMode::Changelog => format!(
                         "emit=changes; state grows with distinct partition keys ({limit} rows each, never freed)"
@@ -489,6 +491,15 @@ impl StreamNode {
             }
         }
         Ok(())
+    }
+}
+
+/// A lag as EXPLAIN shows it after a value: ` + 5000ms`, ` - 1ms`, or nothing.
+fn signed_ms(ms: i64) -> String {
+    match ms.cmp(&0) {
+        std::cmp::Ordering::Less => format!(" - {}ms", ms.unsigned_abs()),
+        std::cmp::Ordering::Equal => String::new(),
+        std::cmp::Ordering::Greater => format!(" + {ms}ms"),
     }
 }
 

@@ -277,10 +277,11 @@ impl Converter<'_> {
                 self.saw_aggregate = true;
                 self.convert_distinct(input)
             }
-            LogicalPlan::Distinct(Distinct::On(_)) => Err(SqlError::Unsupported(format!(
-                "SELECT DISTINCT ON in a continuous query; keep the first row per key with {}",
-                crate::top_n::DEDUP
-            ))),
+            LogicalPlan::Distinct(Distinct::On(d)) => {
+                let input = self.convert(&d.input)?;
+                let times = crate::bounds::time_columns(&input, self.catalog);
+                crate::top_n::distinct_on_node(d, input, &times)
+            }
             LogicalPlan::Sort(_) => Err(SqlError::Unsupported(format!(
                 "ORDER BY in a continuous query (a stream has no end to sort by); for the first rows per key or window write {}",
                 crate::top_n::SUPPORTED

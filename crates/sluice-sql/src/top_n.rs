@@ -21,14 +21,17 @@
 //! - otherwise the result is a changelog: a row that enters the top N is
 //!   inserted, one pushed out (or renumbered) is retracted.
 
-use datafusion::common::{Column, ScalarValue};
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::{Column, DFSchema, DFSchemaRef, ScalarValue};
 use datafusion::logical_expr::expr::WindowFunctionDefinition;
-use datafusion::logical_expr::logical_plan::{Filter, Window};
-use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
+use datafusion::logical_expr::logical_plan::{DistinctOn, Filter, Window};
+use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, SortExpr};
 
 use crate::bounds::TimeColumn;
 use crate::error::{Result, SqlError};
-use crate::plan::{StreamNode, TopNMode, WindowKind};
+use crate::plan::{StreamNode, TopNMode, WindowKind, CHANGE_COLUMN};
 use crate::planner::window_call;
 use crate::window_udf::WindowFunction;
 
@@ -107,7 +110,7 @@ fn column_of(e: &Expr) -> Option<&Column> {
 
 fn literal_of(e: &Expr) -> Option<i128> {
     match e {
-        Expr::Literal(v, _) => match v.cast_to(&arrow::datatypes::DataType::Int64).ok()? {
+        Expr::Literal(v, _) => match v.cast_to(&DataType::Int64).ok()? {
             ScalarValue::Int64(Some(n)) => Some(i128::from(n)),
             _ => None,
         },
@@ -188,9 +191,83 @@ pub(crate) fn top_n_node(
             "a top-N (ROW_NUMBER() OVER ...) over a changelog input (an EMIT CHANGES stream or a non-windowed GROUP BY); rank an append-only input, such as a windowed aggregation: {SUPPORTED}"
         )));
     }
+    build(
+        &p.partition_by,
+        &p.order_by,
+        limit,
+        input,
+        times,
+        &window.schema,
+    )
+}
+
+/// `SELECT DISTINCT ON (k) ... ORDER BY k, ts`: the first row per `k` in
+/// that order, which is the top-1 of partition `k`; the selected columns
+/// are then computed from it.
+pub(crate) fn distinct_on_node(
+    d: &DistinctOn,
+    input: StreamNode,
+    times: &[TimeColumn],
+) -> Result<StreamNode> {
+    let Some(order) = d.sort_expr.as_ref().filter(|o| !o.is_empty()) else {
+        return Err(SqlError::Unsupported(format!(
+            "SELECT DISTINCT ON without ORDER BY: which row is kept per key would be arbitrary; add ORDER BY the keys then the column that picks the row, or write {DEDUP}"
+        )));
+    };
+    if input.is_changelog() {
+        return Err(SqlError::Unsupported(format!(
+            "SELECT DISTINCT ON over a changelog input (an EMIT CHANGES stream or a non-windowed GROUP BY); write {DEDUP} over an append-only input"
+        )));
+    }
+    for e in &d.select_expr {
+        crate::window_udf::check_scalar_expr(e)?;
+    }
+    // The leading keys are constant within a partition: what orders its
+    // rows is the rest (so `ORDER BY k, ts` is first by event time).
+    let skip = order
+        .iter()
+        .take_while(|s| d.on_expr.contains(&s.expr))
+        .count()
+        .min(order.len() - 1);
+    let order = &order[skip..];
+    let rank = DFSchema::try_from(Schema::new(vec![Field::new(
+        "__row_number",
+        DataType::UInt64,
+        false,
+    )]))?;
+    let ranked = Arc::new(input.schema().join(&rank)?);
+    let top = build(&d.on_expr, order, 1, input, times, &ranked)?;
+    let changelog = top.is_changelog();
+    let mut exprs = d.select_expr.clone();
+    let schema = if changelog {
+        let (q, _) = top
+            .schema()
+            .qualified_field_with_unqualified_name(CHANGE_COLUMN)?;
+        exprs.push(Expr::Column(Column::new(q.cloned(), CHANGE_COLUMN)));
+        crate::planner::with_change_column(&d.schema)?
+    } else {
+        Arc::clone(&d.schema)
+    };
+    Ok(StreamNode::Project {
+        input: Box::new(top),
+        exprs,
+        schema,
+    })
+}
+
+/// The top-N node: the mode from what bounds the partition or the order;
+/// `ranked` is the input schema plus the row number.
+fn build(
+    partition: &[Expr],
+    order: &[SortExpr],
+    limit: usize,
+    input: StreamNode,
+    times: &[TimeColumn],
+    ranked: &DFSchemaRef,
+) -> Result<StreamNode> {
     let schema = input.schema();
     let mut windowed = None;
-    for (i, e) in p.partition_by.iter().enumerate() {
+    for (i, e) in partition.iter().enumerate() {
         crate::window_udf::check_scalar_expr(e)?;
         if let Some(lag_ms) = partition_lag(e, schema, times)? {
             if windowed.is_none_or(|(_, l)| lag_ms < l) {
@@ -198,10 +275,14 @@ pub(crate) fn top_n_node(
             }
         }
     }
-    for s in &p.order_by {
+    for s in order {
         crate::window_udf::check_scalar_expr(&s.expr)?;
     }
-    let first = &p.order_by[0];
+    let Some(first) = order.first() else {
+        return Err(SqlError::Unsupported(format!(
+            "a top-N without ORDER BY; write {SUPPORTED}"
+        )));
+    };
     let mode = match windowed {
         Some((key, lag_ms)) => TopNMode::Windowed { key, lag_ms },
         None => match time_lag(&first.expr, times) {
@@ -211,14 +292,14 @@ pub(crate) fn top_n_node(
         },
     };
     let out = if mode == TopNMode::Changelog {
-        crate::planner::with_change_column(&window.schema)?
+        crate::planner::with_change_column(ranked)?
     } else {
-        std::sync::Arc::clone(&window.schema)
+        Arc::clone(ranked)
     };
     Ok(StreamNode::TopN {
         input: Box::new(input),
-        partition: p.partition_by.clone(),
-        order: p.order_by.clone(),
+        partition: partition.to_vec(),
+        order: order.to_vec(),
         limit,
         mode,
         schema: out,

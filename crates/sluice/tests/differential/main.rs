@@ -22,5 +22,6 @@ mod relational;
 mod scalar_candidates;
 mod scalar_registry;
 mod top_n;
+mod top_n_cases;
 mod window_tvfs;
 mod windows;

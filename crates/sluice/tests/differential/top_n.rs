@@ -29,16 +29,25 @@ const WHOLE_ROWS: &str = "SELECT * FROM (SELECT key, ts, value, \
 const FIRST: &str = "SELECT key, ts, rn FROM (SELECT key, ts, value, \
      ROW_NUMBER() OVER (PARTITION BY key ORDER BY ts) AS rn FROM src) WHERE rn <= 2";
 
+/// `DISTINCT ON` keeping the first row by event time (append-only) and
+/// the largest value (a changelog).
+const DISTINCT_ON_FIRST: &str = "SELECT DISTINCT ON (key) key, ts FROM src ORDER BY key, ts";
+const DISTINCT_ON_MAX: &str =
+    "SELECT DISTINCT ON (key % 3) key % 3 AS k, value FROM src ORDER BY key % 3, value DESC";
+
 async fn changelog(s: &Stream, pc: usize) -> Result<(), TestCaseError> {
     let ddl = format!(
         "{}; CREATE STREAM per_key AS {PER_KEY}; CREATE STREAM whole AS {WHOLE_ROWS}; \
-         CREATE MATERIALIZED VIEW per_key_view AS {PER_KEY}; CREATE STREAM first AS {FIRST}",
+         CREATE MATERIALIZED VIEW per_key_view AS {PER_KEY}; CREATE STREAM first AS {FIRST}; \
+         CREATE STREAM on_first AS {DISTINCT_ON_FIRST}; CREATE STREAM on_max AS {DISTINCT_ON_MAX}",
         source_ddl("src", s.delay_ms, "")
     );
     let db = open_tuned(&ddl, pc).await;
     let mut per_key = db.subscribe("per_key").await.expect("subscribe");
     let mut whole = db.subscribe("whole").await.expect("subscribe");
     let mut first = db.subscribe("first").await.expect("subscribe");
+    let mut on_first = db.subscribe("on_first").await.expect("subscribe");
+    let mut on_max = db.subscribe("on_max").await.expect("subscribe");
     push_all(&db, "src", &s.batches).await;
     complete(&db).await;
     let view = select(&db, "SELECT * FROM per_key_view").await;
@@ -47,6 +56,8 @@ async fn changelog(s: &Stream, pc: usize) -> Result<(), TestCaseError> {
     let per_key = fold(&drain(&mut per_key).await).map_err(fail)?;
     let whole = fold(&drain(&mut whole).await).map_err(fail)?;
     let first = appended(&drain(&mut first).await).map_err(fail)?;
+    let on_first = appended(&drain(&mut on_first).await).map_err(fail)?;
+    let on_max = fold(&drain(&mut on_max).await).map_err(fail)?;
     let tables = [("src", table(&split_late(s).on_time, &[]))];
     let expected = query(&tables, PER_KEY).await;
     prop_assert_eq!(&per_key, &expected, "folded per-key top-N vs batch");
@@ -57,6 +68,16 @@ async fn changelog(s: &Stream, pc: usize) -> Result<(), TestCaseError> {
         "whole rows vs batch"
     );
     prop_assert_eq!(&first, &query(&tables, FIRST).await, "first rows vs batch");
+    prop_assert_eq!(
+        &on_first,
+        &query(&tables, DISTINCT_ON_FIRST).await,
+        "DISTINCT ON first by time vs batch"
+    );
+    prop_assert_eq!(
+        &on_max,
+        &query(&tables, DISTINCT_ON_MAX).await,
+        "DISTINCT ON largest vs batch"
+    );
     Ok(())
 }
 
