@@ -184,9 +184,14 @@ async fn first_by_time_across_restore() {
     let mut sub = db.subscribe("d").await.expect("subscribe");
     // Key 1 (done) gets more rows; key 2 two more, after its first.
     push(&db, &[(1, 400, 12), (2, 350, 21), (2, 320, 22)]).await;
-    push(&db, &[(3, 1_000, 30)]).await;
     let got = appended(&[next(&mut sub).await]).expect("append-only");
     assert_eq!(got, vec![row(2, 20, 1), row(2, 22, 2)]);
+    // The watermark passes key 1's row at 400, which must stay unemitted:
+    // the next batch is key 3's first row, once a later row passes it.
+    push(&db, &[(3, 1_000, 30)]).await;
+    push(&db, &[(4, 2_000, 40)]).await;
+    let got = appended(&[next(&mut sub).await]).expect("append-only");
+    assert_eq!(got, vec![row(3, 30, 1)]);
     db.abort().await.expect("abort");
 }
 
