@@ -17,12 +17,13 @@
 //!   is compared rank by rank with what was emitted before: a (row, rank)
 //!   that is gone is retracted, a new one inserted.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, Int64Array, UInt64Array, UInt8Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type, UInt8Type};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{RowConverter, SortField};
 use rustc_hash::{FxHashMap, FxHashSet};
 use sluice_sql::TopNMode;
 
@@ -84,6 +85,9 @@ pub struct TopN {
     /// Partitions with rows not yet emitted (`FirstByTime`) or changed
     /// since last emitted (`Changelog`).
     dirty: FxHashSet<Box<[u8]>>,
+    /// `Windowed`: partition keys by partition time (NULL as `i64::MAX`),
+    /// so closing them visits only the windows the watermark passed.
+    closing: BTreeMap<i64, Vec<Box<[u8]>>>,
     watermark: i64,
     late: u64,
 }
@@ -92,11 +96,6 @@ pub struct TopN {
 /// is final only at the end of input.
 fn passed(time: Option<i64>, lag: i64, watermark: i64) -> bool {
     watermark == i64::MAX || time.is_some_and(|t| t.saturating_add(lag) < watermark)
-}
-
-fn row_bytes(rows: Option<&Rows>, i: usize) -> Box<[u8]> {
-    rows.map(|r| Box::from(r.row(i).as_ref()))
-        .unwrap_or_default()
 }
 
 impl TopN {
@@ -127,6 +126,7 @@ impl TopN {
             payload_rows,
             parts: FxHashMap::default(),
             dirty: FxHashSet::default(),
+            closing: BTreeMap::new(),
             watermark: i64::MIN,
             late: 0,
         })
@@ -150,23 +150,47 @@ impl TopN {
         }
     }
 
-    /// Put `entry` in partition `key`'s sorted rows if it ranks among the
-    /// rows still to fill.
-    fn insert(&mut self, key: Box<[u8]>, entry: Entry) {
+    /// Put the row (`order`, `payload`) in partition `key`'s sorted rows
+    /// if it ranks among the rows still to fill; nothing is allocated for a
+    /// row that does not.
+    fn insert(&mut self, key: &[u8], order: &[u8], payload: &[u8], time: Option<i64>) {
         let windowed = matches!(self.def.mode, TopNMode::Windowed { .. });
-        let part = self.parts.entry(key.clone()).or_insert_with(|| Partition {
-            time: if windowed { entry.time } else { None },
-            ..Partition::default()
-        });
+        let part = match self.parts.get_mut(key) {
+            Some(p) => p,
+            None => {
+                if windowed {
+                    self.closing
+                        .entry(time.unwrap_or(i64::MAX))
+                        .or_default()
+                        .push(Box::from(key));
+                }
+                self.parts
+                    .entry(Box::from(key))
+                    .or_insert_with(|| Partition {
+                        time: if windowed { time } else { None },
+                        ..Partition::default()
+                    })
+            }
+        };
         let cap = self.def.limit.saturating_sub(part.emitted);
-        let pos = part.rows.binary_search(&entry).unwrap_or_else(|p| p);
+        let pos = part
+            .rows
+            .binary_search_by(|e| (&*e.order, &*e.payload).cmp(&(order, payload)))
+            .unwrap_or_else(|p| p);
         if pos >= cap {
             return;
         }
-        part.rows.insert(pos, entry);
+        part.rows.insert(
+            pos,
+            Entry {
+                order: Box::from(order),
+                payload: Box::from(payload),
+                time,
+            },
+        );
         part.rows.truncate(cap);
-        if !windowed {
-            self.dirty.insert(key);
+        if !windowed && !self.dirty.contains(key) {
+            self.dirty.insert(Box::from(key));
         }
     }
 
@@ -189,13 +213,22 @@ impl TopN {
 
     fn advance_windowed(&mut self, lag: i64) -> Result<Vec<RecordBatch>> {
         let wm = self.watermark;
-        let closed: Vec<Box<[u8]>> = self
-            .parts
-            .iter()
-            .filter(|(_, p)| passed(p.time, lag, wm))
-            .map(|(k, _)| k.clone())
+        // Times `t` with `t + lag < wm` (all of them at the end of input).
+        let open_from = if wm == i64::MAX {
+            i64::MAX
+        } else {
+            wm.saturating_sub(lag)
+        };
+        let mut closed = self.closing.split_off(&open_from);
+        std::mem::swap(&mut closed, &mut self.closing);
+        if wm == i64::MAX {
+            closed.append(&mut self.closing);
+        }
+        let gone: Vec<Partition> = closed
+            .into_values()
+            .flatten()
+            .filter_map(|k| self.parts.remove(&k))
             .collect();
-        let gone: Vec<Partition> = closed.iter().filter_map(|k| self.parts.remove(k)).collect();
         let rows: Vec<(&[u8], u64, Op)> = gone
             .iter()
             .flat_map(|p| {
@@ -304,12 +337,8 @@ impl StatefulOperator for TopN {
                 self.late += 1;
                 continue;
             }
-            let entry = Entry {
-                order: Box::from(order.row(i).as_ref()),
-                payload: Box::from(payload.row(i).as_ref()),
-                time,
-            };
-            self.insert(row_bytes(partition.as_ref(), i), entry);
+            let key = partition.as_ref().map_or(&[][..], |p| p.row(i).data());
+            self.insert(key, order.row(i).data(), payload.row(i).data(), time);
         }
         Ok(vec![])
     }
@@ -349,9 +378,16 @@ impl StatefulOperator for TopN {
                 self.parts.len()
             )));
         }
+        self.closing.clear();
         for (k, p) in &self.parts {
             let pending = match self.def.mode {
-                TopNMode::Windowed { .. } => false,
+                TopNMode::Windowed { .. } => {
+                    self.closing
+                        .entry(p.time.unwrap_or(i64::MAX))
+                        .or_default()
+                        .push(k.clone());
+                    false
+                }
                 TopNMode::FirstByTime { .. } => !p.rows.is_empty(),
                 TopNMode::Changelog => p.rows != p.shown,
             };
