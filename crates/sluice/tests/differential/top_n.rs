@@ -103,6 +103,18 @@ fn tvf(size: i64) -> String {
     )
 }
 
+/// Flink's window top-N: ranking the rows of a TVF aggregation per window.
+fn tvf_aggregate(size: i64) -> String {
+    format!(
+        "SELECT window_start, n, rn FROM (SELECT *, \
+         ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY n DESC) AS rn \
+         FROM (SELECT window_start, window_end, key, COUNT(*) AS n \
+         FROM TABLE(TUMBLE(TABLE src, DESCRIPTOR(ts), {})) GROUP BY window_start, window_end, key)) \
+         WHERE rn <= 2",
+        interval(size)
+    )
+}
+
 /// The TVF query as DataFusion reads it: the window columns computed by tumble().
 fn tvf_oracle(size: i64) -> String {
     let w = interval(size);
@@ -117,16 +129,18 @@ fn tvf_oracle(size: i64) -> String {
 async fn windowed(s: &Stream, size: i64, pc: usize) -> Result<(), TestCaseError> {
     let ddl = format!(
         "{}; CREATE STREAM agg AS {}; CREATE STREAM top AS {TOP_WINDOWS}; \
-         CREATE STREAM nested AS {}; CREATE STREAM tvf AS {}",
+         CREATE STREAM nested AS {}; CREATE STREAM tvf AS {}; CREATE STREAM tvf_agg AS {}",
         source_ddl("src", s.delay_ms, ""),
         per_window(size),
         TOP_WINDOWS.replace("FROM agg", &format!("FROM ({})", per_window(size))),
-        tvf(size)
+        tvf(size),
+        tvf_aggregate(size)
     );
     let db = open_tuned(&ddl, pc).await;
     let mut top = db.subscribe("top").await.expect("subscribe");
     let mut nested = db.subscribe("nested").await.expect("subscribe");
     let mut tvf_sub = db.subscribe("tvf").await.expect("subscribe");
+    let mut tvf_agg = db.subscribe("tvf_agg").await.expect("subscribe");
     push_all(&db, "src", &s.batches).await;
     complete(&db).await;
     db.shutdown().await.expect("shutdown");
@@ -134,6 +148,7 @@ async fn windowed(s: &Stream, size: i64, pc: usize) -> Result<(), TestCaseError>
     let top = appended(&drain(&mut top).await).map_err(fail)?;
     let nested = appended(&drain(&mut nested).await).map_err(fail)?;
     let tvf_rows = appended(&drain(&mut tvf_sub).await).map_err(fail)?;
+    let tvf_agg = appended(&drain(&mut tvf_agg).await).map_err(fail)?;
     let tables = [("src", table(&split_late(s).on_time, &[]))];
     let expected = query(
         &tables,
@@ -142,6 +157,7 @@ async fn windowed(s: &Stream, size: i64, pc: usize) -> Result<(), TestCaseError>
     .await;
     prop_assert_eq!(&top, &expected, "top-N over a window stream vs batch");
     prop_assert_eq!(&nested, &expected, "nested top-N over windows vs batch");
+    prop_assert_eq!(&tvf_agg, &expected, "top-N over a TVF aggregation vs batch");
     prop_assert_eq!(
         &tvf_rows,
         &query(&tables, &tvf_oracle(size)).await,
