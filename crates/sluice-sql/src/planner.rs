@@ -286,10 +286,17 @@ impl Converter<'_> {
                 "ORDER BY in a continuous query (a stream has no end to sort by); for the first rows per key or window write {}",
                 crate::top_n::SUPPORTED
             ))),
-            LogicalPlan::Limit(_) => Err(SqlError::Unsupported(format!(
-                "LIMIT in a continuous query; for the first N rows per key or window write {}",
-                crate::top_n::SUPPORTED
-            ))),
+            LogicalPlan::Limit(limit) => match limit.input.as_ref() {
+                LogicalPlan::Sort(sort) => {
+                    let input = self.convert(&sort.input)?;
+                    let times = crate::bounds::time_columns(&input, self.catalog);
+                    crate::top_n::order_limit_node(limit, sort, input, &times)
+                }
+                _ => Err(SqlError::Unsupported(format!(
+                    "LIMIT without ORDER BY in a continuous query (which rows would be arbitrary); for the first N rows per key or window write {}",
+                    crate::top_n::SUPPORTED
+                ))),
+            },
             LogicalPlan::Join(join) => {
                 let condition = crate::join::conjuncts(join.filter.as_ref());
                 self.convert_join(join, condition)

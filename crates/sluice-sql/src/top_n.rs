@@ -26,7 +26,9 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{Column, DFSchema, DFSchemaRef, ScalarValue};
 use datafusion::logical_expr::expr::WindowFunctionDefinition;
-use datafusion::logical_expr::logical_plan::{DistinctOn, Filter, Window};
+use datafusion::logical_expr::logical_plan::{
+    DistinctOn, FetchType, Filter, Limit, SkipType, Sort, Window,
+};
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, SortExpr};
 
 use crate::bounds::TimeColumn;
@@ -247,6 +249,65 @@ pub(crate) fn distinct_on_node(
         crate::planner::with_change_column(&d.schema)?
     } else {
         Arc::clone(&d.schema)
+    };
+    Ok(StreamNode::Project {
+        input: Box::new(top),
+        exprs,
+        schema,
+    })
+}
+
+/// `SELECT ... ORDER BY x LIMIT n`: the top-n of the whole stream (one
+/// partition), a changelog unless ordered by event time ascending; the
+/// row number is dropped again.
+pub(crate) fn order_limit_node(
+    limit: &Limit,
+    sort: &Sort,
+    input: StreamNode,
+    times: &[TimeColumn],
+) -> Result<StreamNode> {
+    match limit.get_skip_type()? {
+        SkipType::Literal(0) => {}
+        _ => return Err(SqlError::Unsupported(format!(
+            "OFFSET in a continuous query; keep rows N+1.. of a top-N with {SUPPORTED} AND rn > N"
+        ))),
+    }
+    let n = match limit.get_fetch_type()? {
+        FetchType::Literal(Some(n)) if (1..=MAX_TOP_N).contains(&n) => n,
+        _ => {
+            return Err(SqlError::Unsupported(format!(
+                "LIMIT other than a number from 1 to {MAX_TOP_N} after ORDER BY; for the first N rows per key or window write {SUPPORTED}"
+            )))
+        }
+    };
+    if input.is_changelog() {
+        return Err(SqlError::Unsupported(format!(
+            "ORDER BY ... LIMIT over a changelog input (an EMIT CHANGES stream or a non-windowed GROUP BY); rank an append-only input: {SUPPORTED}"
+        )));
+    }
+    let columns: Vec<Expr> = input
+        .schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect();
+    let rank = DFSchema::try_from(Schema::new(vec![Field::new(
+        "__row_number",
+        DataType::UInt64,
+        false,
+    )]))?;
+    let ranked = Arc::new(input.schema().join(&rank)?);
+    let base = Arc::clone(input.schema());
+    let top = build(&[], &sort.expr, n, input, times, &ranked)?;
+    let mut exprs = columns;
+    let schema = if top.is_changelog() {
+        let (q, _) = top
+            .schema()
+            .qualified_field_with_unqualified_name(CHANGE_COLUMN)?;
+        exprs.push(Expr::Column(Column::new(q.cloned(), CHANGE_COLUMN)));
+        crate::planner::with_change_column(&base)?
+    } else {
+        base
     };
     Ok(StreamNode::Project {
         input: Box::new(top),

@@ -35,11 +35,17 @@ const DISTINCT_ON_FIRST: &str = "SELECT DISTINCT ON (key) key, ts FROM src ORDER
 const DISTINCT_ON_MAX: &str =
     "SELECT DISTINCT ON (key % 3) key % 3 AS k, value FROM src ORDER BY key % 3, value DESC";
 
+/// `ORDER BY ... LIMIT` over the whole stream: the three largest values
+/// (a changelog) and the two earliest times (append-only).
+const LARGEST: &str = "SELECT value FROM src ORDER BY value DESC LIMIT 3";
+const EARLIEST: &str = "SELECT ts FROM src ORDER BY ts LIMIT 2";
+
 async fn changelog(s: &Stream, pc: usize) -> Result<(), TestCaseError> {
     let ddl = format!(
         "{}; CREATE STREAM per_key AS {PER_KEY}; CREATE STREAM whole AS {WHOLE_ROWS}; \
          CREATE MATERIALIZED VIEW per_key_view AS {PER_KEY}; CREATE STREAM first AS {FIRST}; \
-         CREATE STREAM on_first AS {DISTINCT_ON_FIRST}; CREATE STREAM on_max AS {DISTINCT_ON_MAX}",
+         CREATE STREAM on_first AS {DISTINCT_ON_FIRST}; CREATE STREAM on_max AS {DISTINCT_ON_MAX}; \
+         CREATE STREAM largest AS {LARGEST}; CREATE STREAM earliest AS {EARLIEST}",
         source_ddl("src", s.delay_ms, "")
     );
     let db = open_tuned(&ddl, pc).await;
@@ -48,6 +54,8 @@ async fn changelog(s: &Stream, pc: usize) -> Result<(), TestCaseError> {
     let mut first = db.subscribe("first").await.expect("subscribe");
     let mut on_first = db.subscribe("on_first").await.expect("subscribe");
     let mut on_max = db.subscribe("on_max").await.expect("subscribe");
+    let mut largest = db.subscribe("largest").await.expect("subscribe");
+    let mut earliest = db.subscribe("earliest").await.expect("subscribe");
     push_all(&db, "src", &s.batches).await;
     complete(&db).await;
     let view = select(&db, "SELECT * FROM per_key_view").await;
@@ -58,6 +66,8 @@ async fn changelog(s: &Stream, pc: usize) -> Result<(), TestCaseError> {
     let first = appended(&drain(&mut first).await).map_err(fail)?;
     let on_first = appended(&drain(&mut on_first).await).map_err(fail)?;
     let on_max = fold(&drain(&mut on_max).await).map_err(fail)?;
+    let largest = fold(&drain(&mut largest).await).map_err(fail)?;
+    let earliest = appended(&drain(&mut earliest).await).map_err(fail)?;
     let tables = [("src", table(&split_late(s).on_time, &[]))];
     let expected = query(&tables, PER_KEY).await;
     prop_assert_eq!(&per_key, &expected, "folded per-key top-N vs batch");
@@ -77,6 +87,16 @@ async fn changelog(s: &Stream, pc: usize) -> Result<(), TestCaseError> {
         &on_max,
         &query(&tables, DISTINCT_ON_MAX).await,
         "DISTINCT ON largest vs batch"
+    );
+    prop_assert_eq!(
+        &largest,
+        &query(&tables, LARGEST).await,
+        "ORDER BY DESC LIMIT vs batch"
+    );
+    prop_assert_eq!(
+        &earliest,
+        &query(&tables, EARLIEST).await,
+        "ORDER BY ts LIMIT vs batch"
     );
     Ok(())
 }

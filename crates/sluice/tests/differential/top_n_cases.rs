@@ -227,6 +227,18 @@ async fn explain_states_the_bound() {
             "TopN: partition=[tumble(src.ts, IntervalMonthDayNano(\"IntervalMonthDayNano { months: 0, days: 0, nanoseconds: 10000000000 }\")), tumble_end(src.ts, IntervalMonthDayNano(\"IntervalMonthDayNano { months: 0, days: 0, nanoseconds: 10000000000 }\"))], order=[src.value DESC NULLS FIRST], limit=2, emit=on window close; state: 2 rows per partition, freed once the watermark passes tumble_end(src.ts, IntervalMonthDayNano(\"IntervalMonthDayNano { months: 0, days: 0, nanoseconds: 10000000000 }\")) - 1ms",
         ),
         (
+            "SELECT key FROM (SELECT key, ROW_NUMBER() OVER (PARTITION BY key ORDER BY ts) AS rn FROM src) WHERE rn = 1",
+            "TopN: partition=[src.key], order=[src.ts ASC NULLS LAST], limit=1, emit=first rows by event time",
+        ),
+        (
+            "SELECT key FROM (SELECT key, ROW_NUMBER() OVER (ORDER BY value) AS rn FROM src) WHERE 4 > rn AND rn <= 5",
+            "TopN: partition=[], order=[src.value ASC NULLS LAST], limit=3, emit=changes; state grows with distinct partition keys (3 rows each, never freed)",
+        ),
+        (
+            "SELECT key, value FROM src ORDER BY value DESC LIMIT 3",
+            "TopN: partition=[], order=[src.value DESC NULLS FIRST], limit=3, emit=changes; state grows with distinct partition keys (3 rows each, never freed)",
+        ),
+        (
             "SELECT DISTINCT ON (key) key, value FROM src ORDER BY key, ts DESC",
             "TopN: partition=[src.key], order=[src.ts DESC NULLS FIRST], limit=1, emit=changes; state grows with distinct partition keys (1 rows each, never freed)",
         ),
@@ -288,8 +300,16 @@ async fn refused_shapes() {
             "HOP(TABLE ...) without GROUP BY: a hopping or session window puts a row in several windows",
         ),
         (
-            "CREATE STREAM x AS SELECT key, value FROM src ORDER BY value DESC LIMIT 3".to_string(),
-            "LIMIT in a continuous query; for the first N rows per key or window write SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY x DESC) AS rn FROM s) WHERE rn <= N",
+            "CREATE STREAM x AS SELECT key, value FROM src LIMIT 3".to_string(),
+            "LIMIT without ORDER BY in a continuous query (which rows would be arbitrary); for the first N rows per key or window write SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY x DESC) AS rn FROM s) WHERE rn <= N",
+        ),
+        (
+            "CREATE STREAM x AS SELECT key, value FROM src ORDER BY value LIMIT 3 OFFSET 1".to_string(),
+            "OFFSET in a continuous query",
+        ),
+        (
+            "CREATE STREAM x AS SELECT key, n FROM c ORDER BY n DESC LIMIT 3".to_string(),
+            "ORDER BY ... LIMIT over a changelog input",
         ),
         (
             "CREATE STREAM x AS SELECT DISTINCT ON (key) key, value FROM src".to_string(),
