@@ -268,9 +268,11 @@ pub(crate) fn order_limit_node(
 ) -> Result<StreamNode> {
     match limit.get_skip_type()? {
         SkipType::Literal(0) => {}
-        _ => return Err(SqlError::Unsupported(format!(
+        _ => {
+            return Err(SqlError::Unsupported(format!(
             "OFFSET in a continuous query; keep rows N+1.. of a top-N with {SUPPORTED} AND rn > N"
-        ))),
+        )))
+        }
     }
     let n = match limit.get_fetch_type()? {
         FetchType::Literal(Some(n)) if (1..=MAX_TOP_N).contains(&n) => n,
