@@ -20,6 +20,10 @@
 //!   watermark passes it: append-only, with a count kept per key;
 //! - otherwise the result is a changelog: a row that enters the top N is
 //!   inserted, one pushed out (or renumbered) is retracted.
+//!
+//! `SELECT DISTINCT ON (k) ... ORDER BY k, x` ([`distinct_on_node`]) and
+//! `ORDER BY x LIMIT n` ([`order_limit_node`]) are the same operator: the
+//! top-1 per `k`, and the top-n of one partition holding the whole stream.
 
 use std::sync::Arc;
 
