@@ -98,6 +98,8 @@ impl StreamNode {
             StreamNode::Distinct { input, keys, .. } => {
                 input.collect_columns_read(target, Some(refs(keys)), read);
             }
+            // A top-N emits its input rows whole.
+            StreamNode::TopN { input, .. } => input.collect_columns_read(target, None, read),
             StreamNode::Aggregate {
                 input,
                 keys,

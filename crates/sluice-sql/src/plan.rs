@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::DFSchemaRef;
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{Expr, SortExpr};
 
 use crate::ast::EmitMode;
 
@@ -190,6 +190,33 @@ impl AsofOp {
     }
 }
 
+/// When the rows of a top-N partition are final, which decides whether its
+/// output is append-only and what frees its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopNMode {
+    /// A partition key bounds event time (a window, or a time column of the
+    /// input): the partition is complete once `watermark > value + lag_ms`
+    /// for the `key`-th partition value; its N rows are emitted then, once,
+    /// and its state freed.
+    Windowed {
+        /// Index of the bounding expression in the partition keys.
+        key: usize,
+        /// Lag added to the value before comparing with the watermark.
+        lag_ms: i64,
+    },
+    /// The first `ORDER BY` key is an input time column, ascending: a row is
+    /// final once `watermark > time + lag_ms` (no later row can precede it),
+    /// so the first N rows per partition are emitted in order, once each.
+    /// The state keeps a count per partition key, never freed.
+    FirstByTime {
+        /// The time column's lag.
+        lag_ms: i64,
+    },
+    /// No bound: a changelog of entries into and exits from the top N, and
+    /// N rows kept per partition key, never freed.
+    Changelog,
+}
+
 /// One operator of a continuous query.
 #[derive(Debug, Clone)]
 pub enum StreamNode {
@@ -341,6 +368,25 @@ pub enum StreamNode {
         /// Output schema.
         schema: DFSchemaRef,
     },
+    /// `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o)` kept where it is at
+    /// most `limit`: the first `limit` rows per partition, each with its
+    /// row number (ties broken by the whole row, so the numbering is
+    /// deterministic).
+    TopN {
+        /// Input operator (append-only).
+        input: Box<StreamNode>,
+        /// Partition keys.
+        partition: Vec<Expr>,
+        /// The ordering within a partition.
+        order: Vec<SortExpr>,
+        /// How many rows per partition.
+        limit: usize,
+        /// When rows are final.
+        mode: TopNMode,
+        /// Output schema: the input columns, the row number (UInt64), and
+        /// the change column in [`TopNMode::Changelog`].
+        schema: DFSchemaRef,
+    },
 }
 
 impl StreamNode {
@@ -355,7 +401,8 @@ impl StreamNode {
             | StreamNode::OuterJoin { schema, .. }
             | StreamNode::AsofJoin { schema, .. }
             | StreamNode::Aggregate { schema, .. }
-            | StreamNode::Distinct { schema, .. } => schema,
+            | StreamNode::Distinct { schema, .. }
+            | StreamNode::TopN { schema, .. } => schema,
             StreamNode::Filter { input, .. } => input.schema(),
         }
     }
@@ -371,6 +418,7 @@ impl StreamNode {
             StreamNode::WindowAggregate { emit, .. } => *emit == EmitMode::Changes,
             StreamNode::Aggregate { .. } => true,
             StreamNode::OuterJoin { changelog, .. } => *changelog,
+            StreamNode::TopN { mode, .. } => *mode == TopNMode::Changelog,
             StreamNode::Join { .. } | StreamNode::AsofJoin { .. } | StreamNode::Distinct { .. } => {
                 false
             }
@@ -397,7 +445,8 @@ impl StreamNode {
             | StreamNode::Project { input, .. }
             | StreamNode::WindowAggregate { input, .. }
             | StreamNode::Aggregate { input, .. }
-            | StreamNode::Distinct { input, .. } => input.collect_inputs(out),
+            | StreamNode::Distinct { input, .. }
+            | StreamNode::TopN { input, .. } => input.collect_inputs(out),
             StreamNode::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_inputs(out)),
             StreamNode::Join { left, right, .. }
             | StreamNode::OuterJoin { left, right, .. }
@@ -633,8 +682,51 @@ impl StreamNode {
                 )?;
                 input.fmt_indent(f, depth + 1)?;
             }
+            StreamNode::TopN {
+                input,
+                partition,
+                order,
+                limit,
+                mode,
+                ..
+            } => {
+                let order = order
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let how = match mode {
+                    TopNMode::Windowed { key, lag_ms } => format!(
+                        "emit=on window close; state: {limit} rows per partition, freed once the watermark passes {}{}",
+                        partition.get(*key).map(|e| e.to_string()).unwrap_or_default(),
+                        signed_ms(*lag_ms)
+                    ),
+                    TopNMode::FirstByTime { lag_ms } => format!(
+                        "emit=first rows by event time once the watermark passes them{}; state grows with distinct partition keys (a count each, never freed)",
+                        signed_ms(*lag_ms)
+                    ),
+                    TopNMode::Changelog => format!(
+                        "emit=changes; state grows with distinct partition keys ({limit} rows each, never freed)"
+                    ),
+                };
+                writeln!(
+                    f,
+                    "{pad}TopN: partition=[{}], order=[{order}], limit={limit}, {how}",
+                    list(partition)
+                )?;
+                input.fmt_indent(f, depth + 1)?;
+            }
         }
         Ok(())
+    }
+}
+
+/// A lag as EXPLAIN shows it after a value: ` + 5000ms`, ` - 1ms`, or nothing.
+fn signed_ms(ms: i64) -> String {
+    match ms.cmp(&0) {
+        std::cmp::Ordering::Less => format!(" - {}ms", ms.unsigned_abs()),
+        std::cmp::Ordering::Equal => String::new(),
+        std::cmp::Ordering::Greater => format!(" + {ms}ms"),
     }
 }
 

@@ -50,6 +50,7 @@ impl StreamPlanner {
             catalog,
             emit: stmt.emit,
             saw_aggregate: false,
+            top_n: None,
         };
         let root = conv.convert(&logical)?;
         if let (Some(emit), false) = (stmt.emit, conv.saw_aggregate) {
@@ -98,6 +99,7 @@ impl StreamPlanner {
             catalog,
             emit: None,
             saw_aggregate: false,
+            top_n: None,
         }
         .convert(&logical)
     }
@@ -147,6 +149,9 @@ struct Converter<'a> {
     catalog: &'a dyn PlanCatalog,
     emit: Option<EmitMode>,
     saw_aggregate: bool,
+    /// The `Window` node a filter above bounds the row number of, and N:
+    /// set by the filter, taken by that node (see [`crate::top_n`]).
+    top_n: Option<(*const datafusion::logical_expr::logical_plan::Window, usize)>,
 }
 
 impl Converter<'_> {
@@ -248,7 +253,11 @@ impl Converter<'_> {
                     _ => {}
                 }
                 check_scalar_expr(&filter.predicate)?;
+                if let Some((window, limit)) = crate::top_n::row_number_bound(filter)? {
+                    self.top_n = Some((window as *const _, limit));
+                }
                 let input = self.convert(&filter.input)?;
+                self.top_n = None;
                 Ok(StreamNode::Filter {
                     input: Box::new(input),
                     predicate: filter.predicate.clone(),
@@ -282,22 +291,41 @@ impl Converter<'_> {
                 self.saw_aggregate = true;
                 self.convert_distinct(input)
             }
-            LogicalPlan::Distinct(Distinct::On(_)) => Err(SqlError::Unsupported(
-                "SELECT DISTINCT ON in a continuous query".into(),
-            )),
-            LogicalPlan::Sort(_) => Err(SqlError::Unsupported(
-                "ORDER BY in a continuous query (a stream has no end to sort by)".into(),
-            )),
-            LogicalPlan::Limit(_) => Err(SqlError::Unsupported(
-                "LIMIT in a continuous query".into(),
-            )),
+            LogicalPlan::Distinct(Distinct::On(d)) => {
+                let input = self.convert(&d.input)?;
+                let times = crate::bounds::time_columns(&input, self.catalog);
+                crate::top_n::distinct_on_node(d, input, &times)
+            }
+            LogicalPlan::Sort(_) => Err(SqlError::Unsupported(format!(
+                "ORDER BY in a continuous query (a stream has no end to sort by); for the first rows per key or window write {}",
+                crate::top_n::SUPPORTED
+            ))),
+            LogicalPlan::Limit(limit) => match limit.input.as_ref() {
+                LogicalPlan::Sort(sort) => {
+                    let input = self.convert(&sort.input)?;
+                    let times = crate::bounds::time_columns(&input, self.catalog);
+                    crate::top_n::order_limit_node(limit, sort, input, &times)
+                }
+                _ => Err(SqlError::Unsupported(format!(
+                    "LIMIT without ORDER BY in a continuous query (which rows would be arbitrary); for the first N rows per key or window write {}",
+                    crate::top_n::SUPPORTED
+                ))),
+            },
             LogicalPlan::Join(join) => {
                 let condition = crate::join::conjuncts(join.filter.as_ref());
                 self.convert_join(join, condition)
             }
-            LogicalPlan::Window(_) => Err(SqlError::Unsupported(
-                "OVER (...) window functions in a continuous query (use GROUP BY tumble/hop/session)".into(),
-            )),
+            LogicalPlan::Window(w) => match self.top_n.take() {
+                Some((bounded, limit)) if std::ptr::eq(bounded, w) => {
+                    let input = self.convert(&w.input)?;
+                    let times = crate::bounds::time_columns(&input, self.catalog);
+                    crate::top_n::top_n_node(w, input, &times, limit)
+                }
+                _ => Err(SqlError::Unsupported(format!(
+                    "OVER (...) window functions in a continuous query (use GROUP BY tumble/hop/session; for a top-N bound the row number: {})",
+                    crate::top_n::SUPPORTED
+                ))),
+            },
             other => Err(SqlError::Unsupported(format!(
                 "{} in a continuous query",
                 other.display()
@@ -473,7 +501,10 @@ impl Converter<'_> {
 pub const MAX_HOP_WINDOWS_PER_ROW: i64 = 1000;
 
 /// If `e` is a window function call, its window.
-fn window_call(e: &Expr, input: &DFSchema) -> Result<Option<(WindowFunction, WindowSpec)>> {
+pub(crate) fn window_call(
+    e: &Expr,
+    input: &DFSchema,
+) -> Result<Option<(WindowFunction, WindowSpec)>> {
     let Expr::ScalarFunction(f) = e else {
         return Ok(None);
     };

@@ -344,6 +344,10 @@ fn window_column(e: &sp::Expr, qualifier: &str) -> Option<usize> {
 /// Replace the TVF by its table and every window column by its expression.
 fn apply(select: &mut sp::Select, w: &WindowTvf) -> Result<()> {
     let name = w.tvf.name();
+    let ungrouped = matches!(&select.group_by, sp::GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
+    if ungrouped && has_over(select) {
+        return apply_ranked(select, w);
+    }
     let group = match &select.group_by {
         sp::GroupByExpr::Expressions(exprs, mods) if !exprs.is_empty() && mods.is_empty() => exprs,
         _ => {
@@ -401,6 +405,81 @@ fn apply(select: &mut sp::Select, w: &WindowTvf) -> Result<()> {
     if let Some(having) = &mut select.having {
         let _ = sp::visit_expressions_mut(having, replace);
     }
+    replace_relation(select, w)
+}
+
+/// Whether a select computes a window function (`... OVER (...)`).
+fn has_over(select: &sp::Select) -> bool {
+    let mut found = false;
+    let _ = sp::visit_expressions(&select.projection, |e| {
+        found |= matches!(e, sp::Expr::Function(f) if f.over.is_some());
+        ControlFlow::<()>::Continue(())
+    });
+    found
+}
+
+/// A `TUMBLE` TVF read row by row for a top-N (`ROW_NUMBER() OVER
+/// (PARTITION BY window_start, window_end ...)`): each row is in exactly one
+/// tumbling window, so the window columns are plain per-row values, which
+/// `SELECT *` also gets (as Flink's TVF adds them to every row).
+fn apply_ranked(select: &mut sp::Select, w: &WindowTvf) -> Result<()> {
+    if w.tvf != Tvf::Tumble {
+        return Err(SqlError::Unsupported(format!(
+            "{}(TABLE ...) without GROUP BY: a hopping or session window puts a row in several windows or merges them, so only TUMBLE rows can be ranked per window; rank the output of a windowed aggregation, or write {SUPPORTED}",
+            w.tvf.name()
+        )));
+    }
+    if let Some(filter) = &select.selection {
+        let mut uses = false;
+        let _ = sp::visit_expressions(filter, |e| {
+            uses |= window_column(e, &w.qualifier).is_some();
+            ControlFlow::<()>::Continue(())
+        });
+        if uses {
+            return Err(SqlError::Unsupported(
+                "window_start / window_end / window_time in the WHERE of a query over TUMBLE(TABLE ...): filter on them in a query over this one".into(),
+            ));
+        }
+    }
+    let replace = |e: &mut sp::Expr| {
+        if let Some(i) = window_column(e, &w.qualifier) {
+            *e = w.exprs[i].clone();
+        }
+        ControlFlow::<()>::Continue(())
+    };
+    let mut items = Vec::new();
+    for mut item in std::mem::take(&mut select.projection) {
+        match &item {
+            sp::SelectItem::Wildcard(_) | sp::SelectItem::QualifiedWildcard(..) => {
+                items.push(item);
+                for (i, c) in WINDOW_COLUMNS.iter().enumerate() {
+                    items.push(sp::SelectItem::ExprWithAlias {
+                        expr: w.exprs[i].clone(),
+                        alias: sp::Ident::new(*c),
+                    });
+                }
+                continue;
+            }
+            sp::SelectItem::UnnamedExpr(e) => {
+                if let Some(i) = window_column(e, &w.qualifier) {
+                    items.push(sp::SelectItem::ExprWithAlias {
+                        expr: w.exprs[i].clone(),
+                        alias: sp::Ident::new(WINDOW_COLUMNS[i]),
+                    });
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        let _ = sp::visit_expressions_mut(&mut item, replace);
+        items.push(item);
+    }
+    select.projection = items;
+    replace_relation(select, w)
+}
+
+/// Read the TVF's table in its place.
+fn replace_relation(select: &mut sp::Select, w: &WindowTvf) -> Result<()> {
     let alias = w
         .alias
         .as_ref()

@@ -579,6 +579,40 @@ impl Enc {
                 e.schema(schema);
                 e.node(input);
             }
+            StreamNode::TopN {
+                input,
+                partition,
+                order,
+                limit,
+                mode,
+                schema,
+            } => {
+                e.tag("top_n");
+                let on = input.schema();
+                e.exprs(partition, on);
+                e.list(order.iter(), |e, s| {
+                    e.group(|e| {
+                        e.expr(&s.expr, on);
+                        e.bool(s.asc);
+                        e.bool(s.nulls_first);
+                    })
+                });
+                e.int(limit);
+                match mode {
+                    sluice_sql::plan::TopNMode::Windowed { key, lag_ms } => {
+                        e.tag("windowed");
+                        e.int(key);
+                        e.int(lag_ms);
+                    }
+                    sluice_sql::plan::TopNMode::FirstByTime { lag_ms } => {
+                        e.tag("first_by_time");
+                        e.int(lag_ms);
+                    }
+                    sluice_sql::plan::TopNMode::Changelog => e.tag("changelog"),
+                }
+                e.schema(schema);
+                e.node(input);
+            }
             StreamNode::Aggregate {
                 input,
                 keys,

@@ -18,6 +18,7 @@ pub mod retract;
 pub mod scope;
 pub mod session;
 pub mod stateful;
+pub mod top_n;
 pub mod window;
 
 use std::sync::Arc;
@@ -286,6 +287,46 @@ impl Operator {
                     KeyCodec::new(&key_types(keys, in_schema)?)?,
                     Arc::new(schema.as_arrow().clone()),
                 );
+                Operator::stateful(vec![Operator::compile(input)?], Box::new(op))
+            }
+            StreamNode::TopN {
+                input,
+                partition,
+                order,
+                limit,
+                mode,
+                schema,
+            } => {
+                let in_schema = input.schema();
+                let order_exprs: Vec<_> = order.iter().map(|s| s.expr.clone()).collect();
+                let order_fields = key_types(&order_exprs, in_schema)?
+                    .into_iter()
+                    .zip(order)
+                    .map(|(t, s)| {
+                        arrow::row::SortField::new_with_options(
+                            t,
+                            arrow::compute::SortOptions {
+                                descending: !s.asc,
+                                nulls_first: s.nulls_first,
+                            },
+                        )
+                    })
+                    .collect();
+                let compile_all = |es: &[datafusion::logical_expr::Expr]| {
+                    es.iter()
+                        .map(|e| compile(e, in_schema))
+                        .collect::<Result<Vec<_>>>()
+                };
+                let op = top_n::TopN::new(top_n::TopNDef {
+                    partition: compile_all(partition)?,
+                    partition_types: key_types(partition, in_schema)?,
+                    order: compile_all(&order_exprs)?,
+                    order_fields,
+                    input: Arc::new(in_schema.as_arrow().clone()),
+                    limit: *limit,
+                    mode: *mode,
+                    schema: Arc::new(schema.as_arrow().clone()),
+                })?;
                 Operator::stateful(vec![Operator::compile(input)?], Box::new(op))
             }
             StreamNode::Aggregate {

@@ -180,7 +180,7 @@ async fn explain_and_refusal() {
         ),
         (
             "CREATE STREAM o AS SELECT DISTINCT ON (key) key, value FROM src",
-            "SELECT DISTINCT ON in a continuous query",
+            "SELECT DISTINCT ON without ORDER BY",
         ),
     ];
     for (sql, expected) in refused {

@@ -23,5 +23,7 @@ mod refusals;
 mod relational;
 mod scalar_candidates;
 mod scalar_registry;
+mod top_n;
+mod top_n_cases;
 mod window_tvfs;
 mod windows;

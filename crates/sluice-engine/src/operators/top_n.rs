@@ -1,0 +1,504 @@
+//! Top-N per partition: `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o)`
+//! kept where it is at most N.
+//!
+//! The input is append-only, so a row pushed out of a partition's first N
+//! can never come back: each partition keeps at most N rows, sorted. Rows
+//! are compared by their `ORDER BY` keys in Arrow's row format (which
+//! encodes direction and null placement), then by the whole row, so equal
+//! keys are numbered in one deterministic order.
+//!
+//! When rows are emitted depends on the [`TopNMode`] the planner proved:
+//! - `Windowed`: a partition's N rows are emitted once, when the watermark
+//!   passes its window, and the partition is forgotten;
+//! - `FirstByTime`: ordered by event time ascending, the front row of a
+//!   partition is final once the watermark passes it, so rows are emitted
+//!   one by one, in order, until N were; a count per partition remains;
+//! - `Changelog`: at the end of each cycle, every partition that changed
+//!   is compared rank by rank with what was emitted before: a (row, rank)
+//!   that is gone is retracted, a new one inserted.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, Int64Array, UInt64Array, UInt8Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type, UInt8Type};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use rustc_hash::{FxHashMap, FxHashSet};
+use sluice_sql::TopNMode;
+
+use super::changelog::{output_batch, Op};
+use super::expr::{eval, event_time_ms, PhysExpr};
+use super::stateful::{no_such_port, Port, StatefulOperator};
+use crate::error::{EngineError, Result};
+use crate::state::{SnapshotReader, SnapshotWriter};
+
+/// One kept row: its sort key, the whole row, and its event time (the
+/// partition's time, or the ordering time, as the mode needs).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    order: Box<[u8]>,
+    payload: Box<[u8]>,
+    time: Option<i64>,
+}
+
+/// One partition's state.
+#[derive(Debug, Default)]
+struct Partition {
+    /// The partition's event time (`Windowed`).
+    time: Option<i64>,
+    /// Rows emitted so far (`FirstByTime`).
+    emitted: usize,
+    /// The best rows seen, sorted, at most N (N minus `emitted` for `FirstByTime`).
+    rows: Vec<Entry>,
+    /// The rows as last emitted, by rank (`Changelog`).
+    shown: Vec<Entry>,
+}
+
+/// How the operator is built from the plan.
+pub struct TopNDef {
+    /// Partition key expressions.
+    pub partition: Vec<PhysExpr>,
+    /// Their types.
+    pub partition_types: Vec<DataType>,
+    /// `ORDER BY` expressions.
+    pub order: Vec<PhysExpr>,
+    /// Their types with direction and null placement.
+    pub order_fields: Vec<SortField>,
+    /// The input schema (the rows kept).
+    pub input: SchemaRef,
+    /// Rows per partition.
+    pub limit: usize,
+    /// When rows are final.
+    pub mode: TopNMode,
+    /// Output schema: input columns, row number, change column if a changelog.
+    pub schema: SchemaRef,
+}
+
+/// The top-N operator.
+pub struct TopN {
+    def: TopNDef,
+    partition_rows: Option<RowConverter>,
+    order_rows: RowConverter,
+    payload_rows: RowConverter,
+    parts: FxHashMap<Box<[u8]>, Partition>,
+    /// Partitions with rows not yet emitted (`FirstByTime`) or changed
+    /// since last emitted (`Changelog`).
+    dirty: FxHashSet<Box<[u8]>>,
+    /// `Windowed`: partition keys by partition time (NULL as `i64::MAX`),
+    /// so closing them visits only the windows the watermark passed.
+    closing: BTreeMap<i64, Vec<Box<[u8]>>>,
+    watermark: i64,
+    late: u64,
+}
+
+/// Whether a time is behind the watermark by more than `lag`. A NULL time
+/// is final only at the end of input.
+fn passed(time: Option<i64>, lag: i64, watermark: i64) -> bool {
+    watermark == i64::MAX || time.is_some_and(|t| t.saturating_add(lag) < watermark)
+}
+
+impl TopN {
+    /// A top-N as `def` describes.
+    pub fn new(def: TopNDef) -> Result<Self> {
+        let partition_rows = if def.partition_types.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(
+                def.partition_types
+                    .iter()
+                    .map(|t| SortField::new(t.clone()))
+                    .collect(),
+            )?)
+        };
+        let order_rows = RowConverter::new(def.order_fields.clone())?;
+        let payload_rows = RowConverter::new(
+            def.input
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )?;
+        Ok(Self {
+            def,
+            partition_rows,
+            order_rows,
+            payload_rows,
+            parts: FxHashMap::default(),
+            dirty: FxHashSet::default(),
+            closing: BTreeMap::new(),
+            watermark: i64::MIN,
+            late: 0,
+        })
+    }
+
+    /// The event time of every row the mode needs one for.
+    fn times(&self, batch: &RecordBatch) -> Result<Option<Int64Array>> {
+        let expr = match self.def.mode {
+            TopNMode::Windowed { key, .. } => self.def.partition.get(key),
+            TopNMode::FirstByTime { .. } => self.def.order.first(),
+            TopNMode::Changelog => None,
+        };
+        expr.map(|e| event_time_ms(&eval(e, batch)?, &e.to_string()))
+            .transpose()
+    }
+
+    fn lag(&self) -> i64 {
+        match self.def.mode {
+            TopNMode::Windowed { lag_ms, .. } | TopNMode::FirstByTime { lag_ms } => lag_ms,
+            TopNMode::Changelog => 0,
+        }
+    }
+
+    /// Put the row (`order`, `payload`) in partition `key`'s sorted rows
+    /// if it ranks among the rows still to fill; nothing is allocated for a
+    /// row that does not.
+    fn insert(&mut self, key: &[u8], order: &[u8], payload: &[u8], time: Option<i64>) {
+        let windowed = matches!(self.def.mode, TopNMode::Windowed { .. });
+        let part = match self.parts.get_mut(key) {
+            Some(p) => p,
+            None => {
+                if windowed {
+                    self.closing
+                        .entry(time.unwrap_or(i64::MAX))
+                        .or_default()
+                        .push(Box::from(key));
+                }
+                self.parts
+                    .entry(Box::from(key))
+                    .or_insert_with(|| Partition {
+                        time: if windowed { time } else { None },
+                        ..Partition::default()
+                    })
+            }
+        };
+        let cap = self.def.limit.saturating_sub(part.emitted);
+        let pos = part
+            .rows
+            .binary_search_by(|e| (&*e.order, &*e.payload).cmp(&(order, payload)))
+            .unwrap_or_else(|p| p);
+        if pos >= cap {
+            return;
+        }
+        part.rows.insert(
+            pos,
+            Entry {
+                order: Box::from(order),
+                payload: Box::from(payload),
+                time,
+            },
+        );
+        part.rows.truncate(cap);
+        if !windowed && !self.dirty.contains(key) {
+            self.dirty.insert(Box::from(key));
+        }
+    }
+
+    /// Rows (by payload, with rank and change) as one output batch.
+    fn output(&self, rows: &[(&[u8], u64, Op)]) -> Result<Vec<RecordBatch>> {
+        if rows.is_empty() {
+            return Ok(vec![]);
+        }
+        let parser = self.payload_rows.parser();
+        let mut columns = self
+            .payload_rows
+            .convert_rows(rows.iter().map(|(p, _, _)| parser.parse(p)))?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(
+            rows.iter().map(|(_, r, _)| *r),
+        )));
+        let ops: Vec<Op> = rows.iter().map(|(_, _, o)| *o).collect();
+        let changes = (self.def.mode == TopNMode::Changelog).then_some(ops.as_slice());
+        Ok(vec![output_batch(&self.def.schema, columns, changes)?])
+    }
+
+    fn advance_windowed(&mut self, lag: i64) -> Result<Vec<RecordBatch>> {
+        let wm = self.watermark;
+        // Times `t` with `t + lag < wm` (all of them at the end of input).
+        let open_from = if wm == i64::MAX {
+            i64::MAX
+        } else {
+            wm.saturating_sub(lag)
+        };
+        let mut closed = self.closing.split_off(&open_from);
+        std::mem::swap(&mut closed, &mut self.closing);
+        if wm == i64::MAX {
+            closed.append(&mut self.closing);
+        }
+        let gone: Vec<Partition> = closed
+            .into_values()
+            .flatten()
+            .filter_map(|k| self.parts.remove(&k))
+            .collect();
+        let rows: Vec<(&[u8], u64, Op)> = gone
+            .iter()
+            .flat_map(|p| {
+                p.rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (&*e.payload, i as u64 + 1, Op::Insert))
+            })
+            .collect();
+        self.output(&rows)
+    }
+
+    fn advance_first(&mut self, lag: i64) -> Result<Vec<RecordBatch>> {
+        let wm = self.watermark;
+        let limit = self.def.limit;
+        let mut out: Vec<(Box<[u8]>, u64)> = Vec::new();
+        let mut done = Vec::new();
+        for key in &self.dirty {
+            let Some(p) = self.parts.get_mut(key) else {
+                continue;
+            };
+            let ready = p
+                .rows
+                .iter()
+                .take_while(|e| passed(e.time, lag, wm))
+                .count()
+                .min(limit.saturating_sub(p.emitted));
+            for e in p.rows.drain(..ready) {
+                p.emitted += 1;
+                out.push((e.payload, p.emitted as u64));
+            }
+            if p.emitted >= limit {
+                p.rows = Vec::new();
+            }
+            if p.rows.is_empty() {
+                done.push(key.clone());
+            }
+        }
+        for k in done {
+            self.dirty.remove(&k);
+        }
+        let rows: Vec<(&[u8], u64, Op)> = out.iter().map(|(p, r)| (&**p, *r, Op::Insert)).collect();
+        self.output(&rows)
+    }
+
+    fn advance_changes(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut retracted: Vec<(Box<[u8]>, u64)> = Vec::new();
+        let mut inserted: Vec<(Box<[u8]>, u64)> = Vec::new();
+        for key in self.dirty.drain() {
+            let Some(p) = self.parts.get_mut(&key) else {
+                continue;
+            };
+            for i in 0..p.rows.len().max(p.shown.len()) {
+                let (old, new) = (p.shown.get(i), p.rows.get(i));
+                if old.map(|e| &e.payload) == new.map(|e| &e.payload) {
+                    continue;
+                }
+                let rank = i as u64 + 1;
+                if let Some(o) = old {
+                    retracted.push((o.payload.clone(), rank));
+                }
+                if let Some(n) = new {
+                    inserted.push((n.payload.clone(), rank));
+                }
+            }
+            p.shown = p.rows.clone();
+        }
+        let rows: Vec<(&[u8], u64, Op)> = retracted
+            .iter()
+            .map(|(p, r)| (&**p, *r, Op::Retract))
+            .chain(inserted.iter().map(|(p, r)| (&**p, *r, Op::Insert)))
+            .collect();
+        self.output(&rows)
+    }
+}
+
+impl StatefulOperator for TopN {
+    fn kind(&self) -> &'static str {
+        "top-n"
+    }
+
+    fn update(&mut self, port: Port, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
+        if port != 0 {
+            return Err(no_such_port(self.kind(), port));
+        }
+        let eval_all = |exprs: &[PhysExpr]| -> Result<Vec<ArrayRef>> {
+            exprs.iter().map(|e| eval(e, &batch)).collect()
+        };
+        let partition = match &self.partition_rows {
+            Some(c) => Some(c.convert_columns(&eval_all(&self.def.partition)?)?),
+            None => None,
+        };
+        let order = self
+            .order_rows
+            .convert_columns(&eval_all(&self.def.order)?)?;
+        let payload = self.payload_rows.convert_columns(batch.columns())?;
+        let times = self.times(&batch)?;
+        let lag = self.lag();
+        let tracks_time = self.def.mode != TopNMode::Changelog;
+        for i in 0..batch.num_rows() {
+            let time = times
+                .as_ref()
+                .and_then(|t| t.is_valid(i).then(|| t.value(i)));
+            // The watermark has passed what this row belongs to.
+            if tracks_time && self.watermark != i64::MIN && passed(time, lag, self.watermark) {
+                self.late += 1;
+                continue;
+            }
+            let key = partition.as_ref().map_or(&[][..], |p| p.row(i).data());
+            self.insert(key, order.row(i).data(), payload.row(i).data(), time);
+        }
+        Ok(vec![])
+    }
+
+    fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
+        self.watermark = self.watermark.max(watermark);
+        match self.def.mode {
+            TopNMode::Windowed { lag_ms, .. } => self.advance_windowed(lag_ms),
+            TopNMode::FirstByTime { lag_ms } => self.advance_first(lag_ms),
+            TopNMode::Changelog => self.advance_changes(),
+        }
+    }
+
+    fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
+        out.set("watermark", self.watermark);
+        out.set("late", self.late);
+        out.set("partitions", self.parts.len());
+        let batch = snapshot_batch(&self.parts)?;
+        if batch.num_rows() > 0 {
+            out.push(&batch)?;
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, snap: &SnapshotReader) -> Result<()> {
+        self.watermark = snap.get("watermark")?;
+        self.late = snap.get("late")?;
+        self.parts.clear();
+        self.dirty.clear();
+        for b in snap.parts() {
+            restore_batch(b, &mut self.parts)?;
+        }
+        let expected: usize = snap.get("partitions")?;
+        if expected != self.parts.len() {
+            return Err(EngineError::Internal(format!(
+                "damaged top-n snapshot: {expected} partitions recorded, {} restored",
+                self.parts.len()
+            )));
+        }
+        self.closing.clear();
+        for (k, p) in &self.parts {
+            let pending = match self.def.mode {
+                TopNMode::Windowed { .. } => {
+                    self.closing
+                        .entry(p.time.unwrap_or(i64::MAX))
+                        .or_default()
+                        .push(k.clone());
+                    false
+                }
+                TopNMode::FirstByTime { .. } => !p.rows.is_empty(),
+                TopNMode::Changelog => p.rows != p.shown,
+            };
+            if pending {
+                self.dirty.insert(k.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn dropped_late(&self) -> u64 {
+        self.late
+    }
+}
+
+/// What a row of the snapshot batch holds.
+const ROWS: u8 = 0;
+const SHOWN: u8 = 1;
+const META: u8 = 2;
+
+fn snapshot_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("partition", DataType::Binary, false),
+        Field::new("list", DataType::UInt8, false),
+        Field::new("order", DataType::Binary, false),
+        Field::new("payload", DataType::Binary, false),
+        Field::new("time", DataType::Int64, true),
+        Field::new("emitted", DataType::UInt64, false),
+    ]))
+}
+
+/// Every partition as rows: one META row (its time and count), then its
+/// kept rows and its shown rows, in rank order.
+fn snapshot_batch(parts: &FxHashMap<Box<[u8]>, Partition>) -> Result<RecordBatch> {
+    let mut key: Vec<&[u8]> = Vec::new();
+    let mut list = Vec::new();
+    let mut order: Vec<&[u8]> = Vec::new();
+    let mut payload: Vec<&[u8]> = Vec::new();
+    let mut time = Vec::new();
+    let mut emitted = Vec::new();
+    for (k, p) in parts {
+        key.push(k);
+        list.push(META);
+        order.push(&[]);
+        payload.push(&[]);
+        time.push(p.time);
+        emitted.push(p.emitted as u64);
+        for (tag, rows) in [(ROWS, &p.rows), (SHOWN, &p.shown)] {
+            for e in rows {
+                key.push(k);
+                list.push(tag);
+                order.push(&e.order);
+                payload.push(&e.payload);
+                time.push(e.time);
+                emitted.push(0);
+            }
+        }
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(BinaryArray::from_iter_values(key)),
+        Arc::new(UInt8Array::from(list)),
+        Arc::new(BinaryArray::from_iter_values(order)),
+        Arc::new(BinaryArray::from_iter_values(payload)),
+        Arc::new(Int64Array::from(time)),
+        Arc::new(UInt64Array::from(emitted)),
+    ];
+    Ok(RecordBatch::try_new(snapshot_schema(), columns)?)
+}
+
+fn restore_batch(b: &RecordBatch, parts: &mut FxHashMap<Box<[u8]>, Partition>) -> Result<()> {
+    let bad = || EngineError::Internal("damaged top-n snapshot: unexpected columns".into());
+    let binary = |i: usize| b.columns().get(i).and_then(|c| c.as_binary_opt::<i32>());
+    let (Some(key), Some(order), Some(payload)) = (binary(0), binary(2), binary(3)) else {
+        return Err(bad());
+    };
+    let list = b
+        .columns()
+        .get(1)
+        .and_then(|c| c.as_primitive_opt::<UInt8Type>())
+        .ok_or_else(bad)?;
+    let time = b
+        .columns()
+        .get(4)
+        .and_then(|c| c.as_primitive_opt::<arrow::datatypes::Int64Type>())
+        .ok_or_else(bad)?;
+    let emitted = b
+        .columns()
+        .get(5)
+        .and_then(|c| c.as_primitive_opt::<UInt64Type>())
+        .ok_or_else(bad)?;
+    for i in 0..b.num_rows() {
+        let p = parts.entry(Box::from(key.value(i))).or_default();
+        let t = time.is_valid(i).then(|| time.value(i));
+        match list.value(i) {
+            META => {
+                p.time = t;
+                p.emitted = usize::try_from(emitted.value(i)).map_err(|_| bad())?;
+            }
+            tag => {
+                let e = Entry {
+                    order: Box::from(order.value(i)),
+                    payload: Box::from(payload.value(i)),
+                    time: t,
+                };
+                if tag == SHOWN {
+                    p.shown.push(e);
+                } else {
+                    p.rows.push(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
