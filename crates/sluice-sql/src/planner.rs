@@ -274,16 +274,17 @@ impl Converter<'_> {
             LogicalPlan::Sort(_) => Err(SqlError::Unsupported(
                 "ORDER BY in a continuous query (a stream has no end to sort by)".into(),
             )),
-            LogicalPlan::Limit(_) => Err(SqlError::Unsupported(
-                "LIMIT in a continuous query".into(),
-            )),
+            LogicalPlan::Limit(_) => {
+                Err(SqlError::Unsupported("LIMIT in a continuous query".into()))
+            }
             LogicalPlan::Join(join) => {
                 let condition = crate::join::conjuncts(join.filter.as_ref());
                 self.convert_join(join, condition)
             }
-            LogicalPlan::Window(_) => Err(SqlError::Unsupported(
-                "OVER (...) window functions in a continuous query (use GROUP BY tumble/hop/session)".into(),
-            )),
+            LogicalPlan::Window(window) => {
+                let input = self.convert(&window.input)?;
+                crate::over::over_node(self.catalog, window, input)
+            }
             other => Err(SqlError::Unsupported(format!(
                 "{} in a continuous query",
                 other.display()

@@ -17,6 +17,7 @@ mod joins;
 mod late;
 mod liveness;
 mod oracle;
+mod over;
 mod refusals;
 mod relational;
 mod scalar_candidates;
