@@ -273,6 +273,11 @@ impl OverAggregate {
             }
             i = j;
         }
+        // Later rows read only the last `n`: the current row need not stay.
+        if let OverFrame::Rows { preceding: Some(n) } = self.def.frame {
+            let keep = usize::try_from(n).unwrap_or(usize::MAX);
+            retract_while(part, |p| p.rows.len() > keep)?;
+        }
         Ok(())
     }
 
@@ -287,7 +292,11 @@ impl OverAggregate {
         }
         // Future rows have at least `emitted_below` ms; one ms of slack
         // covers the rounding of other units to milliseconds.
-        let floor = self.raw_floor(self.emitted_below.saturating_sub(1));
+        let floor = if self.def.time_scale == (1, 1) {
+            self.emitted_below
+        } else {
+            self.raw_floor(self.emitted_below.saturating_sub(1))
+        };
         let low = floor.saturating_sub(d);
         let mut empty = Vec::new();
         for (k, p) in self.partitions.iter_mut() {
@@ -586,3 +595,7 @@ fn binary(part: &RecordBatch, i: usize) -> Result<BinaryArray> {
 fn damaged(what: &str) -> EngineError {
     EngineError::Internal(format!("damaged over aggregate snapshot: {what}"))
 }
+
+#[cfg(test)]
+#[path = "over_tests.rs"]
+mod tests;

@@ -218,3 +218,249 @@ async fn rows_exact_rows() {
         ]
     );
 }
+
+/// The lines of an EXPLAIN statement's output.
+async fn explain_lines(db: &sluice::Database, sql: &str) -> Vec<String> {
+    let out = db.execute(sql).await.expect("explain");
+    crate::common::rows(&out)
+        .into_iter()
+        .map(|r| match &r[0] {
+            Cell::Str(s) => s.clone(),
+            other => panic!("not text: {other:?}"),
+        })
+        .collect()
+}
+
+/// EXPLAIN names the frame and the state bound of each frame kind.
+#[tokio::test]
+async fn explain_shows_state_bound() {
+    let db = open(&source_ddl("src", 1_000, "")).await;
+    let cases = [
+        (
+            "PARTITION BY key ORDER BY ts RANGE BETWEEN INTERVAL '10' SECOND PRECEDING AND CURRENT ROW",
+            "frame=RANGE BETWEEN 10000 PRECEDING AND CURRENT ROW",
+            "state: rows until the watermark passes them, then those with src.ts >= watermark - 10000 (freed by the watermark)",
+        ),
+        (
+            "PARTITION BY key ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW",
+            "frame=ROWS BETWEEN 3 PRECEDING AND CURRENT ROW",
+            "state: rows until the watermark passes them, then the last 3 per partition key (grows with distinct partition keys)",
+        ),
+        (
+            "PARTITION BY key ORDER BY ts",
+            "frame=RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+            "state: rows until the watermark passes them, then one running aggregate per partition key (grows with distinct partition keys)",
+        ),
+        (
+            "ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+            "frame=ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+            "state: rows until the watermark passes them, then one running aggregate per partition key (grows with distinct partition keys)",
+        ),
+    ];
+    for (window, frame, state) in cases {
+        let text = explain_lines(
+            &db,
+            &format!(
+                "EXPLAIN CREATE STREAM x AS SELECT key, SUM(value) OVER ({window}) AS s FROM src"
+            ),
+        )
+        .await
+        .join("\n");
+        assert!(text.contains("OverAggregate: partition_by=["), "{text}");
+        assert!(text.contains(frame), "{window}: {text}");
+        assert!(text.contains(state), "{window}: {text}");
+        assert!(
+            text.contains("emit=when the watermark passes each row"),
+            "{text}"
+        );
+    }
+}
+
+/// Every refused shape, with the words its error must contain.
+#[tokio::test]
+async fn refused_shapes() {
+    let db = open(&format!(
+        "{}; CREATE STREAM c AS SELECT key, COUNT(*) AS n FROM src GROUP BY key",
+        source_ddl("src", 1_000, "")
+    ))
+    .await;
+    let q = |over: &str| {
+        format!("CREATE STREAM z AS SELECT key, SUM(value) OVER ({over}) AS s FROM src")
+    };
+    let refused = [
+        (
+            q("PARTITION BY key ORDER BY value"),
+            "OVER (ORDER BY src.value) in a continuous query: ORDER BY must be the event time (the input's event time is ts)",
+        ),
+        (
+            q("PARTITION BY key ORDER BY ts DESC"),
+            "OVER (ORDER BY src.ts DESC) in a continuous query: the event time must be ascending",
+        ),
+        (
+            q("PARTITION BY key ORDER BY ts, value"),
+            "OVER (ORDER BY several columns) in a continuous query",
+        ),
+        (
+            q("PARTITION BY key"),
+            "OVER without ORDER BY in a continuous query",
+        ),
+        (
+            q("PARTITION BY key ORDER BY ts ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING"),
+            "a frame ending after the current row (FOLLOWING)",
+        ),
+        (
+            q("PARTITION BY key ORDER BY ts RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING"),
+            "a frame ending after the current row (FOLLOWING)",
+        ),
+        (
+            q("PARTITION BY key ORDER BY ts GROUPS BETWEEN 1 PRECEDING AND CURRENT ROW"),
+            "GROUPS frames",
+        ),
+        (
+            "CREATE STREAM z AS SELECT key, SUM(value) OVER (ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS a, \
+             SUM(value) OVER (ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS b FROM src"
+                .into(),
+            "different OVER windows in one SELECT",
+        ),
+        (
+            "CREATE STREAM z AS SELECT key, ROW_NUMBER() OVER (PARTITION BY key ORDER BY ts) AS rn FROM src".into(),
+            "window function row_number() OVER (...) in a continuous query",
+        ),
+        (
+            "CREATE STREAM z AS SELECT key, first_value(value) OVER (PARTITION BY key ORDER BY ts) AS f FROM src".into(),
+            "window function first_value() OVER (...) in a continuous query",
+        ),
+        (
+            "CREATE STREAM z AS SELECT key, stddev(value) OVER (PARTITION BY key ORDER BY ts) AS f FROM src".into(),
+            "aggregate stddev(...) OVER (...)",
+        ),
+        (
+            "CREATE STREAM z AS SELECT key, SUM(n) OVER (ORDER BY key) AS s FROM c".into(),
+            "OVER (...) over a changelog input",
+        ),
+        (
+            format!("{} EMIT CHANGES", q("PARTITION BY key ORDER BY ts")),
+            "EMIT CHANGES on 'z': the query has no GROUP BY aggregation to emit from",
+        ),
+    ];
+    for (sql, expected) in refused {
+        let err = db.execute(&sql).await.expect_err(&sql);
+        assert_eq!(err.code(), "SLC-SQL-002", "{sql}: {err}");
+        assert!(err.to_string().contains(expected), "{sql}: {err}");
+    }
+}
+
+async fn open_at(dir: &std::path::Path, query: &str) -> sluice::Database {
+    let db = sluice::Database::builder()
+        .state_dir(dir)
+        .set("checkpoint_interval", "1h")
+        .expect("option")
+        .open()
+        .await
+        .expect("open");
+    db.execute(&format!(
+        "{}; SET subscription_buffer = 1000000; CREATE STREAM o AS {query}",
+        source_ddl("src", 0, "")
+    ))
+    .await
+    .expect("ddl");
+    db.start().await.expect("start");
+    db
+}
+
+/// Rows of a subscription until `n` have arrived (each batch append-only).
+async fn take_rows(sub: &mut sluice::Subscription, n: usize) -> Vec<Vec<Cell>> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let b = tokio::time::timeout(std::time::Duration::from_secs(10), sub.next())
+            .await
+            .expect("rows arrive")
+            .expect("subscription open")
+            .expect("batch");
+        assert!(b.changes.is_none(), "append-only");
+        out.extend(crate::common::batch_rows(&b.data));
+    }
+    out.sort();
+    out
+}
+
+/// A checkpoint holding rows not yet emitted and emitted rows still in
+/// frames; after a restart every row is emitted once, with frames that
+/// include the rows from before the restart (and not those it expired).
+async fn across_restore(frame: &str, before: [i64; 3], after: [i64; 3]) {
+    let q = format!(
+        "SELECT key, ts, SUM(value) OVER (PARTITION BY key ORDER BY ts {frame}) AS s FROM src"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let batch = |rows: &[(i64, i64, i64)]| {
+        event_batch(
+            &rows
+                .iter()
+                .map(|(k, t, v)| ev(*k, BASE + t, Some(*v)))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let i = Cell::Int;
+    let db = open_at(dir.path(), &q).await;
+    let mut sub = db.subscribe("o").await.expect("subscribe");
+    let src = db.source("src").await.expect("source");
+    src.push(batch(&[(1, 1_000, 1), (1, 2_000, 2), (2, 1_500, 5)]))
+        .await
+        .expect("push");
+    src.push(batch(&[(1, 3_000, 4)])).await.expect("push");
+    assert_eq!(
+        take_rows(&mut sub, 3).await,
+        vec![
+            vec![i(1), i(BASE + 1_000), i(before[0])],
+            vec![i(1), i(BASE + 2_000), i(before[1])],
+            vec![i(2), i(BASE + 1_500), i(before[2])],
+        ]
+    );
+    db.checkpoint().await.expect("checkpoint");
+    db.abort().await.expect("abort");
+    drop(db);
+
+    let db = open_at(dir.path(), &q).await;
+    let mut sub = db.subscribe("o").await.expect("subscribe");
+    let src = db.source("src").await.expect("source");
+    src.push(batch(&[(1, 11_500, 8), (2, 20_000, 1)]))
+        .await
+        .expect("push");
+    src.finish().await.expect("finish");
+    complete(&db).await;
+    db.shutdown().await.expect("shutdown");
+    let got = appended(&drain(&mut sub).await).expect("append-only");
+    assert_eq!(
+        got,
+        vec![
+            vec![i(1), i(BASE + 3_000), i(after[0])],
+            vec![i(1), i(BASE + 11_500), i(after[1])],
+            vec![i(2), i(BASE + 20_000), i(after[2])],
+        ]
+    );
+}
+
+#[tokio::test]
+async fn range_frame_across_restore() {
+    across_restore(
+        "RANGE BETWEEN INTERVAL '10' SECOND PRECEDING AND CURRENT ROW",
+        [1, 3, 5],
+        [7, 14, 1],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn rows_frame_across_restore() {
+    across_restore(
+        "ROWS BETWEEN 1 PRECEDING AND CURRENT ROW",
+        [1, 3, 5],
+        [6, 12, 6],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn unbounded_frame_across_restore() {
+    across_restore("", [1, 3, 5], [7, 15, 6]).await;
+}
