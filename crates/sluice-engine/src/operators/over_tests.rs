@@ -102,6 +102,9 @@ async fn range_state_is_freed_by_the_watermark() {
     assert_eq!(kept(&mut op), counts(&[("frame", 40)]));
     assert_eq!(run(&mut op, &[], 1_000), 0);
     assert_eq!(kept(&mut op), counts(&[]));
+    // A row the watermark already passed is late: dropped and counted.
+    assert_eq!(run(&mut op, &[(1, 1, 999), (1, 1, 1_000)], 1_001), 1);
+    assert_eq!(op.dropped_late(), 1);
 }
 
 /// ROWS n: the last n rows per partition after emission, however old.
