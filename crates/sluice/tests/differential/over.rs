@@ -464,3 +464,82 @@ async fn rows_frame_across_restore() {
 async fn unbounded_frame_across_restore() {
     across_restore("", [1, 3, 5], [7, 15, 6]).await;
 }
+
+/// A one-shot `SELECT` with a sliding `SUM` frame (DataFusion's sliding
+/// accumulator of Sluice's checked `SUM`): a frame whose values have all
+/// been retracted, or are NULL, sums to NULL, as in batch SQL.
+#[tokio::test]
+async fn sliding_sum_of_nulls_is_null() {
+    let db = open(&format!(
+        "{}; CREATE MATERIALIZED VIEW mv AS SELECT key, ts, value FROM src",
+        source_ddl("src", 0, "")
+    ))
+    .await;
+    push_all(
+        &db,
+        "src",
+        &[vec![
+            ev(1, BASE, Some(5)),
+            ev(1, BASE + 1, None),
+            ev(1, BASE + 2, None),
+        ]],
+    )
+    .await;
+    complete(&db).await;
+    let got = crate::common::select(
+        &db,
+        "SELECT ts, SUM(value) OVER (ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM mv",
+    )
+    .await;
+    db.shutdown().await.expect("shutdown");
+    let i = Cell::Int;
+    assert_eq!(
+        got,
+        vec![
+            vec![i(BASE), i(5)],
+            vec![i(BASE + 1), i(5)],
+            vec![i(BASE + 2), Cell::Null],
+        ]
+    );
+}
+
+/// The output keeps the input's event-time column as its event time: a
+/// tumbling window over an OVER stream closes as the watermark passes, and
+/// an OVER over an OVER stream may order by it.
+#[tokio::test]
+async fn windows_over_an_over_stream() {
+    let db = open(&format!(
+        "{}; CREATE STREAM o AS SELECT key, ts, SUM(value) OVER (PARTITION BY key ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM src; \
+         CREATE STREAM w AS SELECT tumble(ts, INTERVAL '10' SECOND) AS ws, SUM(s) AS total FROM o GROUP BY tumble(ts, INTERVAL '10' SECOND); \
+         CREATE STREAM o2 AS SELECT ts, s, MAX(s) OVER (ORDER BY ts RANGE BETWEEN INTERVAL '5' SECOND PRECEDING AND CURRENT ROW) AS m FROM o",
+        source_ddl("src", 0, "")
+    ))
+    .await;
+    let mut sub = db.subscribe("w").await.expect("subscribe");
+    let mut sub2 = db.subscribe("o2").await.expect("subscribe");
+    push_all(
+        &db,
+        "src",
+        &[
+            vec![ev(1, BASE + 1_000, Some(1)), ev(1, BASE + 2_000, Some(2))],
+            vec![ev(1, BASE + 12_000, Some(4))],
+        ],
+    )
+    .await;
+    complete(&db).await;
+    db.shutdown().await.expect("shutdown");
+    let i = Cell::Int;
+    // s: 1, 3, 6; windows [0, 10s): 4, [10s, 20s): 6.
+    assert_eq!(
+        appended(&drain(&mut sub).await).expect("append-only"),
+        vec![vec![i(BASE), i(4)], vec![i(BASE + 10_000), i(6)]]
+    );
+    assert_eq!(
+        appended(&drain(&mut sub2).await).expect("append-only"),
+        vec![
+            vec![i(BASE + 1_000), i(1), i(1)],
+            vec![i(BASE + 2_000), i(3), i(3)],
+            vec![i(BASE + 12_000), i(6), i(6)],
+        ]
+    );
+}
