@@ -543,3 +543,50 @@ async fn windows_over_an_over_stream() {
         ]
     );
 }
+
+/// ORDER BY a closed window's start, which trails the watermark by the
+/// window size: a row waits until the watermark less that lag passes it.
+#[tokio::test]
+async fn over_a_window_start_waits_for_its_lag() {
+    let ddl = format!(
+        "{}; CREATE STREAM w AS SELECT key, tumble(ts, INTERVAL '10' SECOND) AS ws, COUNT(*) AS n \
+         FROM src GROUP BY key, tumble(ts, INTERVAL '10' SECOND)",
+        source_ddl("src", 0, "")
+    );
+    let q = "SELECT key, ws, n, SUM(n) OVER (PARTITION BY key ORDER BY ws ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM w";
+    let db = open_tuned(&ddl, 1).await;
+    let text = explain_lines(&db, &format!("EXPLAIN CREATE STREAM x AS {q}"))
+        .await
+        .join("\n");
+    assert!(
+        text.contains("state: rows until the watermark - 10000ms passes them"),
+        "{text}"
+    );
+    db.execute(&format!("CREATE STREAM o AS {q}"))
+        .await
+        .expect("create");
+    let mut sub = db.subscribe("o").await.expect("subscribe");
+    push_all(
+        &db,
+        "src",
+        &[
+            vec![ev(1, BASE + 1_000, None), ev(1, BASE + 2_000, None)],
+            vec![ev(1, BASE + 15_000, None)],
+            vec![ev(2, BASE + 16_000, None)],
+            vec![ev(1, BASE + 25_000, None)],
+        ],
+    )
+    .await;
+    complete(&db).await;
+    db.shutdown().await.expect("shutdown");
+    let i = Cell::Int;
+    assert_eq!(
+        appended(&drain(&mut sub).await).expect("append-only"),
+        vec![
+            vec![i(1), i(BASE), i(2), i(2)],
+            vec![i(1), i(BASE + 10_000), i(1), i(3)],
+            vec![i(1), i(BASE + 20_000), i(1), i(2)],
+            vec![i(2), i(BASE + 10_000), i(1), i(1)],
+        ]
+    );
+}
