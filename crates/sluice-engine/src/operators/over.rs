@@ -77,6 +77,9 @@ pub struct OverAggregate {
     keys: Option<RowConverter>,
     /// Input rows the watermark has not passed yet, in arrival order.
     pending: Vec<RecordBatch>,
+    /// The lowest event time (ms) in `pending` (`i64::MAX` when empty), so a
+    /// cycle that passes none of them does not look at them.
+    pending_min: i64,
     partitions: FxHashMap<Vec<u8>, Partition>,
     /// Rows with an event time (ms) below this have been emitted.
     emitted_below: i64,
@@ -100,6 +103,7 @@ impl OverAggregate {
             def,
             keys,
             pending: Vec::new(),
+            pending_min: i64::MAX,
             partitions: FxHashMap::default(),
             emitted_below: i64::MIN,
             dropped_late: 0,
@@ -152,11 +156,12 @@ impl OverAggregate {
 
     /// Emit, in order, the pending rows whose time is below `below` (ms).
     fn emit_below(&mut self, below: i64, final_flush: bool) -> Result<Option<RecordBatch>> {
-        if self.pending.is_empty() {
+        if self.pending.is_empty() || (self.pending_min >= below && !final_flush) {
             return Ok(None);
         }
         let all = concat_batches(&self.def.input_schema, &self.pending)?;
         self.pending.clear();
+        self.pending_min = i64::MAX;
         let (_, ms) = self.times(&all)?;
         let ready: BooleanArray = ms
             .iter()
@@ -164,6 +169,7 @@ impl OverAggregate {
             .collect();
         let rest = filter_record_batch(&all, &arrow::compute::not(&ready)?)?;
         if rest.num_rows() > 0 {
+            self.pending_min = min_ms(&self.times(&rest)?.1);
             self.pending.push(rest);
         }
         let ready = filter_record_batch(&all, &ready)?;
@@ -369,8 +375,15 @@ impl StatefulOperator for OverAggregate {
             return Ok(vec![]);
         }
         let batch = if kept == batch.num_rows() {
+            self.pending_min = self.pending_min.min(min_ms(&ms));
             batch
         } else {
+            let ms = arrow::compute::filter(&ms, &keep)?;
+            self.pending_min = self
+                .pending_min
+                .min(min_ms(arrow::array::AsArray::as_primitive::<Int64Type>(
+                    &ms,
+                )));
             filter_record_batch(&batch, &keep)?
         };
         self.pending.push(RecordBatch::try_new(
@@ -476,6 +489,7 @@ impl StatefulOperator for OverAggregate {
         self.emitted_below = snap.get("emitted_below")?;
         self.dropped_late = snap.get("dropped_late")?;
         self.pending.clear();
+        self.pending_min = i64::MAX;
         self.partitions.clear();
         for part in snap.parts() {
             let meta = part.schema().metadata().clone();
@@ -484,10 +498,14 @@ impl StatefulOperator for OverAggregate {
                 .map(|w| w.split(',').filter_map(|x| x.parse().ok()).collect())
                 .unwrap_or_default();
             match meta.get(PART).map(String::as_str) {
-                Some("pending") => self.pending.push(RecordBatch::try_new(
-                    Arc::clone(&self.def.input_schema),
-                    part.columns().to_vec(),
-                )?),
+                Some("pending") => {
+                    let batch = RecordBatch::try_new(
+                        Arc::clone(&self.def.input_schema),
+                        part.columns().to_vec(),
+                    )?;
+                    self.pending_min = self.pending_min.min(min_ms(&self.times(&batch)?.1));
+                    self.pending.push(batch);
+                }
                 Some("frame") => self.restore_frames(part, &widths)?,
                 Some("state") => self.restore_states(part, &widths)?,
                 _ => return Err(damaged("a part of unknown kind")),
@@ -572,6 +590,11 @@ impl OverAggregate {
         }
         Ok(())
     }
+}
+
+/// The lowest non-null time of an array (`i64::MAX` when none).
+fn min_ms(ms: &Int64Array) -> i64 {
+    arrow::compute::min(ms).unwrap_or(i64::MAX)
 }
 
 /// A snapshot part with its kind (and column widths) in the schema metadata.
