@@ -98,6 +98,9 @@ pub fn time_columns(node: &StreamNode, catalog: &dyn PlanCatalog) -> Vec<TimeCol
                 })
                 .collect()
         }
+        // Input columns pass through, and a row leaves only once the
+        // watermark (less the same lag) has passed its time.
+        StreamNode::OverAggregate { input, .. } => time_columns(input, catalog),
         _ => vec![],
     }
 }

@@ -100,6 +100,28 @@ impl StreamNode {
             }
             // A top-N emits its input rows whole.
             StreamNode::TopN { input, .. } => input.collect_columns_read(target, None, read),
+            StreamNode::OverAggregate {
+                input,
+                partition_by,
+                time,
+                aggregates,
+                ..
+            } => {
+                // Every input column is passed through: keep those the
+                // reader needs (all, when unknown), plus what the window reads.
+                let mut cols: HashSet<Column> = match needed {
+                    None => input.schema().columns().into_iter().collect(),
+                    Some(cols) => cols
+                        .into_iter()
+                        .filter(|c| input.schema().has_column(c))
+                        .collect(),
+                };
+                add_refs(
+                    &mut cols,
+                    partition_by.iter().chain(aggregates).chain([time]),
+                );
+                input.collect_columns_read(target, Some(cols), read);
+            }
             StreamNode::Aggregate {
                 input,
                 keys,

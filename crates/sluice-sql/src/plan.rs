@@ -217,6 +217,27 @@ pub enum TopNMode {
     Changelog,
 }
 
+/// The frame of an `OVER (... ORDER BY event time ...)` aggregation: the rows
+/// before the current one (in event-time order, within its partition) that
+/// each aggregate reads, always ending at the current row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverFrame {
+    /// `ROWS BETWEEN n PRECEDING AND CURRENT ROW` (`None`: `UNBOUNDED
+    /// PRECEDING`). Rows of equal event time are ordered by arrival.
+    Rows {
+        /// How many rows before the current one.
+        preceding: Option<u64>,
+    },
+    /// `RANGE BETWEEN d PRECEDING AND CURRENT ROW` (`None`: `UNBOUNDED
+    /// PRECEDING`): rows with `ts >= current ts - d`, peers (equal `ts`)
+    /// included.
+    Range {
+        /// `d`, in the event-time column's own units (milliseconds for a
+        /// millisecond TIMESTAMP or BIGINT).
+        preceding: Option<i64>,
+    },
+}
+
 /// One operator of a continuous query.
 #[derive(Debug, Clone)]
 pub enum StreamNode {
@@ -387,6 +408,26 @@ pub enum StreamNode {
         /// the change column in [`TopNMode::Changelog`].
         schema: DFSchemaRef,
     },
+    /// `agg(x) OVER (PARTITION BY k ORDER BY ts <frame>)` over an
+    /// append-only input: every input row once, with the aggregates over its
+    /// frame, emitted in event-time order once the watermark passes its
+    /// `ts` (so no row of its frame can still arrive). Append-only output.
+    OverAggregate {
+        /// Input operator.
+        input: Box<StreamNode>,
+        /// `PARTITION BY` expressions (empty: one partition).
+        partition_by: Vec<Expr>,
+        /// The `ORDER BY` column: the input's event time.
+        time: Expr,
+        /// Future input rows have `time >= watermark - time_lag_ms`.
+        time_lag_ms: i64,
+        /// The frame every aggregate shares.
+        frame: OverFrame,
+        /// The aggregates as plain calls over the input (no `OVER`).
+        aggregates: Vec<Expr>,
+        /// Output schema: the input's columns, then one per aggregate.
+        schema: DFSchemaRef,
+    },
 }
 
 impl StreamNode {
@@ -403,6 +444,7 @@ impl StreamNode {
             | StreamNode::Aggregate { schema, .. }
             | StreamNode::Distinct { schema, .. }
             | StreamNode::TopN { schema, .. } => schema,
+            StreamNode::OverAggregate { schema, .. } => schema,
             StreamNode::Filter { input, .. } => input.schema(),
         }
     }
@@ -419,9 +461,10 @@ impl StreamNode {
             StreamNode::Aggregate { .. } => true,
             StreamNode::OuterJoin { changelog, .. } => *changelog,
             StreamNode::TopN { mode, .. } => *mode == TopNMode::Changelog,
-            StreamNode::Join { .. } | StreamNode::AsofJoin { .. } | StreamNode::Distinct { .. } => {
-                false
-            }
+            StreamNode::Join { .. }
+            | StreamNode::AsofJoin { .. }
+            | StreamNode::Distinct { .. }
+            | StreamNode::OverAggregate { .. } => false,
         }
     }
 
@@ -446,7 +489,8 @@ impl StreamNode {
             | StreamNode::WindowAggregate { input, .. }
             | StreamNode::Aggregate { input, .. }
             | StreamNode::Distinct { input, .. }
-            | StreamNode::TopN { input, .. } => input.collect_inputs(out),
+            | StreamNode::TopN { input, .. }
+            | StreamNode::OverAggregate { input, .. } => input.collect_inputs(out),
             StreamNode::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_inputs(out)),
             StreamNode::Join { left, right, .. }
             | StreamNode::OuterJoin { left, right, .. }
@@ -714,6 +758,47 @@ impl StreamNode {
                     "{pad}TopN: partition=[{}], order=[{order}], limit={limit}, {how}",
                     list(partition)
                 )?;
+                input.fmt_indent(f, depth + 1)?;
+            }
+            StreamNode::OverAggregate {
+                input,
+                partition_by,
+                time,
+                time_lag_ms,
+                frame,
+                aggregates,
+                ..
+            } => {
+                let lag = if *time_lag_ms == 0 {
+                    String::new()
+                } else {
+                    format!(" - {time_lag_ms}ms")
+                };
+                let (frame, state) = match frame {
+                    OverFrame::Rows { preceding: Some(n) } => (
+                        format!("ROWS BETWEEN {n} PRECEDING AND CURRENT ROW"),
+                        format!("rows until the watermark{lag} passes them, then the last {n} per partition key (grows with distinct partition keys)"),
+                    ),
+                    OverFrame::Rows { preceding: None } => (
+                        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW".to_string(),
+                        format!("rows until the watermark{lag} passes them, then one running aggregate per partition key (grows with distinct partition keys)"),
+                    ),
+                    OverFrame::Range { preceding: Some(d) } => (
+                        format!("RANGE BETWEEN {d} PRECEDING AND CURRENT ROW"),
+                        format!("rows until the watermark{lag} passes them, then those with {time} >= watermark{lag} - {d} (freed by the watermark)"),
+                    ),
+                    OverFrame::Range { preceding: None } => (
+                        "RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW".to_string(),
+                        format!("rows until the watermark{lag} passes them, then one running aggregate per partition key (grows with distinct partition keys)"),
+                    ),
+                };
+                writeln!(
+                    f,
+                    "{pad}OverAggregate: partition_by=[{}], order_by={time}, frame={frame}, aggregates=[{}], emit=when the watermark passes each row",
+                    list(partition_by),
+                    list(aggregates)
+                )?;
+                writeln!(f, "{pad}  state: {state}")?;
                 input.fmt_indent(f, depth + 1)?;
             }
         }

@@ -321,10 +321,10 @@ impl Converter<'_> {
                     let times = crate::bounds::time_columns(&input, self.catalog);
                     crate::top_n::top_n_node(w, input, &times, limit)
                 }
-                _ => Err(SqlError::Unsupported(format!(
-                    "OVER (...) window functions in a continuous query (use GROUP BY tumble/hop/session; for a top-N bound the row number: {})",
-                    crate::top_n::SUPPORTED
-                ))),
+                _ => {
+                    let input = self.convert(&w.input)?;
+                    crate::over::over_node(self.catalog, w, input)
+                }
             },
             other => Err(SqlError::Unsupported(format!(
                 "{} in a continuous query",

@@ -74,7 +74,7 @@ use datafusion::common::{DFSchema, DFSchemaRef, ScalarValue};
 use datafusion::logical_expr::{Expr, Operator};
 use sha2::{Digest, Sha256};
 use sluice_sql::ast::EmitMode;
-use sluice_sql::plan::{GroupSlot, JoinStateBound, WindowKind};
+use sluice_sql::plan::{GroupSlot, JoinStateBound, OverFrame, WindowKind};
 use sluice_sql::{StreamNode, StreamPlan, WatermarkSpec};
 
 use super::{Catalog, SinkConnector, SourceConnector, StreamKind};
@@ -610,6 +610,34 @@ impl Enc {
                     }
                     sluice_sql::plan::TopNMode::Changelog => e.tag("changelog"),
                 }
+                e.schema(schema);
+                e.node(input);
+            }
+            StreamNode::OverAggregate {
+                input,
+                partition_by,
+                time,
+                time_lag_ms,
+                frame,
+                aggregates,
+                schema,
+            } => {
+                e.tag("over");
+                let on = input.schema();
+                e.exprs(partition_by, on);
+                e.expr(time, on);
+                e.int(time_lag_ms);
+                match frame {
+                    OverFrame::Rows { preceding } => {
+                        e.tag("rows");
+                        e.opt(preceding.as_ref(), |e, n| e.int(n));
+                    }
+                    OverFrame::Range { preceding } => {
+                        e.tag("range");
+                        e.opt(preceding.as_ref(), |e, n| e.int(n));
+                    }
+                }
+                e.exprs(aggregates, on);
                 e.schema(schema);
                 e.node(input);
             }

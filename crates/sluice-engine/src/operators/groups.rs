@@ -310,6 +310,23 @@ impl AggregateFunctions {
             .collect()
     }
 
+    /// Fresh row accumulators that can also retract rows (for `OVER`
+    /// frames that slide: a row leaving the frame is retracted).
+    pub fn sliding_accumulators(
+        &self,
+    ) -> Result<Vec<Box<dyn datafusion::logical_expr::Accumulator>>> {
+        self.funcs
+            .iter()
+            .map(|f| {
+                let acc: Box<dyn datafusion::logical_expr::Accumulator> = Box::new(NamedRow(
+                    f.expr.create_sliding_accumulator()?,
+                    Arc::clone(&f.column),
+                ));
+                Ok(acc)
+            })
+            .collect()
+    }
+
     /// Number of functions.
     pub fn len(&self) -> usize {
         self.funcs.len()

@@ -14,6 +14,7 @@ pub mod groups;
 pub mod join;
 pub mod named;
 pub mod outer_join;
+pub mod over;
 pub mod retract;
 pub mod scope;
 pub mod session;
@@ -328,6 +329,46 @@ impl Operator {
                     schema: Arc::new(schema.as_arrow().clone()),
                 })?;
                 Operator::stateful(vec![Operator::compile(input)?], Box::new(op))
+            }
+            StreamNode::OverAggregate {
+                input,
+                partition_by,
+                time,
+                time_lag_ms,
+                frame,
+                aggregates,
+                schema,
+            } => {
+                let in_schema = input.schema();
+                let time_type = datafusion::logical_expr::ExprSchemable::get_type(time, in_schema)?;
+                let time_scale =
+                    sluice_sql::window_udf::timestamp_scale(&time_type).ok_or_else(|| {
+                        EngineError::Internal(format!("OVER event time of type {time_type}"))
+                    })?;
+                let first = in_schema.fields().len();
+                let def = over::OverDef {
+                    partition_by: partition_by
+                        .iter()
+                        .map(|k| compile(k, in_schema))
+                        .collect::<Result<_>>()?,
+                    partition_types: key_types(partition_by, in_schema)?,
+                    time: compile(time, in_schema)?,
+                    time_name: time.schema_name().to_string(),
+                    time_scale,
+                    time_lag_ms: *time_lag_ms,
+                    frame: *frame,
+                    funcs: AggregateFunctions::lower(
+                        aggregates,
+                        in_schema,
+                        &named(schema, first, aggregates.len()),
+                    )?,
+                    input_schema: Arc::new(in_schema.as_arrow().clone()),
+                    schema: Arc::new(schema.as_arrow().clone()),
+                };
+                Operator::stateful(
+                    vec![Operator::compile(input)?],
+                    Box::new(over::OverAggregate::new(def)?),
+                )
             }
             StreamNode::Aggregate {
                 input,

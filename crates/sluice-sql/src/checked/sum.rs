@@ -91,7 +91,11 @@ impl AggregateUDFImpl for CheckedSum {
                 target,
             })
         } else {
-            Box::new(RowSum { sum: None, target })
+            Box::new(RowSum {
+                sum: None,
+                values: 0,
+                target,
+            })
         })
     }
 
@@ -138,6 +142,7 @@ impl AggregateUDFImpl for CheckedSum {
         }
         Ok(Box::new(RowSum {
             sum: None,
+            values: 0,
             target: Target::new(args.name, out),
         }))
     }
@@ -313,6 +318,9 @@ fn state_array(out: &DataType, values: impl IntoIterator<Item = Option<i128>>) -
 #[derive(Debug)]
 struct RowSum {
     sum: Option<i128>,
+    /// Non-null values added less those retracted: a sliding frame whose
+    /// values have all been retracted sums to NULL again, not 0.
+    values: i64,
     target: Target,
 }
 
@@ -321,6 +329,10 @@ impl RowSum {
         for v in exact_values(values)?.into_iter().flatten() {
             let sum = self.sum.unwrap_or(0);
             self.sum = Some(self.target.add(sum, sign * v)?);
+            self.values += if sign < 0 { -1 } else { 1 };
+            if self.values == 0 {
+                self.sum = None;
+            }
         }
         Ok(())
     }

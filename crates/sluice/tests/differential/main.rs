@@ -19,6 +19,7 @@ mod late;
 mod liveness;
 mod oracle;
 mod outer_joins;
+mod over;
 mod refusals;
 mod relational;
 mod scalar_candidates;

@@ -266,7 +266,7 @@ async fn refused_shapes() {
     let cases = [
         (
             "CREATE STREAM x AS SELECT key, ROW_NUMBER() OVER (PARTITION BY key ORDER BY value) AS rn FROM src".to_string(),
-            "OVER (...) window functions in a continuous query (use GROUP BY tumble/hop/session; for a top-N bound the row number: SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY x DESC) AS rn FROM s) WHERE rn <= N)",
+            "window function row_number() OVER (...) in a continuous query (only aggregates over a frame are supported; for a top-N bound the row number: SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY x DESC) AS rn FROM s) WHERE rn <= N)",
         ),
         (
             ranked("RANK() OVER (PARTITION BY key ORDER BY value)", "rn <= 2"),
