@@ -13,9 +13,11 @@
 //!   (unmatched) once the watermark has passed `l.ts + tolerance`; without a
 //!   tolerance it waits for a match or the end of the input.
 //!
-//! Several right rows at the closest time are all matches (one output row
-//! each): that keeps the result independent of arrival order. Times are
-//! compared in milliseconds.
+//! Among several right rows at the closest time the match is the smallest
+//! one in Arrow's row format (its columns in order, each ascending with
+//! NULLs first): one output row per left row, whatever the arrival order,
+//! and only that row is kept per key and time. Times are compared in
+//! milliseconds.
 //!
 //! Right rows are kept per key in time order, and only while a held or
 //! future left row could still pick them: future left rows are at or after
@@ -77,8 +79,8 @@ pub struct AsofJoin {
     left_rows: RowConverter,
     right_rows: RowConverter,
     held: Vec<Held>,
-    /// Per key, right rows by time.
-    kept: FxHashMap<Key, BTreeMap<i64, Vec<OwnedRow>>>,
+    /// Per key and time, the smallest right row (the one a tie picks).
+    kept: FxHashMap<Key, BTreeMap<i64, OwnedRow>>,
     schema: SchemaRef,
 }
 
@@ -154,11 +156,7 @@ impl AsofJoin {
     }
 
     fn right_count(&self) -> usize {
-        self.kept
-            .values()
-            .flat_map(|m| m.values())
-            .map(Vec::len)
-            .sum()
+        self.kept.values().map(BTreeMap::len).sum()
     }
 
     fn hold(&mut self, batch: &RecordBatch) -> Result<()> {
@@ -182,12 +180,17 @@ impl AsofJoin {
         let rows = self.right_rows.convert_columns(batch.columns())?;
         for (i, (key, ts)) in kt.into_iter().enumerate() {
             if let (Some(key), Some(ts)) = (key, ts) {
-                self.kept
-                    .entry(key)
-                    .or_default()
-                    .entry(ts)
-                    .or_default()
-                    .push(rows.row(i).owned());
+                let row = rows.row(i);
+                match self.kept.entry(key).or_default().entry(ts) {
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(row.owned());
+                    }
+                    std::collections::btree_map::Entry::Occupied(mut o) => {
+                        if row < o.get().row() {
+                            o.insert(row.owned());
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -246,7 +249,7 @@ impl AsofJoin {
     /// Emit the held rows final at `watermark`.
     fn emit(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
         let mut out_left: Vec<usize> = Vec::new();
-        let mut out_right: Vec<Option<(Key, i64, usize)>> = Vec::new();
+        let mut out_right: Vec<Option<(Key, i64)>> = Vec::new();
         let mut done = vec![false; self.held.len()];
         for (i, h) in self.held.iter().enumerate() {
             let Some(best) = self.decide(h, watermark) else {
@@ -255,15 +258,8 @@ impl AsofJoin {
             done[i] = true;
             match (best, &h.key) {
                 (Some(s), Some(key)) => {
-                    let n = self
-                        .kept
-                        .get(key)
-                        .and_then(|m| m.get(&s))
-                        .map_or(0, Vec::len);
-                    for r in 0..n {
-                        out_left.push(i);
-                        out_right.push(Some((key.clone(), s, r)));
-                    }
+                    out_left.push(i);
+                    out_right.push(Some((key.clone(), s)));
                 }
                 _ if self.keep_unmatched => {
                     out_left.push(i);
@@ -281,7 +277,7 @@ impl AsofJoin {
             let matched: Vec<_> = out_right
                 .iter()
                 .flatten()
-                .filter_map(|(k, s, r)| self.kept.get(k)?.get(s)?.get(*r))
+                .filter_map(|(k, s)| self.kept.get(k)?.get(s))
                 .map(OwnedRow::row)
                 .collect();
             let right_dense = self.right_rows.convert_rows(matched)?;
@@ -368,7 +364,6 @@ impl AsofJoin {
             .kept
             .values()
             .flat_map(|m| m.values())
-            .flatten()
             .map(OwnedRow::row);
         let cols = self.right_rows.convert_rows(rows)?;
         Ok(RecordBatch::try_new(Arc::clone(&self.right.schema), cols)?)
@@ -422,7 +417,7 @@ impl StatefulOperator for AsofJoin {
         self.hold(&held)?;
         self.keep(&kept)?;
         let (h, k): (usize, usize) = (r.get("held")?, r.get("kept")?);
-        if h != self.held.len() || k != self.right_count() {
+        if h != self.held.len() || k != kept.num_rows() {
             return Err(EngineError::Internal(format!(
                 "damaged asof join snapshot: {h} held and {k} kept rows recorded, {} and {} restored",
                 self.held.len(),
