@@ -79,6 +79,8 @@ pub struct SourceDef {
     pub time_index: Option<usize>,
     /// Stream receiving late rows.
     pub late_data_to: Option<String>,
+    /// `PRIMARY KEY` columns (empty if none): read only by temporal joins.
+    pub primary_key: Vec<String>,
     /// Where rows come from.
     pub connector: SourceConnector,
     /// Quiet time after which the source stops holding the watermark.
@@ -179,6 +181,7 @@ impl SourceDef {
             watermark: stmt.watermark,
             time_index,
             late_data_to: stmt.late_data_to,
+            primary_key: stmt.primary_key,
             connector,
             idle_timeout,
         })
@@ -295,6 +298,14 @@ impl PlanCatalog for Catalog {
             .iter()
             .find(|s| s.name == name)
             .map(|s| (Arc::clone(&s.schema), s.changelog))
+    }
+
+    fn primary_key(&self, name: &str) -> Vec<String> {
+        self.sources
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.primary_key.clone())
+            .unwrap_or_default()
     }
 
     fn time_columns(&self, name: &str) -> Vec<(String, i64)> {
@@ -436,7 +447,9 @@ impl Catalog {
 
     /// `DESCRIBE name` as a table of columns.
     pub fn describe(&self, name: &str) -> Result<RecordBatch> {
+        let mut key: &[String] = &[];
         let schema = if let Some(s) = self.sources.iter().find(|s| s.name == name) {
+            key = &s.primary_key;
             Arc::clone(&s.schema)
         } else if let Some(s) = self.streams.iter().find(|s| s.name == name) {
             Arc::clone(&s.schema)
@@ -452,7 +465,15 @@ impl Catalog {
         let (names, types) = schema
             .fields()
             .iter()
-            .map(|f| (f.name().clone(), f.data_type().to_string()))
+            .map(|f| {
+                // A PRIMARY KEY column says so after its type.
+                let pk = if key.contains(f.name()) {
+                    " PRIMARY KEY"
+                } else {
+                    ""
+                };
+                (f.name().clone(), format!("{}{pk}", f.data_type()))
+            })
             .unzip();
         two_columns(("column", names), ("type", types))
     }

@@ -71,11 +71,21 @@ fn marker_arg(e: &Expr) -> Option<&Expr> {
     }
 }
 
+/// Whether `e` is a call of the ASOF or the temporal join's marker.
+fn is_marker(e: &Expr) -> bool {
+    marker_arg(e).is_some() || crate::temporal::marker_arg(e).is_some()
+}
+
 /// Whether `e` calls the marker anywhere.
 pub(crate) fn mentions_marker(e: &Expr) -> bool {
+    mentions(e, is_marker)
+}
+
+/// Whether `e` has a part for which `pred` holds.
+pub(crate) fn mentions(e: &Expr, pred: impl Fn(&Expr) -> bool) -> bool {
     let mut found = false;
     let _ = datafusion::common::tree_node::TreeNode::apply(e, |e| {
-        found |= marker_arg(e).is_some();
+        found |= pred(e);
         Ok(if found {
             datafusion::common::tree_node::TreeNodeRecursion::Stop
         } else {
@@ -337,6 +347,7 @@ pub(crate) fn asof_node(
         left_lag_ms,
         right_lag_ms,
         schema: Arc::clone(&schema),
+        versioned: None,
     })
 }
 
@@ -344,17 +355,29 @@ pub(crate) fn asof_node(
 /// `__asof_match` directly): it is never executable.
 pub(crate) fn check_marker_placement(plan: &datafusion::logical_expr::LogicalPlan) -> Result<()> {
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-    let mut misplaced = false;
+    let (mut misplaced, mut temporal) = (false, false);
     plan.apply(|node| {
         if !matches!(node, datafusion::logical_expr::LogicalPlan::Join(_)) {
-            misplaced |= node.expressions().iter().any(mentions_marker);
+            let exprs = node.expressions();
+            misplaced |= exprs
+                .iter()
+                .any(|e| mentions(e, |e| marker_arg(e).is_some()));
+            temporal |= exprs
+                .iter()
+                .any(|e| mentions(e, |e| crate::temporal::marker_arg(e).is_some()));
         }
-        Ok(if misplaced {
+        Ok(if misplaced || temporal {
             TreeNodeRecursion::Stop
         } else {
             TreeNodeRecursion::Continue
         })
     })?;
+    if temporal {
+        return Err(unsupported(format!(
+            "{}() outside a temporal join (it only marks FOR SYSTEM_TIME AS OF); write l JOIN t FOR SYSTEM_TIME AS OF l.ts ON l.k = t.k",
+            crate::temporal::MARKER
+        )));
+    }
     if misplaced {
         return Err(unsupported(format!(
             "{MARKER}() outside an ASOF JOIN condition (it only marks one); {HOW}"

@@ -96,6 +96,9 @@ pub struct CreateSource {
     pub watermark: Option<WatermarkSpec>,
     /// `LATE DATA TO stream`: where late rows go instead of being dropped.
     pub late_data_to: Option<String>,
+    /// `PRIMARY KEY (cols)`: the rows are versions of these keys (a
+    /// versioned table for `FOR SYSTEM_TIME AS OF`); empty if not declared.
+    pub primary_key: Vec<String>,
     /// Connector options; empty for a push source.
     pub options: WithOptions,
 }

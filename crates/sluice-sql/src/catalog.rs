@@ -18,4 +18,9 @@ pub trait PlanCatalog {
     fn time_columns(&self, _name: &str) -> Vec<(String, i64)> {
         vec![]
     }
+    /// A source's `PRIMARY KEY` columns; empty if none is declared (or it
+    /// is not a source).
+    fn primary_key(&self, _name: &str) -> Vec<String> {
+        vec![]
+    }
 }

@@ -27,6 +27,7 @@ pub mod parser;
 pub mod plan;
 pub mod planner;
 pub mod simplify;
+mod temporal;
 mod top_n;
 pub mod types;
 mod window_tvf;

@@ -366,6 +366,10 @@ pub enum StreamNode {
         right_lag_ms: i64,
         /// Output schema: the left columns, then the right ones.
         schema: DFSchemaRef,
+        /// A temporal join (`FOR SYSTEM_TIME AS OF`): the versioned
+        /// table's name and PRIMARY KEY, for EXPLAIN. It is an ASOF `>=`
+        /// join keyed by that key, so nothing else differs.
+        versioned: Option<String>,
     },
     /// Non-windowed `GROUP BY`: an updating aggregate with changelog output.
     Aggregate {
@@ -631,6 +635,7 @@ impl StreamNode {
                 keep_unmatched,
                 left_lag_ms,
                 right_lag_ms,
+                versioned,
                 ..
             } => {
                 let keys = on
@@ -640,11 +645,17 @@ impl StreamNode {
                     .join(", ");
                 let kind = if *keep_unmatched { "left" } else { "inner" };
                 let tol = tolerance_ms.map_or(String::new(), |t| format!(", tolerance={t}ms"));
-                writeln!(
-                    f,
-                    "{pad}AsofJoin: {kind}, on=[{keys}], match={left_time} {} {right_time}{tol}",
-                    op.as_str()
-                )?;
+                match versioned {
+                    Some(table) => writeln!(
+                        f,
+                        "{pad}TemporalJoin: {kind}, versioned={table}, on=[{keys}], as of {left_time} (version time {right_time})"
+                    )?,
+                    None => writeln!(
+                        f,
+                        "{pad}AsofJoin: {kind}, on=[{keys}], match={left_time} {} {right_time}{tol}",
+                        op.as_str()
+                    )?,
+                }
                 let (lrows, rrows) = if op.backward() {
                     (
                         format!(

@@ -33,6 +33,7 @@ impl StreamPlanner {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::asof::marker_udf());
+        ctx.register_udf(crate::temporal::marker_udf());
         crate::checked::register_aggregates(&ctx);
         for name in catalog.relation_names() {
             if let Some((schema, _)) = catalog.relation(&name) {
@@ -340,6 +341,18 @@ impl Converter<'_> {
     ) -> Result<StreamNode> {
         let left = self.convert(&join.left)?;
         let right = self.convert(&join.right)?;
+        let temporal = |e: &Expr| crate::temporal::marker_arg(e).is_some();
+        if condition.iter().any(|c| crate::asof::mentions(c, temporal)) {
+            return crate::temporal::temporal_node(
+                self.catalog,
+                join.join_type,
+                left,
+                right,
+                &join.on,
+                join.filter.as_ref(),
+                Arc::clone(&join.schema),
+            );
+        }
         if condition.iter().any(|c| crate::asof::mentions_marker(c)) {
             return crate::asof::asof_node(
                 self.catalog,

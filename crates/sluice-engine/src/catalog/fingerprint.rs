@@ -550,6 +550,9 @@ impl Enc {
                 left_lag_ms,
                 right_lag_ms,
                 schema,
+                // Only how EXPLAIN names the join: the state is an ASOF
+                // join's either way.
+                versioned: _,
             } => {
                 e.tag("asof_join");
                 e.list(on.iter(), |e, (l, r)| {

@@ -236,6 +236,7 @@ impl Operator {
                 left_lag_ms,
                 right_lag_ms,
                 schema,
+                ..
             } => {
                 let side =
                     |n: &StreamNode, keys: Vec<&datafusion::logical_expr::Expr>, time, lag_ms| {

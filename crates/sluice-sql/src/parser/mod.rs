@@ -24,6 +24,7 @@ use crate::types::arrow_type;
 
 mod asof;
 mod process_function;
+mod temporal;
 mod window_tvf;
 
 /// Parse a script of `;`-separated statements.
@@ -167,6 +168,7 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         let (tokens, emit) = split_emit_clause(tokens)?;
         let tokens = window_tvf::strip_table_arguments(tokens)?;
         let tokens = asof::rewrite(tokens)?;
+        let tokens = temporal::rewrite(tokens)?;
         let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens);
         return parse_create_stream(&mut p, emit);
     }
@@ -389,8 +391,24 @@ fn parse_create_source(p: &mut Parser<'_>) -> Result<Statement> {
     p.expect_token(&Token::LParen)?;
     let mut fields: Vec<Field> = Vec::new();
     let mut watermark = None;
+    let mut primary_key: Vec<String> = Vec::new();
     loop {
-        if parse_word(p, "WATERMARK") {
+        if parse_word(p, "PRIMARY") {
+            expect_word(p, "KEY")?;
+            if !primary_key.is_empty() {
+                return Err(SqlError::Syntax(format!(
+                    "source '{name}' declares PRIMARY KEY twice"
+                )));
+            }
+            p.expect_token(&Token::LParen)?;
+            loop {
+                primary_key.push(ident(p)?);
+                if !p.consume_token(&Token::Comma) {
+                    break;
+                }
+            }
+            p.expect_token(&Token::RParen)?;
+        } else if parse_word(p, "WATERMARK") {
             if watermark.is_some() {
                 return Err(SqlError::Syntax(format!(
                     "source '{name}' declares WATERMARK twice"
@@ -427,6 +445,13 @@ fn parse_create_source(p: &mut Parser<'_>) -> Result<Statement> {
             )));
         }
     }
+    for k in &primary_key {
+        if !fields.iter().any(|f| f.name() == k) {
+            return Err(SqlError::Catalog(format!(
+                "PRIMARY KEY ({k}): source '{name}' has no such column"
+            )));
+        }
+    }
     let mut late_data_to = None;
     if parse_word(p, "LATE") {
         expect_word(p, "DATA")?;
@@ -445,6 +470,7 @@ fn parse_create_source(p: &mut Parser<'_>) -> Result<Statement> {
         schema: Arc::new(Schema::new(fields)),
         watermark,
         late_data_to,
+        primary_key,
         options,
     }))
 }

@@ -24,6 +24,7 @@ mod refusals;
 mod relational;
 mod scalar_candidates;
 mod scalar_registry;
+mod temporal;
 mod top_n;
 mod top_n_cases;
 mod window_tvfs;

@@ -1,0 +1,118 @@
+//! Token-level support for Flink's event-time temporal join,
+//! `JOIN t FOR SYSTEM_TIME AS OF l.ts [AS a] ON l.k = t.k`.
+//!
+//! DataFusion refuses a table version in `FROM`, so the clause is moved
+//! into the join's condition as a marker call: the join becomes `JOIN t [AS
+//! a] ON __temporal_as_of(l.ts) AND l.k = t.k`, which DataFusion plans as
+//! any join and the planner (`crate::temporal`) takes apart.
+
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Whitespace};
+
+use crate::error::{Result, SqlError};
+use crate::temporal::MARKER;
+
+use super::is_word;
+
+const HOW: &str = "write l JOIN t FOR SYSTEM_TIME AS OF l.ts ON l.k = t.k";
+
+/// Rewrite every `FOR SYSTEM_TIME AS OF` of a statement.
+pub(super) fn rewrite(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
+    let mut tokens = tokens;
+    while let Some(out) = rewrite_first(&tokens)? {
+        tokens = out;
+    }
+    Ok(tokens)
+}
+
+/// Rewrite the first clause, if there is one.
+fn rewrite_first(tokens: &[TokenWithSpan]) -> Result<Option<Vec<TokenWithSpan>>> {
+    let solid: Vec<usize> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_) | Token::EOF))
+        .map(|(i, _)| i)
+        .collect();
+    let tok = |k: usize| solid.get(k).map(|&i| &tokens[i].token);
+    let Some(k) = (0..solid.len()).find(|&k| {
+        ["FOR", "SYSTEM_TIME", "AS", "OF"]
+            .iter()
+            .enumerate()
+            .all(|(d, w)| tok(k + d).is_some_and(|t| is_word(t, w)))
+    }) else {
+        return Ok(None);
+    };
+    let start = k + 4;
+    if tok(start).is_some_and(|t| is_word(t, "PROCTIME")) {
+        return Err(SqlError::Unsupported(format!(
+            "a processing-time temporal join (FOR SYSTEM_TIME AS OF PROCTIME()): its result depends on arrival; join as of the left input's event time: {HOW}"
+        )));
+    }
+    // The time expression runs to the ON (or AS alias) at its depth.
+    let mut depth = 0i32;
+    let mut j = start;
+    let end = loop {
+        let Some(t) = tok(j) else { break None };
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen if depth == 0 => break None,
+            Token::RParen => depth -= 1,
+            t if depth == 0 && (is_word(t, "ON") || is_word(t, "AS")) => break Some(j),
+            t if depth == 0
+                && ["JOIN", "WHERE", "GROUP", "UNION", "HAVING", "USING"]
+                    .iter()
+                    .any(|w| is_word(t, w)) =>
+            {
+                break None
+            }
+            _ => {}
+        }
+        j += 1;
+    };
+    let Some(end) = end else {
+        return Err(SqlError::Unsupported(format!(
+            "FOR SYSTEM_TIME AS OF without an ON condition; {HOW}"
+        )));
+    };
+    if end == start {
+        return Err(SqlError::Unsupported(format!(
+            "FOR SYSTEM_TIME AS OF without a time; {HOW}"
+        )));
+    }
+    let (alias, on) = if tok(end).is_some_and(|t| is_word(t, "AS")) {
+        (Some(end + 1), end + 2)
+    } else {
+        (None, end)
+    };
+    if !tok(on).is_some_and(|t| is_word(t, "ON")) {
+        return Err(SqlError::Unsupported(format!(
+            "FOR SYSTEM_TIME AS OF without an ON condition; {HOW}"
+        )));
+    }
+    let span = tokens[solid[k]].span;
+    let make = |t: Token| TokenWithSpan::new(t, span);
+    let space = || make(Token::Whitespace(Whitespace::Space));
+    let mut out: Vec<TokenWithSpan> = tokens[..solid[k]].to_vec();
+    if let Some(a) = alias {
+        out.extend([
+            make(Token::make_keyword("AS")),
+            space(),
+            tokens[solid[a]].clone(),
+        ]);
+    }
+    out.extend([
+        space(),
+        make(Token::make_keyword("ON")),
+        space(),
+        make(Token::make_word(MARKER, None)),
+        make(Token::LParen),
+    ]);
+    out.extend(tokens[solid[start]..solid[end]].iter().cloned());
+    out.extend([
+        make(Token::RParen),
+        space(),
+        make(Token::make_keyword("AND")),
+        space(),
+    ]);
+    out.extend(tokens[solid[on] + 1..].iter().cloned());
+    Ok(Some(out))
+}
