@@ -393,8 +393,9 @@ fn parse_create_source(p: &mut Parser<'_>) -> Result<Statement> {
     let mut watermark = None;
     let mut primary_key: Vec<String> = Vec::new();
     loop {
-        if parse_word(p, "PRIMARY") {
-            expect_word(p, "KEY")?;
+        if is_word(&p.peek_token().token, "PRIMARY") && is_word(&p.peek_nth_token(1).token, "KEY") {
+            p.next_token();
+            p.next_token();
             if !primary_key.is_empty() {
                 return Err(SqlError::Syntax(format!(
                     "source '{name}' declares PRIMARY KEY twice"

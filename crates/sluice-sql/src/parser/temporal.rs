@@ -116,3 +116,32 @@ fn rewrite_first(tokens: &[TokenWithSpan]) -> Result<Option<Vec<TokenWithSpan>>>
     out.extend(tokens[solid[on] + 1..].iter().cloned());
     Ok(Some(out))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use crate::ast::Statement;
+    use crate::parser::parse_sql;
+
+    /// `PRIMARY KEY (k)` is stored; a column named `primary` is still a
+    /// column; a key naming no column is refused.
+    #[test]
+    fn primary_key_on_create_source() {
+        let s = parse_sql(
+            "CREATE SOURCE v (primary BIGINT, k BIGINT, ts TIMESTAMP, PRIMARY KEY (k, primary), \
+             WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)",
+        )
+        .unwrap();
+        let Statement::CreateSource(src) = &s[0] else {
+            panic!("{s:?}")
+        };
+        assert_eq!(src.primary_key, vec!["k", "primary"]);
+        assert_eq!(src.schema.fields().len(), 3);
+        let err = parse_sql("CREATE SOURCE v (k BIGINT, PRIMARY KEY (x))").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "PRIMARY KEY (x): source 'v' has no such column"
+        );
+    }
+}

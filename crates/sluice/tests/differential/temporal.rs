@@ -125,8 +125,9 @@ fn batch(rows: &[(i64, i64, i64)]) -> sluice::arrow::record_batch::RecordBatch {
 }
 
 /// Exact rows: each left row gets its key's version valid at its time (the
-/// latest at or before it; of the two versions at 500, the smaller row,
-/// value 11, though it arrived second); a row before its key's first
+/// latest at or before it, so a row at 500 gets a version of 500; of the
+/// two versions at 500, the smaller row, value 11, though it arrived
+/// second); a row before its key's first
 /// version, or of a key without versions, has none (LEFT pads it).
 #[tokio::test]
 async fn temporal_exact_rows() {
@@ -158,6 +159,7 @@ async fn temporal_exact_rows() {
         (1, 600, 3),
         (2, 1_000, 4),
         (3, 700, 5),
+        (1, 500, 6),
     ]))
     .await
     .expect("push l");
@@ -171,6 +173,7 @@ async fn temporal_exact_rows() {
         got,
         vec![
             vec![i(1), t(400), i(2), t(100), i(10)],
+            vec![i(1), t(500), i(6), t(500), i(11)],
             vec![i(1), t(600), i(3), t(500), i(11)],
             vec![i(2), t(1_000), i(4), t(300), i(20)],
         ]
@@ -181,6 +184,7 @@ async fn temporal_exact_rows() {
         vec![
             vec![i(1), t(50), i(1), Cell::Null, Cell::Null],
             vec![i(1), t(400), i(2), t(100), i(10)],
+            vec![i(1), t(500), i(6), t(500), i(11)],
             vec![i(1), t(600), i(3), t(500), i(11)],
             vec![i(2), t(1_000), i(4), t(300), i(20)],
             vec![i(3), t(700), i(5), Cell::Null, Cell::Null],
