@@ -276,9 +276,25 @@ pub struct Catalog {
     pub sinks: Vec<SinkDef>,
     /// Registered process functions (bound or not), by registration order.
     pub functions: Vec<ProcessFunctionDescriptor>,
+    /// Lookup tables registered from Rust, read only by lookup joins.
+    pub lookups: Vec<Arc<crate::lookup::LookupBinding>>,
 }
 
 impl PlanCatalog for Catalog {
+    fn lookup_table_names(&self) -> Vec<String> {
+        self.lookups.iter().map(|l| l.name.clone()).collect()
+    }
+
+    fn lookup_table(
+        &self,
+        name: &str,
+    ) -> Option<(SchemaRef, Vec<String>, sluice_sql::LookupHandle)> {
+        self.lookups
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| (Arc::clone(&l.schema), l.keys.clone(), l.handle()))
+    }
+
     fn relation_names(&self) -> Vec<String> {
         self.sources
             .iter()

@@ -16,6 +16,7 @@ mod gen;
 mod joins;
 mod late;
 mod liveness;
+mod lookup;
 mod oracle;
 mod refusals;
 mod relational;
