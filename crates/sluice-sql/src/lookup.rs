@@ -37,6 +37,20 @@ pub(crate) fn not_a_stream(name: &str) -> SqlError {
     ))
 }
 
+/// `FOR SYSTEM_TIME AS OF` is accepted on lookup tables only (Flink's
+/// lookup-join spelling; the time expression is not evaluated, since the
+/// table is read at processing time).
+pub(crate) fn check_system_time(catalog: &dyn PlanCatalog, tables: &[String]) -> Result<()> {
+    for t in tables {
+        if catalog.lookup_table(t).is_none() {
+            return Err(SqlError::Unsupported(format!(
+                "FOR SYSTEM_TIME AS OF on '{t}', which is not a lookup table (a temporal join against a versioned stream is not supported); register '{t}' as a lookup table, or join the streams without it"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Plan `join` as a lookup join when its right input is a lookup table;
 /// None when neither input is one. `convert` plans the stream input.
 pub(crate) fn plan_lookup_join(

@@ -50,6 +50,7 @@ impl StreamPlanner {
 
     /// Plan `CREATE STREAM` / `CREATE MATERIALIZED VIEW`.
     pub async fn plan_stream(catalog: &dyn PlanCatalog, stmt: &CreateStream) -> Result<StreamPlan> {
+        crate::lookup::check_system_time(catalog, &stmt.system_time)?;
         let logical = Self::logical_plan(catalog, &stmt.query).await?;
         let mut conv = Converter {
             catalog,

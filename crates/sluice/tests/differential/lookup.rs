@@ -173,6 +173,10 @@ async fn lookup_join_exact_rows() {
         inner,
         vec![vec![i(7), i(1), s("one")], vec![i(11), i(1), s("one")]]
     );
+    // Flink's spelling, with an event-time column or PROCTIME(): the same.
+    for sub in &mut subs[2..] {
+        assert_eq!(appended(&drain(sub).await).unwrap(), inner);
+    }
     let left = appended(&drain(&mut subs[1]).await).unwrap();
     assert_eq!(
         left,
@@ -374,6 +378,10 @@ async fn lookup_explain_and_refusals() {
             "CREATE STREAM c AS SELECT key, COUNT(*) AS n FROM src GROUP BY key; \
              CREATE STREAM r7 AS SELECT * FROM c JOIN dim d ON c.key = d.id",
             "a lookup join of a changelog input",
+        ),
+        (
+            "CREATE STREAM r8 AS SELECT * FROM src s JOIN src FOR SYSTEM_TIME AS OF s.ts AS t ON s.key = t.key",
+            "FOR SYSTEM_TIME AS OF on 'src', which is not a lookup table",
         ),
     ];
     for (sql, expected) in refused {
