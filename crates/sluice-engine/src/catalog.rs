@@ -458,6 +458,8 @@ impl Catalog {
             Arc::clone(&s.schema)
         } else if let Some(s) = self.sinks.iter().find(|s| s.name == name) {
             Arc::clone(&s.schema)
+        } else if let Some(l) = self.lookups.iter().find(|l| l.name == name) {
+            Arc::clone(&l.schema)
         } else if let Some(d) = self.functions.iter().find(|d| d.name == name) {
             return self.describe_function(d);
         } else {

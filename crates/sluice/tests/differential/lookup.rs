@@ -349,6 +349,17 @@ async fn lookup_explain_and_refusals() {
     ] {
         assert!(text.contains(line), "{line}\n{text}");
     }
+    // DESCRIBE lists a lookup table's columns as it does a source's.
+    let described = crate::common::select(&db, "DESCRIBE dim").await;
+    let str = |v: &str| Cell::Str(v.into());
+    assert_eq!(
+        described,
+        vec![
+            vec![str("id"), str("Int64")],
+            vec![str("name"), str("Utf8")],
+            vec![str("tier"), str("Int64")],
+        ]
+    );
     let refused = [
         (
             "CREATE STREAM r1 AS SELECT * FROM dim d JOIN src s ON s.key = d.id",
