@@ -372,6 +372,9 @@ impl Catalog {
             Some(kind) => Err(EngineError::Catalog(format!(
                 "a {kind} named '{name}' already exists"
             ))),
+            None if self.lookups.iter().any(|l| l.name == name) => Err(EngineError::Catalog(
+                format!("a lookup table named '{name}' already exists"),
+            )),
             None => Ok(()),
         }
     }

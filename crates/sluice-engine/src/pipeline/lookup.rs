@@ -2,9 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::lookup::{LookupBinding, LookupStats};
-use sluice_sql::PlanCatalog;
 
 use super::Pipeline;
 
@@ -16,12 +15,7 @@ impl Pipeline {
         &mut self,
         binding: Arc<LookupBinding>,
     ) -> Result<Arc<LookupStats>> {
-        let name = &binding.name;
-        if self.catalog.kind_of(name).is_some() || self.catalog.lookup_table(name).is_some() {
-            return Err(EngineError::Catalog(format!(
-                "cannot register lookup table '{name}': the name is taken"
-            )));
-        }
+        self.catalog.check_free(&binding.name)?;
         let stats = Arc::clone(&binding.stats);
         self.catalog.lookups.push(binding);
         Ok(stats)

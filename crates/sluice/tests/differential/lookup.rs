@@ -216,10 +216,7 @@ async fn lookup_cache_bound_ttl_and_updates() {
     );
     let opts = LookupOptions::from_pairs(
         "dim",
-        &[
-            ("lookup.cache.max_rows", "2"),
-            ("lookup.cache.ttl", "400ms"),
-        ],
+        &[("lookup.cache.max_rows", "2"), ("lookup.cache.ttl", "1s")],
     )
     .unwrap();
     let (db, stats) = open_with(t.clone(), opts, &ddl, 1).await;
@@ -237,7 +234,7 @@ async fn lookup_cache_bound_ttl_and_updates() {
         vec![vec![Cell::Int(1), s("a")]]
     );
     assert_eq!((stats.hits(), stats.looked_up(), t.calls()), (1, 1, 1));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
     // Expired: looked up again, and the update is visible.
     assert_eq!(
         push_and_get(&db, &mut sub, 1, BASE + 2).await,
@@ -400,6 +397,37 @@ async fn lookup_explain_and_refusals() {
         assert!(err.to_string().contains(expected), "{sql}: {err}");
         assert_eq!(err.code(), "SLC-SQL-002", "{sql}: {err}");
     }
+    // The name is one namespace with sources and streams.
+    let err = db.execute(&source_ddl("dim", 0, "")).await.unwrap_err();
+    assert_eq!(err.to_string(), "a lookup table named 'dim' already exists");
+    let err = db
+        .register_lookup_table(
+            "src",
+            dim_schema(),
+            &["id"],
+            memory(&[]),
+            LookupOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "a source named 'src' already exists");
+    let err = db
+        .register_lookup_table(
+            "d2",
+            dim_schema(),
+            &["nope"],
+            memory(&[]),
+            LookupOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.code(), err.to_string()),
+        (
+            "SLC-LKP-004",
+            "lookup table 'd2': key column 'nope' is not a column of its schema".to_string()
+        )
+    );
 }
 
 /// The next `n` rows a subscription delivers (append-only), sorted.
