@@ -533,3 +533,77 @@ async fn lookup_misses_cached_unless_turned_off() {
         );
     }
 }
+
+/// A table keyed by `(grp, id)`: joined on `grp` alone every row of the
+/// group matches; on both, one row; on `id` alone it is refused.
+#[tokio::test]
+async fn lookup_join_on_a_key_prefix() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("grp", DataType::Int64, true),
+        Field::new("id", DataType::Int64, true),
+        Field::new("name", DataType::Utf8, true),
+    ]));
+    let t = MemoryLookupTable::new(Arc::clone(&schema), &["grp", "id"]).unwrap();
+    t.upsert(
+        &RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 1, 2])),
+                Arc::new(Int64Array::from(vec![10, 20, 10])),
+                Arc::new(StringArray::from(vec!["a", "b", "c"])),
+            ],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let db = open_tuned("SET max_batches_per_cycle = 64", 64).await;
+    db.register_lookup_table(
+        "g",
+        schema,
+        &["grp", "id"],
+        Arc::new(t),
+        LookupOptions::default(),
+    )
+    .await
+    .unwrap();
+    db.execute(&format!(
+        "{}; CREATE STREAM p AS SELECT s.key, d.id, d.name FROM src s JOIN g d ON s.key = d.grp; \
+         CREATE STREAM f AS SELECT s.key, d.id, d.name FROM src s JOIN g d ON d.id = s.value AND s.key = d.grp",
+        source_ddl("src", 0, "")
+    ))
+    .await
+    .unwrap();
+    let err = db
+        .execute("CREATE STREAM x AS SELECT * FROM src s JOIN g d ON s.value = d.id")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unsupported: a lookup join on key column 'id' of 'g' without its leading key column 'grp'; the equalities must cover a leading part of its key (grp, id)"
+    );
+    let mut subs = [
+        db.subscribe("p").await.unwrap(),
+        db.subscribe("f").await.unwrap(),
+    ];
+    crate::common::push_all(
+        &db,
+        "src",
+        &[vec![ev(1, BASE, Some(20)), ev(2, BASE, Some(20))]],
+    )
+    .await;
+    complete(&db).await;
+    db.shutdown().await.unwrap();
+    let (i, s) = (Cell::Int, |v: &str| Cell::Str(v.into()));
+    assert_eq!(
+        appended(&drain(&mut subs[0]).await).unwrap(),
+        vec![
+            vec![i(1), i(10), s("a")],
+            vec![i(1), i(20), s("b")],
+            vec![i(2), i(10), s("c")]
+        ]
+    );
+    assert_eq!(
+        appended(&drain(&mut subs[1]).await).unwrap(),
+        vec![vec![i(1), i(20), s("b")]]
+    );
+}
