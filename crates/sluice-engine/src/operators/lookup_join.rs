@@ -357,3 +357,76 @@ impl StatefulOperator for LookupJoin {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::lookup::LookupOptions;
+    use crate::operators::stateful::{restore_part, snapshot_part};
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::DFSchema;
+    use datafusion::prelude::col;
+    use sluice_connectors::MemoryLookupTable;
+
+    /// The cache spares repeated keys, is not in the snapshot, and a
+    /// restore empties it: the next batch asks the table again.
+    #[test]
+    fn cache_is_not_state_and_restore_empties_it() {
+        let dim = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let t = Arc::new(MemoryLookupTable::new(Arc::clone(&dim), &["id"]).unwrap());
+        t.upsert(
+            &RecordBatch::try_new(
+                Arc::clone(&dim),
+                vec![
+                    Arc::new(Int64Array::from(vec![1])),
+                    Arc::new(StringArray::from(vec!["a"])),
+                ],
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let input = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
+        let df = DFSchema::try_from(input.as_ref().clone()).unwrap();
+        let binding = LookupBinding::new(
+            "dim",
+            Arc::clone(&dim),
+            &["id"],
+            t.clone(),
+            LookupOptions::default(),
+        )
+        .unwrap();
+        let out = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("id", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let mut op = LookupJoin::new(
+            binding,
+            vec![crate::operators::expr::compile(&col("k"), &df).unwrap()],
+            vec![DataType::Int64],
+            false,
+            None,
+            out,
+        )
+        .unwrap();
+        let batch = RecordBatch::try_new(
+            Arc::clone(&input),
+            vec![Arc::new(Int64Array::from(vec![Some(1), None, Some(1)]))],
+        )
+        .unwrap();
+        let rows = |b: Vec<RecordBatch>| b.iter().map(RecordBatch::num_rows).sum::<usize>();
+        assert_eq!(rows(op.update(0, batch.clone()).unwrap()), 2);
+        assert_eq!(rows(op.update(0, batch.clone()).unwrap()), 2);
+        assert_eq!((t.calls(), t.keys_asked()), (1, 1));
+        let part = snapshot_part(&mut op).unwrap();
+        restore_part(&mut op, &part).unwrap();
+        assert_eq!(rows(op.update(0, batch).unwrap()), 2);
+        assert_eq!((t.calls(), t.keys_asked()), (2, 2));
+        assert!(op.update(1, RecordBatch::new_empty(input)).is_err());
+    }
+}
