@@ -19,8 +19,10 @@ mod sink;
 mod source;
 
 mod limits;
+pub mod lookup;
 pub use error::{ConnectorError, Result};
 pub use format::FileFormat;
+pub use lookup::{LookupError, LookupRows, LookupTable, MemoryLookupTable};
 pub use nexmark::{NexmarkConfig, NexmarkReader, NexmarkStream};
 pub use quote::{bounded as bounded_quote, MAX_QUOTED_CHARS};
 pub use reader::BatchReader;

@@ -279,9 +279,25 @@ pub struct Catalog {
     pub sinks: Vec<SinkDef>,
     /// Registered process functions (bound or not), by registration order.
     pub functions: Vec<ProcessFunctionDescriptor>,
+    /// Lookup tables registered from Rust, read only by lookup joins.
+    pub lookups: Vec<Arc<crate::lookup::LookupBinding>>,
 }
 
 impl PlanCatalog for Catalog {
+    fn lookup_table_names(&self) -> Vec<String> {
+        self.lookups.iter().map(|l| l.name.clone()).collect()
+    }
+
+    fn lookup_table(
+        &self,
+        name: &str,
+    ) -> Option<(SchemaRef, Vec<String>, sluice_sql::LookupHandle)> {
+        self.lookups
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| (Arc::clone(&l.schema), l.keys.clone(), l.handle()))
+    }
+
     fn relation_names(&self) -> Vec<String> {
         self.sources
             .iter()
@@ -367,6 +383,9 @@ impl Catalog {
             Some(kind) => Err(EngineError::Catalog(format!(
                 "a {kind} named '{name}' already exists"
             ))),
+            None if self.lookups.iter().any(|l| l.name == name) => Err(EngineError::Catalog(
+                format!("a lookup table named '{name}' already exists"),
+            )),
             None => Ok(()),
         }
     }
@@ -455,6 +474,8 @@ impl Catalog {
             Arc::clone(&s.schema)
         } else if let Some(s) = self.sinks.iter().find(|s| s.name == name) {
             Arc::clone(&s.schema)
+        } else if let Some(l) = self.lookups.iter().find(|l| l.name == name) {
+            Arc::clone(&l.schema)
         } else if let Some(d) = self.functions.iter().find(|d| d.name == name) {
             return self.describe_function(d);
         } else {

@@ -16,6 +16,10 @@ pub enum EngineError {
     /// A connector failed (malformed input, I/O, ...).
     #[error(transparent)]
     Connector(#[from] sluice_connectors::ConnectorError),
+    /// A lookup table failed, panicked or broke its contract; its code is
+    /// the lookup error's (`SLC-LKP-...`).
+    #[error(transparent)]
+    Lookup(#[from] sluice_connectors::LookupError),
     /// A name that does not exist or already exists.
     #[error("{0}")]
     Catalog(String),
@@ -164,6 +168,7 @@ impl EngineError {
         match self {
             EngineError::Sql(e) => e.code(),
             EngineError::Connector(e) => e.code(),
+            EngineError::Lookup(e) => e.code(),
             EngineError::Catalog(_) => "SLC-ENG-001",
             EngineError::Worker { code, .. } => code,
             EngineError::Schema(_) => "SLC-ENG-002",

@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod coordinator;
 pub mod error;
 pub mod fault;
+pub mod lookup;
 pub mod metrics;
 pub mod operators;
 pub mod options;

@@ -51,6 +51,10 @@ fn every_engine_error() -> Vec<EngineError> {
             detail: "1 + 1".into(),
         }),
         EngineError::CoordinatorPanicked("loop".into()),
+        EngineError::Lookup(sluice_connectors::LookupError::failed(
+            "dim",
+            std::io::Error::other("refused"),
+        )),
     ]
 }
 
@@ -58,6 +62,7 @@ fn variant(e: &EngineError) -> &'static str {
     match e {
         EngineError::Sql(_) => "Sql",
         EngineError::Connector(_) => "Connector",
+        EngineError::Lookup(_) => "Lookup",
         EngineError::Catalog(_) => "Catalog",
         EngineError::Worker { .. } => "Worker",
         EngineError::Schema(_) => "Schema",

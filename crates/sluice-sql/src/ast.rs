@@ -141,6 +141,9 @@ pub struct CreateStream {
     pub query: Box<sp::Query>,
     /// The `EMIT` clause, if written.
     pub emit: Option<EmitMode>,
+    /// Tables written with `FOR SYSTEM_TIME AS OF ...` (removed from
+    /// `query`); each must be a lookup table.
+    pub system_time: Vec<String>,
 }
 
 /// `CREATE STREAM name AS PROCESS function [VERSION n] FROM input`: bind a

@@ -42,7 +42,11 @@ pub fn time_columns(node: &StreamNode, catalog: &dyn PlanCatalog) -> Vec<TimeCol
                 })
             })
             .collect(),
-        StreamNode::Filter { input, .. } => time_columns(input, catalog),
+        // A lookup join emits each input row when it arrives, its columns
+        // unchanged: the input's bounds hold for the output.
+        StreamNode::Filter { input, .. } | StreamNode::LookupJoin { input, .. } => {
+            time_columns(input, catalog)
+        }
         StreamNode::Project {
             input,
             exprs,

@@ -6,6 +6,8 @@
 
 use arrow::datatypes::SchemaRef;
 
+use crate::plan::LookupHandle;
+
 /// What the planner needs to know about existing sources and streams.
 pub trait PlanCatalog {
     /// Names of every relation a query may read.
@@ -22,5 +24,14 @@ pub trait PlanCatalog {
     /// is not a source).
     fn primary_key(&self, _name: &str) -> Vec<String> {
         vec![]
+    }
+    /// Lookup tables (read only by a lookup join): their names.
+    fn lookup_table_names(&self) -> Vec<String> {
+        vec![]
+    }
+    /// A lookup table: its schema, its key columns (leading key first) and
+    /// the engine's handle on it; None when `name` is not one.
+    fn lookup_table(&self, _name: &str) -> Option<(SchemaRef, Vec<String>, LookupHandle)> {
+        None
     }
 }

@@ -122,6 +122,19 @@ impl StreamNode {
                 );
                 input.collect_columns_read(target, Some(cols), read);
             }
+            StreamNode::LookupJoin {
+                input,
+                keys,
+                filter,
+                ..
+            } => {
+                let needed = needed.map(|mut cols| {
+                    add_refs(&mut cols, keys.iter().chain(filter.iter()));
+                    cols.retain(|c| input.schema().has_column(c));
+                    cols
+                });
+                input.collect_columns_read(target, needed, read);
+            }
             StreamNode::Aggregate {
                 input,
                 keys,

@@ -22,6 +22,7 @@ pub mod columns_read;
 pub mod error;
 mod function_errors;
 mod join;
+mod lookup;
 mod over;
 pub mod parser;
 pub mod plan;
@@ -42,6 +43,7 @@ pub use columns_read::ColumnsRead;
 pub use error::{Result, SqlError};
 pub use parser::parse_sql;
 pub use plan::{
-    OverFrame, StreamNode, StreamPlan, TopNMode, WindowKind, WindowSpec, CHANGE_COLUMN,
+    LookupHandle, OverFrame, StreamNode, StreamPlan, TopNMode, WindowKind, WindowSpec,
+    CHANGE_COLUMN,
 };
 pub use planner::StreamPlanner;

@@ -238,6 +238,23 @@ pub enum OverFrame {
     },
 }
 
+/// The engine's binding of a lookup table (the table, its cache options),
+/// carried through the plan unopened: the SQL crate knows only its name and
+/// a description for `EXPLAIN`.
+#[derive(Clone)]
+pub struct LookupHandle {
+    /// The engine's binding (downcast by the engine).
+    pub binding: Arc<dyn std::any::Any + Send + Sync>,
+    /// The cache it will use, for `EXPLAIN`.
+    pub describe: String,
+}
+
+impl fmt::Debug for LookupHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LookupHandle({})", self.describe)
+    }
+}
+
 /// One operator of a continuous query.
 #[derive(Debug, Clone)]
 pub enum StreamNode {
@@ -432,6 +449,30 @@ pub enum StreamNode {
         /// Output schema: the input's columns, then one per aggregate.
         schema: DFSchemaRef,
     },
+    /// Lookup join: each row of an append-only input enriched with the
+    /// rows of an external table whose leading key columns equal the row's
+    /// key, as the table is when the row is processed (processing time, not
+    /// replay-deterministic). Append-only output; no checkpointed state (the
+    /// cache is not state: a restore starts with an empty cache).
+    LookupJoin {
+        /// The stream side.
+        input: Box<StreamNode>,
+        /// The lookup table's name.
+        table: String,
+        /// The engine's binding of the table.
+        handle: LookupHandle,
+        /// One expression over the input per key column used (the leading
+        /// `keys.len()` key columns of the table, in key order).
+        keys: Vec<Expr>,
+        /// The names of those key columns.
+        key_columns: Vec<String>,
+        /// `LEFT JOIN`: a row with no match is kept, the table's columns NULL.
+        left_outer: bool,
+        /// Residual condition of `ON` over the joined row.
+        filter: Option<Expr>,
+        /// Output schema: the input's columns, then the table's.
+        schema: DFSchemaRef,
+    },
 }
 
 impl StreamNode {
@@ -448,7 +489,9 @@ impl StreamNode {
             | StreamNode::Aggregate { schema, .. }
             | StreamNode::Distinct { schema, .. }
             | StreamNode::TopN { schema, .. } => schema,
-            StreamNode::OverAggregate { schema, .. } => schema,
+            StreamNode::OverAggregate { schema, .. } | StreamNode::LookupJoin { schema, .. } => {
+                schema
+            }
             StreamNode::Filter { input, .. } => input.schema(),
         }
     }
@@ -468,7 +511,8 @@ impl StreamNode {
             StreamNode::Join { .. }
             | StreamNode::AsofJoin { .. }
             | StreamNode::Distinct { .. }
-            | StreamNode::OverAggregate { .. } => false,
+            | StreamNode::OverAggregate { .. }
+            | StreamNode::LookupJoin { .. } => false,
         }
     }
 
@@ -494,7 +538,8 @@ impl StreamNode {
             | StreamNode::Aggregate { input, .. }
             | StreamNode::Distinct { input, .. }
             | StreamNode::TopN { input, .. }
-            | StreamNode::OverAggregate { input, .. } => input.collect_inputs(out),
+            | StreamNode::OverAggregate { input, .. }
+            | StreamNode::LookupJoin { input, .. } => input.collect_inputs(out),
             StreamNode::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_inputs(out)),
             StreamNode::Join { left, right, .. }
             | StreamNode::OuterJoin { left, right, .. }
@@ -726,6 +771,37 @@ impl StreamNode {
                     "{pad}UpdatingAggregate: keys=[{}], aggregates=[{}], emit=changes",
                     list(keys),
                     list(aggregates)
+                )?;
+                input.fmt_indent(f, depth + 1)?;
+            }
+            StreamNode::LookupJoin {
+                input,
+                table,
+                handle,
+                keys,
+                key_columns,
+                left_outer,
+                filter,
+                ..
+            } => {
+                let on = keys
+                    .iter()
+                    .zip(key_columns)
+                    .map(|(k, c)| format!("{k} = {table}.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let kind = if *left_outer { "Left" } else { "Inner" };
+                match filter {
+                    Some(f2) => writeln!(
+                        f,
+                        "{pad}{kind}LookupJoin: table={table}, on=[{on}], filter={f2}"
+                    )?,
+                    None => writeln!(f, "{pad}{kind}LookupJoin: table={table}, on=[{on}]")?,
+                }
+                writeln!(
+                    f,
+                    "{pad}  no state (rows read at processing time, not replay-deterministic); {}",
+                    handle.describe
                 )?;
                 input.fmt_indent(f, depth + 1)?;
             }

@@ -41,11 +41,18 @@ impl StreamPlanner {
                 ctx.register_table(name.as_str(), table)?;
             }
         }
+        for name in catalog.lookup_table_names() {
+            if let Some((schema, _, _)) = catalog.lookup_table(&name) {
+                let table: Arc<dyn TableProvider> = Arc::new(EmptyTable::new(schema));
+                ctx.register_table(name.as_str(), table)?;
+            }
+        }
         Ok(ctx)
     }
 
     /// Plan `CREATE STREAM` / `CREATE MATERIALIZED VIEW`.
     pub async fn plan_stream(catalog: &dyn PlanCatalog, stmt: &CreateStream) -> Result<StreamPlan> {
+        crate::lookup::check_system_time(catalog, &stmt.system_time)?;
         let logical = Self::logical_plan(catalog, &stmt.query).await?;
         let mut conv = Converter {
             catalog,
@@ -160,6 +167,9 @@ impl Converter<'_> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 let name = scan.table_name.table().to_string();
+                if self.catalog.lookup_table(&name).is_some() {
+                    return Err(crate::lookup::not_a_stream(&name));
+                }
                 let (_, changelog) = self.catalog.relation(&name).ok_or_else(|| {
                     SqlError::Catalog(format!("no source or stream named '{name}'"))
                 })?;
@@ -339,6 +349,21 @@ impl Converter<'_> {
         join: &datafusion::logical_expr::logical_plan::Join,
         condition: Vec<&Expr>,
     ) -> Result<StreamNode> {
+        let catalog = self.catalog;
+        // A lookup join reads at processing time: a FOR SYSTEM_TIME AS OF
+        // marker says nothing to it.
+        let lookup_condition = condition
+            .iter()
+            .copied()
+            .filter(|c| crate::temporal::marker_arg(c).is_none())
+            .collect();
+        if let Some(node) =
+            crate::lookup::plan_lookup_join(catalog, join, lookup_condition, &mut |p| {
+                self.convert(p)
+            })?
+        {
+            return Ok(node);
+        }
         let left = self.convert(&join.left)?;
         let right = self.convert(&join.right)?;
         let temporal = |e: &Expr| crate::temporal::marker_arg(e).is_some();

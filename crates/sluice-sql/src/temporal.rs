@@ -10,7 +10,10 @@
 //! (`crate::parser::temporal`) moves the `AS OF` time into the join's
 //! condition as a call of the marker [`MARKER`].
 //!
-//! Refused by name: a processing-time temporal join (the parser), a
+//! A lookup table written with `FOR SYSTEM_TIME AS OF` is a lookup join
+//! instead (`crate::lookup`), which drops the marker.
+//!
+//! Refused by name: a processing-time temporal join, a
 //! versioned table that is not such a source (a changelog stream's rows
 //! carry no version time of their own), an `ON` that does not equate
 //! exactly the primary key, any other condition, and `RIGHT` / `FULL`.
@@ -166,6 +169,11 @@ pub(crate) fn temporal_node(
         Expr::Column(c) => left_times.iter().find(|t| &t.column == c),
         _ => None,
     };
+    if matches!(as_of, Expr::Literal(v, _) if v.is_null()) {
+        return Err(unsupported(format!(
+            "a processing-time temporal join (FOR SYSTEM_TIME AS OF PROCTIME()) against '{table}' (only a lookup table is read at processing time); join as of the left input's event time: {HOW}"
+        )));
+    }
     let Some(lt) = lt else {
         return Err(unsupported(format!(
             "FOR SYSTEM_TIME AS OF {as_of}: it must be the left input's event-time column (a source's WATERMARK FOR column, or a closed window's start or end); a processing-time temporal join is not supported"

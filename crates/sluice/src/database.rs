@@ -27,6 +27,7 @@ use crate::{Error, Result};
 
 mod checkpoint_store;
 mod declare;
+mod lookup;
 mod outputs;
 mod process;
 mod seal;

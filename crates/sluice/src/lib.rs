@@ -23,7 +23,9 @@ pub mod fuzzing;
 mod query;
 
 pub use database::{Database, DatabaseBuilder, HandlerFactory, ProcessWorkerStats, SinkOutput};
+pub use sluice_connectors::{LookupError, LookupRows, LookupTable, MemoryLookupTable};
 pub use sluice_engine::coordinator::CheckpointReport;
+pub use sluice_engine::lookup::{LookupOptions, LookupStats};
 pub use sluice_engine::metrics::MetricsSnapshot;
 pub use sluice_engine::options::{Delivery, PipelineOptions};
 pub use sluice_engine::output::subscription::{

@@ -572,6 +572,27 @@ impl Enc {
                 e.node(left);
                 e.node(right);
             }
+            StreamNode::LookupJoin {
+                input,
+                table,
+                keys,
+                key_columns,
+                left_outer,
+                filter,
+                schema,
+                ..
+            } => {
+                // The cache options are not part of the plan's identity:
+                // the cache is not state.
+                e.tag("lookup_join");
+                e.str(table);
+                e.exprs(keys, input.schema());
+                e.list(key_columns.iter(), |e, c| e.str(c));
+                e.bool(*left_outer);
+                e.opt(filter.as_ref(), |e, f| e.expr(f, schema));
+                e.schema(schema);
+                e.node(input);
+            }
             StreamNode::Distinct {
                 input,
                 keys,

@@ -12,6 +12,7 @@ pub mod distinct;
 pub mod expr;
 pub mod groups;
 pub mod join;
+pub mod lookup_join;
 pub mod named;
 pub mod outer_join;
 pub mod over;
@@ -275,6 +276,35 @@ impl Operator {
                     vec![Operator::compile(left)?, Operator::compile(right)?],
                     Box::new(op),
                 )
+            }
+            StreamNode::LookupJoin {
+                input,
+                table,
+                handle,
+                keys,
+                left_outer,
+                filter,
+                schema,
+                ..
+            } => {
+                let binding =
+                    crate::lookup::LookupBinding::from_handle(handle).ok_or_else(|| {
+                        EngineError::Internal(format!(
+                            "lookup table '{table}' has no engine binding"
+                        ))
+                    })?;
+                let in_schema = input.schema();
+                let op = lookup_join::LookupJoin::new(
+                    binding,
+                    keys.iter()
+                        .map(|k| compile(k, in_schema))
+                        .collect::<Result<_>>()?,
+                    key_types(keys, in_schema)?,
+                    *left_outer,
+                    filter.as_ref().map(|f| compile(f, schema)).transpose()?,
+                    Arc::new(schema.as_arrow().clone()),
+                )?;
+                Operator::stateful(vec![Operator::compile(input)?], Box::new(op))
             }
             StreamNode::Distinct {
                 input,

@@ -46,6 +46,7 @@ use crate::sources::{source_channel, PushSource, SourceSender};
 mod ddl;
 mod functions;
 mod lifecycle;
+mod lookup;
 mod recovery;
 mod settings;
 mod start;

@@ -168,9 +168,9 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         let (tokens, emit) = split_emit_clause(tokens)?;
         let tokens = window_tvf::strip_table_arguments(tokens)?;
         let tokens = asof::rewrite(tokens)?;
-        let tokens = temporal::rewrite(tokens)?;
+        let (tokens, system_time) = temporal::rewrite(tokens)?;
         let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens);
-        return parse_create_stream(&mut p, emit);
+        return parse_create_stream(&mut p, emit, system_time);
     }
     let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens);
     if lead(0, "CREATE") && lead(1, "SOURCE") {
@@ -289,7 +289,11 @@ fn split_emit_clause(
     Ok((tokens, Some(emit)))
 }
 
-fn parse_create_stream(p: &mut Parser<'_>, emit: Option<EmitMode>) -> Result<Statement> {
+fn parse_create_stream(
+    p: &mut Parser<'_>,
+    emit: Option<EmitMode>,
+    system_time: Vec<String>,
+) -> Result<Statement> {
     expect_word(p, "CREATE")?;
     let materialized = if parse_word(p, "MATERIALIZED") {
         expect_word(p, "VIEW")?;
@@ -319,6 +323,7 @@ fn parse_create_stream(p: &mut Parser<'_>, emit: Option<EmitMode>) -> Result<Sta
         materialized,
         query,
         emit,
+        system_time,
     }))
 }
 

@@ -1,10 +1,15 @@
-//! Token-level support for Flink's event-time temporal join,
-//! `JOIN t FOR SYSTEM_TIME AS OF l.ts [AS a] ON l.k = t.k`.
+//! Token-level support for Flink's `JOIN t FOR SYSTEM_TIME AS OF l.ts [AS
+//! a] ON l.k = t.k`: an event-time temporal join when `t` is a versioned
+//! source, a lookup join when `t` is a lookup table.
 //!
-//! DataFusion refuses a table version in `FROM`, so the clause is moved
-//! into the join's condition as a marker call: the join becomes `JOIN t [AS
-//! a] ON __temporal_as_of(l.ts) AND l.k = t.k`, which DataFusion plans as
-//! any join and the planner (`crate::temporal`) takes apart.
+//! sqlparser reads a table version only in dialects that would also take
+//! other words after a table name for one, and DataFusion refuses it, so
+//! the clause is moved into the join's condition as a marker call: the join
+//! becomes `JOIN t [AS a] ON __temporal_as_of(l.ts) AND l.k = t.k`, which
+//! DataFusion plans as any join. The planner takes it apart
+//! (`crate::temporal`), or drops it for a lookup join (read at processing
+//! time whatever the time says). `PROCTIME()` becomes `NULL`: no event
+//! time, which only a lookup join accepts.
 
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Whitespace};
 
@@ -15,17 +20,20 @@ use super::is_word;
 
 const HOW: &str = "write l JOIN t FOR SYSTEM_TIME AS OF l.ts ON l.k = t.k";
 
-/// Rewrite every `FOR SYSTEM_TIME AS OF` of a statement.
-pub(super) fn rewrite(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
+/// Rewrite every `FOR SYSTEM_TIME AS OF` of a statement; also return the
+/// name of the table each clause followed.
+pub(super) fn rewrite(tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpan>, Vec<String>)> {
     let mut tokens = tokens;
-    while let Some(out) = rewrite_first(&tokens)? {
+    let mut tables = Vec::new();
+    while let Some((out, table)) = rewrite_first(&tokens)? {
         tokens = out;
+        tables.push(table);
     }
-    Ok(tokens)
+    Ok((tokens, tables))
 }
 
 /// Rewrite the first clause, if there is one.
-fn rewrite_first(tokens: &[TokenWithSpan]) -> Result<Option<Vec<TokenWithSpan>>> {
+fn rewrite_first(tokens: &[TokenWithSpan]) -> Result<Option<(Vec<TokenWithSpan>, String)>> {
     let solid: Vec<usize> = tokens
         .iter()
         .enumerate()
@@ -41,12 +49,18 @@ fn rewrite_first(tokens: &[TokenWithSpan]) -> Result<Option<Vec<TokenWithSpan>>>
     }) else {
         return Ok(None);
     };
+    let table = match k.checked_sub(1).and_then(tok) {
+        Some(Token::Word(w)) => w.value.clone(),
+        _ => {
+            return Err(SqlError::Syntax(
+                "FOR SYSTEM_TIME AS OF must follow a table name".into(),
+            ))
+        }
+    };
     let start = k + 4;
-    if tok(start).is_some_and(|t| is_word(t, "PROCTIME")) {
-        return Err(SqlError::Unsupported(format!(
-            "a processing-time temporal join (FOR SYSTEM_TIME AS OF PROCTIME()): its result depends on arrival; join as of the left input's event time: {HOW}"
-        )));
-    }
+    let proctime = tok(start).is_some_and(|t| is_word(t, "PROCTIME"))
+        && tok(start + 1) == Some(&Token::LParen)
+        && tok(start + 2) == Some(&Token::RParen);
     // The time expression runs to the ON (or AS alias) at its depth.
     let mut depth = 0i32;
     let mut j = start;
@@ -106,7 +120,11 @@ fn rewrite_first(tokens: &[TokenWithSpan]) -> Result<Option<Vec<TokenWithSpan>>>
         make(Token::make_word(MARKER, None)),
         make(Token::LParen),
     ]);
-    out.extend(tokens[solid[start]..solid[end]].iter().cloned());
+    if proctime && end == start + 3 {
+        out.push(make(Token::make_keyword("NULL")));
+    } else {
+        out.extend(tokens[solid[start]..solid[end]].iter().cloned());
+    }
     out.extend([
         make(Token::RParen),
         space(),
@@ -114,7 +132,7 @@ fn rewrite_first(tokens: &[TokenWithSpan]) -> Result<Option<Vec<TokenWithSpan>>>
         space(),
     ]);
     out.extend(tokens[solid[on] + 1..].iter().cloned());
-    Ok(Some(out))
+    Ok(Some((out, table)))
 }
 
 #[cfg(test)]

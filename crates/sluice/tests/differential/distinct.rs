@@ -286,6 +286,11 @@ async fn windowed_distinct_across_restore() {
         .push(batch(&[(1, 100), (2, 200), (1, 300)]))
         .await
         .expect("push");
+    // A checkpoint captures what the pipeline has processed; a push source's
+    // batch may still be queued when `checkpoint` is called.
+    while db.metrics().events_ingested < 3 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     db.checkpoint().await.expect("checkpoint");
     db.abort().await.expect("abort");
     drop(db);

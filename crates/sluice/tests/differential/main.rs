@@ -17,6 +17,7 @@ mod gen;
 mod joins;
 mod late;
 mod liveness;
+mod lookup;
 mod oracle;
 mod outer_joins;
 mod over;
