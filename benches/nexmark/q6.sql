@@ -10,7 +10,7 @@
 -- is an updating aggregate (a changelog), and an OVER aggregation over a
 -- changelog is refused (it needs an input whose rows are final). The test
 -- q6_is_refused in crates/sluice-bench/tests/nexmark_queries.rs asserts
--- the error:
+-- the error (SLC-SQL-002):
 --
 --   unsupported: OVER (...) over a changelog input (an EMIT CHANGES stream
 --   or a non-windowed GROUP BY): its rows can be retracted; write

@@ -78,7 +78,12 @@ pub fn load(query: &str) -> Result<(String, String)> {
             .unwrap_or_else(|| query.to_string());
         return Ok((name, text));
     }
-    let known: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
+    let known: Vec<&str> = QUERIES
+        .iter()
+        .chain(JOIN_QUERIES)
+        .chain(REFUSED_QUERIES)
+        .map(|(n, _)| *n)
+        .collect();
     Err(BenchError::Script(format!(
         "unknown query '{query}' (known: {}; or a path to a .sql file)",
         known.join(", ")
