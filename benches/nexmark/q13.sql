@@ -11,7 +11,8 @@
 -- query. Differences: it is an inner join of two streams, so a bid meets
 -- its side row whichever arrives first (the published one sees the side
 -- table as it is when the bid is processed), and the join keeps every row
--- of both sides (no time bound; EXPLAIN says state grows).
+-- of both sides (no time bound; EXPLAIN: "left rows: kept; right rows:
+-- kept").
 CREATE SOURCE side_input (
     id BIGINT, name VARCHAR, date_time TIMESTAMP,
     WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND

@@ -4,6 +4,7 @@
 -- user-defined function (count_char); Sluice has no UDFs, so the count is
 -- length(extra) - length(replace(extra, 'c', '')), the same number. Flink's
 -- HOUR(ts) is EXTRACT(HOUR FROM ts) here (UTC, as the generator's times).
+-- Difference: 0.908 * price is a DOUBLE here (a DECIMAL in Flink).
 CREATE SOURCE bid (
     auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
     date_time TIMESTAMP, extra VARCHAR,

@@ -4,7 +4,8 @@
 -- category). Differences: both inputs have date_time and extra, which the
 -- published query selects twice; here the auction's are named
 -- auction_date_time and auction_extra. The condition does not bound time,
--- so the join keeps every row of both sides (EXPLAIN says state grows).
+-- so the join keeps every row of both sides (EXPLAIN: "left rows: kept;
+-- right rows: kept").
 CREATE SOURCE auction (
     id BIGINT, item_name VARCHAR, description VARCHAR, initial_bid BIGINT,
     reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT,

@@ -576,6 +576,96 @@ async fn q6_is_refused() {
     assert!(flat.join(" ").contains(Q6_ERROR), "q6.sql quotes the error");
 }
 
+/// EXPLAIN of each query added with q9-q22 states what its state is
+/// bounded by, or that it grows (as each file's header says).
+#[tokio::test]
+async fn explain_states_each_query_bound() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "q9",
+            &[
+                "q9 (changelog)",
+                "limit=1, emit=changes; state grows with distinct partition keys \
+                 (1 rows each, never freed)",
+                "left rows: until watermark - 0ms > a.expires; \
+                 right rows: until watermark - 0ms > b.date_time",
+            ],
+        ),
+        ("q10", &["q10 (append-only)"]),
+        (
+            "q11",
+            &["window=session(gap=10000ms) on bid.date_time, keys=[bid.bidder]"],
+        ),
+        (
+            "q12",
+            &["window=tumble(size=10000ms, offset=0ms) on bid.date_time, keys=[bid.bidder]"],
+        ),
+        (
+            "q13",
+            &["q13 (append-only)", "left rows: kept; right rows: kept"],
+        ),
+        ("q14", &["q14 (append-only)"]),
+        (
+            "q15",
+            &["window=tumble(size=86400000ms, offset=0ms) on bid.date_time, keys=[]"],
+        ),
+        (
+            "q16",
+            &["window=tumble(size=86400000ms, offset=0ms) on bid.date_time, keys=[bid.channel]"],
+        ),
+        (
+            "q17",
+            &["window=tumble(size=86400000ms, offset=0ms) on bid.date_time, keys=[bid.auction]"],
+        ),
+        (
+            "q18",
+            &[
+                "limit=1, emit=changes; state grows with distinct partition keys \
+               (1 rows each, never freed)",
+            ],
+        ),
+        (
+            "q19",
+            &[
+                "limit=10, emit=changes; state grows with distinct partition keys \
+               (10 rows each, never freed)",
+            ],
+        ),
+        (
+            "q20",
+            &["q20 (append-only)", "left rows: kept; right rows: kept"],
+        ),
+        ("q21", &["q21 (append-only)"]),
+        ("q22", &["q22 (append-only)"]),
+    ];
+    for (query, expected) in cases {
+        let text = QUERIES
+            .iter()
+            .chain(JOIN_QUERIES)
+            .find(|(n, _)| n == query)
+            .map(|(_, t)| *t)
+            .expect("query file");
+        let script = Script::parse(text).expect("script parses");
+        let ddl = script
+            .render(|s| s.nexmark_ddl(&overrides(query)))
+            .expect("render")
+            .replace(
+                &format!("CREATE STREAM {query} AS"),
+                &format!("EXPLAIN CREATE STREAM {query} AS"),
+            );
+        let db = Database::open_in_memory().await.expect("open");
+        let out = db.execute(&ddl).await.expect("explain");
+        let (_, lines) = normalized(&out);
+        let plan = lines.join("\n");
+        for want in *expected {
+            assert!(
+                plan.contains(want),
+                "{query}: EXPLAIN lacks {want:?}:\n{plan}"
+            );
+        }
+    }
+}
+
 #[test]
 fn every_query_file_has_an_oracle() {
     for (name, _) in QUERIES.iter().chain(JOIN_QUERIES) {
