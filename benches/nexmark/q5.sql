@@ -1,8 +1,7 @@
 -- Nexmark q5, hot items: bids per auction in 10-second windows sliding every
--- 2 seconds. This is q5's aggregate part; the full query then keeps, per
--- window, the auctions with the most bids, which needs a join (or OVER)
--- against the per-window maximum. Sluice has no joins yet, so that step
--- waits for them (see BENCHMARKS.md).
+-- 2 seconds. This is q5's aggregate part; the full query, which keeps, per
+-- window, the auctions with the most bids (a join against the per-window
+-- maximum), is q5_full.sql.
 CREATE SOURCE bid (
     auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
     date_time TIMESTAMP, extra VARCHAR,

@@ -1,7 +1,6 @@
 -- Nexmark q7, highest bid: the highest price in each 10-second tumbling
--- window. This is q7's aggregate part; the full query then joins back to the
--- bids to return the bid(s) carrying that price, which waits for joins
--- (see BENCHMARKS.md).
+-- window. This is q7's aggregate part; the full query, which joins back to
+-- the bids to return the bid(s) carrying that price, is q7_full.sql.
 CREATE SOURCE bid (
     auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
     date_time TIMESTAMP, extra VARCHAR,

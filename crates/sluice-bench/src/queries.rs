@@ -21,6 +21,17 @@ pub const QUERIES: &[(&str, &str)] = &[
         "q7_full",
         include_str!("../../../benches/nexmark/q7_full.sql"),
     ),
+    ("q10", include_str!("../../../benches/nexmark/q10.sql")),
+    ("q11", include_str!("../../../benches/nexmark/q11.sql")),
+    ("q12", include_str!("../../../benches/nexmark/q12.sql")),
+    ("q14", include_str!("../../../benches/nexmark/q14.sql")),
+    ("q15", include_str!("../../../benches/nexmark/q15.sql")),
+    ("q16", include_str!("../../../benches/nexmark/q16.sql")),
+    ("q17", include_str!("../../../benches/nexmark/q17.sql")),
+    ("q18", include_str!("../../../benches/nexmark/q18.sql")),
+    ("q19", include_str!("../../../benches/nexmark/q19.sql")),
+    ("q21", include_str!("../../../benches/nexmark/q21.sql")),
+    ("q22", include_str!("../../../benches/nexmark/q22.sql")),
     (
         "tumble_count",
         include_str!("../../../benches/nexmark/tumble_count.sql"),
@@ -34,14 +45,27 @@ pub const JOIN_QUERIES: &[(&str, &str)] = &[
     ("q3", include_str!("../../../benches/nexmark/q3.sql")),
     ("q4", include_str!("../../../benches/nexmark/q4.sql")),
     ("q8", include_str!("../../../benches/nexmark/q8.sql")),
+    ("q9", include_str!("../../../benches/nexmark/q9.sql")),
+    ("q13", include_str!("../../../benches/nexmark/q13.sql")),
+    ("q20", include_str!("../../../benches/nexmark/q20.sql")),
 ];
+
+/// Nexmark queries Sluice refuses at `CREATE` (each file says why and
+/// quotes the error; a test asserts it). `load` finds them, so `sluice run`
+/// shows the refusal; `sluice bench nexmark` does not run them.
+pub const REFUSED_QUERIES: &[(&str, &str)] =
+    &[("q6", include_str!("../../../benches/nexmark/q6.sql"))];
 
 /// A query by name (`q5`) or by path (`my/query.sql`): (name, text).
 pub fn load(query: &str) -> Result<(String, String)> {
     if let Some((name, text)) = QUERIES.iter().find(|(n, _)| *n == query) {
         return Ok((name.to_string(), text.to_string()));
     }
-    if let Some((name, text)) = JOIN_QUERIES.iter().find(|(n, _)| *n == query) {
+    if let Some((name, text)) = JOIN_QUERIES
+        .iter()
+        .chain(REFUSED_QUERIES)
+        .find(|(n, _)| *n == query)
+    {
         return Ok((name.to_string(), text.to_string()));
     }
     let path = Path::new(query);
@@ -54,7 +78,12 @@ pub fn load(query: &str) -> Result<(String, String)> {
             .unwrap_or_else(|| query.to_string());
         return Ok((name, text));
     }
-    let known: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
+    let known: Vec<&str> = QUERIES
+        .iter()
+        .chain(JOIN_QUERIES)
+        .chain(REFUSED_QUERIES)
+        .map(|(n, _)| *n)
+        .collect();
     Err(BenchError::Script(format!(
         "unknown query '{query}' (known: {}; or a path to a .sql file)",
         known.join(", ")

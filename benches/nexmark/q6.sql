@@ -1,0 +1,41 @@
+-- Nexmark q6, average selling price by seller: for each seller, the average
+-- final price of their last 10 closed auctions. The published query takes
+-- each auction's highest bid placed while it was open (an inner join of
+-- auctions and bids, GROUP BY auction) and averages it over the seller's
+-- last 10 rows with AVG(...) OVER (PARTITION BY seller ORDER BY date_time
+-- ROWS BETWEEN 10 PRECEDING AND CURRENT ROW). Flink itself cannot run it
+-- (an OVER aggregation over an updating input).
+--
+-- Sluice refuses it at CREATE for the same reason: the per-auction maximum
+-- is an updating aggregate (a changelog), and an OVER aggregation over a
+-- changelog is refused (it needs an input whose rows are final). The test
+-- q6_is_refused in crates/sluice-bench/tests/nexmark_queries.rs asserts
+-- the error (SLC-SQL-002):
+--
+--   unsupported: OVER (...) over a changelog input (an EMIT CHANGES stream
+--   or a non-windowed GROUP BY): its rows can be retracted; write
+--   SUM/COUNT/AVG/MIN/MAX(x) OVER (PARTITION BY k ORDER BY <event time>
+--   ROWS|RANGE BETWEEN ... PRECEDING AND CURRENT ROW)
+CREATE SOURCE auction (
+    id BIGINT, item_name VARCHAR, description VARCHAR, initial_bid BIGINT,
+    reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT,
+    category BIGINT, extra VARCHAR,
+    WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND
+) WITH (connector = 'nexmark', stream = 'auction', events = '1000000',
+        out_of_order_ms = '2000', seed = '0');
+
+CREATE SOURCE bid (
+    auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
+    date_time TIMESTAMP, extra VARCHAR,
+    WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND
+) WITH (connector = 'nexmark', stream = 'bid', events = '1000000',
+        out_of_order_ms = '2000', seed = '0');
+
+CREATE STREAM q6 AS
+SELECT seller,
+       AVG(final) OVER (PARTITION BY seller ORDER BY date_time
+                        ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg_final
+FROM (SELECT A.id, A.seller, MAX(B.date_time) AS date_time, MAX(B.price) AS final
+      FROM auction AS A JOIN bid AS B ON A.id = B.auction
+      WHERE B.date_time BETWEEN A.date_time AND A.expires
+      GROUP BY A.id, A.seller) AS Q;
