@@ -30,9 +30,10 @@ pub struct BenchArgs {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
-    /// Run a Nexmark query (q0, q1, q2, q5, q7, tumble_count, or a .sql file)
-    /// over events generated in memory first; report events/s, peak memory
-    /// and, with --rate, push-to-subscriber latency.
+    /// Run a Nexmark query (q0-q5, q7-q22 and the variants under
+    /// benches/nexmark/, or a .sql file) over events generated in memory
+    /// first; report events/s, peak memory and, with --rate,
+    /// push-to-subscriber latency. An unknown name lists every query.
     Nexmark(NexmarkArgs),
     /// Write a generated Nexmark stream to a CSV file (the peers' input).
     Csv(CsvArgs),
