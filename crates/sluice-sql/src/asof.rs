@@ -13,10 +13,9 @@
 use std::sync::Arc;
 
 use arrow::datatypes::DataType;
-use datafusion::common::{exec_err, Result as DfResult, ScalarValue};
+use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{
-    BinaryExpr, ColumnarValue, Expr, ExprSchemable, JoinType, Operator, ScalarFunctionArgs,
-    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    BinaryExpr, Expr, ExprSchemable, JoinType, Operator, ScalarUDF, Signature, Volatility,
 };
 
 use crate::bounds::{time_columns, TimeColumn};
@@ -32,36 +31,13 @@ pub(crate) const MARKER: &str = "__asof_match";
 /// How to write an ASOF join, for error messages.
 const HOW: &str = "write l ASOF JOIN r ON l.k = r.k AND l.ts >= r.ts (or MATCH_CONDITION (l.ts >= r.ts) ON l.k = r.k)";
 
-/// The marker: a boolean function that is only ever taken apart by the
-/// planner; executing it is an error.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct AsofMarker {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for AsofMarker {
-    fn name(&self) -> &str {
-        MARKER
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
-        Ok(DataType::Boolean)
-    }
-
-    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        exec_err!("{MARKER}() marks an ASOF JOIN condition and cannot be evaluated")
-    }
-}
-
 /// The marker function, registered in the planning session.
 pub(crate) fn marker_udf() -> ScalarUDF {
-    ScalarUDF::new_from_impl(AsofMarker {
-        signature: Signature::exact(vec![DataType::Boolean], Volatility::Immutable),
-    })
+    crate::marker::marker_udf(
+        MARKER,
+        "an ASOF JOIN condition",
+        Signature::exact(vec![DataType::Boolean], Volatility::Immutable),
+    )
 }
 
 fn marker_arg(e: &Expr) -> Option<&Expr> {

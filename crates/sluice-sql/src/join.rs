@@ -112,7 +112,7 @@ pub(crate) fn join_node(
         let changelog =
             (left_outer && left_bounds.is_empty()) || (right_outer && right_bounds.is_empty());
         let schema = if changelog {
-            crate::planner::with_change_column(&schema)?
+            crate::plan::with_change_column(&schema)?
         } else {
             schema
         };

@@ -23,6 +23,7 @@ pub mod error;
 mod function_errors;
 mod join;
 mod lookup;
+mod marker;
 mod over;
 pub mod parser;
 pub mod plan;

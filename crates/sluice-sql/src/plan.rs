@@ -8,8 +8,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Schema, SchemaRef};
-use datafusion::common::DFSchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{DFSchema, DFSchemaRef};
 use datafusion::logical_expr::{Expr, SortExpr};
 
 use crate::ast::EmitMode;
@@ -906,4 +906,17 @@ impl fmt::Display for StreamNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.fmt_indent(f, 0)
     }
+}
+
+/// Append the change column to a schema that lacks it.
+pub(crate) fn with_change_column(schema: &DFSchema) -> crate::error::Result<DFSchemaRef> {
+    if schema.has_column_with_unqualified_name(CHANGE_COLUMN) {
+        return Ok(Arc::new(schema.clone()));
+    }
+    let extra = DFSchema::try_from(Schema::new(vec![Field::new(
+        CHANGE_COLUMN,
+        DataType::Utf8,
+        false,
+    )]))?;
+    Ok(Arc::new(schema.join(&extra)?))
 }

@@ -7,19 +7,21 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
 use datafusion::common::{Column, DFSchema, DFSchemaRef};
 use datafusion::datasource::empty::EmptyTable;
-use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
+use datafusion::logical_expr::{Distinct, Expr, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast as sp;
 
 use crate::ast::{CreateStream, EmitMode};
 use crate::catalog::PlanCatalog;
 use crate::error::{Result, SqlError};
-use crate::plan::{GroupSlot, StreamNode, StreamPlan, WindowKind, WindowSpec, CHANGE_COLUMN};
-use crate::window_udf::{check_scalar_expr, interval_scalar_ms, window_udfs, WindowFunction};
+use crate::plan::WindowSpec;
+use crate::plan::{with_change_column, GroupSlot, StreamNode, StreamPlan, CHANGE_COLUMN};
+pub use crate::window_udf::MAX_HOP_WINDOWS_PER_ROW;
+use crate::window_udf::{check_scalar_expr, window_call, window_udfs, WindowFunction};
 
 /// Plans continuous queries against a catalog.
 pub struct StreamPlanner;
@@ -138,19 +140,6 @@ fn check_output_names(name: &str, schema: &Schema) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Append the change column to a schema that lacks it.
-pub(crate) fn with_change_column(schema: &DFSchema) -> Result<DFSchemaRef> {
-    if schema.has_column_with_unqualified_name(CHANGE_COLUMN) {
-        return Ok(Arc::new(schema.clone()));
-    }
-    let extra = DFSchema::try_from(Schema::new(vec![Field::new(
-        CHANGE_COLUMN,
-        DataType::Utf8,
-        false,
-    )]))?;
-    Ok(Arc::new(schema.join(&extra)?))
 }
 
 struct Converter<'a> {
@@ -530,83 +519,4 @@ impl Converter<'_> {
             }
         }
     }
-}
-
-/// The most hopping windows one row may fall in (`size / slide`, rounded
-/// up). Each row is copied into every window it belongs to, so an unbounded
-/// ratio (a 1 ms slide over a 1 day size is 86,400,000 copies) exhausts
-/// memory on one row.
-pub const MAX_HOP_WINDOWS_PER_ROW: i64 = 1000;
-
-/// If `e` is a window function call, its window.
-pub(crate) fn window_call(
-    e: &Expr,
-    input: &DFSchema,
-) -> Result<Option<(WindowFunction, WindowSpec)>> {
-    let Expr::ScalarFunction(f) = e else {
-        return Ok(None);
-    };
-    let Some(func) = WindowFunction::from_name(f.func.name()) else {
-        return Ok(None);
-    };
-    let time = f.args[0].clone();
-    let time_type = time.get_type(input)?;
-    let arg_ms = |i: usize| -> Result<i64> {
-        match f.args.get(i) {
-            Some(Expr::Literal(v, _)) => interval_scalar_ms(v).ok_or_else(|| {
-                SqlError::Type(format!(
-                    "{}(): argument {} must be a fixed-length INTERVAL (no months or years), found {v}",
-                    func.name(),
-                    i + 1
-                ))
-            }),
-            Some(other) => Err(SqlError::Type(format!(
-                "{}(): argument {} must be an INTERVAL literal, found {other}",
-                func.name(),
-                i + 1
-            ))),
-            None => Ok(0),
-        }
-    };
-    let positive = |what: &str, v: i64| -> Result<i64> {
-        if v > 0 {
-            Ok(v)
-        } else {
-            Err(SqlError::Type(format!(
-                "{}(): the {what} must be positive, found {v} ms",
-                func.name()
-            )))
-        }
-    };
-    let kind = match func {
-        WindowFunction::Tumble | WindowFunction::TumbleEnd => WindowKind::Tumble {
-            size_ms: positive("size", arg_ms(1)?)?,
-            offset_ms: arg_ms(2)?,
-        },
-        WindowFunction::Hop | WindowFunction::HopEnd => {
-            let slide_ms = positive("slide", arg_ms(1)?)?;
-            let size_ms = positive("size", arg_ms(2)?)?;
-            // Windows start at every multiple of the slide; a size that is
-            // not a multiple puts some rows in one window fewer than others.
-            let most = size_ms / slide_ms + i64::from(size_ms % slide_ms != 0);
-            if most > MAX_HOP_WINDOWS_PER_ROW {
-                return Err(SqlError::Unsupported(format!(
-                    "{}(): a size of {size_ms} ms with a slide of {slide_ms} ms puts a row in up to {most} windows; at most {MAX_HOP_WINDOWS_PER_ROW} windows per row are allowed (use a slide of at least size / {MAX_HOP_WINDOWS_PER_ROW})",
-                    func.name(),
-                )));
-            }
-            WindowKind::Hop { slide_ms, size_ms }
-        }
-        WindowFunction::Session | WindowFunction::SessionEnd => WindowKind::Session {
-            gap_ms: positive("gap", arg_ms(1)?)?,
-        },
-    };
-    Ok(Some((
-        func,
-        WindowSpec {
-            kind,
-            time,
-            time_type,
-        },
-    )))
 }

@@ -20,12 +20,8 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::DataType;
-use datafusion::common::{exec_err, DFSchemaRef, Result as DfResult};
-use datafusion::logical_expr::{
-    ColumnarValue, Expr, ExprSchemable, JoinType, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility,
-};
+use datafusion::common::DFSchemaRef;
+use datafusion::logical_expr::{Expr, ExprSchemable, JoinType, ScalarUDF, Signature, Volatility};
 
 use crate::bounds::time_columns;
 use crate::catalog::PlanCatalog;
@@ -39,35 +35,13 @@ pub(crate) const MARKER: &str = "__temporal_as_of";
 /// How to write a temporal join, for error messages.
 const HOW: &str = "write l JOIN t FOR SYSTEM_TIME AS OF l.ts ON l.k = t.k, with t a source declared with PRIMARY KEY (k) and WATERMARK FOR its version time";
 
-/// The marker: taken apart by the planner, never executed.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct TemporalMarker {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for TemporalMarker {
-    fn name(&self) -> &str {
-        MARKER
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
-        Ok(DataType::Boolean)
-    }
-
-    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        exec_err!("{MARKER}() marks a temporal join's AS OF time and cannot be evaluated")
-    }
-}
-
 /// The marker function, registered in the planning session.
 pub(crate) fn marker_udf() -> ScalarUDF {
-    ScalarUDF::new_from_impl(TemporalMarker {
-        signature: Signature::any(1, Volatility::Immutable),
-    })
+    crate::marker::marker_udf(
+        MARKER,
+        "a temporal join's AS OF time",
+        Signature::any(1, Volatility::Immutable),
+    )
 }
 
 /// The `AS OF` time, if `e` is a marker call.

@@ -38,7 +38,7 @@ use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, SortExpr
 use crate::bounds::TimeColumn;
 use crate::error::{Result, SqlError};
 use crate::plan::{StreamNode, TopNMode, WindowKind, CHANGE_COLUMN};
-use crate::planner::window_call;
+use crate::window_udf::window_call;
 use crate::window_udf::WindowFunction;
 
 /// The spelling every top-N refusal points to.
@@ -250,7 +250,7 @@ pub(crate) fn distinct_on_node(
             .schema()
             .qualified_field_with_unqualified_name(CHANGE_COLUMN)?;
         exprs.push(Expr::Column(Column::new(q.cloned(), CHANGE_COLUMN)));
-        crate::planner::with_change_column(&d.schema)?
+        crate::plan::with_change_column(&d.schema)?
     } else {
         Arc::clone(&d.schema)
     };
@@ -311,7 +311,7 @@ pub(crate) fn order_limit_node(
             .schema()
             .qualified_field_with_unqualified_name(CHANGE_COLUMN)?;
         exprs.push(Expr::Column(Column::new(q.cloned(), CHANGE_COLUMN)));
-        crate::planner::with_change_column(&base)?
+        crate::plan::with_change_column(&base)?
     } else {
         base
     };
@@ -359,7 +359,7 @@ fn build(
         },
     };
     let out = if mode == TopNMode::Changelog {
-        crate::planner::with_change_column(ranked)?
+        crate::plan::with_change_column(ranked)?
     } else {
         Arc::clone(ranked)
     };

@@ -15,14 +15,15 @@ use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::compute::kernels::cast::cast;
 use arrow::datatypes::{DataType, Int64Type, TimeUnit};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{exec_err, plan_err, ScalarValue};
+use datafusion::common::{exec_err, plan_err, DFSchema, ScalarValue};
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
-    Volatility,
+    ColumnarValue, Expr, ExprSchemable, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    TypeSignature, Volatility,
 };
 
 use crate::error::{Result, SqlError};
+use crate::plan::{WindowKind, WindowSpec};
 
 /// Refuse window functions that cannot be evaluated row by row outside a
 /// GROUP BY (every one but `tumble` and `tumble_end`).
@@ -278,6 +279,85 @@ impl ScalarUDFImpl for WindowUdf {
         }
         Ok(ColumnarValue::Array(out))
     }
+}
+
+/// The most hopping windows one row may fall in (`size / slide`, rounded
+/// up). Each row is copied into every window it belongs to, so an unbounded
+/// ratio (a 1 ms slide over a 1 day size is 86,400,000 copies) exhausts
+/// memory on one row.
+pub const MAX_HOP_WINDOWS_PER_ROW: i64 = 1000;
+
+/// If `e` is a window function call, its window.
+pub(crate) fn window_call(
+    e: &Expr,
+    input: &DFSchema,
+) -> Result<Option<(WindowFunction, WindowSpec)>> {
+    let Expr::ScalarFunction(f) = e else {
+        return Ok(None);
+    };
+    let Some(func) = WindowFunction::from_name(f.func.name()) else {
+        return Ok(None);
+    };
+    let time = f.args[0].clone();
+    let time_type = time.get_type(input)?;
+    let arg_ms = |i: usize| -> Result<i64> {
+        match f.args.get(i) {
+            Some(Expr::Literal(v, _)) => interval_scalar_ms(v).ok_or_else(|| {
+                SqlError::Type(format!(
+                    "{}(): argument {} must be a fixed-length INTERVAL (no months or years), found {v}",
+                    func.name(),
+                    i + 1
+                ))
+            }),
+            Some(other) => Err(SqlError::Type(format!(
+                "{}(): argument {} must be an INTERVAL literal, found {other}",
+                func.name(),
+                i + 1
+            ))),
+            None => Ok(0),
+        }
+    };
+    let positive = |what: &str, v: i64| -> Result<i64> {
+        if v > 0 {
+            Ok(v)
+        } else {
+            Err(SqlError::Type(format!(
+                "{}(): the {what} must be positive, found {v} ms",
+                func.name()
+            )))
+        }
+    };
+    let kind = match func {
+        WindowFunction::Tumble | WindowFunction::TumbleEnd => WindowKind::Tumble {
+            size_ms: positive("size", arg_ms(1)?)?,
+            offset_ms: arg_ms(2)?,
+        },
+        WindowFunction::Hop | WindowFunction::HopEnd => {
+            let slide_ms = positive("slide", arg_ms(1)?)?;
+            let size_ms = positive("size", arg_ms(2)?)?;
+            // Windows start at every multiple of the slide; a size that is
+            // not a multiple puts some rows in one window fewer than others.
+            let most = size_ms / slide_ms + i64::from(size_ms % slide_ms != 0);
+            if most > MAX_HOP_WINDOWS_PER_ROW {
+                return Err(SqlError::Unsupported(format!(
+                    "{}(): a size of {size_ms} ms with a slide of {slide_ms} ms puts a row in up to {most} windows; at most {MAX_HOP_WINDOWS_PER_ROW} windows per row are allowed (use a slide of at least size / {MAX_HOP_WINDOWS_PER_ROW})",
+                    func.name(),
+                )));
+            }
+            WindowKind::Hop { slide_ms, size_ms }
+        }
+        WindowFunction::Session | WindowFunction::SessionEnd => WindowKind::Session {
+            gap_ms: positive("gap", arg_ms(1)?)?,
+        },
+    };
+    Ok(Some((
+        func,
+        WindowSpec {
+            kind,
+            time,
+            time_type,
+        },
+    )))
 }
 
 #[cfg(test)]
