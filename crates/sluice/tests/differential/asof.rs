@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use crate::common::{
-    appended, block_on, complete, config, drain, ev, event_batch, interval, open, open_tuned,
+    appended, block_on, complete, config, drain, ev, event_batch, interval, next, open, open_tuned,
     source_ddl, Cell, Event, BASE,
 };
 use crate::gen::{per_cycle, split_late, stream, Stream};
@@ -414,27 +414,30 @@ async fn open_pair(dir: &std::path::Path) -> sluice::Database {
     db
 }
 
-async fn next(sub: &mut sluice::Subscription) -> sluice::ChangeBatch {
-    tokio::time::timeout(std::time::Duration::from_secs(10), sub.next())
-        .await
-        .expect("a batch arrives")
-        .expect("subscription open")
-        .expect("batch")
-}
-
 /// A held left row and the kept right rows survive a checkpoint and a
 /// restart: the row emitted before the checkpoint is not emitted again,
 /// the held one is emitted once after it, matched with a right row of the
 /// first run.
 #[tokio::test]
 async fn asof_across_restore() {
+    held_left_row_across_restore(|d| async move { open_pair(&d).await }, "r").await;
+}
+
+/// The restore case of [`asof_across_restore`] on any pipeline that `open`
+/// makes: stream `a` over `l` and the right source `right`, selecting
+/// `COLS` of an ASOF `>=` match (the temporal join is one too).
+pub(crate) async fn held_left_row_across_restore<F, Fut>(open: F, right: &str)
+where
+    F: Fn(std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = sluice::Database>,
+{
     let dir = tempfile::tempdir().expect("tempdir");
     let (i, t) = (Cell::Int, |ms: i64| Cell::Int(BASE + ms));
-    let db = open_pair(dir.path()).await;
+    let db = open(dir.path().to_path_buf()).await;
     let mut sub = db.subscribe("a").await.expect("subscribe");
     let (l, r) = (
         db.source("l").await.expect("l"),
-        db.source("r").await.expect("r"),
+        db.source(right).await.expect("right"),
     );
     r.push(batch(&[(1, 100, 10), (1, 500, 11)]))
         .await
@@ -449,11 +452,11 @@ async fn asof_across_restore() {
     db.abort().await.expect("abort");
     drop(db);
 
-    let db = open_pair(dir.path()).await;
+    let db = open(dir.path().to_path_buf()).await;
     let mut sub = db.subscribe("a").await.expect("subscribe");
     let (l, r) = (
         db.source("l").await.expect("l"),
-        db.source("r").await.expect("r"),
+        db.source(right).await.expect("right"),
     );
     r.push(batch(&[(1, 900, 13)])).await.expect("push r");
     l.push(batch(&[(1, 1_000, 3)])).await.expect("push l");

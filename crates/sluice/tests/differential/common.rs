@@ -264,6 +264,14 @@ pub async fn drain(sub: &mut Subscription) -> Vec<ChangeBatch> {
     }
 }
 
+/// The next batch of a subscription; fails the test if none arrives
+/// within 10 s or the subscription ends or fails.
+pub async fn next(sub: &mut Subscription) -> ChangeBatch {
+    next_within(sub, Duration::from_secs(10))
+        .await
+        .expect("a batch arrives within 10 s, before the subscription ends")
+}
+
 /// The next batch of a subscription, or None if nothing arrives within `wait`.
 pub async fn next_within(sub: &mut Subscription, wait: Duration) -> Option<ChangeBatch> {
     match tokio::time::timeout(wait, sub.next()).await {

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use crate::common::{
-    appended, block_on, complete, config, drain, ev, event_batch, interval, open, open_tuned,
+    appended, block_on, complete, config, drain, ev, event_batch, interval, next, open, open_tuned,
     push_all, select, source_ddl, Cell, BASE,
 };
 use crate::gen::{per_cycle, split_late, stream, Split, Stream};
@@ -196,14 +196,6 @@ fn ints(b: &sluice::ChangeBatch) -> Vec<Cell> {
         .into_iter()
         .map(|r| r[0].clone())
         .collect()
-}
-
-async fn next(sub: &mut sluice::Subscription) -> sluice::ChangeBatch {
-    tokio::time::timeout(std::time::Duration::from_secs(10), sub.next())
-        .await
-        .expect("a batch arrives")
-        .expect("subscription open")
-        .expect("batch")
 }
 
 async fn open_on(dir: &std::path::Path) -> sluice::Database {

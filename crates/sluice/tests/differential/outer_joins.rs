@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use crate::common::{
-    appended, block_on, complete, config, drain, ev, event_batch, fold, open, open_tuned, select,
-    source_ddl, Cell, Row, BASE,
+    appended, block_on, complete, config, drain, ev, event_batch, fold, next, open, open_tuned,
+    select, source_ddl, Cell, Row, BASE,
 };
 use crate::gen::{per_cycle, split_late, stream, Stream};
 use crate::oracle::{query, table};
@@ -131,14 +131,6 @@ fn changes(b: &sluice::ChangeBatch) -> Vec<(&'static str, Row)> {
             (k, row)
         })
         .collect()
-}
-
-async fn next(sub: &mut sluice::Subscription) -> sluice::ChangeBatch {
-    tokio::time::timeout(std::time::Duration::from_secs(10), sub.next())
-        .await
-        .expect("a batch arrives")
-        .expect("subscription open")
-        .expect("batch")
 }
 
 /// Exact rows of the time-bounded form: the pair when found, a padded row

@@ -1,9 +1,11 @@
 //! Top-N by hand: exact changelog rows batch by batch, state across a
 //! checkpoint and restart in each mode, EXPLAIN, and the refused shapes.
 
-use sluice::{ChangeBatch, ChangeKind, Database, Subscription};
+use sluice::{ChangeBatch, ChangeKind, Database};
 
-use crate::common::{appended, batch_rows, ev, event_batch, open, source_ddl, Cell, Row, BASE};
+use crate::common::{
+    appended, batch_rows, ev, event_batch, next, open, source_ddl, Cell, Row, BASE,
+};
 
 /// The two largest values per key, with their rank.
 const TOP2: &str = "SELECT key, value, rn FROM (SELECT key, ts, value, \
@@ -31,14 +33,6 @@ fn changes(b: &ChangeBatch) -> Vec<(char, Row)> {
             (k, r)
         })
         .collect()
-}
-
-async fn next(sub: &mut Subscription) -> ChangeBatch {
-    tokio::time::timeout(std::time::Duration::from_secs(10), sub.next())
-        .await
-        .expect("a batch arrives")
-        .expect("subscription open")
-        .expect("batch")
 }
 
 /// A database on `dir` running `CREATE STREAM d AS {query}` over `src`,
