@@ -311,6 +311,11 @@ def sluice_csv_once(sluice, root, query, csvs):
         raise RuntimeError(f"unexpected sluice run output: {out}")
     rows, out_rows, secs = int(m.group(1)), int(m.group(2)), float(m.group(4))
     cpu = float(m.group(5))
+    # `sluice run` reports the rows of every stream together: with more than
+    # one stream in the file that is not the final stream's count (q5_full's
+    # per-window counts outnumber its winners), so it is not compared.
+    if len(re.findall(r"CREATE\s+(?:STREAM|MATERIALIZED\s+VIEW)", text, flags=re.I)) > 1:
+        out_rows = None
     return {"rows": rows, "secs": secs, "eps": rows / secs if secs else 0.0, "out_rows": out_rows,
             "cpu_secs": cpu, "process_cpu_secs": process_cpu,
             "eps_per_core": rows / cpu if cpu else 0.0}
@@ -638,7 +643,7 @@ def main():
         # A changelog's row count is not a final result.
         results[q] = {"sluice_mem": mem, "sluice_csv": csv,
                       "expected": None if q in CHANGELOG else mem["out_rows"]}
-        if q not in CHANGELOG and csv["out_rows"] != mem["out_rows"]:
+        if q not in CHANGELOG and csv["out_rows"] is not None and csv["out_rows"] != mem["out_rows"]:
             log(f"warning: {q}: sluice run gave {csv['out_rows']} rows, bench {mem['out_rows']}")
     for q in QUERIES:
         log(f"sluice {q} (in memory)")
@@ -648,7 +653,7 @@ def main():
         results[q] = {"sluice_mem": mem, "sluice_csv": csv,
                       "expected": None if q in CHANGELOG else mem["out_rows"]}
         results["rows"] = mem["rows"]
-        if q not in CHANGELOG and csv["out_rows"] != mem["out_rows"]:
+        if q not in CHANGELOG and csv["out_rows"] is not None and csv["out_rows"] != mem["out_rows"]:
             log(f"warning: {q}: sluice run gave {csv['out_rows']} rows, bench {mem['out_rows']}")
 
     if "laminardb" not in args.skip:
