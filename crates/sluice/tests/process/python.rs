@@ -193,7 +193,16 @@ async fn the_sandbox_refuses_writes_network_outside_reads_and_privileges() {
             for w in words {
                 assert!(e.contains(w), "attempt {amount}: missing '{w}' in {e}");
             }
-            let log = db.python_worker_log("hostile", 50).unwrap();
+            // The worker's stderr reaches the log through a reader thread,
+            // which may not have caught up when the call's error returns.
+            let mut log = String::new();
+            for _ in 0..100 {
+                log = db.python_worker_log("hostile", 50).unwrap();
+                if log.contains("Traceback") && log.contains(words[0]) {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
             assert!(
                 log.contains("Traceback") && log.contains(words[0]),
                 "attempt {amount}: the log holds the handler's traceback:\n{log}"
