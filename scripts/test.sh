@@ -29,14 +29,29 @@ if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
     rm -rf "$CARGO_TARGET_DIR"/*/incremental
 fi
 
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=
+apt_install() {
+    if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+echo "== cluster: etcd and protoc"
+# sluice-cluster's tests start a real etcd on loopback and fail without it;
+# its etcd client (etcd-client) compiles etcd's .proto files with protoc.
+if ! command -v etcd >/dev/null 2>&1; then
+    apt_install etcd-server
+fi
+if [ -z "${PROTOC:-}" ] && ! command -v protoc >/dev/null 2>&1; then
+    apt_install protobuf-compiler
+fi
+
 echo "== python workers: bubblewrap and the sluice_worker SDK"
 # Python process functions run in a bubblewrap sandbox, with the SDK
 # installed for the interpreter the tests use (python3, or SLUICE_PYTHON).
 # The tests fail without them, so install them here.
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 if ! command -v bwrap >/dev/null 2>&1; then
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+    apt_install bubblewrap
 fi
 python="${SLUICE_PYTHON:-python3}"
 "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \

@@ -1,0 +1,120 @@
+//! The crate's one error type. Every variant a user or the network can cause
+//! carries a stable code (`SLC-CLU-NNN`) and names what is wrong.
+
+/// An error of the cluster control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A cluster or node id that cannot be used in an etcd key.
+    #[error("SLC-CLU-001: invalid {what} '{id}': {reason}")]
+    InvalidId {
+        /// `cluster id` or `node id`.
+        what: &'static str,
+        /// The id as given.
+        id: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// An etcd request failed (unreachable, timed out, refused).
+    #[error("SLC-CLU-002: etcd {context} failed: {source}")]
+    Etcd {
+        /// What was being done.
+        context: String,
+        /// The client's error.
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// Another live process already holds this node id.
+    #[error(
+        "SLC-CLU-003: node id '{node}' is already live in cluster '{cluster}'; \
+         stop the other node or choose another --node-id"
+    )]
+    DuplicateNode {
+        /// The cluster.
+        cluster: String,
+        /// The refused node id.
+        node: String,
+    },
+    /// A node's catalog differs from the catalog sealed by the first node.
+    #[error(
+        "SLC-CLU-004: node '{node}' is refused by cluster '{cluster}': its catalog differs \
+         from the sealed catalog ({differences})"
+    )]
+    CatalogMismatch {
+        /// The cluster.
+        cluster: String,
+        /// The refused node.
+        node: String,
+        /// Every difference, `; `-separated (`missing: a, b; extra: c; changed: d`).
+        differences: String,
+    },
+    /// A leader-only write was refused because the node no longer holds the
+    /// leadership term it wrote under (the term is the fencing token).
+    #[error(
+        "SLC-CLU-005: node '{node}' is not the leader of term {term} any more; \
+         its write was refused"
+    )]
+    NotLeader {
+        /// The node that attempted the write.
+        node: String,
+        /// The term it wrote under (0: it never led).
+        term: u64,
+    },
+    /// An assignment write based on an outdated generation.
+    #[error(
+        "SLC-CLU-006: assignment write by node '{node}' expected generation {expected} \
+         but the table is at generation {current}"
+    )]
+    StaleGeneration {
+        /// The writer.
+        node: String,
+        /// The generation the writer based its table on (0: none).
+        expected: u64,
+        /// The generation in etcd (0: none).
+        current: u64,
+    },
+    /// The node's lease expired: it is out of the cluster and must rejoin
+    /// with a new session.
+    #[error("SLC-CLU-007: node '{node}' lost its etcd lease; it must rejoin the cluster")]
+    LeaseLost {
+        /// The node.
+        node: String,
+    },
+    /// A value in etcd that this version cannot decode.
+    #[error("SLC-CLU-008: etcd key '{key}' holds an unreadable value: {reason}")]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A vnode count outside the supported range.
+    #[error("SLC-CLU-009: vnode count {count} is out of range (1 to {max})")]
+    InvalidVnodeCount {
+        /// The count given.
+        count: u32,
+        /// The largest supported count.
+        max: u32,
+    },
+    /// An assignment was requested for an empty member set.
+    #[error("SLC-CLU-010: cluster '{cluster}' has no live member to own its vnodes")]
+    NoMembers {
+        /// The cluster.
+        cluster: String,
+    },
+    /// The test harness could not start etcd.
+    #[error("SLC-CLU-011: cannot start etcd for tests: {0}")]
+    Harness(String),
+}
+
+impl ClusterError {
+    /// Wrap an etcd client error with what was being done.
+    pub(crate) fn etcd(context: impl Into<String>, source: etcd_client::Error) -> Self {
+        Self::Etcd {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, ClusterError>;

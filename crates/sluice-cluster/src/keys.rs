@@ -1,0 +1,126 @@
+//! The etcd key layout of one cluster, and the ids that appear in it.
+//!
+//! Every key of cluster `C` lives under `/sluice/C/`, so clusters share an
+//! etcd without seeing each other. Ids are restricted to a safe alphabet so
+//! a node id can never contain `/` and escape its directory.
+
+use crate::error::{ClusterError, Result};
+
+/// Longest accepted cluster or node id.
+const MAX_ID_LEN: usize = 128;
+
+/// Check an id: 1 to 128 characters of `A-Z a-z 0-9 . _ -`.
+fn validate(what: &'static str, id: &str) -> Result<()> {
+    let refuse = |reason| ClusterError::InvalidId {
+        what,
+        id: id.to_string(),
+        reason,
+    };
+    if id.is_empty() {
+        return Err(refuse("it is empty"));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(refuse("it is longer than 128 characters"));
+    }
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err(refuse("only A-Z, a-z, 0-9, '.', '_' and '-' are allowed"));
+    }
+    Ok(())
+}
+
+/// The keys of one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterKeys {
+    cluster: String,
+}
+
+impl ClusterKeys {
+    /// Keys of cluster `cluster` (validated).
+    pub fn new(cluster: &str) -> Result<Self> {
+        validate("cluster id", cluster)?;
+        Ok(Self {
+            cluster: cluster.to_string(),
+        })
+    }
+
+    /// The cluster id.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// `/sluice/C/nodes/`: the prefix of every live member key.
+    pub fn nodes_prefix(&self) -> String {
+        format!("/sluice/{}/nodes/", self.cluster)
+    }
+
+    /// `/sluice/C/nodes/N`: node `N`'s membership key (lease-attached).
+    pub fn node(&self, node: &NodeId) -> String {
+        format!("{}{}", self.nodes_prefix(), node.as_str())
+    }
+
+    /// `/sluice/C/leader`: the leadership key (lease-attached); its create
+    /// revision is the leader's term.
+    pub fn leader(&self) -> String {
+        format!("/sluice/{}/leader", self.cluster)
+    }
+
+    /// `/sluice/C/catalog`: the sealed startup catalog (permanent).
+    pub fn catalog(&self) -> String {
+        format!("/sluice/{}/catalog", self.cluster)
+    }
+
+    /// `/sluice/C/assignment`: the vnode assignment table; its mod revision
+    /// is the assignment generation.
+    pub fn assignment(&self) -> String {
+        format!("/sluice/{}/assignment", self.cluster)
+    }
+}
+
+/// A validated node id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(String);
+
+impl NodeId {
+    /// Validate a node id.
+    pub fn new(id: &str) -> Result<Self> {
+        validate("node id", id)?;
+        Ok(Self(id.to_string()))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_validated_by_name() {
+        assert_eq!(
+            NodeId::new("a/b").expect_err("slash").to_string(),
+            "SLC-CLU-001: invalid node id 'a/b': only A-Z, a-z, 0-9, '.', '_' and '-' are allowed"
+        );
+        assert_eq!(
+            ClusterKeys::new("").expect_err("empty").to_string(),
+            "SLC-CLU-001: invalid cluster id '': it is empty"
+        );
+        let keys = ClusterKeys::new("c1").expect("valid");
+        let n = NodeId::new("n-1.x_y").expect("valid");
+        assert_eq!(keys.node(&n), "/sluice/c1/nodes/n-1.x_y");
+        assert_eq!(keys.leader(), "/sluice/c1/leader");
+        assert_eq!(keys.catalog(), "/sluice/c1/catalog");
+        assert_eq!(keys.assignment(), "/sluice/c1/assignment");
+    }
+}

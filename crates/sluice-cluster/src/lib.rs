@@ -1,0 +1,84 @@
+//! Sluice's cluster control plane on etcd (issue 14, first slice).
+//!
+//! A Sluice pipeline runs across several hosts by coordinating through etcd
+//! — membership, leadership, the sealed startup catalog and the vnode
+//! assignment table — never through a consensus protocol of its own.
+//!
+//! # Architecture
+//!
+//! ```text
+//! etcd keys of cluster C                      owner (module)      lifetime
+//! /sluice/C/catalog     {fingerprint,        catalog_seal.rs     permanent, created once
+//!                        objects, vnode_count}
+//! /sluice/C/nodes/N     N                    membership.rs       N's lease
+//! /sluice/C/leader      N (create rev = term) leader.rs           leader's lease
+//! /sluice/C/assignment  {term, members,      assignment/         permanent, rewritten by
+//!                        owners[vnode]}                           the leader (mod rev =
+//!                                                                 generation)
+//! ```
+//!
+//! Each node holds one [`Session`]: an etcd client and a lease renewed every
+//! third of its TTL. Its member key and, while it leads, the leader key are
+//! attached to that lease, so a node that crashes or pauses past the TTL
+//! loses both at once. Every node mirrors the keys it reads with etcd
+//! watches (`watch.rs`), so changes arrive as events, not by polling:
+//!
+//! ```text
+//!  ClusterNode::start
+//!    Session ──lease──► catalog_seal (check) ─► Membership::join ─► Election (campaign)
+//!                                                      │                 │ term
+//!                          live_members (watch) ◄──────┘                 ▼
+//!                                   └──────────────► AssignmentDriver ─► publish (txn:
+//!                                                    (leader only)        term + generation)
+//!                          AssignmentView (watch) ◄───────────────────────┘
+//! ```
+//!
+//! Fencing: the leader's **term** is the etcd revision that created its
+//! leader key; the assignment **generation** is the etcd revision that
+//! wrote the table. Leader-only writes compare both in the same etcd
+//! transaction, so a deposed or stale writer is refused by etcd itself.
+//!
+//! Keys map to vnodes with a fixed hash (`vnodes.rs`: xxh3-64 of the
+//! canonical partition key encoding, modulo the vnode count fixed in the
+//! seal) and vnodes to nodes by rendezvous hashing, which moves only the
+//! vnodes a membership change must move.
+//!
+//! # What exists, what comes next
+//!
+//! This slice is the control plane only; nothing in `sluice run` or the
+//! streaming coordinator uses it yet (`PipelineCallback::is_leader` is
+//! still hard-wired for a single node). The next slices:
+//!
+//! 1. The leader's checkpoint protocol over etcd: durable attempt
+//!    reservation, the certified barrier Prepare under an assignment fence,
+//!    follower acknowledgements, and the commit decision in a transaction
+//!    guarded by term and generation.
+//! 2. Vnode-placed operators: keyed state and process functions filed by
+//!    vnode on shared object storage, `complete_pending_vnode_transition`
+//!    moving vnodes at a checkpoint boundary.
+//! 3. Shuffle between hosts over gRPC with Arrow IPC frames, barriers in
+//!    band, bounded and backpressured.
+//! 4. `sluice run --cluster etcd=... --node-id ...`, `SHOW CLUSTER` and
+//!    metrics (leader, vnode owners, watermarks and lag per node).
+
+pub mod assignment;
+pub mod catalog_seal;
+pub mod error;
+pub mod keys;
+pub mod leader;
+pub mod membership;
+pub mod node;
+pub mod session;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod vnodes;
+pub mod watch;
+
+pub use assignment::{Assignment, AssignmentView};
+pub use catalog_seal::{SealOutcome, SealedCatalog};
+pub use error::{ClusterError, Result};
+pub use keys::{ClusterKeys, NodeId};
+pub use leader::{Election, LeaderState};
+pub use node::{ClusterNode, NodeConfig};
+pub use session::Session;
+pub use vnodes::{vnode_of, VnodeCount, DEFAULT_VNODE_COUNT};

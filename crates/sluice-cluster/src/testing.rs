@@ -1,0 +1,132 @@
+//! A real etcd for tests: [`EtcdServer`] starts the `etcd` binary on
+//! loopback with free ports and a temporary data directory, waits until it
+//! answers, and kills it when dropped.
+//!
+//! Tests that need etcd must fail, not skip, when the binary is missing:
+//! `scripts/test.sh` installs Debian's `etcd-server`.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::error::{ClusterError, Result};
+
+/// How long etcd may take to answer its first request.
+const STARTUP: Duration = Duration::from_secs(20);
+
+/// A running etcd, killed on drop.
+#[derive(Debug)]
+pub struct EtcdServer {
+    child: Child,
+    endpoint: String,
+    dir: tempfile::TempDir,
+}
+
+impl EtcdServer {
+    /// Start etcd (the `etcd` on `PATH`, or `$SLUICE_ETCD`).
+    ///
+    /// Its heartbeat is 50 ms and election timeout 500 ms so that etcd's
+    /// minimum lease TTL (1.5 election timeouts) allows 1 s test leases.
+    pub async fn start() -> Result<Self> {
+        let binary = std::env::var("SLUICE_ETCD").unwrap_or_else(|_| "etcd".to_string());
+        let dir = tempfile::tempdir().map_err(|e| harness(format!("temp dir: {e}")))?;
+        let client_port = free_port()?;
+        let peer_port = free_port()?;
+        let endpoint = format!("http://127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let log = std::fs::File::create(dir.path().join("etcd.log"))
+            .map_err(|e| harness(format!("log file: {e}")))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| harness(format!("log file: {e}")))?;
+        let child = Command::new(&binary)
+            .arg("--name=test")
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={endpoint}"))
+            .arg(format!("--advertise-client-urls={endpoint}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=test={peer}"))
+            .arg("--heartbeat-interval=50")
+            .arg("--election-timeout=500")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|e| {
+                harness(format!(
+                    "cannot run '{binary}' ({e}); install etcd (Debian: apt-get install \
+                     etcd-server) or set SLUICE_ETCD"
+                ))
+            })?;
+        let mut server = Self {
+            child,
+            endpoint,
+            dir,
+        };
+        server.wait_healthy().await?;
+        Ok(server)
+    }
+
+    /// The client endpoint (`http://127.0.0.1:PORT`).
+    pub fn endpoint(&self) -> String {
+        self.endpoint.clone()
+    }
+
+    /// The endpoint as the list node configs take.
+    pub fn endpoints(&self) -> Vec<String> {
+        vec![self.endpoint.clone()]
+    }
+
+    async fn wait_healthy(&mut self) -> Result<()> {
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < STARTUP {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(harness(format!(
+                    "etcd exited with {status}: {}",
+                    self.log()
+                )));
+            }
+            match etcd_client::Client::connect([&self.endpoint], None).await {
+                Ok(mut client) => match client.status().await {
+                    Ok(_) => return Ok(()),
+                    Err(e) => last = e.to_string(),
+                },
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(harness(format!(
+            "etcd did not answer within {STARTUP:?} ({last}): {}",
+            self.log()
+        )))
+    }
+
+    fn log(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(5).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn harness(reason: String) -> ClusterError {
+    ClusterError::Harness(reason)
+}
+
+/// A port the OS considers free now (etcd binds it right after).
+fn free_port() -> Result<u16> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| harness(format!("free port: {e}")))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| harness(format!("free port: {e}")))
+}
