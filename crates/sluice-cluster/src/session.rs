@@ -54,8 +54,10 @@ pub struct Session {
 }
 
 impl Session {
-    /// Connect to etcd at `endpoints`, grant a lease of `ttl` (whole seconds,
-    /// at least 1) and start keeping it alive.
+    /// Connect to etcd at `endpoints`, grant a lease of `ttl` and start
+    /// keeping it alive. etcd leases have whole-second TTLs, so `ttl` is
+    /// rounded up (at least 1 s), and etcd may raise it to its minimum;
+    /// [`Session::ttl`] says what was granted.
     pub async fn connect(
         endpoints: &[String],
         cluster: &str,
@@ -67,7 +69,8 @@ impl Session {
         let mut client = Client::connect(endpoints, None)
             .await
             .map_err(|e| ClusterError::etcd(format!("connect to {}", endpoints.join(",")), e))?;
-        let ttl_secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let whole = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let ttl_secs = i64::try_from(whole.max(1)).unwrap_or(i64::MAX);
         let sent = Instant::now();
         let grant = client
             .lease_grant(ttl_secs, None)
