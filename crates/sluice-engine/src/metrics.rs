@@ -28,6 +28,8 @@ pub struct PipelineMetrics {
     checkpoint_pause_total_ns: AtomicU64,
     checkpoint_pauses: AtomicU64,
     checkpoint_rest_ns: AtomicU64,
+    checkpoint_tail_longest_unit_ns: AtomicU64,
+    checkpoint_tail_last_longest_unit_ns: AtomicU64,
     last_checkpoint: Mutex<Option<crate::seam::CheckpointReport>>,
     watermark: AtomicI64,
     per_source: Mutex<BTreeMap<String, SourceCounters>>,
@@ -59,6 +61,14 @@ impl crate::state::pace::PaceHost for PipelineMetrics {
     fn rested(&self, rest: std::time::Duration) {
         let ns = u64::try_from(rest.as_nanos()).unwrap_or(u64::MAX);
         self.checkpoint_rest_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    fn tail_done(&self, longest: std::time::Duration) {
+        let ns = u64::try_from(longest.as_nanos()).unwrap_or(u64::MAX);
+        self.checkpoint_tail_last_longest_unit_ns
+            .store(ns, Ordering::Relaxed);
+        self.checkpoint_tail_longest_unit_ns
+            .fetch_max(ns, Ordering::Relaxed);
     }
 }
 
@@ -122,6 +132,16 @@ pub struct MetricsSnapshot {
     /// Time checkpoint tails rested so that a busy pipeline keeps its
     /// throughput (see the `checkpoint_tail_share` option).
     pub checkpoint_rest_ns: u64,
+    /// The longest step a checkpoint tail ran without a pace point (where
+    /// it may rest) in any tail so far: building, encoding and writing
+    /// state go in steps bounded by a chunk of groups, a message or a
+    /// slice of the blob, but one step (emitting an aggregate's changed
+    /// groups from its accumulator) grows with the groups changed since
+    /// the previous checkpoint. At most this long the tail works unpaced
+    /// while the pipeline is busy.
+    pub checkpoint_tail_longest_unit_ns: u64,
+    /// The same, for the last tail that ended.
+    pub checkpoint_tail_last_longest_unit_ns: u64,
     /// The last committed checkpoint.
     pub last_checkpoint: Option<crate::seam::CheckpointReport>,
     /// Current pipeline watermark (ms; i64::MIN before any).
@@ -283,6 +303,12 @@ impl PipelineMetrics {
             checkpoint_pause_total_ns: self.checkpoint_pause_total_ns.load(Ordering::Relaxed),
             checkpoint_pauses: self.checkpoint_pauses.load(Ordering::Relaxed),
             checkpoint_rest_ns: self.checkpoint_rest_ns.load(Ordering::Relaxed),
+            checkpoint_tail_longest_unit_ns: self
+                .checkpoint_tail_longest_unit_ns
+                .load(Ordering::Relaxed),
+            checkpoint_tail_last_longest_unit_ns: self
+                .checkpoint_tail_last_longest_unit_ns
+                .load(Ordering::Relaxed),
             last_checkpoint: self.last_checkpoint.lock().clone(),
             watermark: self.watermark.load(Ordering::Relaxed),
             sources: self.per_source.lock().clone(),

@@ -18,6 +18,19 @@ use crate::error::{Result, StorageError};
 pub trait Backend: Send + Sync {
     /// Write `bytes` under `key`, atomically and durably.
     async fn put(&self, key: &str, bytes: Bytes) -> Result<()>;
+    /// [`Self::put`], calling `pace` between bounded steps of the write
+    /// (a checkpoint tail rests there while the pipeline is busy; see
+    /// `sluice_engine::state::pace`). A backend that writes in one call
+    /// (an object store's put) calls it not at all.
+    async fn put_paced(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        pace: &mut (dyn FnMut() + Send),
+    ) -> Result<()> {
+        let _ = pace;
+        self.put(key, bytes).await
+    }
     /// Write `bytes` under `key` only if nothing is there yet, atomically
     /// and durably: `Ok(false)` when `key` already exists (left untouched).
     /// Two writers creating one key concurrently never both get `true`;
@@ -79,8 +92,33 @@ fn temp_path(dir: &Path, path: &Path) -> PathBuf {
 
 /// Write `bytes` to a new file at `tmp` and fsync it.
 fn write_durably(tmp: &Path, bytes: &[u8]) -> Result<()> {
+    write_durably_paced(tmp, bytes, &mut || {})
+}
+
+/// Bytes copied into the page cache per step of a paced write: a few
+/// milliseconds of copying.
+pub(crate) const WRITE_SLICE: usize = 8 << 20;
+
+/// Bytes written between two flushes of a paced write ([`WRITE_SLICE`]s):
+/// flushing as it goes bounds the dirty pages the final fsync waits for,
+/// so that no step of the write (as the pacer sees it) grows with the
+/// file.
+pub(crate) const SYNC_EVERY: usize = 8 * WRITE_SLICE;
+
+/// [`write_durably`] in [`WRITE_SLICE`] steps with `pace` after each, and
+/// the data flushed every [`SYNC_EVERY`] bytes.
+fn write_durably_paced(tmp: &Path, bytes: &[u8], pace: &mut (dyn FnMut() + Send)) -> Result<()> {
     let mut f = std::fs::File::create(tmp).map_err(|e| io(tmp, e))?;
-    f.write_all(bytes).map_err(|e| io(tmp, e))?;
+    let mut unsynced = 0;
+    for slice in bytes.chunks(WRITE_SLICE) {
+        f.write_all(slice).map_err(|e| io(tmp, e))?;
+        unsynced += slice.len();
+        if unsynced >= SYNC_EVERY {
+            f.sync_data().map_err(|e| io(tmp, e))?;
+            unsynced = 0;
+        }
+        pace();
+    }
     f.sync_all().map_err(|e| io(tmp, e))
 }
 
@@ -141,11 +179,20 @@ fn sync_dir(dir: &Path) -> Result<()> {
 #[async_trait]
 impl Backend for LocalBackend {
     async fn put(&self, key: &str, bytes: Bytes) -> Result<()> {
+        self.put_paced(key, bytes, &mut || {}).await
+    }
+
+    async fn put_paced(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        pace: &mut (dyn FnMut() + Send),
+    ) -> Result<()> {
         let path = self.root.join(key);
         let dir = path.parent().unwrap_or(&self.root).to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let tmp = temp_path(&dir, &path);
-        let written = write_durably(&tmp, &bytes)
+        let written = write_durably_paced(&tmp, &bytes, pace)
             .and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| io(&path, e)));
         if let Err(e) = written {
             // A full disk must not stay full because of this write: the

@@ -46,6 +46,10 @@ pub struct CheckpointStore {
 const ATTEMPTS: &str = "attempts";
 const CHECKPOINTS: &str = "checkpoints";
 
+/// Bytes checksummed per step of [`CheckpointStore::write_blob_paced`]
+/// (a few milliseconds).
+const CRC_SLICE: usize = 32 << 20;
+
 /// Ids a reservation tries before giving up (each taken id moves it on).
 pub const RESERVE_TRIES: u32 = 64;
 
@@ -241,10 +245,29 @@ impl CheckpointStore {
 
     /// Write one blob of checkpoint `id`.
     pub async fn write_blob(&self, id: u64, name: &str, bytes: Bytes) -> Result<BlobRef> {
+        self.write_blob_paced(id, name, bytes, &mut || {}).await
+    }
+
+    /// [`Self::write_blob`], calling `pace` between bounded steps (of the
+    /// checksum, and of the write where the backend writes in steps; see
+    /// [`Backend::put_paced`]): a checkpoint tail rests there while the
+    /// pipeline is busy, so a large blob is no single long step.
+    pub async fn write_blob_paced(
+        &self,
+        id: u64,
+        name: &str,
+        bytes: Bytes,
+        pace: &mut (dyn FnMut() + Send),
+    ) -> Result<BlobRef> {
         let key = format!("{CHECKPOINTS}/{id:020}/{}", name.replace('/', "__"));
-        let crc32 = crc32fast::hash(&bytes);
+        let mut hasher = crc32fast::Hasher::new();
+        for slice in bytes.chunks(CRC_SLICE) {
+            hasher.update(slice);
+            pace();
+        }
+        let crc32 = hasher.finalize();
         let len = bytes.len() as u64;
-        if let Err(e) = self.backend.put(&key, bytes).await {
+        if let Err(e) = self.backend.put_paced(&key, bytes, pace).await {
             self.discard_failed_attempt(id).await;
             return Err(e);
         }
@@ -515,5 +538,33 @@ pub(crate) mod tests {
         let ids: Vec<u64> = store.list().await.unwrap().iter().map(|c| c.id).collect();
         assert_eq!(ids, vec![4, 5]);
         assert_eq!(store.reserve().await.unwrap(), 6);
+    }
+
+    /// A large blob is checksummed and written in bounded steps, with a
+    /// pace point after each, and reads back exactly.
+    #[tokio::test]
+    async fn a_large_blob_is_written_in_paced_steps() {
+        use crate::backend::WRITE_SLICE;
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(Box::new(LocalBackend::new(dir.path()).unwrap()));
+        let len = 2 * WRITE_SLICE + 12_345;
+        let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let id = store.reserve().await.unwrap();
+        let mut points = 0;
+        let blob = store
+            .write_blob_paced(id, "op/big", Bytes::from(bytes.clone()), &mut || {
+                points += 1
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            points,
+            len.div_ceil(super::CRC_SLICE) + len.div_ceil(WRITE_SLICE)
+        );
+        assert_eq!(blob.len, len as u64);
+        assert_eq!(blob.crc32, crc32fast::hash(&bytes));
+        let written = std::fs::read(dir.path().join(&blob.key)).unwrap();
+        assert!(written == bytes, "the blob reads back as written");
     }
 }

@@ -408,6 +408,7 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
         mut pacer,
         ..
     } = job;
+    pacer.begin();
     let written = async {
         for (name, part) in parts {
             if gate.is_cancelled() {
@@ -421,12 +422,13 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
             })?;
             let encoded = started.elapsed();
             let size = bytes.len();
-            let blob = store.write_blob(id, &name, bytes).await.map_err(|source| {
-                TailError::WriteBlob {
+            let blob = store
+                .write_blob_paced(id, &name, bytes, &mut || pacer.point())
+                .await
+                .map_err(|source| TailError::WriteBlob {
                     name: name.clone(),
                     source,
-                }
-            })?;
+                })?;
             tracing::debug!(
                 checkpoint = id,
                 part = %name,
@@ -457,6 +459,7 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
             tracing::warn!(checkpoint = id, error = %e, "pruning old checkpoints failed");
         }
     }
+    pacer.end();
     // The coordinator may be gone (shut down without settling): nothing
     // to tell then.
     let _ = durable.send(written);

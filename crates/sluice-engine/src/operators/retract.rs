@@ -78,33 +78,51 @@ impl Base for LiveRowsBase {
 }
 
 impl LiveRowsBase {
-    /// The snapshot batch: (key, row, count) for every live row.
-    fn batch(&self) -> Result<RecordBatch> {
+    /// The snapshot batches: (key, row, count) for every live row, cut
+    /// after a key once a batch has [`ROWS_PER_BATCH`] rows, with a pace
+    /// point after each (so a checkpoint tail copies no large state in one
+    /// step); at least one.
+    fn batches(&self) -> Result<Vec<RecordBatch>> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Binary, false),
+            Field::new("row", DataType::Binary, false),
+            Field::new("count", DataType::UInt64, false),
+        ]));
+        let mut out = Vec::new();
         let mut keys: Vec<&[u8]> = Vec::new();
         let mut rows: Vec<&[u8]> = Vec::new();
         let mut counts: Vec<u64> = Vec::new();
+        let cut = |keys: &mut Vec<&[u8]>, rows: &mut Vec<&[u8]>, counts: &mut Vec<u64>| {
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(BinaryArray::from(std::mem::take(keys))),
+                    Arc::new(BinaryArray::from(std::mem::take(rows))),
+                    Arc::new(UInt64Array::from(std::mem::take(counts))),
+                ],
+            );
+            crate::state::pace::point();
+            batch
+        };
         for (key, live) in &self.groups {
             for (row, n) in live {
                 keys.push(key);
                 rows.push(row);
                 counts.push(*n);
             }
+            if keys.len() >= ROWS_PER_BATCH {
+                out.push(cut(&mut keys, &mut rows, &mut counts)?);
+            }
         }
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("key", DataType::Binary, false),
-            Field::new("row", DataType::Binary, false),
-            Field::new("count", DataType::UInt64, false),
-        ]));
-        Ok(RecordBatch::try_new(
-            schema,
-            vec![
-                Arc::new(BinaryArray::from(keys)),
-                Arc::new(BinaryArray::from(rows)),
-                Arc::new(UInt64Array::from(counts)),
-            ],
-        )?)
+        if !keys.is_empty() || out.is_empty() {
+            out.push(cut(&mut keys, &mut rows, &mut counts)?);
+        }
+        Ok(out)
     }
 }
+
+/// Rows per snapshot batch of live rows.
+const ROWS_PER_BATCH: usize = 65_536;
 
 fn live_rows(g: &Group) -> LiveRows {
     g.live.iter().map(|(r, n)| (r.clone(), *n)).collect()
@@ -352,7 +370,7 @@ impl StatefulOperator for ChangelogAggregate {
         self.layers.queue(delta);
         let mut parts = self.layers.capture(
             1,
-            Box::new(|base: &mut LiveRowsBase| Ok(vec![base.batch()?])),
+            Box::new(|base: &mut LiveRowsBase| Ok(vec![base.batches()?])),
         );
         if let Some(part) = parts.pop() {
             w.push_deferred(part);

@@ -21,6 +21,7 @@ use arrow::record_batch::RecordBatch;
 use super::types::ValueState;
 use crate::error::Result;
 use crate::state::layers::{Base, KeyedChanges};
+use crate::state::pace;
 
 /// Timers of one key: name to event time (ms).
 pub type KeyTimers = BTreeMap<String, i64>;
@@ -53,27 +54,54 @@ impl Base for ProcessBase {
 }
 
 impl ProcessBase {
-    /// The two snapshot batches: value state (key, kind, value) and timers
-    /// (key, name, at_ms), in key order.
-    pub fn batches(&self) -> Result<Vec<RecordBatch>> {
-        Ok(vec![state_batch(&self.state)?, timer_batch(&self.timers)?])
+    /// The two snapshot parts, in batches of at most [`ROWS_PER_BATCH`]
+    /// rows (a pace point after each, so a checkpoint tail copies no large
+    /// state in one step): value state (key, kind, value) and timers (key,
+    /// name, at_ms), in key order.
+    pub fn batches(&self) -> Result<Vec<Vec<RecordBatch>>> {
+        Ok(vec![
+            state_batches(&self.state)?,
+            timer_batches(&self.timers)?,
+        ])
     }
 }
 
-/// Value state as a batch of (key, kind, value).
-pub fn state_batch(state: &BTreeMap<Vec<u8>, ValueState>) -> Result<RecordBatch> {
-    let keys: Vec<&[u8]> = state.keys().map(Vec::as_slice).collect();
-    let kinds: Vec<u8> = state
-        .values()
-        .map(|v| match v {
+/// Rows per snapshot batch of a process function's state.
+const ROWS_PER_BATCH: usize = 65_536;
+
+/// Value state as batches of (key, kind, value); at least one.
+pub fn state_batches(state: &BTreeMap<Vec<u8>, ValueState>) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    let mut entries = state.iter();
+    loop {
+        let chunk: Vec<(&Vec<u8>, &ValueState)> = entries.by_ref().take(ROWS_PER_BATCH).collect();
+        let last = chunk.len() < ROWS_PER_BATCH;
+        if chunk.is_empty() && !out.is_empty() {
+            break;
+        }
+        out.push(state_batch(&chunk)?);
+        pace::point();
+        if last {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Value state entries as a batch of (key, kind, value).
+fn state_batch(entries: &[(&Vec<u8>, &ValueState)]) -> Result<RecordBatch> {
+    let keys: Vec<&[u8]> = entries.iter().map(|(k, _)| k.as_slice()).collect();
+    let kinds: Vec<u8> = entries
+        .iter()
+        .map(|(_, v)| match v {
             ValueState::Absent => 0,
             ValueState::Null => 1,
             ValueState::Int64(_) => 2,
         })
         .collect();
-    let values: Vec<Option<i64>> = state
-        .values()
-        .map(|v| match v {
+    let values: Vec<Option<i64>> = entries
+        .iter()
+        .map(|(_, v)| match v {
             ValueState::Int64(n) => Some(*n),
             _ => None,
         })
@@ -88,26 +116,39 @@ pub fn state_batch(state: &BTreeMap<Vec<u8>, ValueState>) -> Result<RecordBatch>
     )?)
 }
 
-/// Timers as a batch of (key, name, at_ms).
-pub fn timer_batch(timers: &BTreeMap<Vec<u8>, KeyTimers>) -> Result<RecordBatch> {
+/// Timers as batches of (key, name, at_ms), cut after a key once a batch
+/// has [`ROWS_PER_BATCH`] rows; at least one.
+pub fn timer_batches(timers: &BTreeMap<Vec<u8>, KeyTimers>) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
     let mut t_keys: Vec<&[u8]> = Vec::new();
     let mut t_names: Vec<&str> = Vec::new();
     let mut t_at: Vec<i64> = Vec::new();
+    let cut = |keys: &mut Vec<&[u8]>, names: &mut Vec<&str>, at: &mut Vec<i64>| {
+        let batch = RecordBatch::try_new(
+            timer_schema(),
+            vec![
+                Arc::new(BinaryArray::from(std::mem::take(keys))),
+                Arc::new(StringArray::from(std::mem::take(names))),
+                Arc::new(Int64Array::from(std::mem::take(at))),
+            ],
+        );
+        pace::point();
+        batch
+    };
     for (k, timers) in timers {
         for (name, at) in timers {
             t_keys.push(k);
             t_names.push(name);
             t_at.push(*at);
         }
+        if t_keys.len() >= ROWS_PER_BATCH {
+            out.push(cut(&mut t_keys, &mut t_names, &mut t_at)?);
+        }
     }
-    Ok(RecordBatch::try_new(
-        timer_schema(),
-        vec![
-            Arc::new(BinaryArray::from(t_keys)),
-            Arc::new(StringArray::from(t_names)),
-            Arc::new(Int64Array::from(t_at)),
-        ],
-    )?)
+    if !t_keys.is_empty() || out.is_empty() {
+        out.push(cut(&mut t_keys, &mut t_names, &mut t_at)?);
+    }
+    Ok(out)
 }
 
 fn state_schema() -> SchemaRef {
@@ -135,7 +176,7 @@ mod tests {
     use arrow::array::Int64Array;
     use arrow::record_batch::RecordBatch;
 
-    use super::{state_batch, timer_batch};
+    use super::{state_batches, timer_batches};
     use crate::process::benchmark::{descriptor, input_schema};
     use crate::process::keyed::{CallOutput, KeyedProcessor, ProcessCapture, ProcessSnapshot};
     use crate::process::types::{
@@ -204,9 +245,10 @@ mod tests {
     }
 
     fn expected(snap: &ProcessSnapshot) -> Vec<RecordBatch> {
+        let one = |b: Vec<RecordBatch>| arrow::compute::concat_batches(&b[0].schema(), &b).unwrap();
         vec![
-            state_batch(&snap.state).unwrap(),
-            timer_batch(&snap.timers).unwrap(),
+            one(state_batches(&snap.state).unwrap()),
+            one(timer_batches(&snap.timers).unwrap()),
         ]
     }
 

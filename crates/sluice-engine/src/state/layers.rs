@@ -84,8 +84,10 @@ impl<V> KeyedChanges<V> {
     }
 }
 
-/// Builds a capture's batches from the base as of its barrier.
-pub type Build<B> = Box<dyn FnOnce(&mut B) -> Result<Vec<RecordBatch>> + Send>;
+/// Builds a capture's parts from the base as of its barrier: per part, its
+/// batches (chunks that a reader concatenates, so that no step of building
+/// or encoding one copies a whole large state at once).
+pub type Build<B> = Box<dyn FnOnce(&mut B) -> Result<Vec<Vec<RecordBatch>>> + Send>;
 
 struct Guarded<B> {
     base: B,
@@ -231,12 +233,12 @@ pub struct Capture<B: Base> {
     layers: Arc<Layers<B>>,
     through: u64,
     build: Mutex<Option<Build<B>>>,
-    built: Mutex<Option<Vec<RecordBatch>>>,
+    built: Mutex<Option<Vec<Vec<RecordBatch>>>>,
 }
 
 impl<B: Base> Capture<B> {
-    /// The capture's batches, built on first use.
-    fn batches(&self) -> Result<Vec<RecordBatch>> {
+    /// The capture's parts, built on first use.
+    fn batches(&self) -> Result<Vec<Vec<RecordBatch>>> {
         let mut built = self.built.lock();
         if let Some(b) = built.as_ref() {
             return Ok(b.clone());
@@ -259,6 +261,14 @@ struct CapturePart<B: Base> {
 
 impl<B: Base> DeferredBatch for CapturePart<B> {
     fn produce(&self) -> Result<RecordBatch> {
+        let chunks = self.produce_chunks()?;
+        let first = chunks
+            .first()
+            .ok_or_else(|| EngineError::Internal(format!("part {} has no batch", self.index)))?;
+        Ok(arrow::compute::concat_batches(&first.schema(), &chunks)?)
+    }
+
+    fn produce_chunks(&self) -> Result<Vec<RecordBatch>> {
         self.capture
             .batches()?
             .get(self.index)

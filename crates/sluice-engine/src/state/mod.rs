@@ -39,6 +39,14 @@ pub trait DeferredBatch: Send + Sync + std::fmt::Debug {
     /// the batch is built from); every call returns the same batch. An
     /// error fails the checkpoint that holds the part.
     fn produce(&self) -> Result<RecordBatch>;
+
+    /// The same batch as chunks of rows (at least one), as the tail
+    /// encodes it: a message or more per chunk, concatenated again when
+    /// read. A part whose building would copy a large state in one step
+    /// builds it in chunks instead (see `operators::scope`).
+    fn produce_chunks(&self) -> Result<Vec<RecordBatch>> {
+        Ok(vec![self.produce()?])
+    }
 }
 
 /// Batches concatenated into one when the snapshot is encoded: the
@@ -61,6 +69,27 @@ impl DeferredBatch for ConcatLater {
     fn produce(&self) -> Result<RecordBatch> {
         Ok(arrow::compute::concat_batches(&self.schema, &self.batches)?)
     }
+
+    /// Runs of batches concatenated up to [`ROWS_PER_MESSAGE`] rows each,
+    /// with a pace point after each run.
+    fn produce_chunks(&self) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        let mut run: Vec<&RecordBatch> = Vec::new();
+        let mut rows = 0;
+        for batch in &self.batches {
+            if rows > 0 && rows + batch.num_rows() > ROWS_PER_MESSAGE {
+                out.push(arrow::compute::concat_batches(&self.schema, run.drain(..))?);
+                pace::point();
+                rows = 0;
+            }
+            rows += batch.num_rows();
+            run.push(batch);
+        }
+        if !run.is_empty() || out.is_empty() {
+            out.push(arrow::compute::concat_batches(&self.schema, run)?);
+        }
+        Ok(out)
+    }
 }
 
 /// One batch of a snapshot: built, or deferred to whoever encodes it.
@@ -78,6 +107,15 @@ impl PartBatch {
         match self {
             PartBatch::Ready(b) => Ok(b.clone()),
             PartBatch::Deferred(d) => d.produce(),
+        }
+    }
+
+    /// The batch as chunks of rows (at least one; see
+    /// [`DeferredBatch::produce_chunks`]).
+    pub fn chunks(&self) -> Result<Vec<RecordBatch>> {
+        match self {
+            PartBatch::Ready(b) => Ok(vec![b.clone()]),
+            PartBatch::Deferred(d) => d.produce_chunks(),
         }
     }
 }
@@ -134,10 +172,11 @@ impl StatePart {
     ///
     /// The output is sized once, from the batches' memory, and each stream
     /// is written straight into it, a message per [`ROWS_PER_MESSAGE`]
-    /// rows: a gigabyte of state is then copied once, instead of through
-    /// doubling buffers and a second copy (which profiles of a 1 GB
-    /// checkpoint showed as most of the tail's time, in `memmove` and page
-    /// zeroing).
+    /// rows or [`MESSAGE_BYTES`] bytes, whichever is fewer: a gigabyte of
+    /// state is then copied once, instead of through doubling buffers and
+    /// a second copy (which profiles of a 1 GB checkpoint showed as most of
+    /// the tail's time, in `memmove` and page zeroing), and no message is a
+    /// long step for the pacer (see [`pace`]).
     pub fn encode(self) -> Result<Bytes> {
         let (meta, parts) = match self {
             StatePart::Encoded(b) => return Ok(b),
@@ -145,32 +184,39 @@ impl StatePart {
         };
         let meta = serde_json::to_vec(&meta)
             .map_err(|e| EngineError::Internal(format!("encoding snapshot: {e}")))?;
-        let batches = parts
+        let parts = parts
             .iter()
             .map(|p| {
-                let batch = p.batch();
+                let chunks = p.chunks();
                 pace::point();
-                batch
+                chunks
             })
             .collect::<Result<Vec<_>>>()?;
-        let estimate = 8 + meta.len() + batches.iter().map(encoded_size_hint).sum::<usize>();
+        let estimate =
+            8 + meta.len() + parts.iter().flatten().map(encoded_size_hint).sum::<usize>();
         let mut out = Vec::with_capacity(estimate);
         out.extend_from_slice(&(meta.len() as u64).to_le_bytes());
         out.extend_from_slice(&meta);
-        for batch in &batches {
+        for chunks in &parts {
+            let first = chunks
+                .first()
+                .ok_or_else(|| EngineError::Internal("a snapshot part without a batch".into()))?;
             let at = out.len();
             out.extend_from_slice(&[0; 8]);
             {
-                let mut w = StreamWriter::try_new(&mut out, &batch.schema())?;
-                let rows = batch.num_rows();
-                let mut offset = 0;
-                loop {
-                    let len = ROWS_PER_MESSAGE.min(rows - offset);
-                    w.write(&batch.slice(offset, len))?;
-                    pace::point();
-                    offset += len;
-                    if offset >= rows {
-                        break;
+                let mut w = StreamWriter::try_new(&mut out, &first.schema())?;
+                for batch in chunks {
+                    let rows = batch.num_rows();
+                    let step = rows_per_message(batch);
+                    let mut offset = 0;
+                    loop {
+                        let len = step.min(rows - offset);
+                        w.write(&batch.slice(offset, len))?;
+                        pace::point();
+                        offset += len;
+                        if offset >= rows {
+                            break;
+                        }
                     }
                 }
                 w.finish()?;
@@ -182,21 +228,42 @@ impl StatePart {
     }
 }
 
-/// Rows per IPC message in an encoded part. Arrow's encoder copies each
-/// message's buffers into a scratch vector before writing it; bounded
+/// Rows per IPC message in an encoded part, at most. Arrow's encoder copies
+/// each message's buffers into a scratch vector before writing it; bounded
 /// messages keep that scratch small and reused.
 const ROWS_PER_MESSAGE: usize = 65_536;
+
+/// Bytes of Arrow buffers per IPC message, about, at most (rows of wide
+/// state, such as long strings or lists, make fewer rows per message): a
+/// message is one step of a checkpoint tail between two pace points.
+const MESSAGE_BYTES: usize = 8 << 20;
+
+/// Bytes of `batch`'s buffers (as sliced).
+fn data_size(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+        .sum()
+}
+
+/// Rows per message for `batch`: [`ROWS_PER_MESSAGE`], fewer when that
+/// many of its rows take more than [`MESSAGE_BYTES`]; at least one.
+fn rows_per_message(batch: &RecordBatch) -> usize {
+    let rows = batch.num_rows();
+    let bytes = data_size(batch);
+    if bytes <= MESSAGE_BYTES || rows == 0 {
+        return ROWS_PER_MESSAGE;
+    }
+    let fit = (rows as u128 * MESSAGE_BYTES as u128 / bytes as u128) as usize;
+    fit.clamp(1, ROWS_PER_MESSAGE)
+}
 
 /// About the bytes `batch` takes encoded: its buffers (as sliced) plus
 /// framing per message.
 fn encoded_size_hint(batch: &RecordBatch) -> usize {
-    let data: usize = batch
-        .columns()
-        .iter()
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
-        .sum();
-    let messages = batch.num_rows() / ROWS_PER_MESSAGE + 1;
-    data + messages * (512 + 64 * batch.num_columns()) + 8
+    let messages = batch.num_rows() / rows_per_message(batch) + 1;
+    data_size(batch) + messages * (512 + 64 * batch.num_columns()) + 8
 }
 
 /// Reads one operator snapshot.
@@ -271,7 +338,7 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Schema};
     use arrow::record_batch::RecordBatch;
 
-    use super::{SnapshotReader, SnapshotWriter, ROWS_PER_MESSAGE};
+    use super::{SnapshotReader, SnapshotWriter, MESSAGE_BYTES, ROWS_PER_MESSAGE};
 
     fn batch(rows: usize) -> RecordBatch {
         let schema = Schema::new(vec![
@@ -314,5 +381,44 @@ mod tests {
         for (got, want) in r.parts().iter().zip(&parts) {
             assert_eq!(got, want);
         }
+    }
+
+    /// Wide rows make more, smaller messages: a part of 48 MiB of strings
+    /// in 6,000 rows is encoded in messages of about [`MESSAGE_BYTES`],
+    /// with a pace point after each, and reads back as the same batch.
+    #[test]
+    fn wide_rows_are_encoded_in_bounded_messages() {
+        use crate::state::pace::{paced, PaceHost, Pacer};
+
+        struct Idle;
+        impl PaceHost for Idle {
+            fn busy_ns(&self) -> u64 {
+                0
+            }
+            fn rested(&self, _: std::time::Duration) {}
+            fn tail_done(&self, _: std::time::Duration) {}
+        }
+
+        let rows = 6_000;
+        let wide = "x".repeat(8 << 10);
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)]));
+        let s: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|i| format!("{i}{wide}")),
+        ));
+        let big = RecordBatch::try_new(schema, vec![s]).unwrap();
+        let mut w = SnapshotWriter::default();
+        w.push(&big).unwrap();
+        let mut pacer = Pacer::new(25, Arc::new(Idle));
+        let (bytes, _) = paced(&mut pacer, || w.finish());
+        let bytes = bytes.unwrap();
+        let expect = bytes.len() / MESSAGE_BYTES;
+        assert!(
+            pacer.points() >= expect as u64,
+            "{} points for {} bytes",
+            pacer.points(),
+            bytes.len()
+        );
+        let r = SnapshotReader::new(&bytes).unwrap();
+        assert_eq!(r.parts(), &[big]);
     }
 }

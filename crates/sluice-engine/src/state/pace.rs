@@ -41,6 +41,10 @@ pub trait PaceHost: Send + Sync {
     /// The tail has just rested `rest` (for metrics); nothing is expected
     /// back.
     fn rested(&self, rest: Duration);
+
+    /// A tail has ended; `longest` was its longest unit of work between two
+    /// points (rests excluded), for metrics.
+    fn tail_done(&self, longest: Duration);
 }
 
 /// A host that is never busy: a pacer over it never rests.
@@ -52,6 +56,8 @@ impl PaceHost for Idle {
     }
 
     fn rested(&self, _: Duration) {}
+
+    fn tail_done(&self, _: Duration) {}
 }
 
 /// Work shorter than this is not a unit yet: busy fractions over shorter
@@ -75,6 +81,14 @@ pub struct Pacer {
     unit_start: Instant,
     busy_at_start: u64,
     rested: Duration,
+    /// When the last point was passed (or the tail began), after any rest.
+    last_point: Instant,
+    /// The longest time between two points (or from the tail's start to
+    /// the first, or from the last to its end), rests excluded: the
+    /// longest step that ran unpaced.
+    longest: Duration,
+    /// Points passed.
+    points: u64,
 }
 
 impl Pacer {
@@ -83,13 +97,43 @@ impl Pacer {
     pub fn new(share_percent: u8, host: Arc<dyn PaceHost>) -> Self {
         let share = f64::from(share_percent.clamp(1, 100)) / 100.0;
         let busy_at_start = host.busy_ns();
+        let now = Instant::now();
         Self {
             share,
             host,
-            unit_start: Instant::now(),
+            unit_start: now,
             busy_at_start,
             rested: Duration::ZERO,
+            last_point: now,
+            longest: Duration::ZERO,
+            points: 0,
         }
+    }
+
+    /// The tail begins its work now (it was made when the checkpoint was
+    /// captured, and may have waited since).
+    pub fn begin(&mut self) {
+        let now = Instant::now();
+        self.unit_start = now;
+        self.last_point = now;
+        self.busy_at_start = self.host.busy_ns();
+    }
+
+    /// The tail's work has ended: its last step is counted, and its longest
+    /// reported to the host.
+    pub fn end(&mut self) {
+        self.longest = self.longest.max(self.last_point.elapsed());
+        self.host.tail_done(self.longest);
+    }
+
+    /// The longest step between two points so far (see [`Self::end`]).
+    pub fn longest_unit(&self) -> Duration {
+        self.longest
+    }
+
+    /// Points passed so far.
+    pub fn points(&self) -> u64 {
+        self.points
     }
 
     /// How long to rest after a unit that took `worked` while the compute
@@ -106,7 +150,13 @@ impl Pacer {
             .min(MAX_REST)
     }
 
-    fn point(&mut self) {
+    /// A boundary between units of work: what [`point`] does on the
+    /// thread this pacer is installed on, for code that holds the pacer
+    /// itself (the blob write, across `await`s).
+    pub fn point(&mut self) {
+        self.points += 1;
+        self.longest = self.longest.max(self.last_point.elapsed());
+        self.last_point = Instant::now();
         let worked = self.unit_start.elapsed();
         if worked < MIN_UNIT {
             return;
@@ -120,6 +170,7 @@ impl Pacer {
             self.host.rested(rest);
         }
         self.unit_start = Instant::now();
+        self.last_point = self.unit_start;
         self.busy_at_start = self.host.busy_ns();
     }
 }
@@ -192,6 +243,8 @@ mod tests {
             self.rested
                 .fetch_add(rest.as_nanos() as u64, Ordering::Relaxed);
         }
+
+        fn tail_done(&self, _: Duration) {}
     }
 
     #[test]

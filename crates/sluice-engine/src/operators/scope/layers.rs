@@ -59,12 +59,21 @@ pub(super) struct ScopeBase {
     /// Per aggregate, whether its merge commutes (see
     /// [`AggregateFunctions::merge_commutes`]).
     commutes: Vec<bool>,
-    /// Key columns in group-index order, as chunks (one per delta) that a
-    /// copy concatenates.
-    key_chunks: Vec<Vec<ArrayRef>>,
+    /// Key columns in group-index order (see [`KeyChunks`]).
+    keys: KeyChunks,
     /// Number of groups.
     len: usize,
+    /// Groups per chunk of the frozen state, of the keys and of the
+    /// snapshot's batches: [`CHUNK`], smaller in tests.
+    pub(super) chunk: usize,
 }
+
+/// Groups per chunk of a frozen base: the most a checkpoint tail copies,
+/// merges or emits between two pace points (see `state::pace`) while it
+/// builds a scope's snapshot, whatever the scope's size. At 65,536 groups
+/// a chunk of a few state columns is a few megabytes: a few milliseconds of
+/// work.
+pub(super) const CHUNK: usize = 65_536;
 
 /// The base's state in one of two forms.
 ///
@@ -77,12 +86,114 @@ pub(super) struct ScopeBase {
 /// groups pass through an accumulator, and the rest are copied in bulk.
 /// The base thaws back into accumulators only when results are read from
 /// it.
+///
+/// The frozen arrays are kept in chunks of [`ScopeBase::chunk`] groups, so
+/// that merging a delta rebuilds each chunk on its own (a chunk no group of
+/// the delta falls in is kept as it is, shared), and no step of a
+/// checkpoint tail copies a whole column at once.
 enum BaseState {
     /// Accumulators over groups `0..len`.
     Live(Vec<Box<dyn GroupsAccumulator>>),
-    /// Each accumulator's state columns over groups `0..len` (immutable;
-    /// snapshots share them).
-    Frozen(Vec<Vec<ArrayRef>>),
+    /// Chunk `i` holds groups `i * chunk ..` (at least one chunk, so an
+    /// empty base still knows its state's types).
+    Frozen(Vec<FrozenChunk>),
+}
+
+/// Every aggregate's state columns over one chunk of groups (immutable;
+/// snapshots share them).
+#[derive(Clone)]
+struct FrozenChunk {
+    /// Per aggregate, its state columns.
+    states: Vec<Vec<ArrayRef>>,
+    /// Groups in the chunk.
+    len: usize,
+}
+
+/// Key columns in chunks aligned with the frozen state's: `full` chunks of
+/// exactly `chunk` rows, then the pieces of the last, partial one, which
+/// are concatenated when the chunk fills up or a snapshot needs it. A key
+/// is copied at most twice however many snapshots are taken.
+struct KeyChunks {
+    /// Number of key columns (0 for a scope without keys: nothing stored).
+    width: usize,
+    /// The key columns with no rows (the chunk of an empty scope).
+    empty: Vec<ArrayRef>,
+    full: Vec<Vec<ArrayRef>>,
+    partial: Vec<Vec<ArrayRef>>,
+    /// Rows in `partial`.
+    partial_rows: usize,
+}
+
+impl KeyChunks {
+    fn rows(&self, chunk: usize) -> usize {
+        self.full.len() * chunk + self.partial_rows
+    }
+
+    /// Append key columns (`width` of them, all of one length).
+    fn push(&mut self, cols: &[ArrayRef], chunk: usize) -> Result<()> {
+        if self.width == 0 {
+            return Ok(());
+        }
+        let rows = cols.first().map_or(0, |c| c.len());
+        let mut at = 0;
+        while at < rows {
+            let take = (chunk - self.partial_rows).min(rows - at);
+            self.partial
+                .push(cols.iter().map(|c| c.slice(at, take)).collect());
+            self.partial_rows += take;
+            at += take;
+            if self.partial_rows == chunk {
+                let full = self.concat_partial()?;
+                self.full.push(full);
+            }
+        }
+        Ok(())
+    }
+
+    /// The partial chunk's pieces as one set of columns (emptying it).
+    fn concat_partial(&mut self) -> Result<Vec<ArrayRef>> {
+        let pieces = std::mem::take(&mut self.partial);
+        self.partial_rows = 0;
+        if pieces.len() == 1 {
+            return Ok(pieces.into_iter().flatten().collect());
+        }
+        let out = (0..self.width)
+            .map(|col| {
+                let parts: Vec<&dyn arrow::array::Array> = pieces
+                    .iter()
+                    .filter_map(|p| p.get(col).map(|a| a.as_ref()))
+                    .collect();
+                Ok(arrow::compute::concat(&parts)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        pace::point();
+        Ok(out)
+    }
+
+    /// The key columns of chunk `i` (empty for a scope without keys).
+    fn chunk(&mut self, i: usize) -> Result<Vec<ArrayRef>> {
+        if self.width == 0 {
+            return Ok(Vec::new());
+        }
+        if let Some(full) = self.full.get(i) {
+            return Ok(full.clone());
+        }
+        if i == 0 && self.partial.is_empty() {
+            return Ok(self.empty.clone());
+        }
+        if i != self.full.len() || self.partial.is_empty() {
+            return Err(EngineError::Internal(format!(
+                "aggregate keys have no chunk {i}"
+            )));
+        }
+        if self.partial.len() > 1 {
+            let rows = self.partial_rows;
+            let merged = self.concat_partial()?;
+            self.partial = vec![merged];
+            self.partial_rows = rows;
+        }
+        Ok(self.partial.first().cloned().unwrap_or_default())
+    }
 }
 
 impl Base for ScopeBase {
@@ -94,11 +205,17 @@ impl Base for ScopeBase {
                 KeyRows::Rows(r) => r.num_rows(),
                 KeyRows::Unit(_) => 0,
             };
-            let all: Vec<usize> = (0..n).collect();
-            self.key_chunks.push(codec.decode(&rows, &all)?);
+            // Decoded a chunk at a time: the first delta holds every key.
+            for start in (0..n).step_by(self.chunk) {
+                let idx: Vec<usize> = (start..n.min(start + self.chunk)).collect();
+                let cols = codec.decode(&rows, &idx)?;
+                self.keys.push(&cols, self.chunk)?;
+                pace::point();
+            }
         }
-        self.key_chunks
-            .extend(delta.new_keys.into_iter().filter(|c| !c.is_empty()));
+        for cols in delta.new_keys.iter().filter(|c| !c.is_empty()) {
+            self.keys.push(cols, self.chunk)?;
+        }
         let groups = match delta.groups {
             DeltaGroups::Identity(n) => (0..n).collect(),
             DeltaGroups::Listed(g) => g,
@@ -114,25 +231,26 @@ impl Base for ScopeBase {
                 BaseState::Live(accs) => {
                     for (acc, mut live) in accs.iter_mut().zip(delta.live) {
                         let state = live.state(EmitTo::All)?;
-                        acc.merge_batch(&state, &groups, delta.total)?;
+                        pace::point();
+                        for start in (0..groups.len()).step_by(self.chunk) {
+                            let len = self.chunk.min(groups.len() - start);
+                            let rows: Vec<ArrayRef> =
+                                state.iter().map(|c| c.slice(start, len)).collect();
+                            let at = groups.get(start..start + len).unwrap_or_default();
+                            acc.merge_batch(&rows, at, delta.total)?;
+                            pace::point();
+                        }
                     }
                 }
-                BaseState::Frozen(states) => {
-                    let fresh = self.funcs.accumulators()?;
-                    let merged = states
-                        .iter()
-                        .zip(delta.live)
-                        .zip(fresh)
-                        .zip(&self.commutes)
-                        .map(|(((state, live), fresh), &commutes)| {
-                            let (acc, delta_after) = if commutes {
-                                (live, None)
-                            } else {
-                                (fresh, Some(live))
-                            };
-                            merge_into_frozen(state, acc, delta_after, &groups, old, delta.total)
-                        })
-                        .collect::<Result<Vec<_>>>()?;
+                BaseState::Frozen(chunks) => {
+                    let merge = Merge {
+                        funcs: &self.funcs,
+                        commutes: &self.commutes,
+                        chunk: self.chunk,
+                        old,
+                        total: delta.total,
+                    };
+                    let merged = merge.run(chunks, delta.live, &groups)?;
                     self.state = BaseState::Frozen(merged);
                 }
             }
@@ -147,80 +265,229 @@ fn is_identity(groups: &[usize], total: usize) -> bool {
     groups.len() == total && groups.iter().enumerate().all(|(i, g)| i == *g)
 }
 
-/// One aggregate's frozen state (`state`, over groups `0..old`) with a
-/// delta merged in: a new state over `0..total`.
-///
-/// `acc` is an accumulator over the delta's local groups (`groups[i]` is
-/// local group `i`'s global index). When the merge commutes, `acc` is the
-/// delta's own accumulator, and the older state of the changed groups is
-/// merged into it. Otherwise `acc` is fresh: the older state goes in first,
-/// then the delta's (`delta`), so order-sensitive states keep their order.
-/// Unchanged groups are copied from `state` in bulk.
-fn merge_into_frozen(
-    state: &[ArrayRef],
-    mut acc: Box<dyn GroupsAccumulator>,
-    delta: Option<Box<dyn GroupsAccumulator>>,
-    groups: &[usize],
+/// Merging one delta into a frozen base (groups `0..old`, in chunks of
+/// `chunk`), giving a frozen base over `0..total`.
+struct Merge<'a> {
+    funcs: &'a AggregateFunctions,
+    commutes: &'a [bool],
+    chunk: usize,
     old: usize,
     total: usize,
-) -> Result<Vec<ArrayRef>> {
-    let n = groups.len();
-    let (mut locals, mut globals) = (Vec::new(), Vec::new());
-    for (local, &g) in groups.iter().enumerate() {
-        if g < old {
-            locals.push(local);
-            globals.push(u32::try_from(g).map_err(|_| too_many(g))?);
+}
+
+impl Merge<'_> {
+    /// Merge the delta (accumulators `live` over local groups, local `i`
+    /// being global `groups[i]`) into `chunks`.
+    ///
+    /// Where an aggregate's merge commutes, the older state of the changed
+    /// groups is merged into the delta's own accumulator (reusing its
+    /// memory), which is then emitted once. Otherwise the delta is emitted
+    /// first, and each chunk's changed groups go through a fresh
+    /// accumulator, older state first, so order-sensitive states keep
+    /// their order. Either way each output chunk is then spliced from the
+    /// old chunk's unchanged rows and the merged rows. Every step but the
+    /// emission of the delta's accumulators (one DataFusion call each, in
+    /// proportion to the groups changed since the previous delta) works on
+    /// one chunk and ends at a pace point.
+    fn run(
+        &self,
+        chunks: &[FrozenChunk],
+        mut live: Vec<Box<dyn GroupsAccumulator>>,
+        groups: &[usize],
+    ) -> Result<Vec<FrozenChunk>> {
+        let n = groups.len();
+        let buckets = self.buckets(groups)?;
+        // Older state of the changed groups into the delta's accumulators
+        // whose merge commutes, a chunk at a time.
+        for (i, bucket) in buckets.iter().enumerate() {
+            let (offsets, locals) = self.older(chunks, i, bucket);
+            if offsets.is_empty() || !self.commutes.iter().any(|c| *c) {
+                continue;
+            }
+            let at = UInt32Array::from(offsets);
+            let chunk = chunks.get(i).ok_or_else(|| missing(i))?;
+            for ((acc, state), _) in live
+                .iter_mut()
+                .zip(&chunk.states)
+                .zip(self.commutes)
+                .filter(|(_, c)| **c)
+            {
+                acc.merge_batch(&take_all(state, &at)?, &locals, n)?;
+            }
+            pace::point();
         }
-    }
-    // In chunks, so a checkpoint tail can pace itself between them.
-    for (locals, globals) in locals.chunks(MERGE_CHUNK).zip(globals.chunks(MERGE_CHUNK)) {
-        let at = UInt32Array::from(globals.to_vec());
-        let older = state
-            .iter()
-            .map(|c| Ok(take(c.as_ref(), &at, None)?))
+        // Each accumulator's state over the delta's groups: merged where
+        // the merge commutes, the delta's own otherwise.
+        let emitted = live
+            .iter_mut()
+            .map(|acc| {
+                let state = acc.state(EmitTo::All)?;
+                pace::point();
+                Ok(state)
+            })
             .collect::<Result<Vec<_>>>()?;
-        acc.merge_batch(&older, locals, n)?;
-        pace::point();
+        let mut out = Vec::with_capacity(buckets.len());
+        for (i, bucket) in buckets.iter().enumerate() {
+            out.push(self.chunk_after(chunks, i, bucket, &emitted)?);
+            pace::point();
+        }
+        Ok(out)
     }
-    if let Some(mut delta) = delta {
-        let newer = delta.state(EmitTo::All)?;
-        let identity: Vec<usize> = (0..n).collect();
-        acc.merge_batch(&newer, &identity, n)?;
-        pace::point();
+
+    /// The delta's groups by output chunk: (offset in the chunk, local
+    /// index), in local order. At least one chunk.
+    fn buckets(&self, groups: &[usize]) -> Result<Vec<Vec<(usize, usize)>>> {
+        let count = self.total.div_ceil(self.chunk).max(1);
+        let mut buckets = vec![Vec::new(); count];
+        for (local, &g) in groups.iter().enumerate() {
+            let bucket = buckets.get_mut(g / self.chunk).ok_or_else(|| too_many(g))?;
+            bucket.push((g % self.chunk, local));
+            if local % self.chunk == self.chunk - 1 {
+                pace::point();
+            }
+        }
+        Ok(buckets)
     }
-    let merged = acc.state(EmitTo::All)?;
-    pace::point();
-    if is_identity(groups, total) {
-        return Ok(merged);
+
+    /// Groups of output chunk `i`, and how many of them the old base has.
+    fn lens(&self, i: usize) -> (usize, usize) {
+        let start = i * self.chunk;
+        let len = self.total.saturating_sub(start).min(self.chunk);
+        let old = self.old.saturating_sub(start).min(self.chunk);
+        (len, old)
     }
-    // Each group's source: (0, g) unchanged, (1, local) merged.
+
+    /// The entries of `bucket` (chunk `i`) that the old base has: their
+    /// offsets in the old chunk and their local indices.
+    fn older(
+        &self,
+        chunks: &[FrozenChunk],
+        i: usize,
+        bucket: &[(usize, usize)],
+    ) -> (Vec<u32>, Vec<usize>) {
+        let old = chunks.get(i).map_or(0, |c| c.len).min(self.lens(i).1);
+        bucket
+            .iter()
+            .filter(|(off, _)| *off < old)
+            .map(|&(off, local)| (off as u32, local))
+            .unzip()
+    }
+
+    /// Output chunk `i`: the old chunk's rows, with the rows of the
+    /// delta's groups (`bucket`) replaced or added from `emitted`.
+    fn chunk_after(
+        &self,
+        chunks: &[FrozenChunk],
+        i: usize,
+        bucket: &[(usize, usize)],
+        emitted: &[Vec<ArrayRef>],
+    ) -> Result<FrozenChunk> {
+        let (len, old) = self.lens(i);
+        let before = chunks.get(i).filter(|c| c.len == old);
+        if bucket.is_empty() {
+            if let Some(same) = before.filter(|c| c.len == len) {
+                return Ok(same.clone());
+            }
+        }
+        if old > 0 && before.is_none() {
+            return Err(missing(i));
+        }
+        // Order-sensitive aggregates: this chunk's changed groups through
+        // fresh accumulators, older state first (local index `j` in the
+        // bucket).
+        let ordered = !self.commutes.iter().all(|c| *c);
+        let mut fresh = if ordered && !bucket.is_empty() {
+            self.funcs.accumulators()?
+        } else {
+            Vec::new()
+        };
+        let m = bucket.len();
+        let (older_at, older_j): (Vec<u32>, Vec<usize>) = bucket
+            .iter()
+            .enumerate()
+            .filter(|(_, (off, _))| *off < old)
+            .map(|(j, &(off, _))| (off as u32, j))
+            .unzip();
+        let older_at = UInt32Array::from(older_at);
+        let locals = UInt32Array::from_iter_values(bucket.iter().map(|&(_, l)| l as u32));
+        let identity: Vec<usize> = (0..m).collect();
+        let mut states = Vec::with_capacity(emitted.len());
+        for (a, (delta_state, &commutes)) in emitted.iter().zip(self.commutes).enumerate() {
+            let before_state = before.and_then(|c| c.states.get(a));
+            // Where row `k` of `after` goes, by bucket entry.
+            let (after, index): (Vec<ArrayRef>, Vec<usize>) = if commutes || m == 0 {
+                (
+                    delta_state.clone(),
+                    bucket.iter().map(|&(_, l)| l).collect(),
+                )
+            } else {
+                let acc = fresh.get_mut(a).ok_or_else(|| missing(i))?;
+                if !older_j.is_empty() {
+                    let state = before_state.ok_or_else(|| missing(i))?;
+                    acc.merge_batch(&take_all(state, &older_at)?, &older_j, m)?;
+                }
+                acc.merge_batch(&take_all(delta_state, &locals)?, &identity, m)?;
+                (acc.state(EmitTo::All)?, identity.clone())
+            };
+            states.push(splice(before_state, old, &after, bucket, &index, len)?);
+        }
+        Ok(FrozenChunk { states, len })
+    }
+}
+
+/// `state`'s rows at `at`.
+fn take_all(state: &[ArrayRef], at: &UInt32Array) -> Result<Vec<ArrayRef>> {
+    state
+        .iter()
+        .map(|c| Ok(take(c.as_ref(), at, None)?))
+        .collect()
+}
+
+/// A chunk of `len` rows: row `off` is `after[index[k]]` for the `k`-th
+/// entry `(off, _)` of `bucket`, and every other row is `before`'s
+/// (which has `old` rows).
+fn splice(
+    before: Option<&Vec<ArrayRef>>,
+    old: usize,
+    after: &[ArrayRef],
+    bucket: &[(usize, usize)],
+    index: &[usize],
+    len: usize,
+) -> Result<Vec<ArrayRef>> {
     let mut from: Vec<(usize, usize)> = (0..old).map(|g| (0, g)).collect();
-    from.resize(total, (usize::MAX, 0));
-    for (local, &g) in groups.iter().enumerate() {
-        let slot = from.get_mut(g).ok_or_else(|| too_many(g))?;
-        *slot = (1, local);
+    from.resize(len, (usize::MAX, 0));
+    for (&(off, _), &k) in bucket.iter().zip(index) {
+        let slot = from.get_mut(off).ok_or_else(|| too_many(off))?;
+        *slot = (1, k);
     }
     if let Some(g) = from.iter().position(|(src, _)| *src == usize::MAX) {
         return Err(EngineError::Internal(format!(
-            "aggregate group {g} was created but is missing from its delta"
+            "aggregate group {g} of a chunk was created but is missing from its delta"
         )));
     }
-    state
+    after
         .iter()
-        .zip(&merged)
-        .map(|(before, after)| {
-            let column = interleave(&[before.as_ref(), after.as_ref()], &from)?;
-            pace::point();
-            Ok(column)
+        .enumerate()
+        .map(|(c, after)| {
+            let empty;
+            let before = match before.and_then(|b| b.get(c)) {
+                Some(b) => b.as_ref(),
+                None => {
+                    empty = arrow::array::new_empty_array(after.data_type());
+                    empty.as_ref()
+                }
+            };
+            Ok(interleave(&[before, after.as_ref()], &from)?)
         })
         .collect()
 }
 
-/// Groups whose older state is merged at a time (see [`merge_into_frozen`]).
-const MERGE_CHUNK: usize = 65_536;
-
 fn too_many(g: usize) -> EngineError {
     EngineError::Internal(format!("aggregate group index {g} is out of range"))
+}
+
+fn missing(i: usize) -> EngineError {
+    EngineError::Internal(format!("a frozen aggregate base has no chunk {i}"))
 }
 
 impl ScopeBase {
@@ -231,24 +498,62 @@ impl ScopeBase {
         accs: Vec<Box<dyn GroupsAccumulator>>,
         keys: Vec<ArrayRef>,
         len: usize,
-    ) -> Self {
-        Self {
+    ) -> Result<Self> {
+        let mut key_chunks = KeyChunks {
+            width: keys.len(),
+            empty: keys.iter().map(|c| c.slice(0, 0)).collect(),
+            full: Vec::new(),
+            partial: Vec::new(),
+            partial_rows: 0,
+        };
+        key_chunks.push(&keys, CHUNK)?;
+        Ok(Self {
             state: BaseState::Live(accs),
             funcs: funcs.clone(),
             commutes: funcs.merge_commutes(),
-            key_chunks: vec![keys],
+            keys: key_chunks,
             len,
+            chunk: CHUNK,
+        })
+    }
+
+    /// Use chunks of `chunk` groups (tests: many chunks over few groups).
+    #[cfg(test)]
+    pub fn set_chunk(&mut self, chunk: usize) -> Result<()> {
+        let chunk = chunk.max(1);
+        let width = self.keys.width;
+        let mut keys = Vec::new();
+        for i in 0..self.keys.full.len() + usize::from(self.keys.partial_rows > 0) {
+            keys.push(self.keys.chunk(i)?);
         }
+        let mut rechunked = KeyChunks {
+            width,
+            empty: self.keys.empty.clone(),
+            full: Vec::new(),
+            partial: Vec::new(),
+            partial_rows: 0,
+        };
+        for cols in &keys {
+            rechunked.push(cols, chunk)?;
+        }
+        self.keys = rechunked;
+        self.accumulators()?;
+        self.chunk = chunk;
+        Ok(())
     }
 
     /// The accumulators, over groups `0..len` in group-index order (a
     /// frozen base thaws: its state is merged into fresh accumulators).
     pub fn accumulators(&mut self) -> Result<&mut [Box<dyn GroupsAccumulator>]> {
-        if let BaseState::Frozen(states) = &self.state {
+        if let BaseState::Frozen(chunks) = &self.state {
             let mut accs = self.funcs.accumulators()?;
-            let all: Vec<usize> = (0..self.len).collect();
-            for (acc, state) in accs.iter_mut().zip(states) {
-                acc.merge_batch(state, &all, self.len)?;
+            let mut start = 0;
+            for chunk in chunks {
+                let at: Vec<usize> = (start..start + chunk.len).collect();
+                for (acc, state) in accs.iter_mut().zip(&chunk.states) {
+                    acc.merge_batch(state, &at, self.len)?;
+                }
+                start += chunk.len;
             }
             self.state = BaseState::Live(accs);
         }
@@ -258,68 +563,90 @@ impl ScopeBase {
         }
     }
 
-    /// Each accumulator's state columns (a live base is drained into them
-    /// and stays frozen).
-    fn frozen(&mut self) -> Result<&[Vec<ArrayRef>]> {
+    /// Each chunk's state columns (a live base is drained into them and
+    /// stays frozen; the drained arrays are cut into chunks without a copy).
+    fn frozen(&mut self) -> Result<&[FrozenChunk]> {
         if let BaseState::Live(accs) = &mut self.state {
-            let states = accs
-                .iter_mut()
-                .map(|acc| Ok(acc.state(EmitTo::All)?))
-                .collect::<Result<Vec<_>>>()?;
-            self.state = BaseState::Frozen(states);
+            let mut states = Vec::with_capacity(accs.len());
+            for acc in accs.iter_mut() {
+                states.push(acc.state(EmitTo::All)?);
+                pace::point();
+            }
+            let chunks = (0..self.len.div_ceil(self.chunk).max(1))
+                .map(|i| {
+                    let start = i * self.chunk;
+                    let len = self.len.saturating_sub(start).min(self.chunk);
+                    FrozenChunk {
+                        states: states
+                            .iter()
+                            .map(|s| s.iter().map(|c| c.slice(start, len)).collect())
+                            .collect(),
+                        len,
+                    }
+                })
+                .collect();
+            self.state = BaseState::Frozen(chunks);
         }
         match &self.state {
-            BaseState::Frozen(states) => Ok(states),
+            BaseState::Frozen(chunks) => Ok(chunks),
             BaseState::Live(_) => Err(EngineError::Internal("a frozen base is live".into())),
         }
     }
 
-    /// Key columns of every group, in group-index order (chunks are
-    /// concatenated once and kept that way).
-    fn keys(&mut self) -> Result<Vec<ArrayRef>> {
-        if self.key_chunks.len() > 1 {
-            let width = self.key_chunks.first().map_or(0, Vec::len);
-            let mut merged = Vec::with_capacity(width);
-            for col in 0..width {
-                let parts: Vec<&dyn arrow::array::Array> = self
-                    .key_chunks
-                    .iter()
-                    .filter_map(|c| c.get(col).map(|a| a.as_ref()))
-                    .collect();
-                merged.push(arrow::compute::concat(&parts)?);
-            }
-            self.key_chunks = vec![merged];
-        }
-        Ok(self.key_chunks.first().cloned().unwrap_or_default())
-    }
-
-    /// The scope as one snapshot batch: every group's keys and intermediate
-    /// state, then `emitted` (the last emitted values, changelog mode)
-    /// padded to every group; `extra` goes into the schema metadata. The
-    /// state is shared with the base, which stays frozen.
-    pub fn snapshot_batch(
+    /// The scope as snapshot batches of one chunk of groups each: every
+    /// group's keys and intermediate state, then `emitted` (the last
+    /// emitted values, changelog mode) padded to every group; `extra` goes
+    /// into the schema metadata. The state is shared with the base, which
+    /// stays frozen. A reader concatenates the batches (see
+    /// `state::SnapshotReader`).
+    pub fn snapshot_batches(
         &mut self,
         emitted: Option<&[ArrayRef]>,
         extra: &[(String, String)],
-    ) -> Result<RecordBatch> {
+    ) -> Result<Vec<RecordBatch>> {
         let n = self.len;
-        let mut cols = self.keys()?;
-        let states = self.frozen()?;
-        let widths = states.iter().map(Vec::len).collect();
-        cols.extend(states.iter().flatten().cloned());
-        let emitted_len = match emitted {
-            Some(prev) => {
-                let len = prev.first().map_or(0, |a| a.len());
-                for a in prev {
-                    let pad = arrow::array::new_null_array(a.data_type(), n.saturating_sub(len));
-                    cols.push(arrow::compute::concat(&[a.as_ref(), pad.as_ref()])?);
-                }
-                Some(len)
-            }
-            None => None,
-        };
+        if self.keys.width > 0 && self.keys.rows(self.chunk) != n {
+            return Err(EngineError::Internal(format!(
+                "an aggregate base has {} keys for {n} groups",
+                self.keys.rows(self.chunk)
+            )));
+        }
+        let chunks = self.frozen()?.to_vec();
+        let widths: Vec<usize> = chunks
+            .first()
+            .map(|c| c.states.iter().map(Vec::len).collect())
+            .unwrap_or_default();
+        let emitted_len = emitted.map(|e| e.first().map_or(0, |a| a.len()));
         let extra: Vec<(&str, String)> =
             extra.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-        ScopeSnapshot::from_columns(cols, n, widths, emitted_len)?.to_batch(&extra)
+        let mut out = Vec::with_capacity(chunks.len());
+        for (i, chunk) in chunks.iter().enumerate() {
+            let start = i * self.chunk;
+            let mut cols = self.keys.chunk(i)?;
+            cols.extend(chunk.states.iter().flatten().cloned());
+            if let (Some(prev), Some(elen)) = (emitted, emitted_len) {
+                for a in prev {
+                    cols.push(padded_slice(a, elen, start, chunk.len)?);
+                }
+            }
+            let snap = ScopeSnapshot::from_columns(cols, chunk.len, widths.clone(), emitted_len)?;
+            out.push(snap.to_batch(&extra)?);
+        }
+        Ok(out)
     }
+}
+
+/// Rows `start..start + len` of `a` (which has `alen` rows), padded with
+/// nulls past its end.
+fn padded_slice(a: &ArrayRef, alen: usize, start: usize, len: usize) -> Result<ArrayRef> {
+    let have = alen.saturating_sub(start).min(len);
+    let pad = arrow::array::new_null_array(a.data_type(), len - have);
+    if have == 0 {
+        return Ok(pad);
+    }
+    let head = a.slice(start, have);
+    if have == len {
+        return Ok(head);
+    }
+    Ok(arrow::compute::concat(&[head.as_ref(), pad.as_ref()])?)
 }

@@ -72,7 +72,7 @@ impl GroupedAggregates {
         Self::with_base(
             codec,
             funcs,
-            ScopeBase::new(funcs, funcs.accumulators()?, no_keys, 0),
+            ScopeBase::new(funcs, funcs.accumulators()?, no_keys, 0)?,
         )
     }
 
@@ -94,6 +94,13 @@ impl GroupedAggregates {
             scratch: Vec::new(),
             local_scratch: Vec::new(),
         })
+    }
+
+    /// Keep the base in chunks of `chunk` groups (tests: many chunks over
+    /// few groups).
+    #[cfg(test)]
+    fn set_chunk(&mut self, chunk: usize) -> Result<()> {
+        self.layers.with_latest(|base| base.set_chunk(chunk))
     }
 
     /// Fold the selected rows of a batch into the accumulators.
@@ -236,7 +243,7 @@ impl GroupedAggregates {
         let mut parts = self.layers.capture(
             1,
             Box::new(move |base: &mut ScopeBase| {
-                Ok(vec![base.snapshot_batch(emitted.as_deref(), &extra)?])
+                Ok(vec![base.snapshot_batches(emitted.as_deref(), &extra)?])
             }),
         );
         parts
@@ -288,7 +295,7 @@ impl GroupedAggregates {
         let mut scope = Self::with_base(
             codec,
             funcs,
-            ScopeBase::new(funcs, accs, key_cols.to_vec(), len),
+            ScopeBase::new(funcs, accs, key_cols.to_vec(), len)?,
         )?;
         scope.groups = groups;
         scope.live_only = len == 0;

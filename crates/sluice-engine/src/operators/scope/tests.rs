@@ -133,6 +133,9 @@ fn run(seed: u64, changelog: bool) {
     let (codec, funcs) = setup();
     let mut rng = Rng(seed | 1);
     let mut scope = GroupedAggregates::new(&codec, &funcs).unwrap();
+    // Chunks of a few groups, so merges span chunks, skip untouched ones
+    // and grow the last one.
+    scope.set_chunk(1 + rng.below(8) as usize).unwrap();
     let mut model = Model::new();
     let mut emitted = Model::new();
     let mut touched = BTreeSet::new();
@@ -256,4 +259,76 @@ fn a_capture_built_after_later_updates_excludes_them() {
             (3, 2, 8, "0007", &[7, 1])
         ])
     );
+}
+
+/// A checkpoint tail over a large scope works in short steps: building and
+/// encoding a capture of 300,000 groups (a tenth of them changed since the
+/// previous capture) passes a pace point at least once per chunk of groups,
+/// and no step between two points takes more than an eighth of the whole.
+/// The capture still restores exactly.
+#[test]
+fn a_large_capture_is_built_and_encoded_in_short_steps() {
+    use crate::state::pace::{paced, PaceHost, Pacer};
+    use crate::state::{SnapshotReader, SnapshotWriter};
+
+    struct Idle;
+    impl PaceHost for Idle {
+        fn busy_ns(&self) -> u64 {
+            0
+        }
+        fn rested(&self, _: std::time::Duration) {}
+        fn tail_done(&self, _: std::time::Duration) {}
+    }
+
+    const GROUPS: i64 = 300_000;
+    const CHUNK: usize = 4096;
+    let (codec, funcs) = setup();
+    let mut scope = GroupedAggregates::new(&codec, &funcs).unwrap();
+    scope.set_chunk(CHUNK).unwrap();
+    let mut model = Model::new();
+    let row = |k: i64, v: i64| (k, v, format!("{:08}", (k * 7919 + v) % 100_000_000));
+    let all: Vec<_> = (0..GROUPS).map(|k| row(k, k % 1000)).collect();
+    for rows in all.chunks(8192) {
+        update(&mut scope, &codec, &funcs, rows);
+        apply(&mut model, rows);
+    }
+    // The first capture: its base is every group's accumulators, emitted
+    // at once (what a first checkpoint does).
+    let first = scope.capture(&codec, vec![]).unwrap();
+    first.produce_chunks().unwrap();
+    let mut rng = Rng(17);
+    let changed: Vec<_> = (0..GROUPS / 10)
+        .map(|_| row(rng.below(GROUPS as u64) as i64, rng.below(1000) as i64))
+        .collect();
+    for rows in changed.chunks(8192) {
+        update(&mut scope, &codec, &funcs, rows);
+        apply(&mut model, rows);
+    }
+    let second = scope.capture(&codec, vec![]).unwrap();
+    let mut w = SnapshotWriter::default();
+    w.push_deferred(Arc::clone(&second));
+    let mut pacer = Pacer::new(25, Arc::new(Idle));
+    pacer.begin();
+    let started = std::time::Instant::now();
+    let (bytes, _) = paced(&mut pacer, || w.finish());
+    pacer.end();
+    let tail = started.elapsed();
+    let bytes = bytes.unwrap();
+    let chunks = (GROUPS as usize).div_ceil(CHUNK) as u64;
+    assert!(
+        pacer.longest_unit() * 8 < tail,
+        "longest step {:?} of a {tail:?} tail",
+        pacer.longest_unit()
+    );
+    assert!(
+        pacer.points() >= 2 * chunks,
+        "{} points for {chunks} chunks",
+        pacer.points()
+    );
+    // Encoded as chunks, read back as one batch: exactly the model.
+    let read = SnapshotReader::new(&bytes).unwrap();
+    let snap = ScopeSnapshot::from_batch(&read.parts()[0]).unwrap();
+    let scope = GroupedAggregates::restore(&codec, &funcs, 1, &snap).unwrap();
+    let (keys, values, _) = scope.finish(&codec).unwrap();
+    assert_eq!(as_model(&keys, &values), model);
 }
