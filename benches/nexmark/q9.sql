@@ -5,11 +5,14 @@
 -- auctions and bids, then ROW_NUMBER() OVER (PARTITION BY auction id ORDER
 -- BY price DESC, bid time ASC) = 1). Differences: the published query
 -- selects every auction column with A.*; here they are listed, and the bid's
--- time and extra are named bid_date_time and bid_extra. The partition key
--- (the auction id) does not bound event time, so the output is a changelog:
--- an auction's winner is retracted when a higher bid arrives, and the top-N
--- keeps one row per auction (state grows with auctions). Bids tied on price
--- and time are ordered by the whole row (Flink leaves that unspecified).
+-- time and extra are named bid_date_time and bid_extra. A bid joins an
+-- auction only up to its expires, so once the watermark passes an auction's
+-- expires no bid can join it: the join frees the auction then (and a bid
+-- once no open auction can still start before it), and the top-N emits the
+-- auction's winner once, append-only, and frees it (EXPLAIN shows both).
+-- This relies on auction ids being unique, as the generator makes them
+-- (Flink keeps q9's top-N as a changelog). Bids tied on price and time are
+-- ordered by the whole row (Flink leaves that unspecified).
 CREATE SOURCE auction (
     id BIGINT, item_name VARCHAR, description VARCHAR, initial_bid BIGINT,
     reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT,

@@ -584,9 +584,9 @@ async fn explain_states_each_query_bound() {
         (
             "q9",
             &[
-                "q9 (changelog)",
-                "limit=1, emit=changes; state grows with distinct partition keys \
-                 (1 rows each, never freed)",
+                "q9 (append-only)",
+                "limit=1, emit=once the partition is complete; state: 1 rows per partition, \
+                 freed once the watermark passes the partition's latest a.expires",
                 "left rows: until watermark - 0ms > a.expires; \
                  right rows: until watermark - 0ms > b.date_time",
             ],

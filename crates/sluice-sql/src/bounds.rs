@@ -11,8 +11,38 @@
 //! kept row (`other.t <= f(row)`, `<`, `=`, `BETWEEN .. AND f(row)`) means
 //! that, once `watermark - lag > f(row)`, no future row can match it, so the
 //! join may forget the row.
+//!
+//! # Completion columns
+//!
+//! Some joins bound the *other* side's time by a plain column of a kept
+//! row that is not itself event time: Nexmark q9's
+//! `B.date_time BETWEEN A.date_time AND A.expires`. Call the capped side L
+//! (auctions), its column `L.c` (`expires`), and the other side R (bids,
+//! event time `R.ts`, lag `l`). Every row R will still produce has
+//! `R.ts >= watermark - l`, and a joined pair has `R.ts <= L.c`, so:
+//!
+//! - **L may free a row** once `watermark - l > L.c`: every future R row is
+//!   past its cap. This holds whatever `L.c` is, as [`join_bounds`] finds.
+//! - **R may free a row** only by the lower bound `R.ts >= L.ts - k`:
+//!   future L rows have `L.ts >= watermark - l_L`, so once
+//!   `watermark - l_L - k > R.ts` no future L row can reach it. `L.c` says
+//!   nothing about future L rows (an L row can arrive with any `L.c`), so
+//!   it frees nothing on R's side; without a lower bound R is kept.
+//! - **The pairs of one L row are complete** once `watermark - l > L.c`: a
+//!   future pair needs a future R row (L's row already met every kept R
+//!   row when it arrived), and that R row cannot satisfy the cap. So the
+//!   join output carries a [`Completion`]: rows with L's key values are
+//!   done once the watermark passes the largest `L.c` among them, *as far
+//!   as the L rows already seen go*. A later L row with the same key would
+//!   bring new pairs, so a consumer that treats the key as complete (the
+//!   top-N, [`crate::plan::TopNMode::Completes`]) relies on L's join key
+//!   naming one L row, as an auction id does. To keep that assumption where
+//!   it is plausible, a completion is derived only from a cap column that
+//!   is not a time column of L (an interval's end, like `expires`): a cap by
+//!   L's own event time (`A.date_time <= B.date_time` caps nothing useful on
+//!   the bid side, whose many rows per auction keep coming) gives none.
 
-use datafusion::common::Column;
+use datafusion::common::{Column, DFSchema};
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator};
 
 use crate::ast::EmitMode;
@@ -184,4 +214,131 @@ pub(crate) fn join_bounds(
         }
     }
     (left, right)
+}
+
+/// A column of a node's output that says when the rows of a key are
+/// complete (see the module docs): once `watermark > at + lag_ms` for the
+/// largest `at` among the rows with given values of `keys`, no further row
+/// with those values comes from the rows of the capped join side seen so far.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// One entry per join key pair: the output columns that carry it (both
+    /// sides' columns where both are plain columns; equal in every row).
+    pub keys: Vec<Vec<Column>>,
+    /// The completion column.
+    pub at: Column,
+    /// Lag added to `at` before comparing with the watermark.
+    pub lag_ms: i64,
+}
+
+/// The completion columns of a node's output.
+pub fn completions(node: &StreamNode, catalog: &dyn PlanCatalog) -> Vec<Completion> {
+    match node {
+        StreamNode::Filter { input, .. } | StreamNode::LookupJoin { input, .. } => {
+            completions(input, catalog)
+        }
+        StreamNode::Project {
+            input,
+            exprs,
+            schema,
+        } => completions(input, catalog)
+            .into_iter()
+            .filter_map(|c| project_completion(&c, exprs, schema))
+            .collect(),
+        StreamNode::Join {
+            left,
+            right,
+            on,
+            left_bounds,
+            right_bounds,
+            ..
+        } => {
+            let mut out =
+                join_completions(left_bounds, &time_columns(left, catalog), left.schema(), on);
+            out.extend(join_completions(
+                right_bounds,
+                &time_columns(right, catalog),
+                right.schema(),
+                on,
+            ));
+            out
+        }
+        _ => vec![],
+    }
+}
+
+/// The completions a join's bounds on one side's rows give: one per bound
+/// by a plain column of that side that is not one of its time columns.
+fn join_completions(
+    bounds: &[JoinStateBound],
+    times: &[TimeColumn],
+    side: &DFSchema,
+    on: &[(Expr, Expr)],
+) -> Vec<Completion> {
+    let keys: Option<Vec<Vec<Column>>> = on
+        .iter()
+        .map(|(l, r)| {
+            let cols: Vec<Column> = [l, r]
+                .into_iter()
+                .filter_map(|e| match e {
+                    Expr::Column(c) => Some(c.clone()),
+                    _ => None,
+                })
+                .collect();
+            (!cols.is_empty()).then_some(cols)
+        })
+        .collect();
+    let Some(keys) = keys else {
+        return vec![];
+    };
+    bounds
+        .iter()
+        .filter_map(|b| {
+            let Expr::Column(c) = &b.expr else {
+                return None;
+            };
+            if !side.has_column(c) || times.iter().any(|t| &t.column == c) {
+                return None;
+            }
+            Some(Completion {
+                keys: keys.clone(),
+                at: c.clone(),
+                lag_ms: b.other_lag_ms.saturating_sub(i64::from(b.strict)),
+            })
+        })
+        .collect()
+}
+
+/// A completion through a projection: its columns renamed to the output's,
+/// or none when the completion column or every column of a key is dropped.
+fn project_completion(c: &Completion, exprs: &[Expr], schema: &DFSchema) -> Option<Completion> {
+    let renamed = |col: &Column| -> Option<Column> {
+        exprs.iter().enumerate().find_map(|(i, e)| {
+            let inner = match e {
+                Expr::Column(x) => x,
+                Expr::Alias(a) => match a.expr.as_ref() {
+                    Expr::Column(x) => x,
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            (inner == col).then(|| {
+                let (q, f) = schema.qualified_field(i);
+                Column::new(q.cloned(), f.name())
+            })
+        })
+    };
+    let keys: Option<Vec<Vec<Column>>> = c
+        .keys
+        .iter()
+        .map(|alts| {
+            let out: Vec<Column> = alts.iter().filter_map(renamed).collect();
+            (!out.is_empty()).then_some(out)
+        })
+        .collect();
+    Some(Completion {
+        keys: keys?,
+        at: renamed(&c.at)?,
+        lag_ms: c.lag_ms,
+    })
 }

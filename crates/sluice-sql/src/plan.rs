@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::common::{DFSchema, DFSchemaRef};
+use datafusion::common::{Column, DFSchema, DFSchemaRef};
 use datafusion::logical_expr::{Expr, SortExpr};
 
 use crate::ast::EmitMode;
@@ -201,6 +201,20 @@ pub enum TopNMode {
     Windowed {
         /// Index of the bounding expression in the partition keys.
         key: usize,
+        /// Lag added to the value before comparing with the watermark.
+        lag_ms: i64,
+    },
+    /// The partition keys include the key of a join side whose rows carry a
+    /// completion column (see `crate::bounds::Completion`): once
+    /// `watermark > value + lag_ms` for the largest value of input column
+    /// `column` among a partition's rows, no further row of that partition
+    /// comes, so its N rows are emitted then, once, and its state freed.
+    /// This relies on the join key identifying one row of that side (as an
+    /// auction id does in Nexmark q9): a row of that side with the same key
+    /// arriving after the partition was emitted starts a new partition.
+    Completes {
+        /// Index of the completion column in the input schema.
+        column: usize,
         /// Lag added to the value before comparing with the watermark.
         lag_ms: i64,
     },
@@ -832,6 +846,14 @@ impl StreamNode {
                         partition.get(*key).map(|e| e.to_string()).unwrap_or_default(),
                         signed_ms(*lag_ms)
                     ),
+                    TopNMode::Completes { column, lag_ms } => {
+                        let (q, f) = input.schema().qualified_field(*column);
+                        let name = Column::new(q.cloned(), f.name());
+                        format!(
+                            "emit=once the partition is complete; state: {limit} rows per partition, freed once the watermark passes the partition's latest {name}{}",
+                            signed_ms(*lag_ms)
+                        )
+                    }
                     TopNMode::FirstByTime { lag_ms } => format!(
                         "emit=first rows by event time once the watermark passes them{}; state grows with distinct partition keys (a count each, never freed)",
                         signed_ms(*lag_ms)

@@ -293,8 +293,7 @@ impl Converter<'_> {
             }
             LogicalPlan::Distinct(Distinct::On(d)) => {
                 let input = self.convert(&d.input)?;
-                let times = crate::bounds::time_columns(&input, self.catalog);
-                crate::top_n::distinct_on_node(d, input, &times)
+                crate::top_n::distinct_on_node(d, input, self.catalog)
             }
             LogicalPlan::Sort(_) => Err(SqlError::Unsupported(format!(
                 "ORDER BY in a continuous query (a stream has no end to sort by); for the first rows per key or window write {}",
@@ -303,8 +302,7 @@ impl Converter<'_> {
             LogicalPlan::Limit(limit) => match limit.input.as_ref() {
                 LogicalPlan::Sort(sort) => {
                     let input = self.convert(&sort.input)?;
-                    let times = crate::bounds::time_columns(&input, self.catalog);
-                    crate::top_n::order_limit_node(limit, sort, input, &times)
+                    crate::top_n::order_limit_node(limit, sort, input, self.catalog)
                 }
                 _ => Err(SqlError::Unsupported(format!(
                     "LIMIT without ORDER BY in a continuous query (which rows would be arbitrary); for the first N rows per key or window write {}",
@@ -318,8 +316,7 @@ impl Converter<'_> {
             LogicalPlan::Window(w) => match self.top_n.take() {
                 Some((bounded, limit)) if std::ptr::eq(bounded, w) => {
                     let input = self.convert(&w.input)?;
-                    let times = crate::bounds::time_columns(&input, self.catalog);
-                    crate::top_n::top_n_node(w, input, &times, limit)
+                    crate::top_n::top_n_node(w, input, self.catalog, limit)
                 }
                 _ => {
                     let input = self.convert(&w.input)?;

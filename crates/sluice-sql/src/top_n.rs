@@ -36,6 +36,7 @@ use datafusion::logical_expr::logical_plan::{
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, SortExpr};
 
 use crate::bounds::TimeColumn;
+use crate::catalog::PlanCatalog;
 use crate::error::{Result, SqlError};
 use crate::plan::{StreamNode, TopNMode, WindowKind, CHANGE_COLUMN};
 use crate::window_udf::window_call;
@@ -162,7 +163,7 @@ fn trace<'a>(plan: &'a LogicalPlan, col: &Column) -> Result<Option<&'a Window>> 
 pub(crate) fn top_n_node(
     window: &Window,
     input: StreamNode,
-    times: &[TimeColumn],
+    catalog: &dyn PlanCatalog,
     limit: usize,
 ) -> Result<StreamNode> {
     let [expr] = window.window_expr.as_slice() else {
@@ -202,7 +203,7 @@ pub(crate) fn top_n_node(
         &p.order_by,
         limit,
         input,
-        times,
+        catalog,
         &window.schema,
     )
 }
@@ -213,7 +214,7 @@ pub(crate) fn top_n_node(
 pub(crate) fn distinct_on_node(
     d: &DistinctOn,
     input: StreamNode,
-    times: &[TimeColumn],
+    catalog: &dyn PlanCatalog,
 ) -> Result<StreamNode> {
     let Some(order) = d.sort_expr.as_ref().filter(|o| !o.is_empty()) else {
         return Err(SqlError::Unsupported(format!(
@@ -242,7 +243,7 @@ pub(crate) fn distinct_on_node(
         false,
     )]))?;
     let ranked = Arc::new(input.schema().join(&rank)?);
-    let top = build(&d.on_expr, order, 1, input, times, &ranked)?;
+    let top = build(&d.on_expr, order, 1, input, catalog, &ranked)?;
     let changelog = top.is_changelog();
     let mut exprs = d.select_expr.clone();
     let schema = if changelog {
@@ -268,7 +269,7 @@ pub(crate) fn order_limit_node(
     limit: &Limit,
     sort: &Sort,
     input: StreamNode,
-    times: &[TimeColumn],
+    catalog: &dyn PlanCatalog,
 ) -> Result<StreamNode> {
     match limit.get_skip_type()? {
         SkipType::Literal(0) => {}
@@ -304,7 +305,7 @@ pub(crate) fn order_limit_node(
     )]))?;
     let ranked = Arc::new(input.schema().join(&rank)?);
     let base = Arc::clone(input.schema());
-    let top = build(&[], &sort.expr, n, input, times, &ranked)?;
+    let top = build(&[], &sort.expr, n, input, catalog, &ranked)?;
     let mut exprs = columns;
     let schema = if top.is_changelog() {
         let (q, _) = top
@@ -329,9 +330,10 @@ fn build(
     order: &[SortExpr],
     limit: usize,
     input: StreamNode,
-    times: &[TimeColumn],
+    catalog: &dyn PlanCatalog,
     ranked: &DFSchemaRef,
 ) -> Result<StreamNode> {
+    let times = &crate::bounds::time_columns(&input, catalog);
     let schema = input.schema();
     let mut windowed = None;
     for (i, e) in partition.iter().enumerate() {
@@ -350,13 +352,19 @@ fn build(
             "a top-N without ORDER BY; write {SUPPORTED}"
         )));
     };
-    let mode = match windowed {
-        Some((key, lag_ms)) => TopNMode::Windowed { key, lag_ms },
-        None => match time_lag(&first.expr, times) {
+    // A partition key bounding event time frees state soonest and always
+    // holds; a completion column frees it too (where FirstByTime keeps a
+    // count per key forever), so it comes before ordering by time.
+    let mode = if let Some((key, lag_ms)) = windowed {
+        TopNMode::Windowed { key, lag_ms }
+    } else if let Some(mode) = completion(partition, &input, catalog) {
+        mode
+    } else {
+        match time_lag(&first.expr, times) {
             // NULLS FIRST would let a later NULL precede rows already emitted.
             Some(lag_ms) if first.asc && !first.nulls_first => TopNMode::FirstByTime { lag_ms },
             _ => TopNMode::Changelog,
-        },
+        }
     };
     let out = if mode == TopNMode::Changelog {
         crate::plan::with_change_column(ranked)?
@@ -413,4 +421,32 @@ fn partition_lag(
         _ => l.saturating_add(size_ms).saturating_sub(1),
     };
     Ok(Some(lag))
+}
+
+/// [`TopNMode::Completes`] when every key of one of the input's completion
+/// columns is among the partition keys (so a partition holds rows of one
+/// key value only), with the smallest lag among those that qualify.
+fn completion(
+    partition: &[Expr],
+    input: &StreamNode,
+    catalog: &dyn PlanCatalog,
+) -> Option<TopNMode> {
+    let schema = input.schema();
+    crate::bounds::completions(input, catalog)
+        .into_iter()
+        .filter(|c| {
+            c.keys.iter().all(|alts| {
+                alts.iter().any(|col| {
+                    partition
+                        .iter()
+                        .any(|p| matches!(p, Expr::Column(x) if x == col))
+                })
+            })
+        })
+        .filter_map(|c| {
+            let column = schema.index_of_column(&c.at).ok()?;
+            Some((column, c.lag_ms))
+        })
+        .min_by_key(|(_, lag)| *lag)
+        .map(|(column, lag_ms)| TopNMode::Completes { column, lag_ms })
 }

@@ -628,6 +628,11 @@ impl Enc {
                         e.int(key);
                         e.int(lag_ms);
                     }
+                    sluice_sql::plan::TopNMode::Completes { column, lag_ms } => {
+                        e.tag("completes");
+                        e.int(column);
+                        e.int(lag_ms);
+                    }
                     sluice_sql::plan::TopNMode::FirstByTime { lag_ms } => {
                         e.tag("first_by_time");
                         e.int(lag_ms);

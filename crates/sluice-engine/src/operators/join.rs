@@ -388,6 +388,10 @@ impl StatefulOperator for HashJoin {
         Ok(vec![])
     }
 
+    fn held_rows(&self) -> Option<usize> {
+        Some(self.left.rows() + self.right.rows())
+    }
+
     /// Write both sides' kept rows.
     fn snapshot(&mut self, w: &mut SnapshotWriter) -> Result<()> {
         // Kept batches are shared, not copied; the tail concatenates them.

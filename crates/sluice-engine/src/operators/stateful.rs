@@ -85,6 +85,13 @@ pub trait StatefulOperator: Send {
     fn dropped_late(&self) -> u64 {
         0
     }
+
+    /// How many rows the operator holds in its state, where it counts them
+    /// (the join and the top-N do): what tests and diagnostics read to see
+    /// state freed by the watermark. None: not counted.
+    fn held_rows(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// One operator's state as one checkpoint part, encoded.

@@ -10,6 +10,10 @@
 //! When rows are emitted depends on the [`TopNMode`] the planner proved:
 //! - `Windowed`: a partition's N rows are emitted once, when the watermark
 //!   passes its window, and the partition is forgotten;
+//! - `Completes`: as `Windowed`, but the partition's time is the largest
+//!   completion value (e.g. an auction's `expires`) among its rows, which
+//!   may grow as rows arrive: the partition is re-filed under the new time,
+//!   and an entry filed under an older time is skipped when reached;
 //! - `FirstByTime`: ordered by event time ascending, the front row of a
 //!   partition is final once the watermark passes it, so rows are emitted
 //!   one by one, in order, until N were; a count per partition remains;
@@ -45,7 +49,8 @@ struct Entry {
 /// One partition's state.
 #[derive(Debug, Default)]
 struct Partition {
-    /// The partition's event time (`Windowed`).
+    /// The partition's event time (`Windowed`; the largest completion
+    /// value for `Completes`, NULL counting as the end of input).
     time: Option<i64>,
     /// Rows emitted so far (`FirstByTime`).
     emitted: usize,
@@ -85,8 +90,10 @@ pub struct TopN {
     /// Partitions with rows not yet emitted (`FirstByTime`) or changed
     /// since last emitted (`Changelog`).
     dirty: FxHashSet<Box<[u8]>>,
-    /// `Windowed`: partition keys by partition time (NULL as `i64::MAX`),
-    /// so closing them visits only the windows the watermark passed.
+    /// `Windowed` and `Completes`: partition keys by partition time (NULL
+    /// as `i64::MAX`), so closing them visits only the windows the
+    /// watermark passed. A `Completes` partition may be filed more than
+    /// once (its time grew); only the entry at its current time closes it.
     closing: BTreeMap<i64, Vec<Box<[u8]>>>,
     watermark: i64,
     late: u64,
@@ -137,6 +144,15 @@ impl TopN {
         let expr = match self.def.mode {
             TopNMode::Windowed { key, .. } => self.def.partition.get(key),
             TopNMode::FirstByTime { .. } => self.def.order.first(),
+            TopNMode::Completes { column, .. } => {
+                let values = batch.columns().get(column).ok_or_else(|| {
+                    EngineError::Internal(format!(
+                        "top-n completion column {column} is not in the input"
+                    ))
+                })?;
+                let name = self.def.input.field(column).name().clone();
+                return Ok(Some(event_time_ms(values, &name)?));
+            }
             TopNMode::Changelog => None,
         };
         expr.map(|e| event_time_ms(&eval(e, batch)?, &e.to_string()))
@@ -145,7 +161,9 @@ impl TopN {
 
     fn lag(&self) -> i64 {
         match self.def.mode {
-            TopNMode::Windowed { lag_ms, .. } | TopNMode::FirstByTime { lag_ms } => lag_ms,
+            TopNMode::Windowed { lag_ms, .. }
+            | TopNMode::Completes { lag_ms, .. }
+            | TopNMode::FirstByTime { lag_ms } => lag_ms,
             TopNMode::Changelog => 0,
         }
     }
@@ -154,9 +172,21 @@ impl TopN {
     /// if it ranks among the rows still to fill; nothing is allocated for a
     /// row that does not.
     fn insert(&mut self, key: &[u8], order: &[u8], payload: &[u8], time: Option<i64>) {
-        let windowed = matches!(self.def.mode, TopNMode::Windowed { .. });
+        let windowed = matches!(
+            self.def.mode,
+            TopNMode::Windowed { .. } | TopNMode::Completes { .. }
+        );
+        let completes = matches!(self.def.mode, TopNMode::Completes { .. });
         let part = match self.parts.get_mut(key) {
-            Some(p) => p,
+            Some(p) => {
+                // A later completion value extends the partition's life.
+                let t = time.unwrap_or(i64::MAX);
+                if completes && p.time.is_some_and(|old| old < t) {
+                    p.time = time;
+                    self.closing.entry(t).or_default().push(Box::from(key));
+                }
+                p
+            }
             None => {
                 if windowed {
                     self.closing
@@ -224,10 +254,17 @@ impl TopN {
         if wm == i64::MAX {
             closed.append(&mut self.closing);
         }
+        // An entry filed under a time the partition has since outgrown
+        // (`Completes`) is skipped: the partition is filed again later.
         let gone: Vec<Partition> = closed
-            .into_values()
-            .flatten()
-            .filter_map(|k| self.parts.remove(&k))
+            .into_iter()
+            .flat_map(|(t, keys)| keys.into_iter().map(move |k| (t, k)))
+            .filter_map(|(t, k)| {
+                let current = self.parts.get(&k)?.time.unwrap_or(i64::MAX);
+                (current == t || wm == i64::MAX)
+                    .then(|| self.parts.remove(&k))
+                    .flatten()
+            })
             .collect();
         let rows: Vec<(&[u8], u64, Op)> = gone
             .iter()
@@ -346,7 +383,9 @@ impl StatefulOperator for TopN {
     fn advance(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
         self.watermark = self.watermark.max(watermark);
         match self.def.mode {
-            TopNMode::Windowed { lag_ms, .. } => self.advance_windowed(lag_ms),
+            TopNMode::Windowed { lag_ms, .. } | TopNMode::Completes { lag_ms, .. } => {
+                self.advance_windowed(lag_ms)
+            }
             TopNMode::FirstByTime { lag_ms } => self.advance_first(lag_ms),
             TopNMode::Changelog => self.advance_changes(),
         }
@@ -381,7 +420,7 @@ impl StatefulOperator for TopN {
         self.closing.clear();
         for (k, p) in &self.parts {
             let pending = match self.def.mode {
-                TopNMode::Windowed { .. } => {
+                TopNMode::Windowed { .. } | TopNMode::Completes { .. } => {
                     self.closing
                         .entry(p.time.unwrap_or(i64::MAX))
                         .or_default()
@@ -400,6 +439,16 @@ impl StatefulOperator for TopN {
 
     fn dropped_late(&self) -> u64 {
         self.late
+    }
+
+    /// Kept and last-shown rows of every partition.
+    fn held_rows(&self) -> Option<usize> {
+        Some(
+            self.parts
+                .values()
+                .map(|p| p.rows.len() + p.shown.len())
+                .sum(),
+        )
     }
 }
 

@@ -8,6 +8,7 @@
 //! cover late data, idleness, DROP while running and refused statements.
 
 mod asof;
+mod bounded_joins;
 mod changelog_aggregates;
 mod changes;
 mod checkpointing;
