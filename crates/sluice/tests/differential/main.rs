@@ -9,6 +9,7 @@
 
 mod asof;
 mod changelog_aggregates;
+mod changelog_over;
 mod changes;
 mod checkpointing;
 mod common;
