@@ -2,20 +2,21 @@
 -- final price of their last 10 closed auctions. The published query takes
 -- each auction's highest bid placed while it was open (an inner join of
 -- auctions and bids, GROUP BY auction) and averages it over the seller's
--- last 10 rows with AVG(...) OVER (PARTITION BY seller ORDER BY date_time
--- ROWS BETWEEN 10 PRECEDING AND CURRENT ROW). Flink itself cannot run it
--- (an OVER aggregation over an updating input).
+-- last rows with AVG(...) OVER (PARTITION BY seller ORDER BY date_time
+-- ROWS BETWEEN 10 PRECEDING AND CURRENT ROW). Flink itself cannot run it:
+-- it refuses an OVER aggregation over an updating input.
 --
--- Sluice refuses it at CREATE for the same reason: the per-auction maximum
--- is an updating aggregate (a changelog), and an OVER aggregation over a
--- changelog is refused (it needs an input whose rows are final). The test
--- q6_is_refused in crates/sluice-bench/tests/nexmark_queries.rs asserts
--- the error (SLC-SQL-002):
---
---   unsupported: OVER (...) over a changelog input (an EMIT CHANGES stream
---   or a non-windowed GROUP BY): its rows can be retracted; write
---   SUM/COUNT/AVG/MIN/MAX(x) OVER (PARTITION BY k ORDER BY <event time>
---   ROWS|RANGE BETWEEN ... PRECEDING AND CURRENT ROW)
+-- Sluice runs it. The per-auction maximum is an updating aggregate (a
+-- changelog: an auction's row is retracted and inserted again as higher
+-- bids arrive), and an OVER aggregation over a changelog is a changelog
+-- too, as in RisingWave: each seller's live auction rows are kept sorted by
+-- date_time (ties by the whole row, where batch SQL leaves their order
+-- arbitrary), and when an auction's row changes, that row and the 10 rows
+-- after it retract their previous average and insert the new one, at the
+-- end of each cycle. The folded changelog equals the query in batch
+-- (crates/sluice-bench/tests/nexmark_queries.rs checks it against
+-- DataFusion). Nothing is ever final, and the state is every auction's
+-- row, never freed: it grows with the number of auctions (EXPLAIN says so).
 CREATE SOURCE auction (
     id BIGINT, item_name VARCHAR, description VARCHAR, initial_bid BIGINT,
     reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT,

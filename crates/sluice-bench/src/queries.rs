@@ -44,28 +44,19 @@ pub const QUERIES: &[(&str, &str)] = &[
 pub const JOIN_QUERIES: &[(&str, &str)] = &[
     ("q3", include_str!("../../../benches/nexmark/q3.sql")),
     ("q4", include_str!("../../../benches/nexmark/q4.sql")),
+    ("q6", include_str!("../../../benches/nexmark/q6.sql")),
     ("q8", include_str!("../../../benches/nexmark/q8.sql")),
     ("q9", include_str!("../../../benches/nexmark/q9.sql")),
     ("q13", include_str!("../../../benches/nexmark/q13.sql")),
     ("q20", include_str!("../../../benches/nexmark/q20.sql")),
 ];
 
-/// Nexmark queries Sluice refuses at `CREATE` (each file says why and
-/// quotes the error; a test asserts it). `load` finds them, so `sluice run`
-/// shows the refusal; `sluice bench nexmark` does not run them.
-pub const REFUSED_QUERIES: &[(&str, &str)] =
-    &[("q6", include_str!("../../../benches/nexmark/q6.sql"))];
-
 /// A query by name (`q5`) or by path (`my/query.sql`): (name, text).
 pub fn load(query: &str) -> Result<(String, String)> {
     if let Some((name, text)) = QUERIES.iter().find(|(n, _)| *n == query) {
         return Ok((name.to_string(), text.to_string()));
     }
-    if let Some((name, text)) = JOIN_QUERIES
-        .iter()
-        .chain(REFUSED_QUERIES)
-        .find(|(n, _)| *n == query)
-    {
+    if let Some((name, text)) = JOIN_QUERIES.iter().find(|(n, _)| *n == query) {
         return Ok((name.to_string(), text.to_string()));
     }
     let path = Path::new(query);
@@ -81,7 +72,6 @@ pub fn load(query: &str) -> Result<(String, String)> {
     let known: Vec<&str> = QUERIES
         .iter()
         .chain(JOIN_QUERIES)
-        .chain(REFUSED_QUERIES)
         .map(|(n, _)| *n)
         .collect();
     Err(BenchError::Script(format!(

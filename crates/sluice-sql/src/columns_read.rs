@@ -100,6 +100,10 @@ impl StreamNode {
             }
             // A top-N emits its input rows whole.
             StreamNode::TopN { input, .. } => input.collect_columns_read(target, None, read),
+            // It emits its input rows whole, and orders ties by them.
+            StreamNode::ChangelogOver { input, .. } => {
+                input.collect_columns_read(target, None, read)
+            }
             StreamNode::OverAggregate {
                 input,
                 partition_by,

@@ -32,7 +32,12 @@ const HOW: &str = "write SUM/COUNT/AVG/MIN/MAX(x) OVER (PARTITION BY k ORDER BY 
      ROWS|RANGE BETWEEN ... PRECEDING AND CURRENT ROW)";
 
 fn refuse<T>(what: impl std::fmt::Display) -> Result<T> {
-    Err(SqlError::Unsupported(format!("{what}; {HOW}")))
+    refuse_how(HOW, what)
+}
+
+/// A refusal followed by `how` to write what is supported.
+fn refuse_how<T>(how: &str, what: impl std::fmt::Display) -> Result<T> {
+    Err(SqlError::Unsupported(format!("{what}; {how}")))
 }
 
 /// Plan one `LogicalPlan::Window` whose input is already converted.
@@ -94,17 +99,15 @@ pub(crate) fn over_node(
     if matches!(window.input.as_ref(), LogicalPlan::Window(_)) {
         return refuse("different OVER windows in one SELECT (use one PARTITION BY, ORDER BY and frame for every aggregate, or one query per window)");
     }
-    if input.is_changelog() {
-        return refuse(
-            "OVER (...) over a changelog input (an EMIT CHANGES stream or a non-windowed GROUP BY): its rows can be retracted",
-        );
-    }
     for p in &params.partition_by {
         check_scalar_expr(p)?;
     }
+    if input.is_changelog() {
+        return changelog_over(window, input, params, aggregates);
+    }
     let (time, time_lag_ms) = event_time(catalog, &input, params)?;
     let time_type = time.get_type(input.schema().as_ref())?;
-    let frame = frame(&params.window_frame, &time_type)?;
+    let frame = frame(&params.window_frame, &time_type, HOW)?;
     Ok(StreamNode::OverAggregate {
         input: Box::new(input),
         partition_by: params.partition_by.clone(),
@@ -114,6 +117,66 @@ pub(crate) fn over_node(
         aggregates,
         schema: Arc::clone(&window.schema),
     })
+}
+
+/// How to write an `OVER` aggregate over a changelog, appended to its refusals.
+const HOW_CHANGELOG: &str = "over a changelog input write SUM/COUNT/AVG/MIN/MAX(x) OVER \
+     (PARTITION BY k ORDER BY o ROWS|RANGE BETWEEN ... PRECEDING AND CURRENT ROW)";
+
+/// `OVER` over a changelog: any order (rows are recomputed when an
+/// earlier one changes, so nothing waits for a watermark), the same frames.
+fn changelog_over(
+    window: &datafusion::logical_expr::logical_plan::Window,
+    input: StreamNode,
+    params: &WindowFunctionParams,
+    aggregates: Vec<Expr>,
+) -> Result<StreamNode> {
+    if params.order_by.is_empty() {
+        return refuse_how(
+            HOW_CHANGELOG,
+            "OVER without ORDER BY over a changelog input (a frame needs an order)",
+        );
+    }
+    for s in &params.order_by {
+        check_scalar_expr(&s.expr)?;
+    }
+    let f = &params.window_frame;
+    let offset =
+        matches!(&f.start_bound, WindowFrameBound::Preceding(v) if !v.is_null() && !is_zero(v));
+    let order_type = match params.order_by.as_slice() {
+        [one] => one.expr.get_type(input.schema().as_ref())?,
+        _ if f.units == WindowFrameUnits::Range && offset => {
+            return refuse_how(HOW_CHANGELOG, format!(
+                "OVER frame {f} with several ORDER BY columns (a RANGE offset is measured on one column)"
+            ))
+        }
+        _ => arrow::datatypes::DataType::Null,
+    };
+    let frame = frame(f, &order_type, HOW_CHANGELOG)?;
+    // The output: the input's columns without its change column, then
+    // the aggregates, then the change column again.
+    let fields: Vec<_> = window
+        .schema
+        .iter()
+        .filter(|(_, f)| f.name() != crate::plan::CHANGE_COLUMN)
+        .map(|(q, f)| (q.cloned(), Arc::clone(f)))
+        .collect();
+    let base = datafusion::common::DFSchema::new_with_metadata(fields, Default::default())?;
+    Ok(StreamNode::ChangelogOver {
+        input: Box::new(input),
+        partition_by: params.partition_by.clone(),
+        order_by: params.order_by.clone(),
+        frame,
+        aggregates,
+        schema: crate::plan::with_change_column(&base)?,
+    })
+}
+
+fn is_zero(v: &ScalarValue) -> bool {
+    matches!(
+        v,
+        ScalarValue::UInt64(Some(0)) | ScalarValue::Int64(Some(0))
+    )
 }
 
 fn unalias(e: &Expr) -> &Expr {
@@ -173,11 +236,11 @@ fn event_time(
 }
 
 /// The frame, with a `RANGE` bound in the event-time column's own units.
-fn frame(f: &WindowFrame, time_type: &arrow::datatypes::DataType) -> Result<OverFrame> {
+fn frame(f: &WindowFrame, time_type: &arrow::datatypes::DataType, how: &str) -> Result<OverFrame> {
     match f.end_bound {
         WindowFrameBound::CurrentRow => {}
         _ => {
-            return refuse(format!(
+            return refuse_how(how, format!(
                 "OVER frame {f}: a frame ending after the current row (FOLLOWING) would wait for rows the stream has not produced yet"
             ))
         }
@@ -187,9 +250,10 @@ fn frame(f: &WindowFrame, time_type: &arrow::datatypes::DataType) -> Result<Over
         WindowFrameBound::Preceding(v) if v.is_null() => None,
         WindowFrameBound::Preceding(v) => Some(v.clone()),
         WindowFrameBound::Following(_) => {
-            return refuse(format!(
-                "OVER frame {f}: a frame starting after the current row (FOLLOWING)"
-            ))
+            return refuse_how(
+                how,
+                format!("OVER frame {f}: a frame starting after the current row (FOLLOWING)"),
+            )
         }
     };
     match f.units {
@@ -198,7 +262,7 @@ fn frame(f: &WindowFrame, time_type: &arrow::datatypes::DataType) -> Result<Over
                 .map(|v| match v {
                     ScalarValue::UInt64(Some(n)) => Ok(n),
                     ScalarValue::Int64(Some(n)) if n >= 0 => Ok(n as u64),
-                    other => refuse(format!("OVER frame {f}: ROWS bound {other}")),
+                    other => refuse_how(how, format!("OVER frame {f}: ROWS bound {other}")),
                 })
                 .transpose()?;
             Ok(OverFrame::Rows { preceding: n })
@@ -225,11 +289,11 @@ fn frame(f: &WindowFrame, time_type: &arrow::datatypes::DataType) -> Result<Over
             };
             match raw {
                 Some(d) if d >= 0 => Ok(OverFrame::Range { preceding: Some(d) }),
-                _ => refuse(format!(
-                    "OVER frame {f}: RANGE bound {v} over a {time_type} event time (use an INTERVAL of days, hours, minutes, seconds or milliseconds)"
+                _ => refuse_how(how, format!(
+                    "OVER frame {f}: RANGE bound {v} over a {time_type} ORDER BY column (use an INTERVAL of days, hours, minutes, seconds or milliseconds)"
                 )),
             }
         }
-        WindowFrameUnits::Groups => refuse(format!("OVER frame {f}: GROUPS frames")),
+        WindowFrameUnits::Groups => refuse_how(how, format!("OVER frame {f}: GROUPS frames")),
     }
 }

@@ -14,6 +14,8 @@ use datafusion::logical_expr::{Expr, SortExpr};
 
 use crate::ast::EmitMode;
 
+mod explain;
+
 /// Name of the column that carries the change kind in a changelog
 /// (`'insert'` or `'retract'`).
 pub const CHANGE_COLUMN: &str = "__change";
@@ -463,6 +465,29 @@ pub enum StreamNode {
         /// Output schema: the input's columns, then one per aggregate.
         schema: DFSchemaRef,
     },
+    /// `agg(x) OVER (PARTITION BY k ORDER BY o <frame>)` over a changelog
+    /// input: each partition's live input rows are kept sorted by `order_by`
+    /// then by the whole row (a deterministic tie-breaker), and when a row
+    /// is inserted or retracted every row whose frame holds that position
+    /// gets its old output retracted and its new one inserted. A changelog
+    /// whose state is every live input row, never freed.
+    ChangelogOver {
+        /// Input operator (a changelog).
+        input: Box<StreamNode>,
+        /// `PARTITION BY` expressions (empty: one partition).
+        partition_by: Vec<Expr>,
+        /// The ordering within a partition (any orderable expressions; a
+        /// `RANGE` frame with an offset has exactly one, a BIGINT or TIMESTAMP).
+        order_by: Vec<SortExpr>,
+        /// The frame every aggregate shares (a `RANGE` offset in the
+        /// `ORDER BY` column's own units).
+        frame: OverFrame,
+        /// The aggregates as plain calls over the input (no `OVER`).
+        aggregates: Vec<Expr>,
+        /// Output schema: the input's columns (without its change column),
+        /// then one per aggregate, then the change column.
+        schema: DFSchemaRef,
+    },
     /// Lookup join: each row of an append-only input enriched with the
     /// rows of an external table whose leading key columns equal the row's
     /// key, as the table is when the row is processed (processing time, not
@@ -503,9 +528,9 @@ impl StreamNode {
             | StreamNode::Aggregate { schema, .. }
             | StreamNode::Distinct { schema, .. }
             | StreamNode::TopN { schema, .. } => schema,
-            StreamNode::OverAggregate { schema, .. } | StreamNode::LookupJoin { schema, .. } => {
-                schema
-            }
+            StreamNode::OverAggregate { schema, .. }
+            | StreamNode::ChangelogOver { schema, .. }
+            | StreamNode::LookupJoin { schema, .. } => schema,
             StreamNode::Filter { input, .. } => input.schema(),
         }
     }
@@ -519,7 +544,7 @@ impl StreamNode {
             }
             StreamNode::Union { inputs, .. } => inputs.iter().any(|i| i.is_changelog()),
             StreamNode::WindowAggregate { emit, .. } => *emit == EmitMode::Changes,
-            StreamNode::Aggregate { .. } => true,
+            StreamNode::Aggregate { .. } | StreamNode::ChangelogOver { .. } => true,
             StreamNode::OuterJoin { changelog, .. } => *changelog,
             StreamNode::TopN { mode, .. } => *mode == TopNMode::Changelog,
             StreamNode::Join { .. }
@@ -553,6 +578,7 @@ impl StreamNode {
             | StreamNode::Distinct { input, .. }
             | StreamNode::TopN { input, .. }
             | StreamNode::OverAggregate { input, .. }
+            | StreamNode::ChangelogOver { input, .. }
             | StreamNode::LookupJoin { input, .. } => input.collect_inputs(out),
             StreamNode::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_inputs(out)),
             StreamNode::Join { left, right, .. }
@@ -867,6 +893,17 @@ impl StreamNode {
                     "{pad}TopN: partition=[{}], order=[{order}], limit={limit}, {how}",
                     list(partition)
                 )?;
+                input.fmt_indent(f, depth + 1)?;
+            }
+            StreamNode::ChangelogOver {
+                input,
+                partition_by,
+                order_by,
+                frame,
+                aggregates,
+                ..
+            } => {
+                explain::changelog_over(f, &pad, partition_by, order_by, frame, aggregates)?;
                 input.fmt_indent(f, depth + 1)?;
             }
             StreamNode::OverAggregate {

@@ -642,6 +642,29 @@ impl Enc {
                 e.schema(schema);
                 e.node(input);
             }
+            StreamNode::ChangelogOver {
+                input,
+                partition_by,
+                order_by,
+                frame,
+                aggregates,
+                schema,
+            } => {
+                e.tag("changelog_over");
+                let on = input.schema();
+                e.exprs(partition_by, on);
+                e.list(order_by.iter(), |e, s| {
+                    e.group(|e| {
+                        e.expr(&s.expr, on);
+                        e.bool(s.asc);
+                        e.bool(s.nulls_first);
+                    })
+                });
+                over_frame(e, frame);
+                e.exprs(aggregates, on);
+                e.schema(schema);
+                e.node(input);
+            }
             StreamNode::OverAggregate {
                 input,
                 partition_by,
@@ -656,16 +679,7 @@ impl Enc {
                 e.exprs(partition_by, on);
                 e.expr(time, on);
                 e.int(time_lag_ms);
-                match frame {
-                    OverFrame::Rows { preceding } => {
-                        e.tag("rows");
-                        e.opt(preceding.as_ref(), |e, n| e.int(n));
-                    }
-                    OverFrame::Range { preceding } => {
-                        e.tag("range");
-                        e.opt(preceding.as_ref(), |e, n| e.int(n));
-                    }
-                }
+                over_frame(e, frame);
                 e.exprs(aggregates, on);
                 e.schema(schema);
                 e.node(input);
@@ -854,6 +868,20 @@ impl Enc {
             }
             // Nested and rare types: the value's string form (see docs).
             other => self.str(&other.to_string()),
+        }
+    }
+}
+
+/// An `OVER` frame: its units and how far back it reaches.
+fn over_frame(e: &mut Enc, frame: &OverFrame) {
+    match frame {
+        OverFrame::Rows { preceding } => {
+            e.tag("rows");
+            e.opt(preceding.as_ref(), |e, n| e.int(n));
+        }
+        OverFrame::Range { preceding } => {
+            e.tag("range");
+            e.opt(preceding.as_ref(), |e, n| e.int(n));
         }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod asof;
 pub mod changelog;
+pub mod changelog_over;
 pub mod distinct;
 pub mod expr;
 pub mod groups;
@@ -361,6 +362,40 @@ impl Operator {
                 })?;
                 Operator::stateful(vec![Operator::compile(input)?], Box::new(op))
             }
+            StreamNode::ChangelogOver {
+                input,
+                partition_by,
+                order_by,
+                frame,
+                aggregates,
+                schema,
+            } => {
+                let in_schema = input.schema();
+                let arrow_in = Arc::new(in_schema.as_arrow().clone());
+                let def = changelog_over::ChangelogOverDef {
+                    partition_by: compile_all(partition_by, in_schema)?,
+                    partition_types: key_types(partition_by, in_schema)?,
+                    order_fields: sort_fields(order_by, in_schema)?,
+                    descending: order_by.first().is_some_and(|s| !s.asc),
+                    order_by: compile_all(
+                        &order_by.iter().map(|s| s.expr.clone()).collect::<Vec<_>>(),
+                        in_schema,
+                    )?,
+                    frame: *frame,
+                    funcs: AggregateFunctions::lower(
+                        aggregates,
+                        in_schema,
+                        &named(schema, in_schema.fields().len() - 1, aggregates.len()),
+                    )?,
+                    change_index: arrow_in.index_of(sluice_sql::CHANGE_COLUMN)?,
+                    input_schema: arrow_in,
+                    schema: Arc::new(schema.as_arrow().clone()),
+                };
+                Operator::stateful(
+                    vec![Operator::compile(input)?],
+                    Box::new(changelog_over::ChangelogOver::new(def)?),
+                )
+            }
             StreamNode::OverAggregate {
                 input,
                 partition_by,
@@ -643,6 +678,35 @@ fn join_sides(
         (right_keys, arrow_of(rs), bounds(right_bounds, rs)?),
         key_types(&key_exprs, ls)?,
     ))
+}
+
+/// Expressions compiled against one input schema.
+fn compile_all(
+    exprs: &[datafusion::logical_expr::Expr],
+    schema: &datafusion::common::DFSchema,
+) -> Result<Vec<PhysExpr>> {
+    exprs.iter().map(|e| compile(e, schema)).collect()
+}
+
+/// Row-format sort fields of `ORDER BY` keys (type, direction, nulls).
+fn sort_fields(
+    order: &[datafusion::logical_expr::SortExpr],
+    schema: &datafusion::common::DFSchema,
+) -> Result<Vec<arrow::row::SortField>> {
+    let exprs: Vec<_> = order.iter().map(|s| s.expr.clone()).collect();
+    Ok(key_types(&exprs, schema)?
+        .into_iter()
+        .zip(order)
+        .map(|(t, s)| {
+            arrow::row::SortField::new_with_options(
+                t,
+                arrow::compute::SortOptions {
+                    descending: !s.asc,
+                    nulls_first: s.nulls_first,
+                },
+            )
+        })
+        .collect())
 }
 
 fn key_types(

@@ -10,6 +10,7 @@
 mod asof;
 mod bounded_joins;
 mod changelog_aggregates;
+mod changelog_over;
 mod changes;
 mod checkpointing;
 mod common;

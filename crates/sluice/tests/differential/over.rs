@@ -335,8 +335,8 @@ async fn refused_shapes() {
             "aggregate stddev(...) OVER (...)",
         ),
         (
-            "CREATE STREAM z AS SELECT key, SUM(n) OVER (ORDER BY key) AS s FROM c".into(),
-            "OVER (...) over a changelog input",
+            "CREATE STREAM z AS SELECT key, SUM(n) OVER (PARTITION BY key) AS s FROM c".into(),
+            "OVER without ORDER BY over a changelog input (a frame needs an order); over a changelog input write",
         ),
         (
             format!("{} EMIT CHANGES", q("PARTITION BY key ORDER BY ts")),
