@@ -10,9 +10,14 @@ and writes the bids CSV once. This driver then measures, in one run:
 * Sluice, from the CSV file: ``sluice run`` with a file source, parsing
   included; the seconds are the ones ``sluice run`` reports (process start
   and script parsing included, a few milliseconds).
-* LaminarDB, in-memory Arrow batches: the CSV is loaded into pyarrow
-  batches of 8,192 rows first (not timed), then ``Connection.insert`` of
-  every batch until the subscriber has received the expected rows.
+* LaminarDB 0.33 (crates.io ``laminar-db``), in-memory Arrow batches:
+  ``benches/peers/laminardb-rs``, a small Rust binary built outside the
+  Sluice workspace, loads the CSV into Arrow batches of 8,192 rows first
+  (not timed), then pushes every batch into a LaminarDB source while a
+  subscriber counts the output, until it has the expected rows; its CPU
+  seconds are its process's over the same interval. Its output rows are
+  then compared, as a multiset, with the rows ``sluice run`` writes for the
+  same query into a CSV sink (an untimed extra run).
 * Flink (PyFlink, local mini-cluster, parallelism 1): a filesystem CSV
   source into a blackhole sink; the job's net runtime (JVM and mini-cluster
   startup excluded, task deployment and CSV parsing included).
@@ -36,7 +41,8 @@ statement reads unparsed; Flink's filesystem table source likewise takes
 the query's projection (it supports projection push-down).
 
 Expected output row counts come from Sluice's run, whose results the query
-tests check against DataFusion; a peer returning another count is flagged.
+tests check against DataFusion; a peer returning another count is flagged,
+and so is LaminarDB returning other rows.
 """
 
 import argparse
@@ -342,66 +348,115 @@ LAMINAR_JOIN_SQL = {
 }
 
 
-def load_batches(csv_path, ts_unit, stream="bid"):
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-    types = {}
-    for name, t in COLUMNS[stream]:
-        types[name] = {"BIGINT": pa.int64(), "TIMESTAMP": pa.timestamp("ms")}.get(t, pa.string())
-    table = pcsv.read_csv(csv_path, convert_options=pcsv.ConvertOptions(column_types=types))
-    for name, t in COLUMNS[stream]:
-        if t == "TIMESTAMP":
-            table = table.set_column(table.schema.get_field_index(name), name,
-                                     table.column(name).cast(pa.timestamp(ts_unit)))
-    return table.to_batches(max_chunksize=8192)
-
-
-def laminar(query, batches, expected_rows, watermark, idle_timeout=10.0):
-    """`batches`: for a bid query, its batches; for a join, a list of
-    (stream, batch) pairs in insertion order."""
-    import laminardb
-    conn = laminardb.open(":memory:")
+def laminar(binary, query, csvs, expected_rows, watermark, dump=None, idle_timeout=10.0):
+    """One run of the LaminarDB 0.33 driver (benches/peers/laminardb-rs):
+    it loads the CSV of every stream the query reads into Arrow batches of
+    8,192 rows (untimed), pushes them (a join's streams merged by each
+    batch's latest event time) and counts the output rows until
+    `expected_rows` arrived or `idle_timeout` passed without output. With
+    `dump`, it also writes the output rows there as CSV."""
     if query in LAMINAR_JOIN_SQL:
         sql, streams = LAMINAR_JOIN_SQL[query]
-        inserts = batches
     else:
         sql, streams = LAMINAR_SQL[query], ["bid"]
-        inserts = [("bid", b) for b in batches]
+    cmd = [binary, "--query", query, "--sql", sql]
     for stream in streams:
-        cols = ", ".join(f"{n} {t}" for n, t in COLUMNS[stream])
-        if watermark:
-            cols += ", WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND"
-        conn.execute(f"CREATE SOURCE {stream} ({cols})")
-    conn.execute(f"CREATE STREAM out AS {sql}")
-    sub = conn.subscribe_stream("out")
-    conn.start()
-    rows = sum(b.num_rows for _, b in inserts)
-    got = 0
-    started = time.perf_counter()
-    for stream, b in inserts:
-        conn.insert(stream, b)
-    last = time.perf_counter()
-    done = started
-    while got < expected_rows and time.perf_counter() - last < idle_timeout:
-        try:
-            r = sub.next_timeout(100)
-        except laminardb.SubscriptionError:
-            continue
-        if r is not None and r.num_rows:
-            got += r.num_rows
-            last = done = time.perf_counter()
-    if got < expected_rows:
-        # Count what else trickles in, for the report.
-        while True:
-            try:
-                r = sub.next_timeout(500)
-            except laminardb.SubscriptionError:
-                break
-            got += r.num_rows
-    secs = done - started
-    conn.close()
-    return {"rows": rows, "secs": secs, "eps": rows / secs if secs > 0 else 0.0,
-            "out_rows": got}
+        cmd += ["--source", stream,
+                "--columns", ", ".join(f"{n} {t}" for n, t in COLUMNS[stream]),
+                "--csv", csvs[stream]]
+    if watermark:
+        cmd += ["--watermark", "date_time:2"]
+    if len(streams) > 1:
+        cmd += ["--interleave-by", "date_time"]
+    if expected_rows is not None:
+        cmd += ["--expected", str(expected_rows)]
+    cmd += ["--idle-timeout", str(idle_timeout)]
+    if dump:
+        cmd += ["--dump", dump]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        # The driver prints only its error there, LaminarDB's message first.
+        raise RuntimeError(" ".join(p.stderr.split()) or f"exit status {p.returncode}")
+    r = json.loads(p.stdout.splitlines()[-1])
+    return {k: r[k] for k in ("rows", "secs", "eps", "out_rows", "cpu_secs", "eps_per_core")}
+
+
+def laminar_version(root):
+    """The laminar-db version the driver's lock file pins."""
+    with open(os.path.join(root, "benches", "peers", "laminardb-rs", "Cargo.lock")) as f:
+        m = re.search(r'name = "laminar-db"\nversion = "([^"]+)"', f.read())
+    return m.group(1) if m else "unknown"
+
+
+# ------------------------------------------------------- comparing the outputs
+
+def sluice_output(sluice, root, query, csvs, out_csv):
+    """Run the query once more (untimed) with a CSV sink on its final
+    stream, for comparing the rows themselves."""
+    with open(os.path.join(root, "benches", "nexmark", f"{query}.sql")) as f:
+        text = f.read()
+
+    def file_source(m):
+        stream = re.search(r"stream = '(\w+)'", m.group(0)).group(1)
+        return f"WITH (connector = 'file', path = '{csvs[stream]}', format = 'csv');"
+    text = re.sub(r"WITH \(connector = 'nexmark'.*?\);", file_source, text, flags=re.S)
+    final = re.findall(r"CREATE\s+STREAM\s+(\w+)", text, flags=re.I)[-1]
+    text += (f"\nCREATE SINK peers_compare FROM {final} "
+             f"WITH (connector = 'file', path = '{out_csv}', format = 'csv');\n")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+        f.write(text)
+        script = f.name
+    try:
+        subprocess.run([sluice, "run", script], check=True, capture_output=True, text=True)
+    finally:
+        os.unlink(script)
+
+
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
+_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(\.\d+)?Z?$")
+
+
+def normalize(value):
+    """One CSV cell in a spelling both engines share: numbers to 12
+    significant digits (q1's `0.908 * price` is a float in both, printed
+    with different rounding noise), timestamps to microseconds with a
+    space separator."""
+    if _NUMBER.match(value):
+        f = float(value)
+        return str(int(f)) if f.is_integer() and abs(f) < 2**53 else f"{f:.12g}"
+    m = _TIMESTAMP.match(value)
+    if m:
+        frac = (m.group(3) or ".")[1:].ljust(6, "0")[:6]
+        return f"{m.group(1)} {m.group(2)}.{frac}"
+    return value
+
+
+def read_rows(path):
+    import csv
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    return (rows[0], rows[1:]) if rows else ([], [])
+
+
+def compare_rows(laminar_csv, sluice_csv):
+    """The multiset of LaminarDB's rows against Sluice's, on LaminarDB's
+    columns (its spellings of q5, q7 and tumble_count leave out the window
+    bounds Sluice outputs). None when they are equal, else what differs."""
+    from collections import Counter
+    lam_head, lam_rows = read_rows(laminar_csv)
+    slu_head, slu_rows = read_rows(sluice_csv)
+    if not lam_rows:
+        return None if not slu_rows else f"no rows, Sluice {len(slu_rows):,}"
+    missing = [c for c in lam_head if c not in slu_head]
+    if missing:
+        return f"columns {missing} not in Sluice's output"
+    idx = [slu_head.index(c) for c in lam_head]
+    lam = Counter(tuple(normalize(v) for v in r) for r in lam_rows)
+    slu = Counter(tuple(normalize(r[i]) for i in idx) for r in slu_rows)
+    if lam == slu:
+        return None
+    extra, lost = sum((lam - slu).values()), sum((slu - lam).values())
+    return f"{extra:,} rows not in Sluice's, {lost:,} of Sluice's missing"
 
 
 # ---------------------------------------------------------------------- Flink
@@ -524,9 +579,13 @@ def check(r, expected):
         return "not checked"
     if expected is None:
         return f"{r['out_rows']:,} rows, not compared (changelog)"
+    # `rows_differ` (LaminarDB only): its rows against Sluice's, as a multiset.
+    rows = r.get("rows_differ")
     if r["out_rows"] == expected:
-        return "ok"
-    return f"differs: {r['out_rows']:,} rows, expected {expected:,}"
+        if "rows_differ" not in r:
+            return "ok"
+        return "ok, same rows" if rows is None else f"same count, rows differ: {rows}"
+    return f"differs: {r['out_rows']:,} rows, expected {expected:,}" + (f"; {rows}" if rows else "")
 
 
 def machine():
@@ -550,15 +609,19 @@ def markdown(results, args, versions):
                  f"(seed 0, {args.disorder} ms disorder, 2 s watermark delay); {versions}.")
     lines.append("")
     lines.append("In-memory Arrow batches (input already in memory; events/s of input rows, "
-                 "until the subscriber received the last output row):")
+                 "until the subscriber received the last output row; LaminarDB per core: input "
+                 "rows per CPU second of its process, all threads; its output: row count against "
+                 "Sluice's, then its rows against the rows `sluice run` wrote, on LaminarDB's "
+                 "columns):")
     lines.append("")
-    lines.append("| query | Sluice | LaminarDB, no WATERMARK | Sluice/LaminarDB | its output "
-                 "| LaminarDB, WATERMARK | its output |")
-    lines.append("|---|---:|---:|---:|---|---:|---|")
+    lines.append("| query | Sluice | LaminarDB, no WATERMARK | Sluice/LaminarDB | LaminarDB per core "
+                 "| its output | LaminarDB, WATERMARK | its output |")
+    lines.append("|---|---:|---:|---:|---:|---|---:|---|")
     for q in QUERIES:
         r = results[q]
         lines.append(f"| {q} | {fmt_eps(r['sluice_mem'])} | {fmt_eps(r.get('laminar'))} | "
-                     f"{ratio(r['sluice_mem'], r.get('laminar'))} | {check(r.get('laminar'), r['expected'])} "
+                     f"{ratio(r['sluice_mem'], r.get('laminar'))} | {fmt_core(r.get('laminar'))} | "
+                     f"{check(r.get('laminar'), r['expected'])} "
                      f"| {fmt_eps(r.get('laminar_wm'))} | {check(r.get('laminar_wm'), r['expected'])} |")
     lines.append("")
     lines.append("From the CSV file, parsing included, parallelism 1 "
@@ -579,18 +642,18 @@ def markdown(results, args, versions):
     lines.append("")
     lines.append("Join queries in memory (Sluice: `sluice bench nexmark`, both streams generated "
                  "first and pushed merged in event-time order; LaminarDB: the CSVs loaded into "
-                 "pyarrow batches and inserted in the same order, no WATERMARK clause); input "
-                 "rows/s of the streams each query reads:")
+                 "Arrow batches and pushed merged by each batch's latest event time, no WATERMARK "
+                 "clause); input rows/s of the streams each query reads:")
     lines.append("")
-    lines.append("| query | Sluice | LaminarDB | Sluice/LaminarDB | its output |")
-    lines.append("|---|---:|---:|---:|---|")
+    lines.append("| query | Sluice | LaminarDB | Sluice/LaminarDB | LaminarDB per core | its output |")
+    lines.append("|---|---:|---:|---:|---:|---|")
     for q in JOIN_QUERIES:
         r = results[q]
         lam = r.get("laminar")
         out = check(lam, r["expected"]) if r["expected"] is not None or (lam or {}).get("error") \
             else "not compared (changelog)"
         lines.append(f"| {q} | {fmt_eps(r['sluice_mem'])} | {fmt_eps(lam)} | "
-                     f"{ratio(r['sluice_mem'], lam)} | {out} |")
+                     f"{ratio(r['sluice_mem'], lam)} | {fmt_core(lam)} | {out} |")
     lines.append("")
     lines.append("Join queries from the person, auction and bid CSV files of the same "
                  "generator run, parsing included, parallelism 1; input rows/s of the streams "
@@ -626,10 +689,13 @@ def main():
     ap.add_argument("--disorder", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs per query and engine from CSV; the best is reported")
+    ap.add_argument("--laminardb", help="the benches/peers/laminardb-rs binary")
     ap.add_argument("--skip", action="append", default=[], choices=["laminardb", "flink"])
     ap.add_argument("--markdown-into")
     ap.add_argument("--json-out")
     args = ap.parse_args()
+    if "laminardb" not in args.skip and not args.laminardb:
+        ap.error("--laminardb is required unless --skip laminardb")
 
     csvs = {"bid": args.csv, "person": args.person_csv, "auction": args.auction_csv}
     headerless = {"bid": args.headerless_csv, "person": args.headerless_person_csv,
@@ -658,43 +724,35 @@ def main():
             log(f"warning: {q}: sluice run gave {csv['out_rows']} rows, bench {mem['out_rows']}")
 
     if "laminardb" not in args.skip:
-        import laminardb
-        versions.append(f"laminardb {laminardb.__version__}")
-        log("loading the CSV into pyarrow batches (not timed)")
-        batches = load_batches(args.csv, "us")
-        for q in QUERIES:
-            if q not in LAMINAR_SQL:
-                for key in ("laminar", "laminar_wm"):
-                    why = ("joins windows, which LaminarDB does not emit"
-                           if q in ("q5_full", "q7_full") else "no LaminarDB spelling here")
-                    results[q][key] = {"error": f"not run: {why}", "eps": 0}
-                continue
-            for key, wm in (("laminar", False), ("laminar_wm", True)):
-                log(f"laminardb {q} ({'with' if wm else 'without'} WATERMARK)")
-                try:
-                    results[q][key] = laminar(q, batches, results[q]["expected"], wm)
-                except Exception as e:  # report, do not hide
-                    results[q][key] = {"error": str(e).splitlines()[0][:120], "eps": 0}
-        del batches
-        import pyarrow.compute as pc
-        streams = {"person": load_batches(args.person_csv, "us", "person"),
-                   "auction": load_batches(args.auction_csv, "us", "auction")}
-        for q in JOIN_QUERIES:
-            if q not in LAMINAR_JOIN_SQL:
-                why = ("output is a changelog" if q in CHANGELOG
-                       else "joins windowed aggregates, whose windows LaminarDB does not emit"
-                       if q == "q8" else "no LaminarDB spelling here")
-                results[q]["laminar"] = {"error": f"not run: {why}", "eps": 0}
-                continue
-            _, names = LAMINAR_JOIN_SQL[q]
-            pairs = [(n, b) for n in names for b in streams[n]]
-            pairs.sort(key=lambda p: pc.max(p[1].column("date_time")).value)
-            log(f"laminardb {q}")
-            try:
-                results[q]["laminar"] = laminar(q, pairs, results[q]["expected"], False)
-            except Exception as e:
-                results[q]["laminar"] = {"error": str(e).splitlines()[0][:120], "eps": 0}
-        del streams
+        versions.append(f"laminar-db {laminar_version(args.root)} (crates.io, Rust)")
+        csvs = {"bid": args.csv, "person": args.person_csv, "auction": args.auction_csv}
+        with tempfile.TemporaryDirectory(prefix="peers-compare-") as tmp:
+            for q in QUERIES + JOIN_QUERIES:
+                runs = (("laminar", False),) if q in JOIN_QUERIES else \
+                    (("laminar", False), ("laminar_wm", True))
+                if q not in LAMINAR_SQL and q not in LAMINAR_JOIN_SQL:
+                    if q in ("q5_full", "q7_full"):
+                        why = "joins windows, which LaminarDB does not emit"
+                    elif q == "q8":
+                        why = "joins windowed aggregates, whose windows LaminarDB does not emit"
+                    elif q in JOIN_QUERIES and q in CHANGELOG:
+                        why = "output is a changelog"
+                    else:
+                        why = "no LaminarDB spelling here"
+                    for key, _ in runs:
+                        results[q][key] = {"error": f"not run: {why}", "eps": 0}
+                    continue
+                sluice_rows = os.path.join(tmp, f"{q}.sluice.csv")
+                sluice_output(args.sluice, args.root, q, csvs, sluice_rows)
+                for key, wm in runs:
+                    log(f"laminardb {q} ({'with' if wm else 'without'} WATERMARK)")
+                    dump = os.path.join(tmp, f"{q}.{key}.csv")
+                    try:
+                        r = laminar(args.laminardb, q, csvs, results[q]["expected"], wm, dump)
+                        r["rows_differ"] = compare_rows(dump, sluice_rows)
+                        results[q][key] = r
+                    except Exception as e:  # report, do not hide
+                        results[q][key] = {"error": str(e).splitlines()[0][:160], "eps": 0}
 
     if "flink" not in args.skip:
         import importlib.metadata

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark: Sluice vs LaminarDB (PyPI `laminardb`) vs Apache
-# Flink (PyPI `apache-flink`) on the same generated Nexmark bids, in one run.
+# Side-by-side benchmark: Sluice vs LaminarDB 0.33 (crates.io `laminar-db`,
+# driven by the Rust binary in benches/peers/laminardb-rs) vs Apache Flink
+# (PyPI `apache-flink`) on the same generated Nexmark bids, in one run.
 #
 #   benches/peers/run.sh                 # 2,000,000 events, all peers
 #   EVENTS=500000 benches/peers/run.sh   # smaller
 #   SKIP=flink benches/peers/run.sh      # only LaminarDB (or SKIP=laminardb)
 #   NO_WRITE=1 benches/peers/run.sh      # print the tables, leave BENCHMARKS.md alone
 #
-# Builds the release `sluice` binary, installs the peers into a virtualenv
-# ($PEERS_VENV, default ~/.cache/sluice/peers-venv) if missing, writes the
-# bids CSV once (reused while the parameters are the same), runs every
-# query on every engine, prints the tables and writes them into
-# BENCHMARKS.md between the peers markers. Needs Python >= 3.11 and, for
-# Flink, Java 11 or 17.
+# Builds the release `sluice` binary and the LaminarDB driver (its own crate
+# and lock file outside the workspace, target dir $LAMINAR_TARGET, default
+# ~/.cache/sluice/laminardb-target; about 30 minutes the first time on 2
+# cores), installs Flink into a virtualenv ($PEERS_VENV, default
+# ~/.cache/sluice/peers-venv) if missing, writes the bids CSV once (reused
+# while the parameters are the same), runs every query on every engine,
+# prints the tables and writes them into BENCHMARKS.md between the peers
+# markers. Needs Python >= 3.11 and, for Flink, Java 11 or 17.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,12 +30,15 @@ echo "== building sluice (release)" >&2
 (cd "$ROOT" && cargo build --release -p sluice-cli)
 SLUICE=$CARGO_TARGET_DIR/release/sluice
 
+LAMINAR_TARGET=${LAMINAR_TARGET:-$HOME/.cache/sluice/laminardb-target}
+if [[ "${SKIP:-}" != *laminardb* ]]; then
+  echo "== building benches/peers/laminardb-rs (release, LaminarDB 0.33)" >&2
+  (cd "$ROOT/benches/peers/laminardb-rs" &&
+    CARGO_TARGET_DIR=$LAMINAR_TARGET nice -n 10 cargo build --release --locked)
+fi
+
 echo "== python environment $VENV" >&2
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/python" -c "import pyarrow" 2>/dev/null || "$VENV/bin/pip" install -q pyarrow
-if [[ "${SKIP:-}" != *laminardb* ]]; then
-  "$VENV/bin/python" -c "import laminardb" 2>/dev/null || "$VENV/bin/pip" install -q laminardb
-fi
 if [[ "${SKIP:-}" != *flink* ]]; then
   "$VENV/bin/python" -c "import pyflink" 2>/dev/null || "$VENV/bin/pip" install -q apache-flink
 fi
@@ -64,7 +70,11 @@ ARGS=(--sluice "$SLUICE" --root "$ROOT" --csv "$CSV" --headerless-csv "$HEADERLE
       --person-csv "$PERSON" --auction-csv "$AUCTION"
       --headerless-person-csv "$PERSON.noheader" --headerless-auction-csv "$AUCTION.noheader"
       --events "$EVENTS" --disorder "$DISORDER" --json-out "$WORK/peers.json")
-[[ "${SKIP:-}" == *laminardb* ]] && ARGS+=(--skip laminardb)
+if [[ "${SKIP:-}" == *laminardb* ]]; then
+  ARGS+=(--skip laminardb)
+else
+  ARGS+=(--laminardb "$LAMINAR_TARGET/release/laminardb-bench")
+fi
 [[ "${SKIP:-}" == *flink* ]] && ARGS+=(--skip flink)
 [ -n "${NO_WRITE:-}" ] || ARGS+=(--markdown-into "$ROOT/BENCHMARKS.md")
 "$VENV/bin/python" "$ROOT/benches/peers/peers.py" "${ARGS[@]}"
