@@ -34,6 +34,9 @@ pub struct PipelineMetrics {
     watermark: AtomicI64,
     per_source: Mutex<BTreeMap<String, SourceCounters>>,
     per_output: Mutex<BTreeMap<String, u64>>,
+    /// Per stream, rows its operators dropped as late (see
+    /// [`MetricsSnapshot::operator_late_rows`]).
+    per_stream_late: Mutex<BTreeMap<String, u64>>,
     /// The source channel's byte budget, once the pipeline runs.
     source_queue: Mutex<Option<Arc<crate::budget::ByteBudget>>>,
     output_queue_bytes: AtomicU64,
@@ -150,6 +153,15 @@ pub struct MetricsSnapshot {
     pub sources: BTreeMap<String, SourceCounters>,
     /// Rows emitted per stream / materialized view.
     pub rows_out: BTreeMap<String, u64>,
+    /// Per stream, rows its operators dropped because the watermark had
+    /// already passed what they belong to: a row for a window already
+    /// closed, a top-N partition already emitted, an OVER frame already
+    /// final. Such a row passed its source's late filter (it was on time
+    /// there) but arrived at an operator behind a watermark that an
+    /// upstream operator's output no longer respects, e.g. a window over
+    /// another window's start. Streams that dropped nothing are absent.
+    /// Continues across a restore: operators checkpoint their count.
+    pub operator_late_rows: BTreeMap<String, u64>,
     /// Bytes of batches in the source channel now.
     pub source_queue_bytes: u64,
     /// The most bytes the source channel ever held.
@@ -176,6 +188,11 @@ impl MetricsSnapshot {
     /// Rows emitted by all streams and views.
     pub fn rows_emitted(&self) -> u64 {
         self.rows_out.values().sum()
+    }
+
+    /// Rows dropped as late inside operators, over all streams.
+    pub fn operator_late_rows_total(&self) -> u64 {
+        self.operator_late_rows.values().sum()
     }
 }
 
@@ -262,6 +279,21 @@ impl PipelineMetrics {
         *self.per_output.lock().entry(name.to_string()).or_default() += rows;
     }
 
+    /// Record a stream's operators' count of rows dropped as late (their
+    /// running total; a stream that dropped none is not recorded).
+    pub fn set_operator_late(&self, name: &str, total: u64) {
+        if total == 0 {
+            return;
+        }
+        let mut late = self.per_stream_late.lock();
+        match late.get_mut(name) {
+            Some(v) => *v = total,
+            None => {
+                late.insert(name.to_string(), total);
+            }
+        }
+    }
+
     /// Report the source channel's byte budget in snapshots.
     pub fn watch_source_queue(&self, budget: Arc<crate::budget::ByteBudget>) {
         *self.source_queue.lock() = Some(budget);
@@ -313,6 +345,7 @@ impl PipelineMetrics {
             watermark: self.watermark.load(Ordering::Relaxed),
             sources: self.per_source.lock().clone(),
             rows_out: self.per_output.lock().clone(),
+            operator_late_rows: self.per_stream_late.lock().clone(),
             source_queue_bytes: source_queue.as_ref().map_or(0, |b| b.queued()),
             source_queue_peak_bytes: source_queue.as_ref().map_or(0, |b| b.peak()),
             output_queue_bytes: self.output_queue_bytes.load(Ordering::Relaxed),

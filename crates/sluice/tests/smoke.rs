@@ -86,3 +86,76 @@ async fn a_finished_source_refuses_more_rows_from_any_handle() {
     assert_eq!(m.rows_in(), 1);
     db.shutdown().await.unwrap();
 }
+
+/// A window over an upstream window's *start* receives that start only when
+/// the upstream window closes, after its own window over the start has
+/// closed: the row is dropped inside the operator (the README's caveat), and
+/// `operator_late_rows` counts it for the stream whose operator dropped it,
+/// and only that stream.
+#[tokio::test]
+async fn a_row_an_operator_drops_as_late_is_counted_for_its_stream() {
+    let db = sluice::Database::open_in_memory().await.unwrap();
+    db.execute(
+        "CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts); \
+         CREATE STREAM probe AS SELECT k FROM s; \
+         CREATE STREAM a AS SELECT tumble(ts, INTERVAL '10' SECOND) AS ws, COUNT(*) AS n \
+           FROM s GROUP BY tumble(ts, INTERVAL '10' SECOND); \
+         CREATE STREAM b AS SELECT tumble(ws, INTERVAL '5' SECOND) AS w2, SUM(n) AS total \
+           FROM a GROUP BY tumble(ws, INTERVAL '5' SECOND)",
+    )
+    .await
+    .unwrap();
+    let mut probe = db.subscribe("probe").await.unwrap();
+    let mut b = db.subscribe("b").await.unwrap();
+    let src = db.source("s").await.unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]));
+    // One row per cycle: each push is seen on `probe` before the next, so
+    // the watermark passes 15 s (closing b's window [10 s, 15 s)) a cycle
+    // before a's window [10 s, 20 s) closes and sends b its start, 10 s.
+    for (k, ts) in [(1, 1_000), (2, 12_000), (3, 16_000), (4, 21_000)] {
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(vec![k])),
+                Arc::new(TimestampMillisecondArray::from(vec![ts])),
+            ],
+        )
+        .unwrap();
+        src.push(batch).await.unwrap();
+        let seen = tokio::time::timeout(std::time::Duration::from_secs(10), probe.next())
+            .await
+            .expect("probe row within 10 s")
+            .unwrap()
+            .expect("probe open");
+        assert_eq!(seen.data.num_rows(), 1);
+    }
+    src.finish().await.unwrap();
+    let m = db.run_to_completion().await.unwrap();
+    db.shutdown().await.unwrap();
+    let mut out = Vec::new();
+    while let Some(batch) = b.next().await.unwrap() {
+        out.push(batch.data);
+    }
+    assert_eq!(
+        pretty_format_batches(&out).unwrap().to_string(),
+        [
+            "+---------------------+-------+",
+            "| w2                  | total |",
+            "+---------------------+-------+",
+            "| 1970-01-01T00:00:00 | 1     |",
+            "| 1970-01-01T00:00:20 | 1     |",
+            "+---------------------+-------+",
+        ]
+        .join("\n")
+    );
+    assert_eq!(
+        m.operator_late_rows,
+        [("b".to_string(), 1)].into_iter().collect(),
+        "{m:?}"
+    );
+    assert_eq!(m.operator_late_rows_total(), 1);
+    assert_eq!(m.late_rows(), 0, "no row was late at its source");
+}

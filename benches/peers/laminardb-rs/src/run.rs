@@ -34,6 +34,13 @@ const OUT: &str = "out";
 const POLL: Duration = Duration::from_millis(100);
 /// Silence that ends the untimed count of trailing output.
 const TRAILING: Duration = Duration::from_millis(500);
+/// The watermark pushed to every source after its last batch: the end of
+/// the input, as `sluice run` treats the end of a bounded file, so that
+/// windows and time-bounded joins still open at the end are emitted (without
+/// it LaminarDB holds them forever and q5, q7 and the tumbling count give no
+/// rows). Far beyond any event time, yet far from `i64::MAX`, so subtracting
+/// a watermark delay or adding a window size cannot overflow.
+const END_OF_INPUT_WATERMARK: i64 = i64::MAX / 4;
 
 /// What one run measured.
 #[derive(Debug)]
@@ -147,6 +154,9 @@ async fn push_all(
             }
         }
         rows += n;
+    }
+    for handle in handles {
+        handle.watermark(END_OF_INPUT_WATERMARK);
     }
     Ok(rows)
 }

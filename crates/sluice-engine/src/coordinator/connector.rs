@@ -318,6 +318,7 @@ impl CycleExecution for ConnectorPipelineCallback {
         // ids moved on: a later failure in the same cycle is reported as a
         // process failure (no failed cycle is ever dropped in any case).
         let mut processed = false;
+        let metrics = &self.shared.metrics;
         for s in self.streams.iter_mut() {
             let name = Arc::clone(&s.name);
             // A panicking operator fails the cycle like an operator error.
@@ -325,6 +326,7 @@ impl CycleExecution for ConnectorPipelineCallback {
                 || format!("stream '{name}'"),
                 || {
                     s.run(&mut data, &mut marks, watermark)?;
+                    metrics.set_operator_late(&name, s.dropped_late());
                     let rows: usize = data
                         .get(&name)
                         .map_or(0, |b| b.iter().map(RecordBatch::num_rows).sum());

@@ -136,6 +136,15 @@ impl InstalledStream {
     }
 
     /// Whether a process function produces this stream.
+    /// Rows this stream's operators dropped as late so far (a process
+    /// function drops none: its late input is the handler's to judge).
+    pub(super) fn dropped_late(&self) -> u64 {
+        match &self.producer {
+            StreamProducer::Query(op) => op.dropped_late(),
+            StreamProducer::Process(_) => 0,
+        }
+    }
+
     pub(super) fn is_process(&self) -> bool {
         matches!(self.producer, StreamProducer::Process(_))
     }

@@ -14,7 +14,7 @@ use proptest::test_runner::TestCaseError;
 
 use crate::common::{
     appended, block_on, complete, config, drain, ev, event_batch, interval, next, open, open_tuned,
-    source_ddl, Cell, Event, BASE,
+    push_interleaved, source_ddl, Cell, Event, BASE,
 };
 use crate::gen::{per_cycle, split_late, stream, Stream};
 use crate::oracle::{query, table};
@@ -134,21 +134,7 @@ async fn asof_joins(left: &Stream, right: &Stream, pc: usize) -> Result<(), Test
     for i in 0..CASES.len() {
         subs.push(db.subscribe(&format!("a{i}")).await.expect("subscribe"));
     }
-    let (l, r) = (
-        db.source("l").await.expect("l"),
-        db.source("r").await.expect("r"),
-    );
-    for i in 0..left.batches.len().max(right.batches.len()) {
-        if let Some(b) = left.batches.get(i) {
-            l.push(event_batch(b)).await.expect("push l");
-        }
-        if let Some(b) = right.batches.get(i) {
-            r.push(event_batch(b)).await.expect("push r");
-        }
-    }
-    l.finish().await.expect("finish l");
-    r.finish().await.expect("finish r");
-    complete(&db).await;
+    push_interleaved(&db, ("l", &left.batches), ("r", &right.batches)).await;
     db.shutdown().await.expect("shutdown");
     let tables = [
         ("l", numbered(&split_late(left).on_time)),

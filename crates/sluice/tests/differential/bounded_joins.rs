@@ -13,9 +13,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use crate::common::{
-    appended, block_on, complete, config, drain, event_batch, open_tuned, source_ddl,
-};
+use crate::common::{appended, block_on, config, drain, open_tuned, push_interleaved, source_ddl};
 use crate::gen::{per_cycle, split_late, stream, Stream};
 use crate::oracle::{query, table};
 
@@ -90,22 +88,7 @@ async fn bounded(
     for (name, _) in queries {
         subs.push(db.subscribe(name).await.expect("subscribe"));
     }
-    // Interleave the two sources' batches.
-    let (l, r) = (
-        db.source("l").await.expect("l"),
-        db.source("r").await.expect("r"),
-    );
-    for i in 0..left.batches.len().max(right.batches.len()) {
-        if let Some(b) = left.batches.get(i) {
-            l.push(event_batch(b)).await.expect("push l");
-        }
-        if let Some(b) = right.batches.get(i) {
-            r.push(event_batch(b)).await.expect("push r");
-        }
-    }
-    l.finish().await.expect("finish l");
-    r.finish().await.expect("finish r");
-    complete(&db).await;
+    push_interleaved(&db, ("l", &left.batches), ("r", &right.batches)).await;
     db.shutdown().await.expect("shutdown");
     let tables = [
         ("l", table(&split_late(left).on_time, &[])),

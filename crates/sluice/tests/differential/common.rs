@@ -234,6 +234,30 @@ pub async fn push_all(db: &Database, source: &str, batches: &[Vec<Event>]) {
     src.finish().await.expect("finish");
 }
 
+/// Push two sources' batches interleaved (one of each in turn, as two
+/// producers racing would), finish both, and run to completion.
+pub async fn push_interleaved(
+    db: &Database,
+    first: (&str, &[Vec<Event>]),
+    second: (&str, &[Vec<Event>]),
+) -> MetricsSnapshot {
+    let handles = [
+        db.source(first.0).await.expect("first source handle"),
+        db.source(second.0).await.expect("second source handle"),
+    ];
+    for i in 0..first.1.len().max(second.1.len()) {
+        for (handle, batches) in handles.iter().zip([first.1, second.1]) {
+            if let Some(b) = batches.get(i) {
+                handle.push(event_batch(b)).await.expect("push");
+            }
+        }
+    }
+    for handle in &handles {
+        handle.finish().await.expect("finish");
+    }
+    complete(db).await
+}
+
 /// `run_to_completion`, bounded by [`PATIENCE`].
 pub async fn complete(db: &Database) -> MetricsSnapshot {
     tokio::time::timeout(PATIENCE, db.run_to_completion())

@@ -9,7 +9,7 @@ use proptest::test_runner::TestCaseError;
 
 use crate::common::{
     appended, block_on, complete, config, drain, ev, event_batch, fold, next, open, open_tuned,
-    select, source_ddl, Cell, Row, BASE,
+    push_interleaved, select, source_ddl, Cell, Row, BASE,
 };
 use crate::gen::{per_cycle, split_late, stream, Stream};
 use crate::oracle::{query, table};
@@ -61,21 +61,7 @@ async fn outer_joins(left: &Stream, right: &Stream, pc: usize) -> Result<(), Tes
     for i in 0..APPEND.len() + CHANGES.len() {
         subs.push(db.subscribe(&format!("j{i}")).await.expect("subscribe"));
     }
-    let (l, r) = (
-        db.source("l").await.expect("l"),
-        db.source("r").await.expect("r"),
-    );
-    for i in 0..left.batches.len().max(right.batches.len()) {
-        if let Some(b) = left.batches.get(i) {
-            l.push(event_batch(b)).await.expect("push l");
-        }
-        if let Some(b) = right.batches.get(i) {
-            r.push(event_batch(b)).await.expect("push r");
-        }
-    }
-    l.finish().await.expect("finish l");
-    r.finish().await.expect("finish r");
-    complete(&db).await;
+    push_interleaved(&db, ("l", &left.batches), ("r", &right.batches)).await;
     let view = select(&db, "SELECT * FROM v").await;
     let grouped = select(&db, "SELECT * FROM g").await;
     db.shutdown().await.expect("shutdown");

@@ -14,7 +14,7 @@ use proptest::test_runner::TestCaseError;
 
 use crate::common::{
     appended, block_on, complete, config, drain, ev, event_batch, interval, open, open_tuned,
-    source_ddl, Cell, Event, BASE,
+    push_interleaved, source_ddl, Cell, Event, BASE,
 };
 use crate::gen::{per_cycle, split_late, stream, Stream};
 use crate::oracle::{query, table};
@@ -77,21 +77,7 @@ async fn temporal_joins(left: &Stream, right: &Stream, pc: usize) -> Result<(), 
     for i in 0..QUERIES.len() {
         subs.push(db.subscribe(&format!("t{i}")).await.expect("subscribe"));
     }
-    let (l, v) = (
-        db.source("l").await.expect("l"),
-        db.source("v").await.expect("v"),
-    );
-    for i in 0..left.batches.len().max(right.batches.len()) {
-        if let Some(b) = left.batches.get(i) {
-            l.push(event_batch(b)).await.expect("push l");
-        }
-        if let Some(b) = right.batches.get(i) {
-            v.push(event_batch(b)).await.expect("push v");
-        }
-    }
-    l.finish().await.expect("finish l");
-    v.finish().await.expect("finish v");
-    complete(&db).await;
+    push_interleaved(&db, ("l", &left.batches), ("v", &right.batches)).await;
     db.shutdown().await.expect("shutdown");
     let tables = [
         ("l", numbered(&split_late(left).on_time)),

@@ -57,7 +57,14 @@ async fn changelog(s: &Stream, pc: usize) -> Result<(), TestCaseError> {
     let mut largest = db.subscribe("largest").await.expect("subscribe");
     let mut earliest = db.subscribe("earliest").await.expect("subscribe");
     push_all(&db, "src", &s.batches).await;
-    complete(&db).await;
+    let metrics = complete(&db).await;
+    // Every row reached its partition in time: a drop would be a row the
+    // oracle has and the stream lost.
+    prop_assert!(
+        metrics.operator_late_rows.is_empty(),
+        "{:?}",
+        metrics.operator_late_rows
+    );
     let view = select(&db, "SELECT * FROM per_key_view").await;
     db.shutdown().await.expect("shutdown");
     let fail = TestCaseError::fail;
@@ -162,7 +169,14 @@ async fn windowed(s: &Stream, size: i64, pc: usize) -> Result<(), TestCaseError>
     let mut tvf_sub = db.subscribe("tvf").await.expect("subscribe");
     let mut tvf_agg = db.subscribe("tvf_agg").await.expect("subscribe");
     push_all(&db, "src", &s.batches).await;
-    complete(&db).await;
+    let metrics = complete(&db).await;
+    // Every row reached its partition in time: a drop would be a row the
+    // oracle has and the stream lost.
+    prop_assert!(
+        metrics.operator_late_rows.is_empty(),
+        "{:?}",
+        metrics.operator_late_rows
+    );
     db.shutdown().await.expect("shutdown");
     let fail = TestCaseError::fail;
     let top = appended(&drain(&mut top).await).map_err(fail)?;
