@@ -20,7 +20,7 @@ use crate::proto::{
 };
 
 use super::edge::EdgeInbox;
-use super::server::Registry;
+use super::registry::Registry;
 
 type Out = mpsc::Sender<Result<ReceiverMessage, Status>>;
 

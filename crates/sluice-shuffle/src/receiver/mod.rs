@@ -3,6 +3,7 @@
 
 mod channel;
 mod edge;
+mod registry;
 mod server;
 
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use crate::align::ShuffleEvent;
 use crate::error::Result;
 
 use edge::EdgeInbox;
-use server::Registry;
+use registry::Registry;
 
 pub use server::ShuffleServer;
 

@@ -2,15 +2,12 @@
 //! channels for every edge this node receives, fenced by the node's current
 //! assignment generation.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use parking_lot::Mutex;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status, Streaming};
@@ -19,71 +16,12 @@ use tracing::warn;
 use crate::config::CreditBudget;
 use crate::error::{Result, ShuffleError};
 use crate::proto::shuffle_server::{Shuffle, ShuffleServer as GrpcServer};
-use crate::proto::{Frame, Handshake, ReceiverMessage};
+use crate::proto::{Frame, ReceiverMessage};
 
 use super::channel::run_channel;
 use super::edge::EdgeInbox;
+use super::registry::Registry;
 use super::ShuffleReceiver;
-
-/// What every channel task of one server shares.
-#[derive(Debug)]
-pub(crate) struct Registry {
-    pipeline_id: String,
-    node_id: String,
-    generation: AtomicU64,
-    edges: Mutex<HashMap<String, Weak<EdgeInbox>>>,
-}
-
-impl Registry {
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// Check a handshake and attach its channel.
-    pub fn admit(&self, handshake: &Handshake) -> Result<(Arc<EdgeInbox>, usize, Arc<Notify>)> {
-        if handshake.pipeline_id != self.pipeline_id {
-            return Err(ShuffleError::UnknownChannel {
-                detail: format!(
-                    "node '{}' runs pipeline '{}', the channel names '{}'",
-                    self.node_id, self.pipeline_id, handshake.pipeline_id
-                ),
-            });
-        }
-        let current = self.generation();
-        if handshake.generation != current {
-            return Err(ShuffleError::StaleGeneration {
-                edge: handshake.edge_id.clone(),
-                sender: handshake.sender_node.clone(),
-                sent: handshake.generation,
-                current,
-            });
-        }
-        let inbox = self
-            .edges
-            .lock()
-            .get(&handshake.edge_id)
-            .and_then(Weak::upgrade)
-            .ok_or_else(|| ShuffleError::UnknownChannel {
-                detail: format!(
-                    "node '{}' receives no edge '{}'",
-                    self.node_id, handshake.edge_id
-                ),
-            })?;
-        let (index, control) = inbox.attach(&handshake.sender_node)?;
-        Ok((inbox, index, control))
-    }
-
-    /// Forget `inbox`'s edge (unless a newer receiver took the name).
-    pub fn remove(&self, inbox: &Arc<EdgeInbox>) {
-        let mut edges = self.edges.lock();
-        if edges
-            .get(&inbox.edge)
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(inbox)))
-        {
-            edges.remove(&inbox.edge);
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 struct Service {
@@ -136,12 +74,7 @@ impl ShuffleServer {
         };
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
-        let registry = Arc::new(Registry {
-            pipeline_id: pipeline_id.to_string(),
-            node_id: node_id.to_string(),
-            generation: AtomicU64::new(generation),
-            edges: Mutex::new(HashMap::new()),
-        });
+        let registry = Arc::new(Registry::new(pipeline_id, node_id, generation));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let service = GrpcServer::new(Service {
             registry: Arc::clone(&registry),
@@ -185,19 +118,7 @@ impl ShuffleServer {
     /// Move to a new assignment generation: new channels must name it, and
     /// open channels of another generation are cut (`SLC-SHF-002`) at once.
     pub fn set_generation(&self, generation: u64) {
-        self.registry
-            .generation
-            .store(generation, Ordering::Release);
-        let edges: Vec<Arc<EdgeInbox>> = self
-            .registry
-            .edges
-            .lock()
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect();
-        for edge in edges {
-            edge.poke_all();
-        }
+        self.registry.set_generation(generation);
     }
 
     /// Start receiving `edge_id`: one channel from each of `senders`, each
@@ -221,14 +142,8 @@ impl ShuffleServer {
                 });
             }
         }
-        let mut edges = self.registry.edges.lock();
-        if edges.get(edge_id).and_then(Weak::upgrade).is_some() {
-            return Err(ShuffleError::InvalidConfig {
-                detail: format!("edge '{edge_id}' already has a receiver on this node"),
-            });
-        }
         let inbox = Arc::new(EdgeInbox::new(edge_id, schema, senders, budget));
-        edges.insert(edge_id.to_string(), Arc::downgrade(&inbox));
+        self.registry.insert(&inbox)?;
         Ok(ShuffleReceiver::new(inbox, Arc::clone(&self.registry)))
     }
 
