@@ -66,4 +66,4 @@ pub use align::{Aligner, BarrierId, ChannelItem, ShuffleEvent};
 pub use config::{CreditBudget, OwnerTable};
 pub use error::{Result, ShuffleError, Violation};
 pub use receiver::{ShuffleReceiver, ShuffleServer};
-pub use sender::{ChannelIdentity, ShuffleSender};
+pub use sender::{ChannelIdentity, SendPressure, ShuffleSender};

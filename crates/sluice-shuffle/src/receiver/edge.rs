@@ -133,8 +133,10 @@ impl EdgeInbox {
         }
     }
 
-    /// A channel failed: the consumer hears `error`, the channel's queue is
-    /// dropped.
+    /// A channel failed: the consumer hears `error` before any further
+    /// event, and the channel's queued frames are discarded (a failed
+    /// channel means the pipeline recovers from its last checkpoint, so
+    /// nothing after it may be folded into state).
     pub fn fail(&self, channel: usize, error: ShuffleError) {
         let mut state = self.state.lock();
         state.aligner.fail(channel);
@@ -150,10 +152,15 @@ impl EdgeInbox {
         }
     }
 
-    /// The consumer went away: every channel is cut as gone.
+    /// The consumer went away: every channel is cut as gone, unless the
+    /// consumer saw end of stream (then every frame was delivered and the
+    /// channels close normally).
     pub fn close(&self) {
         let mut state = self.state.lock();
         state.closed = true;
+        if state.finished {
+            return;
+        }
         for control in &mut state.channels {
             control.cut.get_or_insert_with(|| Refused {
                 code: CODE_PEER_GONE.to_string(),

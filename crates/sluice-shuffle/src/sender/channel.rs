@@ -147,6 +147,11 @@ impl ChannelSender {
         &self.credit
     }
 
+    /// A shared handle on the channel's credit window.
+    pub fn credit_window(&self) -> Arc<CreditWindow> {
+        Arc::clone(&self.credit)
+    }
+
     /// Send one frame once credit allows.
     pub async fn send(&mut self, kind: frame::Kind) -> Result<()> {
         let gone = |detail: &str| ShuffleError::PeerGone {

@@ -11,6 +11,7 @@ mod channel;
 mod credit;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -25,6 +26,19 @@ use crate::route::{split_by_vnode, vnode_column};
 
 pub use channel::{ChannelIdentity, ChannelSender};
 pub use credit::CreditWindow;
+
+/// The backpressure state of one sender's channels, shareable.
+#[derive(Debug, Clone)]
+pub struct SendPressure {
+    windows: Vec<Arc<CreditWindow>>,
+}
+
+impl SendPressure {
+    /// True when any channel is out of credit or a send waits for it.
+    pub fn is_backpressured(&self) -> bool {
+        self.windows.iter().any(|w| w.is_backpressured())
+    }
+}
 
 /// A remote destination: its channel and its encoder.
 #[derive(Debug)]
@@ -180,6 +194,19 @@ impl ShuffleSender {
             .iter()
             .flatten()
             .any(|r| r.channel.credit().is_backpressured())
+    }
+
+    /// A handle that answers [`SendPressure::is_backpressured`] while a send
+    /// is in progress elsewhere (the coordinator polls it between cycles).
+    pub fn pressure(&self) -> SendPressure {
+        SendPressure {
+            windows: self
+                .remotes
+                .iter()
+                .flatten()
+                .map(|r| r.channel.credit_window())
+                .collect(),
+        }
     }
 
     /// The credit window of the channel to `node`, if it is remote.
