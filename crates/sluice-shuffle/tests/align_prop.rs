@@ -81,7 +81,7 @@ proptest! {
             .collect();
         let mut aligner = Aligner::new(channels);
         let mut out = Vec::new();
-        let mut pop = |aligner: &mut Aligner, out: &mut Vec<ShuffleEvent>| {
+        let pop = |aligner: &mut Aligner, out: &mut Vec<ShuffleEvent>| {
             while let Some(event) = aligner.pop().unwrap() {
                 out.push(event);
             }
