@@ -131,8 +131,9 @@ impl Aligner {
     /// Queue an item of `channel` charged `bytes` of credit; refuses what
     /// breaks the channel's own order (the channel should then be cut).
     pub fn push(&mut self, channel: usize, item: ChannelItem, bytes: u64) -> Result<(), Violation> {
+        let count = self.channels.len();
         let Some(ch) = self.channels.get_mut(channel) else {
-            return Err(Violation::EmptyFrame);
+            return Err(Violation::NoSuchChannel { channel, count });
         };
         if ch.end_pushed {
             return Err(Violation::FrameAfterEndOfStream);

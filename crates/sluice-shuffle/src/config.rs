@@ -3,6 +3,12 @@
 
 use crate::error::{Result, ShuffleError};
 
+/// The largest encoded frame either end handles (256 MiB): the sender
+/// refuses a bigger batch frame (`SLC-SHF-012`) instead of sending it, and
+/// the receiver's gRPC decoder refuses bigger messages, so one frame can
+/// never make a receiver allocate without bound.
+pub const MAX_FRAME_BYTES: usize = 256 << 20;
+
 /// A channel's flow-control budget: how many frames and how many encoded
 /// bytes may be in flight (sent, not yet drained by the receiver's
 /// consumer) at once. Both bounds hold together; whichever is reached first

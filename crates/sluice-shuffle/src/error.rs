@@ -26,6 +26,8 @@ pub const CODE_REFUSED: &str = "SLC-SHF-009";
 pub const CODE_INVALID_CONFIG: &str = "SLC-SHF-010";
 /// Stable code of [`ShuffleError::Bind`].
 pub const CODE_BIND: &str = "SLC-SHF-011";
+/// Stable code of [`ShuffleError::FrameTooLarge`].
+pub const CODE_FRAME_TOO_LARGE: &str = "SLC-SHF-012";
 
 /// What broke the protocol (the detail of [`ShuffleError::Protocol`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +66,13 @@ pub enum Violation {
     SchemaOrder(&'static str),
     /// A frame with no content.
     EmptyFrame,
+    /// An item for a channel index the edge does not have (a caller bug).
+    NoSuchChannel {
+        /// The index given.
+        channel: usize,
+        /// The edge's channel count.
+        count: usize,
+    },
 }
 
 impl std::fmt::Display for Violation {
@@ -90,6 +99,9 @@ impl std::fmt::Display for Violation {
             ),
             Self::SchemaOrder(what) => write!(f, "{what}"),
             Self::EmptyFrame => write!(f, "a frame with no content"),
+            Self::NoSuchChannel { channel, count } => {
+                write!(f, "channel {channel} does not exist ({count} channels)")
+            }
         }
     }
 }
@@ -209,6 +221,18 @@ pub enum ShuffleError {
         #[source]
         source: std::io::Error,
     },
+    /// One encoded frame (a batch, after splitting) is over the frame limit.
+    #[error("SLC-SHF-012: a frame of {size} bytes for node '{node}' on edge '{edge}' is over the limit of {limit} bytes; send smaller batches")]
+    FrameTooLarge {
+        /// The edge.
+        edge: String,
+        /// The destination node.
+        node: String,
+        /// The frame's encoded size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl ShuffleError {
@@ -226,6 +250,7 @@ impl ShuffleError {
             Self::Refused { .. } => CODE_REFUSED,
             Self::InvalidConfig { .. } => CODE_INVALID_CONFIG,
             Self::Bind { .. } => CODE_BIND,
+            Self::FrameTooLarge { .. } => CODE_FRAME_TOO_LARGE,
         }
     }
 

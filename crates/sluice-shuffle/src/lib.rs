@@ -40,7 +40,7 @@
 //!   credit back, so a consumer that stops draining stops every sender.
 //! * [`align`]: the pure merge of N channels: barrier alignment exactly as
 //!   for local inputs, minimum watermark, end of stream when all ended.
-//! * [`error`]: [`ShuffleError`], codes `SLC-SHF-001`..`011`.
+//! * [`error`]: [`ShuffleError`], codes `SLC-SHF-001`..`012`.
 //!
 //! Flow control: a frame costs one frame of credit and its encoded size in
 //! bytes (capped at the byte budget, so a frame larger than the budget
@@ -63,7 +63,7 @@ pub mod proto {
 }
 
 pub use align::{Aligner, BarrierId, ChannelItem, ShuffleEvent};
-pub use config::{CreditBudget, OwnerTable};
+pub use config::{CreditBudget, OwnerTable, MAX_FRAME_BYTES};
 pub use error::{Result, ShuffleError, Violation};
 pub use receiver::{ShuffleReceiver, ShuffleServer};
 pub use sender::{ChannelIdentity, SendPressure, ShuffleSender};

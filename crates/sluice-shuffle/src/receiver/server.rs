@@ -13,7 +13,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::warn;
 
-use crate::config::CreditBudget;
+use crate::config::{CreditBudget, MAX_FRAME_BYTES};
 use crate::error::{Result, ShuffleError};
 use crate::proto::shuffle_server::{Shuffle, ShuffleServer as GrpcServer};
 use crate::proto::{Frame, ReceiverMessage};
@@ -80,10 +80,9 @@ impl ShuffleServer {
             registry: Arc::clone(&registry),
             shutdown: shutdown_rx.clone(),
         })
-        // Frames are bounded by each channel's credit, not by gRPC's
-        // default 4 MiB message limit.
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX);
+        // Frames are bounded by the frame limit and each channel's credit,
+        // not by gRPC's default 4 MiB message limit.
+        .max_decoding_message_size(MAX_FRAME_BYTES);
         let mut signal = shutdown_rx;
         let task = tokio::spawn(
             tonic::transport::Server::builder()

@@ -14,7 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use tracing::debug;
 
-use crate::config::CreditBudget;
+use crate::config::{CreditBudget, MAX_FRAME_BYTES};
 use crate::error::{Result, ShuffleError};
 use crate::proto::{
     frame, receiver_message, shuffle_client::ShuffleClient, Frame, Handshake, ReceiverMessage,
@@ -59,10 +59,9 @@ impl ChannelSender {
         let mut client = ShuffleClient::connect(endpoint.to_string())
             .await
             .map_err(|e| connect_error(Box::new(e)))?
-            // Frames are bounded by the credit budget, not by gRPC's
-            // default 4 MiB message limit.
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX);
+            // Frames are bounded by the frame limit and the credit budget,
+            // not by gRPC's default 4 MiB message limit.
+            .max_encoding_message_size(MAX_FRAME_BYTES);
         let (tx, rx) = mpsc::channel(1);
         let handshake = Frame {
             kind: Some(frame::Kind::Handshake(Handshake {
@@ -169,7 +168,16 @@ impl ChannelSender {
         }
         let is_end = matches!(kind, frame::Kind::EndOfStream(_));
         let frame = Frame { kind: Some(kind) };
-        self.credit.acquire(frame.encoded_len() as u64).await?;
+        let size = frame.encoded_len();
+        if size > MAX_FRAME_BYTES {
+            return Err(ShuffleError::FrameTooLarge {
+                edge: self.identity.edge_id.clone(),
+                node: self.node.clone(),
+                size,
+                limit: MAX_FRAME_BYTES,
+            });
+        }
+        self.credit.acquire(size as u64).await?;
         let Some(frames) = &self.frames else {
             return Err(gone("the channel is closed"));
         };
