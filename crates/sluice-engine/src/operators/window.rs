@@ -296,9 +296,7 @@ impl StatefulOperator for WindowAggregate {
         let mut out = Vec::new();
         if self.def.emit == EmitMode::Changes {
             for (start, scope) in self.windows.iter_mut() {
-                if let Some((keys, values, kinds)) =
-                    scope.changes(&self.def.codec, &self.def.funcs)?
-                {
+                if let Some((keys, values, kinds)) = scope.changes(&self.def.codec)? {
                     let len = kinds.len();
                     let cols =
                         self.def
@@ -404,7 +402,7 @@ impl StatefulOperator for UpdatingAggregate {
     /// every changed group's previous row and an insert of its new one. The
     /// watermark does not matter: a non-windowed group never closes.
     fn advance(&mut self, _watermark: i64) -> Result<Vec<RecordBatch>> {
-        match self.scope.changes(&self.codec, &self.funcs)? {
+        match self.scope.changes(&self.codec)? {
             None => Ok(vec![]),
             Some((mut keys, values, kinds)) => {
                 keys.extend(values);

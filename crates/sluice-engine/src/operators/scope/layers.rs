@@ -10,13 +10,16 @@
 //! accumulators and merges their state, one `merge_batch` per aggregate,
 //! in time proportional to the delta. A snapshot leaves the base frozen as
 //! Arrow arrays, so the next merge copies unchanged groups in bulk (see
-//! [`BaseState`]).
+//! [`BaseState`]). Every set of accumulators here is cut into
+//! [`Segments`] of one chunk each, so that no step of a tail drains more
+//! than a chunk of groups at once.
 
 use arrow::array::{ArrayRef, UInt32Array};
 use arrow::compute::{interleave, take};
 use arrow::record_batch::RecordBatch;
-use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use datafusion::logical_expr::EmitTo;
 
+use super::segments::{gather, Segments, States};
 use super::ScopeSnapshot;
 use crate::error::{EngineError, Result};
 use crate::operators::groups::{AggregateFunctions, KeyCodec, KeyRows};
@@ -29,7 +32,7 @@ pub(super) struct Delta {
     /// Global group index of each local index.
     pub groups: DeltaGroups,
     /// Accumulators over the local indices.
-    pub live: Vec<Box<dyn GroupsAccumulator>>,
+    pub live: Segments,
     /// Key columns of the groups created since the previous delta, in
     /// chunks, in group-index order.
     pub new_keys: Vec<Vec<ArrayRef>>,
@@ -63,8 +66,9 @@ pub(super) struct ScopeBase {
     keys: KeyChunks,
     /// Number of groups.
     len: usize,
-    /// Groups per chunk of the frozen state, of the keys and of the
-    /// snapshot's batches: [`CHUNK`], smaller in tests.
+    /// Groups per chunk of the frozen state, of the keys, of the
+    /// snapshot's batches and per segment of the accumulators: [`CHUNK`],
+    /// smaller in tests.
     pub(super) chunk: usize,
 }
 
@@ -92,8 +96,8 @@ pub(super) const CHUNK: usize = 65_536;
 /// the delta falls in is kept as it is, shared), and no step of a
 /// checkpoint tail copies a whole column at once.
 enum BaseState {
-    /// Accumulators over groups `0..len`.
-    Live(Vec<Box<dyn GroupsAccumulator>>),
+    /// Accumulators over groups `0..len`, in segments of `chunk` groups.
+    Live(Segments),
     /// Chunk `i` holds groups `i * chunk ..` (at least one chunk, so an
     /// empty base still knows its state's types).
     Frozen(Vec<FrozenChunk>),
@@ -225,21 +229,23 @@ impl Base for ScopeBase {
             match &mut self.state {
                 // An empty base taking a delta of every group in order: the
                 // delta's accumulators are the state.
-                BaseState::Live(_) if old == 0 && is_identity(&groups, delta.total) => {
+                BaseState::Live(_)
+                    if old == 0
+                        && delta.live.size() == self.chunk
+                        && is_identity(&groups, delta.total) =>
+                {
                     self.state = BaseState::Live(delta.live);
                 }
                 BaseState::Live(accs) => {
-                    for (acc, mut live) in accs.iter_mut().zip(delta.live) {
-                        let state = live.state(EmitTo::All)?;
+                    // One delta segment at a time, older state first.
+                    let mut live = delta.live;
+                    let mut start = 0;
+                    for (states, len) in live.drain(groups.len())? {
+                        let states: Vec<_> = states.into_iter().map(Some).collect();
+                        let at = groups.get(start..start + len).unwrap_or_default();
+                        accs.merge(&states, at, delta.total)?;
+                        start += len;
                         pace::point();
-                        for start in (0..groups.len()).step_by(self.chunk) {
-                            let len = self.chunk.min(groups.len() - start);
-                            let rows: Vec<ArrayRef> =
-                                state.iter().map(|c| c.slice(start, len)).collect();
-                            let at = groups.get(start..start + len).unwrap_or_default();
-                            acc.merge_batch(&rows, at, delta.total)?;
-                            pace::point();
-                        }
                     }
                 }
                 BaseState::Frozen(chunks) => {
@@ -281,18 +287,17 @@ impl Merge<'_> {
     ///
     /// Where an aggregate's merge commutes, the older state of the changed
     /// groups is merged into the delta's own accumulator (reusing its
-    /// memory), which is then emitted once. Otherwise the delta is emitted
+    /// memory), which is then drained once. Otherwise the delta is drained
     /// first, and each chunk's changed groups go through a fresh
     /// accumulator, older state first, so order-sensitive states keep
     /// their order. Either way each output chunk is then spliced from the
-    /// old chunk's unchanged rows and the merged rows. Every step but the
-    /// emission of the delta's accumulators (one DataFusion call each, in
-    /// proportion to the groups changed since the previous delta) works on
-    /// one chunk and ends at a pace point.
+    /// old chunk's unchanged rows and the merged rows. Every step works on
+    /// one chunk of the base or one segment of the delta (see
+    /// [`Segments`]) and ends at a pace point.
     fn run(
         &self,
         chunks: &[FrozenChunk],
-        mut live: Vec<Box<dyn GroupsAccumulator>>,
+        mut live: Segments,
         groups: &[usize],
     ) -> Result<Vec<FrozenChunk>> {
         let n = groups.len();
@@ -306,29 +311,22 @@ impl Merge<'_> {
             }
             let at = UInt32Array::from(offsets);
             let chunk = chunks.get(i).ok_or_else(|| missing(i))?;
-            for ((acc, state), _) in live
-                .iter_mut()
-                .zip(&chunk.states)
+            let older = chunk
+                .states
+                .iter()
                 .zip(self.commutes)
-                .filter(|(_, c)| **c)
-            {
-                acc.merge_batch(&take_all(state, &at)?, &locals, n)?;
-            }
+                .map(|(state, &c)| c.then(|| take_all(state, &at)).transpose())
+                .collect::<Result<Vec<_>>>()?;
+            live.merge(&older, &locals, n)?;
             pace::point();
         }
-        // Each accumulator's state over the delta's groups: merged where
-        // the merge commutes, the delta's own otherwise.
-        let emitted = live
-            .iter_mut()
-            .map(|acc| {
-                let state = acc.state(EmitTo::All)?;
-                pace::point();
-                Ok(state)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        // The delta's state, a segment at a time: merged where the merge
+        // commutes, the delta's own otherwise.
+        let size = live.size();
+        let drained = live.drain(n)?;
         let mut out = Vec::with_capacity(buckets.len());
         for (i, bucket) in buckets.iter().enumerate() {
-            out.push(self.chunk_after(chunks, i, bucket, &emitted)?);
+            out.push(self.chunk_after(chunks, i, bucket, &drained, size)?);
             pace::point();
         }
         Ok(out)
@@ -374,13 +372,15 @@ impl Merge<'_> {
     }
 
     /// Output chunk `i`: the old chunk's rows, with the rows of the
-    /// delta's groups (`bucket`) replaced or added from `emitted`.
+    /// delta's groups (`bucket`) replaced or added from `drained` (the
+    /// delta's segments of `size` groups).
     fn chunk_after(
         &self,
         chunks: &[FrozenChunk],
         i: usize,
         bucket: &[(usize, usize)],
-        emitted: &[Vec<ArrayRef>],
+        drained: &[(States, usize)],
+        size: usize,
     ) -> Result<FrozenChunk> {
         let (len, old) = self.lens(i);
         let before = chunks.get(i).filter(|c| c.len == old);
@@ -409,27 +409,25 @@ impl Merge<'_> {
             .map(|(j, &(off, _))| (off as u32, j))
             .unzip();
         let older_at = UInt32Array::from(older_at);
-        let locals = UInt32Array::from_iter_values(bucket.iter().map(|&(_, l)| l as u32));
+        let locals: Vec<usize> = bucket.iter().map(|&(_, l)| l).collect();
         let identity: Vec<usize> = (0..m).collect();
-        let mut states = Vec::with_capacity(emitted.len());
-        for (a, (delta_state, &commutes)) in emitted.iter().zip(self.commutes).enumerate() {
+        let mut states = Vec::with_capacity(self.commutes.len());
+        for (a, &commutes) in self.commutes.iter().enumerate() {
             let before_state = before.and_then(|c| c.states.get(a));
-            // Where row `k` of `after` goes, by bucket entry.
-            let (after, index): (Vec<ArrayRef>, Vec<usize>) = if commutes || m == 0 {
-                (
-                    delta_state.clone(),
-                    bucket.iter().map(|&(_, l)| l).collect(),
-                )
+            // The delta's rows of this chunk, in bucket order.
+            let delta_rows = gather(drained, a, &locals, size)?;
+            let after = if commutes || m == 0 {
+                delta_rows
             } else {
                 let acc = fresh.get_mut(a).ok_or_else(|| missing(i))?;
                 if !older_j.is_empty() {
                     let state = before_state.ok_or_else(|| missing(i))?;
                     acc.merge_batch(&take_all(state, &older_at)?, &older_j, m)?;
                 }
-                acc.merge_batch(&take_all(delta_state, &locals)?, &identity, m)?;
-                (acc.state(EmitTo::All)?, identity.clone())
+                acc.merge_batch(&delta_rows, &identity, m)?;
+                acc.state(EmitTo::All)?
             };
-            states.push(splice(before_state, old, &after, bucket, &index, len)?);
+            states.push(splice(before_state, old, &after, bucket, len)?);
         }
         Ok(FrozenChunk { states, len })
     }
@@ -443,20 +441,19 @@ fn take_all(state: &[ArrayRef], at: &UInt32Array) -> Result<Vec<ArrayRef>> {
         .collect()
 }
 
-/// A chunk of `len` rows: row `off` is `after[index[k]]` for the `k`-th
-/// entry `(off, _)` of `bucket`, and every other row is `before`'s
-/// (which has `old` rows).
+/// A chunk of `len` rows: row `off` is `after[k]` for the `k`-th entry
+/// `(off, _)` of `bucket`, and every other row is `before`'s (which has
+/// `old` rows).
 fn splice(
     before: Option<&Vec<ArrayRef>>,
     old: usize,
     after: &[ArrayRef],
     bucket: &[(usize, usize)],
-    index: &[usize],
     len: usize,
 ) -> Result<Vec<ArrayRef>> {
     let mut from: Vec<(usize, usize)> = (0..old).map(|g| (0, g)).collect();
     from.resize(len, (usize::MAX, 0));
-    for (&(off, _), &k) in bucket.iter().zip(index) {
+    for (k, &(off, _)) in bucket.iter().enumerate() {
         let slot = from.get_mut(off).ok_or_else(|| too_many(off))?;
         *slot = (1, k);
     }
@@ -492,13 +489,15 @@ fn missing(i: usize) -> EngineError {
 
 impl ScopeBase {
     /// A base over `accs` (fresh, or holding `len` restored groups whose
-    /// keys are `keys`), made by `funcs`.
+    /// keys are `keys`), made by `funcs`, in chunks of `accs`' segment
+    /// size.
     pub fn new(
         funcs: &AggregateFunctions,
-        accs: Vec<Box<dyn GroupsAccumulator>>,
+        accs: Segments,
         keys: Vec<ArrayRef>,
         len: usize,
     ) -> Result<Self> {
+        let chunk = accs.size();
         let mut key_chunks = KeyChunks {
             width: keys.len(),
             empty: keys.iter().map(|c| c.slice(0, 0)).collect(),
@@ -506,55 +505,40 @@ impl ScopeBase {
             partial: Vec::new(),
             partial_rows: 0,
         };
-        key_chunks.push(&keys, CHUNK)?;
+        key_chunks.push(&keys, chunk)?;
         Ok(Self {
             state: BaseState::Live(accs),
             funcs: funcs.clone(),
             commutes: funcs.merge_commutes(),
             keys: key_chunks,
             len,
-            chunk: CHUNK,
+            chunk,
         })
     }
 
     /// Use chunks of `chunk` groups (tests: many chunks over few groups).
+    /// Only an empty base changes its chunk size.
     #[cfg(test)]
     pub fn set_chunk(&mut self, chunk: usize) -> Result<()> {
-        let chunk = chunk.max(1);
-        let width = self.keys.width;
-        let mut keys = Vec::new();
-        for i in 0..self.keys.full.len() + usize::from(self.keys.partial_rows > 0) {
-            keys.push(self.keys.chunk(i)?);
+        if self.len > 0 {
+            return Err(EngineError::Internal(
+                "the chunk size of a base with groups cannot change".into(),
+            ));
         }
-        let mut rechunked = KeyChunks {
-            width,
-            empty: self.keys.empty.clone(),
-            full: Vec::new(),
-            partial: Vec::new(),
-            partial_rows: 0,
-        };
-        for cols in &keys {
-            rechunked.push(cols, chunk)?;
-        }
-        self.keys = rechunked;
-        self.accumulators()?;
-        self.chunk = chunk;
+        self.chunk = chunk.max(1);
+        self.state = BaseState::Live(Segments::new(&self.funcs, self.chunk)?);
         Ok(())
     }
 
     /// The accumulators, over groups `0..len` in group-index order (a
     /// frozen base thaws: its state is merged into fresh accumulators).
-    pub fn accumulators(&mut self) -> Result<&mut [Box<dyn GroupsAccumulator>]> {
+    pub fn accumulators(&mut self) -> Result<&mut Segments> {
         if let BaseState::Frozen(chunks) = &self.state {
-            let mut accs = self.funcs.accumulators()?;
-            let mut start = 0;
-            for chunk in chunks {
-                let at: Vec<usize> = (start..start + chunk.len).collect();
-                for (acc, state) in accs.iter_mut().zip(&chunk.states) {
-                    acc.merge_batch(state, &at, self.len)?;
-                }
-                start += chunk.len;
-            }
+            let accs = Segments::thaw(
+                &self.funcs,
+                self.chunk,
+                chunks.iter().map(|c| (&c.states, c.len)),
+            )?;
             self.state = BaseState::Live(accs);
         }
         match &mut self.state {
@@ -567,23 +551,11 @@ impl ScopeBase {
     /// stays frozen; the drained arrays are cut into chunks without a copy).
     fn frozen(&mut self) -> Result<&[FrozenChunk]> {
         if let BaseState::Live(accs) = &mut self.state {
-            let mut states = Vec::with_capacity(accs.len());
-            for acc in accs.iter_mut() {
-                states.push(acc.state(EmitTo::All)?);
-                pace::point();
-            }
-            let chunks = (0..self.len.div_ceil(self.chunk).max(1))
-                .map(|i| {
-                    let start = i * self.chunk;
-                    let len = self.len.saturating_sub(start).min(self.chunk);
-                    FrozenChunk {
-                        states: states
-                            .iter()
-                            .map(|s| s.iter().map(|c| c.slice(start, len)).collect())
-                            .collect(),
-                        len,
-                    }
-                })
+            // A segment is a chunk: drained one at a time.
+            let chunks = accs
+                .drain(self.len)?
+                .into_iter()
+                .map(|(states, len)| FrozenChunk { states, len })
                 .collect();
             self.state = BaseState::Frozen(chunks);
         }

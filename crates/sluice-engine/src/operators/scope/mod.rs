@@ -8,13 +8,13 @@
 //! checkpoint tail.
 
 mod layers;
+mod segments;
 mod snapshot;
 
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, UInt32Array};
 use arrow::compute::take;
-use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 
 use super::changelog::Op;
 use super::groups::{
@@ -23,7 +23,8 @@ use super::groups::{
 use crate::error::{EngineError, Result};
 use crate::state::layers::Layers;
 use crate::state::DeferredBatch;
-use layers::{Delta, DeltaGroups, ScopeBase};
+use layers::{Delta, DeltaGroups, ScopeBase, CHUNK};
+use segments::Segments;
 pub use snapshot::{state_schema, ScopeSnapshot};
 
 /// A changelog slice: key columns, aggregate columns, and each row's kind.
@@ -33,8 +34,9 @@ pub type Changes = (Vec<ArrayRef>, Vec<ArrayRef>, Vec<Op>);
 pub struct GroupedAggregates {
     groups: GroupTable,
     /// Accumulators over the groups changed since the last delta, indexed
-    /// by local index (the order the groups were first changed in).
-    live: Vec<Box<dyn GroupsAccumulator>>,
+    /// by local index (the order the groups were first changed in), in
+    /// segments of the base's chunk size.
+    live: Segments,
     /// Global group index of each local index.
     live_groups: Vec<usize>,
     /// Per global group: `generation << 32 | (local index + 1)` if it is in
@@ -72,14 +74,14 @@ impl GroupedAggregates {
         Self::with_base(
             codec,
             funcs,
-            ScopeBase::new(funcs, funcs.accumulators()?, no_keys, 0)?,
+            ScopeBase::new(funcs, Segments::new(funcs, CHUNK)?, no_keys, 0)?,
         )
     }
 
     fn with_base(codec: &KeyCodec, funcs: &AggregateFunctions, base: ScopeBase) -> Result<Self> {
         Ok(Self {
             groups: GroupTable::new(codec),
-            live: funcs.accumulators()?,
+            live: Segments::new(funcs, base.chunk)?,
             live_groups: Vec::new(),
             local_of: Vec::new(),
             generation: 1,
@@ -100,6 +102,7 @@ impl GroupedAggregates {
     /// few groups).
     #[cfg(test)]
     fn set_chunk(&mut self, chunk: usize) -> Result<()> {
+        self.live = Segments::new(&self.funcs, chunk)?;
         self.layers.with_latest(|base| base.set_chunk(chunk))
     }
 
@@ -145,10 +148,7 @@ impl GroupedAggregates {
     }
 
     fn live_update(&mut self, idx: &[usize], total: usize, inputs: &AggregateInputs) -> Result<()> {
-        for (acc, (values, filter)) in self.live.iter_mut().zip(inputs.iter()) {
-            acc.update_batch(values, idx, filter.as_ref(), total)?;
-        }
-        Ok(())
+        self.live.update(idx, total, inputs)
     }
 
     /// Map global group indices to live-layer indices, adding the groups
@@ -197,7 +197,8 @@ impl GroupedAggregates {
             }
             DeltaGroups::Listed(std::mem::take(&mut self.live_groups))
         };
-        let live = std::mem::replace(&mut self.live, self.funcs.accumulators()?);
+        let fresh = Segments::new(&self.funcs, self.live.size())?;
+        let live = std::mem::replace(&mut self.live, fresh);
         let mut encoded_keys = None;
         if self.keys_decoded == 0 && total > 0 {
             // The first delta: every key so far, copied encoded and
@@ -257,7 +258,7 @@ impl GroupedAggregates {
     fn with_base_state<T>(
         &mut self,
         codec: &KeyCodec,
-        read: impl FnOnce(&mut [Box<dyn GroupsAccumulator>]) -> Result<T>,
+        read: impl FnOnce(&mut Segments) -> Result<T>,
     ) -> Result<T> {
         if let Some(delta) = self.take_delta(codec)? {
             self.layers.queue(delta);
@@ -282,16 +283,18 @@ impl GroupedAggregates {
         let mut idx = Vec::new();
         groups.intern(&keys, None, &mut idx);
         let len = groups.len();
-        let mut accs = funcs.accumulators()?;
+        let mut accs = Segments::new(funcs, CHUNK)?;
         let mut off = nkeys;
-        for (acc, w) in accs.iter_mut().zip(snap.widths.iter()) {
+        let mut states = Vec::with_capacity(snap.widths.len());
+        for w in &snap.widths {
             let end = off + w;
             let state = cols.get(off..end).ok_or_else(|| {
                 EngineError::Internal("aggregate snapshot is missing state columns".into())
             })?;
-            acc.merge_batch(state, &idx, len)?;
+            states.push(Some(state.to_vec()));
             off = end;
         }
+        accs.merge(&states, &idx, len)?;
         let mut scope = Self::with_base(
             codec,
             funcs,
@@ -327,42 +330,21 @@ impl GroupedAggregates {
         let n = self.groups.len();
         let all: Vec<usize> = (0..n).collect();
         let keys = codec.decode(self.groups.keys(), &all)?;
-        let evaluate = |accs: &mut [Box<dyn GroupsAccumulator>]| {
-            accs.iter_mut()
-                .map(|a| Ok(a.evaluate(EmitTo::All)?))
-                .collect::<Result<Vec<_>>>()
-        };
         let values = if self.live_only {
-            evaluate(&mut self.live)?
+            self.live.evaluate()?
         } else {
-            self.with_base_state(codec, evaluate)?
+            self.with_base_state(codec, Segments::evaluate)?
         };
         Ok((keys, values, n))
     }
 
     /// Current values of all groups without consuming state.
-    fn current_values(
-        &mut self,
-        codec: &KeyCodec,
-        funcs: &AggregateFunctions,
-    ) -> Result<Vec<ArrayRef>> {
+    fn current_values(&mut self, codec: &KeyCodec) -> Result<Vec<ArrayRef>> {
         let n = self.groups.len();
-        let mut fresh = funcs.accumulators()?;
-        let mut read = |accs: &mut [Box<dyn GroupsAccumulator>]| {
-            let identity: Vec<usize> = (0..n).collect();
-            let mut out = Vec::with_capacity(accs.len());
-            for (acc, tmp) in accs.iter_mut().zip(fresh.iter_mut()) {
-                let state = acc.state(EmitTo::All)?;
-                acc.merge_batch(&state, &identity, n)?;
-                tmp.merge_batch(&state, &identity, n)?;
-                out.push(tmp.evaluate(EmitTo::All)?);
-            }
-            Ok(out)
-        };
         if self.live_only {
-            read(&mut self.live)
+            self.live.current_values(n)
         } else {
-            self.with_base_state(codec, read)
+            self.with_base_state(codec, |accs| accs.current_values(n))
         }
     }
 
@@ -370,15 +352,11 @@ impl GroupedAggregates {
     /// retraction of its previously emitted row (if any) and an insert of its
     /// current row. Returns (keys, aggregates, kinds), retractions first, or
     /// None if nothing changed.
-    pub fn changes(
-        &mut self,
-        codec: &KeyCodec,
-        funcs: &AggregateFunctions,
-    ) -> Result<Option<Changes>> {
+    pub fn changes(&mut self, codec: &KeyCodec) -> Result<Option<Changes>> {
         if !self.any_touched {
             return Ok(None);
         }
-        let current = self.current_values(codec, funcs)?;
+        let current = self.current_values(codec)?;
         let prev_len = self
             .emitted
             .as_ref()
