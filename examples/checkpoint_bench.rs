@@ -14,6 +14,9 @@
 //! table; `PAUSE_SECS` sets each phase's length (default 15 s) and
 //! `PAUSE_ROUNDS` the number of alternating off/on pairs per size (default 1),
 //! and `TAIL_SHARE` the `checkpoint_tail_share` option (default: the engine's);
+//! `PAUSE_KEYS=shuffled` feeds the probe and full-speed phases keys in a
+//! fixed pseudo-random order instead of the order the fill created them in,
+//! so each batch's rows spread over every part of the state;
 //! `CHECKPOINT_BENCH_EVENTS=N` adds the old throughput table over N events
 //! (`CHECKPOINT_BENCH=throughput` runs only that one), with checkpoints every
 //! `CHECKPOINT_BENCH_INTERVAL` (default 1s) against none, and how often a
@@ -190,17 +193,19 @@ fn pause_schema() -> Arc<Schema> {
     ]))
 }
 
-/// A batch over keys `first_key..first_key + rows` (mod `key_space`);
-/// its first row carries `seq` (the probe), the others -1.
+/// A batch over keys `first_key..first_key + rows` (mod `key_space`),
+/// each passed through `order`; its first row carries `seq` (the probe),
+/// the others -1.
 fn pause_batch(
     first_key: i64,
     rows: usize,
     key_space: i64,
+    order: KeyOrder,
     payload: &sluice::arrow::array::ArrayRef,
     seq: i64,
 ) -> sluice::Result<RecordBatch> {
     let keys: sluice::arrow::array::ArrayRef = Arc::new(Int64Array::from_iter_values(
-        (0..rows as i64).map(|i| (first_key + i) % key_space),
+        (0..rows as i64).map(|i| order.key((first_key + i) % key_space, key_space)),
     ));
     let seqs = Int64Array::from_iter_values((0..rows).map(|i| if i == 0 { seq } else { -1 }));
     Ok(RecordBatch::try_new(
@@ -213,6 +218,33 @@ fn pause_batch(
             Arc::new(seqs),
         ],
     )?)
+}
+
+/// The order of the keys a batch carries.
+#[derive(Clone, Copy)]
+enum KeyOrder {
+    /// Key `i` is `i`: the order the fill created the groups in.
+    Created,
+    /// Key `i` is `i * P mod n` for a large prime `P` (a permutation of
+    /// `0..n` whenever `P` does not divide `n`).
+    Shuffled,
+}
+
+impl KeyOrder {
+    fn from_env() -> Self {
+        match std::env::var("PAUSE_KEYS").as_deref() {
+            Ok("shuffled") => Self::Shuffled,
+            _ => Self::Created,
+        }
+    }
+
+    fn key(self, i: i64, n: i64) -> i64 {
+        const P: i128 = 2_654_435_761;
+        match self {
+            Self::Created => i,
+            Self::Shuffled => ((i128::from(i) * P) % i128::from(n.max(1))) as i64,
+        }
+    }
 }
 
 /// Fill `mb` of aggregate state, then (1) push paced probe batches for
@@ -237,6 +269,7 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
     let src = db.source("s").await?;
     let mut sub = db.subscribe("probe").await?;
     let groups = (mb * 1_000_000 / BYTES_PER_GROUP) as i64;
+    let order = KeyOrder::from_env();
     let chunk = 8_192usize;
     let payload: sluice::arrow::array::ArrayRef = Arc::new(StringArray::from(
         (0..65_536).map(|k| format!("{k:064}")).collect::<Vec<_>>(),
@@ -244,7 +277,8 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
     let mut k = 0i64;
     while k < groups {
         let n = 65_536usize.min((groups - k) as usize);
-        src.push(pause_batch(k, n, groups, &payload, -1)?).await?;
+        src.push(pause_batch(k, n, groups, KeyOrder::Created, &payload, -1)?)
+            .await?;
         k += n as i64;
     }
     while db.metrics().events_ingested < groups as u64 {
@@ -278,7 +312,7 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
     let probes = (secs * 1000 / 40) as i64;
     for seq in 0..probes {
         tick.tick().await;
-        let b = pause_batch(k, chunk, groups, &payload, seq)?;
+        let b = pause_batch(k, chunk, groups, order, &payload, seq)?;
         k += chunk as i64;
         pushed.lock().push(Instant::now());
         src.push(b).await?;
@@ -288,7 +322,7 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
     let started = Instant::now();
     let until = started + Duration::from_secs(secs);
     while Instant::now() < until {
-        src.push(pause_batch(k, chunk, groups, &payload, -1)?)
+        src.push(pause_batch(k, chunk, groups, order, &payload, -1)?)
             .await?;
         k += chunk as i64;
     }
