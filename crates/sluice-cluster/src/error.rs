@@ -104,6 +104,74 @@ pub enum ClusterError {
     /// The test harness could not start etcd.
     #[error("SLC-CLU-011: cannot start etcd for tests: {0}")]
     Harness(String),
+    /// Two reservations raced for the same checkpoint attempt id under one
+    /// leadership term; the loser may reserve again.
+    #[error(
+        "SLC-CLU-012: checkpoint attempt reservation by node '{node}' was refused: the \
+         attempt counter moved from {expected} to {current} while it reserved"
+    )]
+    AttemptCounterMoved {
+        /// The reserving leader.
+        node: String,
+        /// The counter value the reservation was based on (0: none).
+        expected: u64,
+        /// The counter value in etcd.
+        current: u64,
+    },
+    /// A leader-only checkpoint write about attempt `id` was refused
+    /// because the records it builds on are not what it requires.
+    #[error(
+        "SLC-CLU-013: checkpoint {action} for attempt {id} by node '{node}' was refused: {reason}"
+    )]
+    CheckpointRefused {
+        /// What was refused (`prepare`, `commit`, `abort`, `prune`).
+        action: &'static str,
+        /// The attempt.
+        id: u64,
+        /// The writer.
+        node: String,
+        /// Why.
+        reason: String,
+    },
+    /// A checkpoint write was fenced by the assignment generation: the
+    /// vnode table changed since the attempt's Prepare captured it.
+    #[error(
+        "SLC-CLU-014: checkpoint {action} for attempt {id} by node '{node}' was refused: \
+         the attempt is fenced at assignment generation {expected} but the table is at \
+         generation {current}"
+    )]
+    AssignmentFenceMoved {
+        /// What was refused (`prepare`, `answer`, `commit`).
+        action: &'static str,
+        /// The attempt.
+        id: u64,
+        /// The writer.
+        node: String,
+        /// The generation the attempt is fenced at.
+        expected: u64,
+        /// The generation in etcd (0: none).
+        current: u64,
+    },
+    /// A follower's answer to attempt `id` was refused.
+    #[error(
+        "SLC-CLU-015: answer of node '{node}' to checkpoint attempt {id} was refused: {reason}"
+    )]
+    AnswerRefused {
+        /// The attempt.
+        id: u64,
+        /// The follower.
+        node: String,
+        /// Why.
+        reason: String,
+    },
+    /// A checkpoint record that must exist is absent.
+    #[error("SLC-CLU-016: checkpoint attempt {id} has no {what} in etcd")]
+    CheckpointMissing {
+        /// The attempt.
+        id: u64,
+        /// The missing record (`prepare`, `decision`).
+        what: &'static str,
+    },
 }
 
 impl ClusterError {

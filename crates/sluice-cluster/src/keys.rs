@@ -77,6 +77,45 @@ impl ClusterKeys {
     pub fn assignment(&self) -> String {
         format!("/sluice/{}/assignment", self.cluster)
     }
+
+    /// `/sluice/C/checkpoints/<kind>/`: the directory of one kind of
+    /// checkpoint record (`attempts`, `prepare`, `answers`, `decisions`).
+    pub fn checkpoint_dir(&self, kind: &str) -> String {
+        format!("/sluice/{}/checkpoints/{kind}/", self.cluster)
+    }
+
+    /// `/sluice/C/checkpoints/counter`: the last reserved attempt id
+    /// (permanent, so a new leader continues after the old one).
+    pub fn checkpoint_counter(&self) -> String {
+        format!("/sluice/{}/checkpoints/counter", self.cluster)
+    }
+
+    /// `/sluice/C/checkpoints/committed`: the newest committed attempt id.
+    pub fn checkpoint_committed(&self) -> String {
+        format!("/sluice/{}/checkpoints/committed", self.cluster)
+    }
+
+    /// `/sluice/C/checkpoints/<kind>/<id>` with the id zero-padded to 20
+    /// digits, so keys sort (and range-delete) in id order.
+    pub fn checkpoint_record(&self, kind: &str, id: u64) -> String {
+        format!("{}{}", self.checkpoint_dir(kind), padded_id(id))
+    }
+
+    /// `/sluice/C/checkpoints/answers/<id>/`: every answer to attempt `id`.
+    pub fn checkpoint_answers(&self, id: u64) -> String {
+        format!("{}/", self.checkpoint_record("answers", id))
+    }
+
+    /// `/sluice/C/checkpoints/answers/<id>/<N>`: node `N`'s answer.
+    pub fn checkpoint_answer(&self, id: u64, node: &NodeId) -> String {
+        format!("{}{}", self.checkpoint_answers(id), node.as_str())
+    }
+}
+
+/// An attempt id as it appears in keys and in the committed pointer: 20
+/// digits, the width of `u64::MAX`, so byte order is numeric order.
+pub fn padded_id(id: u64) -> String {
+    format!("{id:020}")
 }
 
 /// A validated node id.
@@ -122,5 +161,10 @@ mod tests {
         assert_eq!(keys.leader(), "/sluice/c1/leader");
         assert_eq!(keys.catalog(), "/sluice/c1/catalog");
         assert_eq!(keys.assignment(), "/sluice/c1/assignment");
+        assert_eq!(
+            keys.checkpoint_answer(7, &n),
+            "/sluice/c1/checkpoints/answers/00000000000000000007/n-1.x_y"
+        );
+        assert!(keys.checkpoint_record("prepare", 9) < keys.checkpoint_record("prepare", 10));
     }
 }

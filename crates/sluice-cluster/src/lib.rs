@@ -15,6 +15,16 @@
 //! /sluice/C/assignment  {term, members,      assignment/         permanent, rewritten by
 //!                        owners[vnode]}                           the leader (mod rev =
 //!                                                                 generation)
+//! /sluice/C/checkpoints/                      checkpoint/         (ids zero-padded to 20
+//!   counter           last reserved id                            digits, so keys sort)
+//!                                                                 permanent
+//!   attempts/ID       {id, term, node}                            until pruned
+//!   prepare/ID        {id, term, generation,                      until pruned
+//!                      members, owners, digest,
+//!                      deadline_ms}
+//!   answers/ID/N      ack{part} | nack{reason}                    N's lease (or pruned)
+//!   decisions/ID      commit{parts} | abort{reason}               until pruned
+//!   committed         newest committed id                         permanent, only forward
 //! ```
 //!
 //! Each node holds one [`Session`]: an etcd client and a lease renewed every
@@ -38,6 +48,12 @@
 //! wrote the table. Leader-only writes compare both in the same etcd
 //! transaction, so a deposed or stale writer is refused by etcd itself.
 //!
+//! Checkpoints (`checkpoint/`, sequence diagram there) follow the same
+//! rule: reserve an id (term + counter revision), publish the Prepare
+//! (term + generation), followers answer (Prepare + generation + their
+//! member lease), the leader decides (term + generation + each ack's
+//! create revision) and moves `committed` forward in the same transaction.
+//!
 //! Keys map to vnodes with a fixed hash (`vnodes.rs`: xxh3-64 of the
 //! canonical partition key encoding, modulo the vnode count fixed in the
 //! seal) and vnodes to nodes by rendezvous hashing, which moves only the
@@ -49,10 +65,9 @@
 //! streaming coordinator uses it yet (`PipelineCallback::is_leader` is
 //! still hard-wired for a single node). The next slices:
 //!
-//! 1. The leader's checkpoint protocol over etcd: durable attempt
-//!    reservation, the certified barrier Prepare under an assignment fence,
-//!    follower acknowledgements, and the commit decision in a transaction
-//!    guarded by term and generation.
+//! 1. The leader's checkpoint protocol over etcd (`checkpoint/`: its etcd
+//!    side exists; wiring it into the streaming coordinator's
+//!    `PipelineCallback` is still to come).
 //! 2. Vnode-placed operators: keyed state and process functions filed by
 //!    vnode on shared object storage, `complete_pending_vnode_transition`
 //!    moving vnodes at a checkpoint boundary.
@@ -63,6 +78,7 @@
 
 pub mod assignment;
 pub mod catalog_seal;
+pub mod checkpoint;
 pub mod error;
 pub mod keys;
 pub mod leader;

@@ -1,0 +1,64 @@
+//! The leader's checkpoint protocol over etcd (issue 14, slice 1).
+//!
+//! # Architecture
+//!
+//! A checkpoint attempt moves through five records under
+//! `/sluice/C/checkpoints/`, each written by one etcd transaction whose
+//! compare clauses do the fencing — no write depends on a read that etcd
+//! does not re-check:
+//!
+//! ```text
+//!  leader (term T)                      etcd                       follower N
+//!  reserve_checkpoint_attempt ──txn: T, counter rev──► counter=id,
+//!                                                      attempts/id
+//!  checkpoint_assignment_for_admission ◄─get── assignment (gen G)
+//!  publish_checkpoint_prepare ──txn: T, gen G, attempt──► prepare/id
+//!                                                      ───watch/read──► Prepare
+//!                                       answers/id/N ◄──txn: prepare, gen G,
+//!                                       (N's lease)      member lease, absent
+//!  wait_for_answers ◄──watch (bounded by the deadline)──
+//!  decide: commit ──txn: T, gen G, each ack's create rev,──► decisions/id,
+//!                        committed rev, absent                committed=id
+//!       or abort  ──txn: T, absent──────────────────────► decisions/id
+//!                                                      ───wait_for_decision──►
+//!  prune_checkpoints ──txn: T, committed rev──► delete ids < committed-K
+//! ```
+//!
+//! Fencing: the term (`leader.rs`) refuses a deposed leader at every leader
+//! write; the generation (`assignment/`) refuses a Prepare, answer or
+//! commit made for a table that has since changed; an answer lives on its
+//! follower's lease and the commit compares each ack's create revision, so
+//! a follower that lost its lease neither answers nor counts. Ids come from
+//! a permanent counter and are never reused, even for abandoned attempts.
+//!
+//! Recovery restores from [`last_committed`]: the committed pointer, the
+//! Prepare (generation and owners) and the commit decision, which carries
+//! every ack's part because answer keys vanish with follower leases.
+
+pub mod answer;
+pub mod decide;
+pub mod prepare;
+pub mod prune;
+pub mod read;
+pub mod record;
+pub mod reserve;
+mod txn;
+pub mod wait;
+
+pub use answer::answer_checkpoint;
+pub use decide::{abort_attempt, commit_attempt, decide, verdict, Decided, Verdict};
+pub use prepare::{checkpoint_assignment_for_admission, publish_checkpoint_prepare, read_prepare};
+pub use prune::prune_checkpoints;
+pub use read::{
+    last_committed, last_committed_id, read_answers, read_decision, require_prepare, Answers,
+    CommittedCheckpoint,
+};
+pub use record::{
+    Answer, AnswerRecord, CheckpointAssignmentFence, CheckpointAttempt, CheckpointPrepare,
+    Decision, DecisionRecord, PartRef, Stored,
+};
+pub use reserve::{
+    read_attempt_counter, reserve_after, reserve_checkpoint_attempt, AttemptCounter,
+};
+pub use txn::now_ms;
+pub use wait::{wait_for_answers, wait_for_decision};

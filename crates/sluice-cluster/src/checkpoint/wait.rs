@@ -1,0 +1,76 @@
+//! Waiting for answers or a decision, on etcd watches (no polling), and
+//! always bounded: every wait ends at the earlier of the caller's instant
+//! and the Prepare's deadline, then returns what a direct read finds.
+
+use tokio::time::Instant;
+
+use super::read::{read_answers, read_decision, Answers};
+use super::record::{decode, Answer, AnswerRecord, CheckpointPrepare, DecisionRecord, Stored};
+use super::txn::instant_of;
+use crate::error::Result;
+use crate::session::Session;
+use crate::watch as key_watch;
+
+/// Wait until every owning node of `prepare` answered or one nacked, or
+/// until `until` or the Prepare's deadline, whichever comes first; then
+/// return the answers as read from etcd.
+pub async fn wait_for_answers(
+    session: &Session,
+    prepare: &CheckpointPrepare,
+    until: Instant,
+) -> Result<Answers> {
+    let end = until.min(instant_of(prepare.deadline_ms));
+    let owners = prepare.owning_nodes();
+    let mut snapshots = key_watch::spawn(
+        session.client(),
+        session.keys().checkpoint_answers(prepare.id),
+        true,
+    );
+    loop {
+        let settled = {
+            let snapshot = snapshots.borrow_and_update();
+            let mut answered = 0;
+            let mut nacked = false;
+            for (key, entry) in &snapshot.entries {
+                // An unreadable answer is reported by the final read.
+                if let Ok(record) = decode::<AnswerRecord>(key, &entry.value) {
+                    nacked |= matches!(record.answer, Answer::Nack { .. });
+                    answered += usize::from(owners.contains(&record.node));
+                }
+            }
+            snapshot.revision > 0 && (nacked || answered == owners.len())
+        };
+        if settled {
+            break;
+        }
+        tokio::select! {
+            changed = snapshots.changed() => if changed.is_err() { break },
+            () = tokio::time::sleep_until(end) => break,
+        }
+    }
+    read_answers(session, prepare.id).await
+}
+
+/// Wait until attempt `id` is decided or `until` passes; then return the
+/// decision as read from etcd (`None`: still undecided).
+pub async fn wait_for_decision(
+    session: &Session,
+    id: u64,
+    until: Instant,
+) -> Result<Option<Stored<DecisionRecord>>> {
+    let key = session.keys().checkpoint_record("decisions", id);
+    let mut snapshots = key_watch::spawn(session.client(), key, false);
+    loop {
+        {
+            let snapshot = snapshots.borrow_and_update();
+            if !snapshot.entries.is_empty() {
+                break;
+            }
+        }
+        tokio::select! {
+            changed = snapshots.changed() => if changed.is_err() { break },
+            () = tokio::time::sleep_until(until) => break,
+        }
+    }
+    read_decision(session, id).await
+}
