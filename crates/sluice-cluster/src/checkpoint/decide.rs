@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use etcd_client::{Compare, CompareOp, PutOptions, TxnOp, TxnResponse};
 
-use super::read::{read_answers, read_committed_pointer, require_prepare, Answers};
+use super::read::{read_answers, read_committed_pointer, read_decision, require_prepare, Answers};
 use super::record::{
     decode_kv, encode, Answer, CheckpointPrepare, Decision, DecisionRecord, Stored, RECORD_FORMAT,
 };
@@ -76,7 +76,8 @@ pub struct Decided {
 }
 
 /// Read attempt `id`'s Prepare and answers and decide if they call for a
-/// decision at `now_ms`; `None` while the verdict is pending.
+/// decision at `now_ms`; `None` while the verdict is pending. If the
+/// attempt is already decided, that decision (`first: false`).
 pub async fn decide(
     election: &Election,
     term: u64,
@@ -84,6 +85,14 @@ pub async fn decide(
     now_ms: u64,
 ) -> Result<Option<Decided>> {
     let session = election.session();
+    // Deciding again returns the first decision. (Only a shortcut: the
+    // write transactions below refuse a second decision by themselves.)
+    if let Some(existing) = read_decision(session, id).await? {
+        return Ok(Some(Decided {
+            record: existing.value,
+            first: false,
+        }));
+    }
     let prepare = require_prepare(session, id).await?;
     let answers = read_answers(session, id).await?;
     match verdict(&prepare.value, &answers, now_ms) {

@@ -4,6 +4,8 @@
 
 mod assignment;
 mod catalog;
+mod checkpoint;
+mod checkpoint_fence;
 mod election;
 mod membership;
 
