@@ -90,7 +90,7 @@ pub async fn answer_checkpoint(
             current,
         });
     }
-    if !first_kv(&response, 2).is_some_and(|kv| kv.lease() == session.lease_id()) {
+    if first_kv(&response, 2).is_none_or(|kv| kv.lease() != session.lease_id()) {
         return Err(ClusterError::LeaseLost {
             node: node.to_string(),
         });

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use sluice_cluster::assignment::publish;
 use sluice_cluster::checkpoint::{
-    abort_attempt, answer_checkpoint, checkpoint_assignment_for_admission, decide, last_committed,
-    last_committed_id, now_ms, prune_checkpoints, publish_checkpoint_prepare, read_answers,
-    read_attempt_counter, read_decision, read_prepare, reserve_after, reserve_checkpoint_attempt,
-    wait_for_answers, wait_for_decision, Answer, CheckpointPrepare, Decision, PartRef, Stored,
+    abort_attempt, answer_checkpoint, checkpoint_assignment_for_admission, commit_attempt, decide,
+    last_committed, last_committed_id, now_ms, prune_checkpoints, publish_checkpoint_prepare,
+    read_answers, read_attempt_counter, read_decision, read_prepare, reserve_after,
+    reserve_checkpoint_attempt, wait_for_answers, wait_for_decision, Answer, CheckpointPrepare,
+    Decision, PartRef, Stored,
 };
 use sluice_cluster::membership::Membership;
 use sluice_cluster::{Election, Session, VnodeCount};
@@ -178,6 +179,10 @@ async fn a_full_round_commits_and_the_pointer_reads_back() {
         assert_eq!(parts.clone().into_iter().collect::<Vec<_>>(), want);
     }
     // Pruning with K = 0 removes attempt 1, keeps the committed attempt 2.
+    let p1 = read_prepare(&c.sessions[2], 1)
+        .await
+        .expect("read")
+        .expect("not yet pruned");
     let floor = prune_checkpoints(&c.elections[0], term, 0)
         .await
         .expect("prune");
@@ -189,6 +194,15 @@ async fn a_full_round_commits_and_the_pointer_reads_back() {
     assert!(read_prepare(s, 2).await.expect("read").is_some());
     assert_eq!(read_answers(s, 2).await.expect("read").len(), 3);
     assert_eq!(last_committed_id(s).await.expect("read"), Some(2));
+    // A late answer to a pruned Prepare is refused.
+    let err = answer_checkpoint(&c.sessions[2], &p1, ack_of("n3", 1))
+        .await
+        .expect_err("pruned");
+    assert_eq!(
+        err.to_string(),
+        "SLC-CLU-015: answer of node 'n3' to checkpoint attempt 1 was refused: \
+         the Prepare does not exist (pruned or never published)"
+    );
     // The counter is not pruned: the next id is still 3.
     assert_eq!(read_attempt_counter(s).await.expect("read").last, 2);
 }
@@ -309,6 +323,22 @@ async fn nack_and_deadline_abort_and_decisions_are_created_once() {
         last_committed_id(&c.sessions[1]).await.expect("read"),
         Some(3)
     );
+    // Attempt 4 is fully acked but the leader abandoned it first: a commit
+    // returns the abort, and the committed pointer stays at 3.
+    let p4 = c.prepare(Duration::from_secs(10)).await;
+    for i in 0..3 {
+        c.ack(i, 4).await.expect("ack");
+    }
+    let abandoned = abort_attempt(leader, term, 4, p4.value.generation, "abandoned")
+        .await
+        .expect("abort");
+    assert!(abandoned.first);
+    let answers = read_answers(&c.sessions[0], 4).await.expect("answers");
+    let late = commit_attempt(leader, term, &p4, &answers)
+        .await
+        .expect("returns the first decision");
+    assert!(!late.first);
+    assert_eq!(late.record, abandoned.record);
     // And the aborted attempts never moved the committed pointer.
     assert_eq!(
         read_decision(&c.sessions[1], 1)
