@@ -152,10 +152,29 @@ async fn a_stale_generation_refuses_prepare_answers_and_commit() {
 async fn a_follower_whose_lease_ended_cannot_answer_and_its_ack_does_not_count() {
     let etcd = etcd().await;
     let c = Cluster::start(&etcd, "ck-lease", 3).await;
-    // Attempt 1: n3's lease is revoked before it answers.
+    // Attempt 1: read by every node.
     let p1 = c.prepare(Duration::from_secs(30)).await;
+    assert_eq!(p1.value.owning_nodes().len(), 3);
+    let prepare = read_prepare(&c.sessions[2], 1)
+        .await
+        .expect("read")
+        .expect("published");
+    // n2's lease lives but its member key is gone (it left the cluster):
+    // it is fenced out too.
+    let n2 = &c.sessions[1];
+    n2.client()
+        .delete(n2.keys().node(n2.node()), None)
+        .await
+        .expect("delete member key");
+    let err = answer_checkpoint(n2, &prepare, ack_of("n2", 1))
+        .await
+        .expect_err("answer refused");
+    assert_eq!(
+        err.to_string(),
+        "SLC-CLU-007: node 'n2' lost its etcd lease; it must rejoin the cluster"
+    );
+    // n3's lease is revoked before it answers.
     let n3 = &c.sessions[2];
-    let prepare = read_prepare(n3, 1).await.expect("read").expect("published");
     n3.close().await.expect("revoke");
     let err = answer_checkpoint(n3, &prepare, ack_of("n3", 1))
         .await
@@ -164,7 +183,6 @@ async fn a_follower_whose_lease_ended_cannot_answer_and_its_ack_does_not_count()
         err.to_string(),
         "SLC-CLU-007: node 'n3' lost its etcd lease; it must rejoin the cluster"
     );
-    assert_eq!(p1.value.owning_nodes().len(), 3);
 
     // Attempt 2: n2 acks, the leader reads every ack, then n2's lease ends
     // (its ack vanishes with it): the commit built on that read fails.
