@@ -286,3 +286,68 @@ fn existing_decision(response: &TxnResponse) -> Result<Option<Decided>> {
         })
         .transpose()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::record::{AnswerRecord, CheckpointAttempt, PartRef};
+    use crate::checkpoint::testing::prepare_over;
+
+    fn answer(node: &str, answer: Answer) -> (String, Stored<AnswerRecord>) {
+        let record = AnswerRecord {
+            format: RECORD_FORMAT,
+            id: 1,
+            node: node.to_string(),
+            answer,
+        };
+        let stored = Stored {
+            value: record,
+            create_revision: 5,
+            mod_revision: 5,
+        };
+        (node.to_string(), stored)
+    }
+
+    fn ack(node: &str) -> (String, Stored<AnswerRecord>) {
+        let part = PartRef {
+            object_key: format!("k/{node}"),
+            size: "1".into(),
+            crc: "c".into(),
+        };
+        answer(node, Answer::Ack { part })
+    }
+
+    #[test]
+    fn verdict_needs_every_owner_and_aborts_on_nack_or_deadline() {
+        let attempt = CheckpointAttempt { id: 1, term: 3 };
+        let prepare = prepare_over(attempt, &["a", "b", "c"], 1000);
+        assert_eq!(prepare.owning_nodes().len(), 3);
+        let mut answers: Answers = [ack("a"), ack("b")].into_iter().collect();
+        assert_eq!(
+            verdict(&prepare, &answers, 999),
+            Verdict::Pending {
+                missing: vec!["c".to_string()]
+            }
+        );
+        assert_eq!(
+            verdict(&prepare, &answers, 1000),
+            Verdict::Abort("the deadline passed without an ack from c".to_string())
+        );
+        // An ack from a node that owns nothing does not stand in for c.
+        answers.extend([ack("stranger")]);
+        assert!(matches!(
+            verdict(&prepare, &answers, 0),
+            Verdict::Pending { .. }
+        ));
+        answers.extend([ack("c")]);
+        assert_eq!(verdict(&prepare, &answers, u64::MAX), Verdict::Commit);
+        let nack = Answer::Nack {
+            reason: "full".into(),
+        };
+        answers.extend([answer("b", nack)]);
+        assert_eq!(
+            verdict(&prepare, &answers, 0),
+            Verdict::Abort("node 'b' nacked: full".to_string())
+        );
+    }
+}

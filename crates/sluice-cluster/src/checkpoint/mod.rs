@@ -42,6 +42,8 @@ pub mod prune;
 pub mod read;
 pub mod record;
 pub mod reserve;
+#[cfg(test)]
+mod testing;
 mod txn;
 pub mod wait;
 

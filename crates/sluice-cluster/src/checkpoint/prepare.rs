@@ -12,9 +12,9 @@
 use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
 
 use super::record::{
-    decode_kv, encode, CheckpointAssignmentFence, CheckpointAttempt, CheckpointPrepare, Stored,
+    encode, CheckpointAssignmentFence, CheckpointAttempt, CheckpointPrepare, Stored,
 };
-use super::txn::{first_kv, mod_revision_at};
+use super::txn::{first_kv, mod_revision_at, read_record};
 use crate::assignment::Assignment;
 use crate::error::{ClusterError, Result};
 use crate::leader::{Election, Guarded};
@@ -127,10 +127,5 @@ pub async fn publish_checkpoint_prepare(
 /// Read the Prepare of attempt `id`, if it was published (and not pruned).
 pub async fn read_prepare(session: &Session, id: u64) -> Result<Option<Stored<CheckpointPrepare>>> {
     let key = session.keys().checkpoint_record("prepare", id);
-    let got = session
-        .client()
-        .get(key, None)
-        .await
-        .map_err(|e| ClusterError::etcd(format!("read of the Prepare of attempt {id}"), e))?;
-    got.kvs().first().map(decode_kv).transpose()
+    read_record(session, &key, &format!("the Prepare of attempt {id}")).await
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use etcd_client::{GetOptions, Txn, TxnOp};
 
 use super::prepare::read_prepare;
-use super::record::{decode_kv, parse_id, AnswerRecord, CheckpointPrepare, DecisionRecord, Stored};
-use super::txn::first_kv;
+use super::record::{decode_kv, AnswerRecord, CheckpointPrepare, DecisionRecord, Stored};
+use super::txn::{first_kv, read_id, read_record};
 use crate::error::{ClusterError, Result};
 use crate::session::Session;
 
@@ -45,27 +45,14 @@ pub async fn read_answers(session: &Session, id: u64) -> Result<Answers> {
 /// Read the decision on attempt `id`, if it was decided (and not pruned).
 pub async fn read_decision(session: &Session, id: u64) -> Result<Option<Stored<DecisionRecord>>> {
     let key = session.keys().checkpoint_record("decisions", id);
-    let got = session
-        .client()
-        .get(key, None)
-        .await
-        .map_err(|e| ClusterError::etcd(format!("read of the decision on attempt {id}"), e))?;
-    got.kvs().first().map(decode_kv).transpose()
+    read_record(session, &key, &format!("the decision on attempt {id}")).await
 }
 
 /// The committed pointer as read: the newest committed id (0: none yet)
 /// and the revision that wrote it (0: never written).
 pub(crate) async fn read_committed_pointer(session: &Session) -> Result<(u64, i64)> {
     let key = session.keys().checkpoint_committed();
-    let got = session
-        .client()
-        .get(key.clone(), None)
-        .await
-        .map_err(|e| ClusterError::etcd("read of the committed checkpoint pointer", e))?;
-    match got.kvs().first() {
-        Some(kv) => Ok((parse_id(&key, kv.value())?, kv.mod_revision())),
-        None => Ok((0, 0)),
-    }
+    read_id(session, &key, "the committed checkpoint pointer").await
 }
 
 /// The id of the newest committed checkpoint (`None` before the first).

@@ -296,3 +296,41 @@ pub(crate) fn parse_id(key: &str, value: &[u8]) -> Result<u64> {
             reason: format!("'{}' is not an attempt id", String::from_utf8_lossy(value)),
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::testing::prepare_over;
+
+    #[test]
+    fn prepares_round_trip_and_a_bad_digest_or_format_is_refused() {
+        let attempt = CheckpointAttempt { id: 4, term: 2 };
+        let prepare = prepare_over(attempt, &["n1", "n2"], 77);
+        assert_eq!(prepare.generation, 10);
+        assert_eq!(prepare.owners.len(), 64);
+        let back: CheckpointPrepare = decode("k", &encode(&prepare)).expect("decodes");
+        assert_eq!(back, prepare);
+        let mut moved = prepare.clone();
+        moved.owners[0] = 1 - moved.owners[0];
+        assert_eq!(
+            decode::<CheckpointPrepare>("k", &encode(&moved))
+                .expect_err("digest")
+                .to_string(),
+            "SLC-CLU-008: etcd key 'k' holds an unreadable value: \
+             the owners digest does not match the owners"
+        );
+        let mut later = prepare;
+        later.format = 2;
+        assert_eq!(
+            decode::<CheckpointPrepare>("k", &encode(&later))
+                .expect_err("format")
+                .to_string(),
+            "SLC-CLU-008: etcd key 'k' holds an unreadable value: \
+             checkpoint record format 2 (this version reads 1)"
+        );
+        assert_eq!(
+            parse_id("c", b"x1").expect_err("not an id").to_string(),
+            "SLC-CLU-008: etcd key 'c' holds an unreadable value: 'x1' is not an attempt id"
+        );
+    }
+}

@@ -10,7 +10,7 @@
 use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
 
 use super::record::{encode, parse_id, AttemptRecord, CheckpointAttempt, RECORD_FORMAT};
-use super::txn::first_kv;
+use super::txn::{first_kv, read_id};
 use crate::error::{ClusterError, Result};
 use crate::keys::padded_id;
 use crate::leader::{Election, Guarded};
@@ -33,21 +33,8 @@ pub struct AttemptCounter {
 /// Read the attempt counter.
 pub async fn read_attempt_counter(session: &Session) -> Result<AttemptCounter> {
     let key = session.keys().checkpoint_counter();
-    let got = session
-        .client()
-        .get(key.clone(), None)
-        .await
-        .map_err(|e| ClusterError::etcd("read of the checkpoint attempt counter", e))?;
-    Ok(match got.kvs().first() {
-        Some(kv) => AttemptCounter {
-            last: parse_id(&key, kv.value())?,
-            mod_revision: kv.mod_revision(),
-        },
-        None => AttemptCounter {
-            last: 0,
-            mod_revision: 0,
-        },
-    })
+    let (last, mod_revision) = read_id(session, &key, "the checkpoint attempt counter").await?;
+    Ok(AttemptCounter { last, mod_revision })
 }
 
 /// Reserve the next attempt id as leader of `term`: read the counter and

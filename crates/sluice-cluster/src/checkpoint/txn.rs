@@ -3,6 +3,11 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{KeyValue, TxnOpResponse, TxnResponse};
+use serde::de::DeserializeOwned;
+
+use super::record::{decode_kv, parse_id, Formatted, Stored};
+use crate::error::{ClusterError, Result};
+use crate::session::Session;
 
 /// The first key-value of the `index`-th operation of `response`, if that
 /// operation was a read that found a key.
@@ -37,3 +42,35 @@ pub(crate) fn instant_of(deadline_ms: u64) -> tokio::time::Instant {
 
 /// No checkpoint wait is longer than this, whatever deadline it is given.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// Read the one key `key` (`what` names it in an error).
+pub(crate) async fn get_one(session: &Session, key: &str, what: &str) -> Result<Option<KeyValue>> {
+    let got = session
+        .client()
+        .get(key, None)
+        .await
+        .map_err(|e| ClusterError::etcd(format!("read of {what}"), e))?;
+    Ok(got.kvs().first().cloned())
+}
+
+/// Read and decode the record at `key`, if it exists.
+pub(crate) async fn read_record<T: DeserializeOwned + Formatted>(
+    session: &Session,
+    key: &str,
+    what: &str,
+) -> Result<Option<Stored<T>>> {
+    get_one(session, key, what)
+        .await?
+        .as_ref()
+        .map(decode_kv)
+        .transpose()
+}
+
+/// Read a key holding an attempt id: the id and the revision that wrote
+/// it, `(0, 0)` if the key was never written.
+pub(crate) async fn read_id(session: &Session, key: &str, what: &str) -> Result<(u64, i64)> {
+    match get_one(session, key, what).await? {
+        Some(kv) => Ok((parse_id(key, kv.value())?, kv.mod_revision())),
+        None => Ok((0, 0)),
+    }
+}
