@@ -172,6 +172,15 @@ pub enum ClusterError {
         /// The missing record (`prepare`, `decision`).
         what: &'static str,
     },
+    /// etcd did not answer a checkpoint read in time; the wait gave up
+    /// rather than hang.
+    #[error("SLC-CLU-017: etcd did not answer the {what} within {after_ms} ms")]
+    Timeout {
+        /// What was being read.
+        what: String,
+        /// How long the read was given.
+        after_ms: u64,
+    },
 }
 
 impl ClusterError {

@@ -1,13 +1,18 @@
 //! Waiting for answers or a decision, on etcd watches (no polling), and
 //! always bounded: every wait ends at the earlier of the caller's instant
-//! and the Prepare's deadline, then returns what a direct read finds.
+//! and the Prepare's deadline, then returns what a direct read finds —
+//! itself bounded by [`FINAL_READ`], since an unreachable etcd can leave a
+//! request unanswered.
+
+use std::future::Future;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::read::{read_answers, read_decision, Answers};
 use super::record::{decode, Answer, AnswerRecord, CheckpointPrepare, DecisionRecord, Stored};
 use super::txn::instant_of;
-use crate::error::Result;
+use crate::error::{ClusterError, Result};
 use crate::session::Session;
 use crate::watch as key_watch;
 
@@ -48,7 +53,7 @@ pub async fn wait_for_answers(
             () = tokio::time::sleep_until(end) => break,
         }
     }
-    read_answers(session, prepare.id).await
+    bounded("answers to the attempt", read_answers(session, prepare.id)).await
 }
 
 /// Wait until attempt `id` is decided or `until` passes; then return the
@@ -72,5 +77,18 @@ pub async fn wait_for_decision(
             () = tokio::time::sleep_until(until) => break,
         }
     }
-    read_decision(session, id).await
+    bounded("decision on the attempt", read_decision(session, id)).await
+}
+
+/// How long the read that ends a wait may take.
+pub const FINAL_READ: Duration = Duration::from_secs(5);
+
+/// Run `read`, giving up with [`ClusterError::Timeout`] after [`FINAL_READ`].
+async fn bounded<T>(what: &str, read: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(FINAL_READ, read)
+        .await
+        .map_err(|_| ClusterError::Timeout {
+            what: what.to_string(),
+            after_ms: u64::try_from(FINAL_READ.as_millis()).unwrap_or(u64::MAX),
+        })?
 }

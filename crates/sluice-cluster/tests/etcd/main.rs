@@ -6,6 +6,7 @@ mod assignment;
 mod catalog;
 mod checkpoint;
 mod checkpoint_fence;
+mod checkpoint_model;
 mod election;
 mod membership;
 
