@@ -52,7 +52,20 @@
 //! rule: reserve an id (term + counter revision), publish the Prepare
 //! (term + generation), followers answer (Prepare + generation + their
 //! member lease), the leader decides (term + generation + each ack's
-//! create revision) and moves `committed` forward in the same transaction.
+//! create revision) and moves `committed` forward in the same transaction:
+//!
+//! ```text
+//!  leader (term T)                 etcd                          follower N
+//!   reserve ──[T, counter rev]──► counter=id, attempts/id
+//!   admission ◄──get──────────── assignment (generation G)
+//!   prepare ──[T, G, reserved]──► prepare/id ──────watch/read──► Prepare
+//!                                 answers/id/N ◄──[prepare, G, member lease]── ack | nack
+//!   wait (watch, ends by the deadline) ◄── answers
+//!   decide ──[T, G, acks' create revs, committed rev]──► decisions/id = commit,
+//!                                                        committed = id
+//!       or ──[T]──► decisions/id = abort (nack, or deadline without every ack)
+//!   prune ──[T, committed rev]──► delete ids < committed - K
+//! ```
 //!
 //! Keys map to vnodes with a fixed hash (`vnodes.rs`: xxh3-64 of the
 //! canonical partition key encoding, modulo the vnode count fixed in the
