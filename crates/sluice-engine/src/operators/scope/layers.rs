@@ -411,23 +411,34 @@ impl Merge<'_> {
         let older_at = UInt32Array::from(older_at);
         let locals: Vec<usize> = bucket.iter().map(|&(_, l)| l).collect();
         let identity: Vec<usize> = (0..m).collect();
+        // Where each bucket entry's row is: in the drained segments (by
+        // segment and offset), or in a fresh accumulator's state (by
+        // position in the bucket).
+        let in_segments: Vec<(usize, usize)> =
+            locals.iter().map(|&l| (l / size, l % size)).collect();
+        let in_bucket: Vec<(usize, usize)> = (0..m).map(|k| (0, k)).collect();
         let mut states = Vec::with_capacity(self.commutes.len());
         for (a, &commutes) in self.commutes.iter().enumerate() {
             let before_state = before.and_then(|c| c.states.get(a));
-            // The delta's rows of this chunk, in bucket order.
-            let delta_rows = gather(drained, a, &locals, size)?;
-            let after = if commutes || m == 0 {
-                delta_rows
+            let merged;
+            let (sources, rows): (Vec<&Vec<ArrayRef>>, &[(usize, usize)]) = if commutes || m == 0 {
+                // Already merged: spliced straight from the segments.
+                let sources = drained
+                    .iter()
+                    .map(|(s, _)| s.get(a).ok_or_else(|| missing(i)))
+                    .collect::<Result<_>>()?;
+                (sources, &in_segments)
             } else {
                 let acc = fresh.get_mut(a).ok_or_else(|| missing(i))?;
                 if !older_j.is_empty() {
                     let state = before_state.ok_or_else(|| missing(i))?;
                     acc.merge_batch(&take_all(state, &older_at)?, &older_j, m)?;
                 }
-                acc.merge_batch(&delta_rows, &identity, m)?;
-                acc.state(EmitTo::All)?
+                acc.merge_batch(&gather(drained, a, &locals, size)?, &identity, m)?;
+                merged = acc.state(EmitTo::All)?;
+                (vec![&merged], &in_bucket)
             };
-            states.push(splice(before_state, old, &after, bucket, len)?);
+            states.push(splice(before_state, old, &sources, bucket, rows, len)?);
         }
         Ok(FrozenChunk { states, len })
     }
@@ -441,40 +452,56 @@ fn take_all(state: &[ArrayRef], at: &UInt32Array) -> Result<Vec<ArrayRef>> {
         .collect()
 }
 
-/// A chunk of `len` rows: row `off` is `after[k]` for the `k`-th entry
-/// `(off, _)` of `bucket`, and every other row is `before`'s (which has
-/// `old` rows).
+/// A chunk of `len` rows: row `off` of the `k`-th entry `(off, _)` of
+/// `bucket` is row `rows[k].1` of source `rows[k].0` (each source a set of
+/// state columns), and every other row is `before`'s (which has `old`
+/// rows). One copy of each row, whatever the number of sources.
 fn splice(
     before: Option<&Vec<ArrayRef>>,
     old: usize,
-    after: &[ArrayRef],
+    sources: &[&Vec<ArrayRef>],
     bucket: &[(usize, usize)],
+    rows: &[(usize, usize)],
     len: usize,
 ) -> Result<Vec<ArrayRef>> {
     let mut from: Vec<(usize, usize)> = (0..old).map(|g| (0, g)).collect();
     from.resize(len, (usize::MAX, 0));
-    for (k, &(off, _)) in bucket.iter().enumerate() {
+    for (&(off, _), &(source, row)) in bucket.iter().zip(rows) {
         let slot = from.get_mut(off).ok_or_else(|| too_many(off))?;
-        *slot = (1, k);
+        *slot = (1 + source, row);
     }
     if let Some(g) = from.iter().position(|(src, _)| *src == usize::MAX) {
         return Err(EngineError::Internal(format!(
             "aggregate group {g} of a chunk was created but is missing from its delta"
         )));
     }
-    after
-        .iter()
-        .enumerate()
-        .map(|(c, after)| {
+    let width = sources.first().map_or(0, |s| s.len());
+    (0..width)
+        .map(|c| {
+            let mut arrays: Vec<&dyn arrow::array::Array> = Vec::with_capacity(1 + sources.len());
+            for source in sources {
+                let col = source.get(c).ok_or_else(|| {
+                    EngineError::Internal(format!("aggregate state has no column {c}"))
+                })?;
+                arrays.push(col.as_ref());
+            }
             let empty;
             let before = match before.and_then(|b| b.get(c)) {
                 Some(b) => b.as_ref(),
                 None => {
-                    empty = arrow::array::new_empty_array(after.data_type());
+                    let data_type =
+                        arrays
+                            .first()
+                            .map(|a| a.data_type().clone())
+                            .ok_or_else(|| {
+                                EngineError::Internal("an aggregate merge without a source".into())
+                            })?;
+                    empty = arrow::array::new_empty_array(&data_type);
                     empty.as_ref()
                 }
             };
-            Ok(interleave(&[before, after.as_ref()], &from)?)
+            arrays.insert(0, before);
+            Ok(interleave(&arrays, &from)?)
         })
         .collect()
 }
