@@ -37,6 +37,9 @@
 
 pub mod answer;
 pub mod decide;
+pub mod follower;
+pub mod leader;
+pub mod pipeline;
 pub mod prepare;
 pub mod prune;
 pub mod read;
@@ -49,6 +52,9 @@ pub mod wait;
 
 pub use answer::answer_checkpoint;
 pub use decide::{abort_attempt, commit_attempt, decide, verdict, Decided, Verdict};
+pub use follower::{CheckpointFollower, FollowerOutcome};
+pub use leader::{CheckpointLeader, RoundOutcome};
+pub use pipeline::CheckpointPipeline;
 pub use prepare::{checkpoint_assignment_for_admission, publish_checkpoint_prepare, read_prepare};
 pub use prune::prune_checkpoints;
 pub use read::{
