@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  prepare/ (watch) ─► next Prepare above the last handled id
-//!    owns no vnode / already decided / older than the view ─► Skipped
+//!    owns no vnode / already committed / older than the view ─► Skipped
+//!    already aborted ─► aborted (no capture, no answer)
 //!    view behind the Prepare's generation at its deadline ──► fenced (error)
 //!    capture ─► answer ack | nack (fenced txn) ─► wait for the decision
 //!      (watch, bounded by deadline + grace) ─► committed | aborted, once
@@ -22,12 +23,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::answer::answer_checkpoint;
 use super::pipeline::CheckpointPipeline;
 use super::read::read_decision;
 use super::record::{decode, Answer, CheckpointPrepare, Decision, DecisionRecord, Stored};
 use super::txn::instant_of;
 use super::wait::wait_for_decision;
-use super::answer::answer_checkpoint;
 use crate::assignment::AssignmentView;
 use crate::error::{ClusterError, Result};
 use crate::session::Session;
@@ -75,7 +76,12 @@ impl<P: CheckpointPipeline> CheckpointFollower<P> {
     /// Start watching Prepares for `session`'s node. `view` is the table the
     /// node runs; `grace` is how long after a Prepare's deadline it waits
     /// for the decision before reporting it overdue.
-    pub fn start(session: Arc<Session>, view: AssignmentView, pipeline: P, grace: Duration) -> Self {
+    pub fn start(
+        session: Arc<Session>,
+        view: AssignmentView,
+        pipeline: P,
+        grace: Duration,
+    ) -> Self {
         let prepares = key_watch::spawn(
             session.client(),
             session.keys().checkpoint_dir("prepare"),
@@ -162,8 +168,15 @@ impl<P: CheckpointPipeline> CheckpointFollower<P> {
         if vnodes.is_empty() {
             return Ok(skipped("this node owns no vnode in the Prepare's table"));
         }
-        if read_decision(&self.session, id).await?.is_some() {
-            return Ok(skipped("the attempt was decided before this node answered"));
+        if let Some(decision) = read_decision(&self.session, id).await? {
+            if matches!(decision.value.decision, Decision::Commit { .. }) {
+                return Ok(skipped("the attempt committed before this node answered"));
+            }
+            // Aborted before this node captured: the pipeline still hears
+            // of it (the spec's resolve_authoritative_follower_abort), so
+            // every attempt it owns vnodes in ends in exactly one call.
+            self.undecided.insert(id);
+            return self.deliver(decision);
         }
         let deadline = instant_of(prepare.value.deadline_ms);
         let generation = prepare.value.generation;
@@ -177,7 +190,9 @@ impl<P: CheckpointPipeline> CheckpointFollower<P> {
         }
         let current = self.view.generation();
         if current > generation {
-            return Ok(skipped("the Prepare names an older table than this node runs"));
+            return Ok(skipped(
+                "the Prepare names an older table than this node runs",
+            ));
         }
         if current != generation {
             return Err(ClusterError::AssignmentFenceMoved {

@@ -22,7 +22,9 @@ use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::time::Instant;
 
 use super::decide::{abort_attempt, commit_attempt, verdict, Decided, Verdict};
-use super::prepare::{checkpoint_assignment_for_admission, publish_checkpoint_prepare, read_prepare};
+use super::prepare::{
+    checkpoint_assignment_for_admission, publish_checkpoint_prepare, read_prepare,
+};
 use super::prune::prune_checkpoints;
 use super::record::{Decision, PartRef};
 use super::reserve::reserve_checkpoint_attempt;

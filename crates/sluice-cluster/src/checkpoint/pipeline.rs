@@ -14,10 +14,12 @@
 //!                       aborted(id, reason)  ◄── abort
 //! ```
 //!
-//! For every attempt the follower answered, exactly one of `committed` or
-//! `aborted` is called, in attempt-id order; for an attempt it did not
-//! answer (it owns no vnode, the Prepare is stale, or the follower was
-//! fenced) neither is called.
+//! For every attempt whose Prepare gives this node vnodes under the table
+//! it runs, exactly one of `committed` or `aborted` is called, in
+//! attempt-id order — `aborted` without a `capture` if the attempt was
+//! aborted before this node got to it. For an attempt it takes no part in
+//! (it owns no vnode, the Prepare names another table, the follower was
+//! fenced, or the attempt committed without it) neither is called.
 //!
 //! [`CheckpointFollower`]: super::follower::CheckpointFollower
 
