@@ -256,7 +256,13 @@ async fn a_new_leader_aborts_the_orphan_of_a_dead_one_and_commits_above_it() {
         }
         // n1 dies: its lease (member key, leader key) goes now.
         c.sessions[0].close().await.expect("revoke");
+        let died = Instant::now();
         let stopped = round.await.expect("join");
+        assert!(
+            died.elapsed() < Duration::from_secs(5),
+            "it stops at once, not at its deadline: {:?}",
+            died.elapsed()
+        );
         assert!(
             matches!(stopped, Err(ClusterError::CheckpointDeposed { .. })),
             "the deposed leader stops with a typed error: {stopped:?}"
@@ -345,6 +351,39 @@ async fn a_silent_follower_aborts_the_round_at_its_deadline() {
             f.sees("the abort", Event::Aborted(1)).await;
             assert!(f.committed().is_empty());
         }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_lost_its_lease_is_fenced_and_never_commits() {
+    bounded(async {
+        let etcd = etcd().await;
+        let c = Cluster::start(&etcd, "roles-fenced", 3).await;
+        let followers: Vec<Follower> = c.sessions.iter().map(|s| Follower::start(s, &[])).collect();
+        // n3 stops renewing (a paused process) until its lease lapses.
+        c.sessions[2].stop_keep_alive();
+        eventually("n3's lease lapses", SEEN, || !c.sessions[2].lease_valid()).await;
+        let (mut leader, _) = CheckpointLeader::take_over(Arc::clone(&c.elections[0]), 1)
+            .await
+            .expect("n1 takes over");
+        let outcome = leader.run_round(due(3)).await.expect("round ends");
+        assert!(
+            matches!(&outcome, RoundOutcome::Aborted { id: 1, reason } if reason.contains("n3")),
+            "{outcome:?}"
+        );
+        eventually("n3's follower reports the lost lease", SEEN, || {
+            followers[2]
+                .errors
+                .lock()
+                .iter()
+                .any(|e| e.starts_with("SLC-CLU-007"))
+        })
+        .await;
+        for f in &followers[..2] {
+            f.sees("the abort", Event::Aborted(1)).await;
+        }
+        assert!(followers[2].events.lock().is_empty(), "n3 took no part");
     })
     .await;
 }
