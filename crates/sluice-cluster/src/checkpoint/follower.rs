@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  prepare/ (watch) ─► next Prepare above the last handled id
-//!    owns no vnode / already committed / older than the view ─► Skipped
+//!    owns no vnode / due before the follower started / already
+//!    committed / older than the view ─► Skipped
 //!    already aborted ─► aborted (no capture, no answer)
 //!    view behind the Prepare's generation at its deadline ──► fenced (error)
 //!    capture ─► answer ack | nack (fenced txn) ─► wait for the decision
@@ -27,7 +28,7 @@ use super::answer::answer_checkpoint;
 use super::pipeline::CheckpointPipeline;
 use super::read::read_decision;
 use super::record::{decode, Answer, CheckpointPrepare, Decision, DecisionRecord, Stored};
-use super::txn::instant_of;
+use super::txn::{instant_of, now_ms};
 use super::wait::wait_for_decision;
 use crate::assignment::AssignmentView;
 use crate::error::{ClusterError, Result};
@@ -70,6 +71,9 @@ pub struct CheckpointFollower<P> {
     /// Answered attempts whose decision has not been delivered yet.
     undecided: BTreeSet<u64>,
     grace: Duration,
+    /// Wall-clock start (Unix ms): Prepares due before it ended before
+    /// this follower (or its pipeline) existed and are not its to resolve.
+    started_ms: u64,
 }
 
 impl<P: CheckpointPipeline> CheckpointFollower<P> {
@@ -95,6 +99,7 @@ impl<P: CheckpointPipeline> CheckpointFollower<P> {
             handled: 0,
             undecided: BTreeSet::new(),
             grace,
+            started_ms: now_ms(),
         }
     }
 
@@ -167,6 +172,9 @@ impl<P: CheckpointPipeline> CheckpointFollower<P> {
         let vnodes = owned_vnodes(&prepare.value, &me);
         if vnodes.is_empty() {
             return Ok(skipped("this node owns no vnode in the Prepare's table"));
+        }
+        if prepare.value.deadline_ms < self.started_ms {
+            return Ok(skipped("the attempt was due before this follower started"));
         }
         if let Some(decision) = read_decision(&self.session, id).await? {
             if matches!(decision.value.decision, Decision::Commit { .. }) {

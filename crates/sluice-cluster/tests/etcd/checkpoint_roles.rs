@@ -351,6 +351,19 @@ async fn a_silent_follower_aborts_the_round_at_its_deadline() {
             f.sees("the abort", Event::Aborted(1)).await;
             assert!(f.committed().is_empty());
         }
+        // n3 comes back: the attempt due before it started is not its to
+        // resolve, and the next round commits with it.
+        let late = Follower::start(&c.sessions[2], &[]);
+        let outcome = leader.run_round(due(10)).await.expect("round 2");
+        assert!(
+            matches!(outcome, RoundOutcome::Committed { id: 2, .. }),
+            "{outcome:?}"
+        );
+        late.sees("the commit", Event::Committed(2)).await;
+        assert_eq!(
+            *late.events.lock(),
+            [Event::Captured(2), Event::Committed(2)]
+        );
     })
     .await;
 }
