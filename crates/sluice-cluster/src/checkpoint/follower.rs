@@ -133,6 +133,8 @@ impl<P: CheckpointPipeline> CheckpointFollower<P> {
             }
             tokio::select! {
                 changed = self.prepares.changed() => if changed.is_err() {
+                    // The mirror task only ends once every receiver is
+                    // gone, so this is not expected; report it, never spin.
                     return Err(ClusterError::Timeout {
                         what: "watch of checkpoint Prepares".to_string(),
                         after_ms: 0,
@@ -190,10 +192,13 @@ impl<P: CheckpointPipeline> CheckpointFollower<P> {
         let generation = prepare.value.generation;
         // The Prepare may arrive before the table it names: wait for the
         // view to catch up, until the deadline.
-        while self.view.generation() < generation && Instant::now() < deadline {
-            tokio::select! {
-                _ = self.view.changed() => {}
-                () = tokio::time::sleep_until(deadline) => {}
+        while self.view.generation() < generation {
+            let changed = tokio::select! {
+                changed = self.view.changed() => changed,
+                () = tokio::time::sleep_until(deadline) => false,
+            };
+            if !changed {
+                break;
             }
         }
         let current = self.view.generation();
