@@ -181,6 +181,49 @@ pub enum ClusterError {
         /// How long the read was given.
         after_ms: u64,
     },
+    /// The checkpoint leader lost its term while it drove a round; it
+    /// stops, and the next leader aborts the attempt it left undecided.
+    #[error(
+        "SLC-CLU-018: node '{node}' was deposed as checkpoint leader of term {term} \
+         during a round; the next leader aborts the attempt it left undecided"
+    )]
+    CheckpointDeposed {
+        /// The deposed leader.
+        node: String,
+        /// The term it drove the round under.
+        term: u64,
+    },
+    /// A follower answered attempt `id` but no decision arrived in time;
+    /// the attempt stays pending and is resolved by a later call, once
+    /// the (possibly new) leader decides it.
+    #[error(
+        "SLC-CLU-019: node '{node}' answered checkpoint attempt {id} but no decision \
+         arrived within {waited_ms} ms"
+    )]
+    DecisionOverdue {
+        /// The follower.
+        node: String,
+        /// The attempt.
+        id: u64,
+        /// How long it waited after the Prepare's deadline.
+        waited_ms: u64,
+    },
+    /// The node's pipeline could not apply a checkpoint decision (a sink
+    /// failed to commit or roll back its epoch).
+    #[error(
+        "SLC-CLU-020: node '{node}' could not apply the {decision} of checkpoint \
+         attempt {id}: {reason}"
+    )]
+    PipelineFailed {
+        /// The node.
+        node: String,
+        /// The attempt.
+        id: u64,
+        /// `commit` or `abort`.
+        decision: &'static str,
+        /// What the pipeline reported.
+        reason: String,
+    },
 }
 
 impl ClusterError {

@@ -79,8 +79,8 @@
 //! still hard-wired for a single node). The next slices:
 //!
 //! 1. The leader's checkpoint protocol over etcd (`checkpoint/`: its etcd
-//!    side exists; wiring it into the streaming coordinator's
-//!    `PipelineCallback` is still to come).
+//!    side and the leader / follower drivers exist; wiring them into the
+//!    streaming coordinator's `PipelineCallback` is still to come).
 //! 2. Vnode-placed operators: keyed state and process functions filed by
 //!    vnode on shared object storage, `complete_pending_vnode_transition`
 //!    moving vnodes at a checkpoint boundary.

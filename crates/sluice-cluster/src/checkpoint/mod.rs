@@ -31,12 +31,39 @@
 //! a follower that lost its lease neither answers nor counts. Ids come from
 //! a permanent counter and are never reused, even for abandoned attempts.
 //!
+//! Who drives what: the functions above are single steps; two drivers
+//! put them in order. [`CheckpointLeader`] (`leader.rs`, the leader node
+//! only) runs one round per `run_round` call and, on taking leadership,
+//! first aborts every attempt an earlier leader left undecided — the
+//! authoritative abort that releases followers waiting on an orphan. A
+//! [`CheckpointFollower`] (`follower.rs`, every node, the leader's too)
+//! watches Prepares and drives its node's [`CheckpointPipeline`]
+//! (`pipeline.rs`): capture, answer, then `committed` or `aborted` once
+//! per attempt, in id order:
+//!
+//! ```text
+//!  CheckpointLeader                       CheckpointFollower ── CheckpointPipeline
+//!   take_over: abort orphans ──decisions/──► aborted(orphan)
+//!   run_round: reserve, admit, Prepare ──prepare/ watch──► capture ─► ack | nack
+//!              wait_for_answers ◄──answers/──────────────────────────┘
+//!              commit | abort ──decisions/ watch──► committed | aborted
+//!              prune (after a commit)
+//!   deposed mid-round ─► SLC-CLU-018, the next leader aborts the attempt
+//! ```
+//!
+//! Neither driver is wired into the streaming coordinator yet: that is
+//! `PipelineCallback::service_checkpoint_control` (leader announcements)
+//! and `checkpoint_control_wake` (the watch that wakes it), still to come.
+//!
 //! Recovery restores from [`last_committed`]: the committed pointer, the
 //! Prepare (generation and owners) and the commit decision, which carries
 //! every ack's part because answer keys vanish with follower leases.
 
 pub mod answer;
 pub mod decide;
+pub mod follower;
+pub mod leader;
+pub mod pipeline;
 pub mod prepare;
 pub mod prune;
 pub mod read;
@@ -49,6 +76,9 @@ pub mod wait;
 
 pub use answer::answer_checkpoint;
 pub use decide::{abort_attempt, commit_attempt, decide, verdict, Decided, Verdict};
+pub use follower::{CheckpointFollower, FollowerOutcome};
+pub use leader::{CheckpointLeader, RoundOutcome};
+pub use pipeline::CheckpointPipeline;
 pub use prepare::{checkpoint_assignment_for_admission, publish_checkpoint_prepare, read_prepare};
 pub use prune::prune_checkpoints;
 pub use read::{

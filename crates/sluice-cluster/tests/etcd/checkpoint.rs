@@ -26,7 +26,7 @@ use super::{etcd, eventually, TTL};
 /// the first leads, and it published one assignment over all of them.
 pub struct Cluster {
     pub sessions: Vec<Arc<Session>>,
-    pub elections: Vec<Election>,
+    pub elections: Vec<Arc<Election>>,
     _members: Vec<Membership>,
 }
 
@@ -45,9 +45,9 @@ impl Cluster {
         }
         let first = Election::start(Arc::clone(&sessions[0]));
         eventually("n1 leads", Duration::from_secs(3), || first.is_leader()).await;
-        let mut elections = vec![first];
+        let mut elections = vec![Arc::new(first)];
         for s in &sessions[1..] {
-            elections.push(Election::start(Arc::clone(s)));
+            elections.push(Arc::new(Election::start(Arc::clone(s))));
         }
         let cluster = Self {
             sessions,

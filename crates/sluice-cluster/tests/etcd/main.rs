@@ -7,6 +7,7 @@ mod catalog;
 mod checkpoint;
 mod checkpoint_fence;
 mod checkpoint_model;
+mod checkpoint_roles;
 mod election;
 mod membership;
 
