@@ -85,7 +85,8 @@
 //!    vnode on shared object storage, `complete_pending_vnode_transition`
 //!    moving vnodes at a checkpoint boundary.
 //! 3. Shuffle between hosts over gRPC with Arrow IPC frames, barriers in
-//!    band, bounded and backpressured.
+//!    band, bounded and backpressured (the transport exists as the
+//!    `sluice-shuffle` crate; the engine does not use it yet).
 //! 4. `sluice run --cluster etcd=... --node-id ...`, `SHOW CLUSTER` and
 //!    metrics (leader, vnode owners, watermarks and lag per node).
 
