@@ -19,4 +19,7 @@ pub mod sources;
 pub mod state;
 pub mod watermark;
 
+#[cfg(test)]
+mod test_rng;
+
 pub use error::{EngineError, Result};

@@ -24,6 +24,7 @@ use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
 use super::expr::{eval, eval_predicate, PhysExpr};
+use super::min_max_bytes::{self, MinMaxBytes};
 use super::named::{NamedGroups, NamedRow};
 use crate::error::{EngineError, Result};
 
@@ -185,6 +186,31 @@ pub struct AggregateFunction {
     expr: Arc<AggregateFunctionExpr>,
     inputs: Vec<PhysExpr>,
     filter: Option<PhysExpr>,
+    /// See [`min_max_bytes`].
+    min_max_bytes: Option<bool>,
+}
+
+/// `Some(keep_min)` if `expr` is `MIN` or `MAX` (without DISTINCT, which
+/// changes nothing for them but is left to DataFusion) of one string or
+/// binary argument of the result's own type, which [`MinMaxBytes`]
+/// computes instead of DataFusion's accumulator (see that module for why).
+fn min_max_bytes(
+    expr: &AggregateFunctionExpr,
+    inputs: &[PhysExpr],
+    schema: &arrow::datatypes::Schema,
+) -> Option<bool> {
+    let keep_min = match expr.fun().name() {
+        "min" => true,
+        "max" => false,
+        _ => return None,
+    };
+    let output = expr.field();
+    let [input] = inputs else { return None };
+    let same_type = input
+        .data_type(schema)
+        .is_ok_and(|t| &t == output.data_type());
+    (same_type && min_max_bytes::handles(output.data_type()) && !expr.is_distinct())
+        .then_some(keep_min)
 }
 
 /// Inputs of every aggregate function, evaluated over one batch.
@@ -232,6 +258,7 @@ impl AggregateFunctions {
             sluice_sql::accumulators::probe(&lowered.aggregate, &column)?;
             funcs.push(AggregateFunction {
                 column,
+                min_max_bytes: min_max_bytes(&lowered.aggregate, &inputs, &physical_schema),
                 expr: lowered.aggregate,
                 inputs,
                 filter: lowered.filter,
@@ -265,7 +292,12 @@ impl AggregateFunctions {
         self.funcs
             .iter()
             .map(|f| {
-                let acc: Box<dyn GroupsAccumulator> = if f.expr.groups_accumulator_supported() {
+                let acc: Box<dyn GroupsAccumulator> = if let Some(keep_min) = f.min_max_bytes {
+                    Box::new(MinMaxBytes::new(
+                        keep_min,
+                        f.expr.field().data_type().clone(),
+                    ))
+                } else if f.expr.groups_accumulator_supported() {
                     f.expr.create_groups_accumulator()?
                 } else {
                     let expr = Arc::clone(&f.expr);

@@ -14,6 +14,7 @@ pub mod expr;
 pub mod groups;
 pub mod join;
 pub mod lookup_join;
+pub mod min_max_bytes;
 pub mod named;
 pub mod outer_join;
 pub mod over;

@@ -225,16 +225,7 @@ mod tests {
         }
     }
 
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n.max(1)
-        }
-    }
+    use crate::test_rng::Rng;
 
     fn processor() -> KeyedProcessor<Independent> {
         KeyedProcessor::new(descriptor("independent"), Independent).unwrap()

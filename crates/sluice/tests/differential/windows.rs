@@ -12,10 +12,15 @@ use crate::gen::{per_cycle, sessions, split_late, stream, Split, Stream};
 use crate::oracle::{offsets, query, table};
 
 /// Every aggregate compared; first_value/last_value are order-dependent and left out.
+/// MIN/MAX over text run through Sluice's own accumulator
+/// (`operators/min_max_bytes.rs`), with and without FILTER; the oracle's is
+/// DataFusion's.
 pub(crate) const AGGS: &str =
     "COUNT(*) AS n, SUM(value) AS s, MIN(value) AS mn, MAX(value) AS mx, \
                     AVG(value) AS av, COUNT(DISTINCT value) AS nd, \
-                    SUM(value) FILTER (WHERE value % 2 = 0) AS even_sum";
+                    SUM(value) FILTER (WHERE value % 2 = 0) AS even_sum, \
+                    MIN(to_hex(value)) AS mn_text, \
+                    MAX(to_hex(value)) FILTER (WHERE value % 3 = 0) AS mx_text";
 
 /// A window definition, as Sluice SQL and as its oracle.
 #[derive(Debug, Clone)]

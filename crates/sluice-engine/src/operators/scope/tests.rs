@@ -27,19 +27,7 @@ type Row = (i64, i64, String);
 type Values = (i64, i64, String, Vec<i64>);
 type Model = BTreeMap<i64, Values>;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use crate::test_rng::Rng;
 
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
