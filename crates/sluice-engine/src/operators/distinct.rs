@@ -94,7 +94,7 @@ impl StatefulOperator for Distinct {
 
     fn snapshot(&mut self, out: &mut SnapshotWriter) -> Result<()> {
         let all: Vec<usize> = (0..self.seen.len()).collect();
-        let columns = self.codec.decode(self.seen.keys(), &all)?;
+        let columns = self.seen.decode(&self.codec, &all)?;
         out.set("rows", all.len());
         if !all.is_empty() {
             out.push(&RecordBatch::try_new(Arc::clone(&self.schema), columns)?)?;

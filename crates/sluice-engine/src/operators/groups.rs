@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BooleanArray, UInt32Array};
 use arrow::compute::take;
 use arrow::record_batch::RecordBatch;
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::execution_props::ExecutionProps;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
@@ -54,15 +54,6 @@ impl KeyCodec {
         }
     }
 
-    /// A copy of `rows` (the encoded bytes, not decoded columns) that
-    /// another thread can decode with [`Self::share`]'s codec.
-    pub fn copy_rows(rows: &KeyRows) -> KeyRows {
-        match rows {
-            KeyRows::Rows(r) => KeyRows::Rows(r.clone()),
-            KeyRows::Unit(n) => KeyRows::Unit(*n),
-        }
-    }
-
     /// Encode key columns (`num_rows` rows).
     pub fn encode(&self, columns: &[ArrayRef], num_rows: usize) -> Result<KeyRows> {
         Ok(match &self.converter {
@@ -86,9 +77,21 @@ impl KeyCodec {
 
     /// Decode the keys at `indices` of `rows` back into columns.
     pub fn decode(&self, rows: &KeyRows, indices: &[usize]) -> Result<Vec<ArrayRef>> {
-        match (&self.converter, rows) {
-            (Some(c), KeyRows::Rows(r)) => Ok(c.convert_rows(indices.iter().map(|i| r.row(*i)))?),
-            _ => Ok(vec![]),
+        match rows {
+            KeyRows::Rows(r) => self.decode_rows(indices.iter().map(|i| r.row(*i))),
+            KeyRows::Unit(_) => Ok(vec![]),
+        }
+    }
+
+    /// Decode encoded rows (made by this codec or a [`Self::share`] of it)
+    /// back into columns; none without key columns.
+    pub fn decode_rows<'a>(
+        &self,
+        rows: impl IntoIterator<Item = Row<'a>>,
+    ) -> Result<Vec<ArrayRef>> {
+        match &self.converter {
+            Some(c) => Ok(c.convert_rows(rows)?),
+            None => Ok(vec![]),
         }
     }
 }
@@ -102,8 +105,15 @@ pub enum KeyRows {
 }
 
 /// Maps encoded keys to dense group indices.
+///
+/// The keys of groups `0..frozen.len()` may sit in a frozen, shared prefix
+/// ([`Self::freeze`]) and the later ones in `keys`: a scope's first
+/// checkpoint capture hands every key so far to the checkpoint tail by
+/// sharing that prefix, instead of copying it on the compute thread.
 pub struct GroupTable {
+    /// Keys of groups from `frozen_len()` on (every group's, if none are frozen).
     keys: KeyRows,
+    frozen: Option<Arc<Rows>>,
     table: HashTable<(u64, usize)>,
     hasher: FxBuildHasher,
 }
@@ -113,27 +123,74 @@ impl GroupTable {
     pub fn new(codec: &KeyCodec) -> Self {
         Self {
             keys: codec.empty(),
+            frozen: None,
             table: HashTable::new(),
             hasher: FxBuildHasher,
         }
     }
 
+    fn frozen_len(&self) -> usize {
+        self.frozen.as_ref().map_or(0, |f| f.num_rows())
+    }
+
     /// Number of groups.
     pub fn len(&self) -> usize {
         match &self.keys {
-            KeyRows::Rows(r) => r.num_rows(),
+            KeyRows::Rows(r) => self.frozen_len() + r.num_rows(),
             KeyRows::Unit(n) => *n,
         }
+    }
+
+    /// Every key so far, shared, for another thread to decode (with a
+    /// [`KeyCodec::share`] of the codec): None without key columns or
+    /// groups. The table goes on with later keys in a fresh buffer, so this
+    /// costs no copy; it is meant to be taken once (a second call copies
+    /// what the first left, then freezes it all).
+    pub fn freeze(&mut self, codec: &KeyCodec) -> Option<Arc<Rows>> {
+        let KeyRows::Rows(rows) = &mut self.keys else {
+            return None;
+        };
+        if rows.num_rows() == 0 {
+            return self.frozen.clone();
+        }
+        let KeyRows::Rows(fresh) = codec.empty() else {
+            return None;
+        };
+        let later = std::mem::replace(rows, fresh);
+        let all = match self.frozen.take() {
+            None => later,
+            Some(prefix) => {
+                let mut all = Rows::clone(&prefix);
+                for r in later.iter() {
+                    all.push(r);
+                }
+                all
+            }
+        };
+        let all = Arc::new(all);
+        self.frozen = Some(Arc::clone(&all));
+        Some(all)
+    }
+
+    /// The encoded key of group `g` (below [`Self::len`]).
+    fn row(&self, g: usize) -> Option<Row<'_>> {
+        let KeyRows::Rows(rows) = &self.keys else {
+            return None;
+        };
+        match &self.frozen {
+            Some(f) if g < f.num_rows() => Some(f.row(g)),
+            _ => Some(rows.row(g - self.frozen_len())),
+        }
+    }
+
+    /// Decode the keys of the groups at `indices` into columns.
+    pub fn decode(&self, codec: &KeyCodec, indices: &[usize]) -> Result<Vec<ArrayRef>> {
+        codec.decode_rows(indices.iter().filter_map(|g| self.row(*g)))
     }
 
     /// Whether there are no groups.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The interned keys, in group-index order.
-    pub fn keys(&self) -> &KeyRows {
-        &self.keys
     }
 
     /// Group index of each selected row of `batch_keys`, interning new keys.
@@ -148,6 +205,8 @@ impl GroupTable {
                 out.resize(count, 0);
             }
             (KeyRows::Rows(batch), KeyRows::Rows(keys)) => {
+                let frozen = self.frozen.as_deref();
+                let first = frozen.map_or(0, Rows::num_rows);
                 let mut one = |i: usize| {
                     let row = batch.row(i);
                     let bytes = row.as_ref();
@@ -155,12 +214,16 @@ impl GroupTable {
                     h.write(bytes);
                     let hash = h.finish();
                     let found = self.table.find(hash, |(eh, idx)| {
-                        *eh == hash && keys.row(*idx).as_ref() == bytes
+                        *eh == hash
+                            && match frozen {
+                                Some(f) if *idx < first => f.row(*idx).as_ref() == bytes,
+                                _ => keys.row(*idx - first).as_ref() == bytes,
+                            }
                     });
                     let idx = match found {
                         Some((_, idx)) => *idx,
                         None => {
-                            let idx = keys.num_rows();
+                            let idx = first + keys.num_rows();
                             keys.push(row);
                             self.table.insert_unique(hash, (hash, idx), |(h, _)| *h);
                             idx
@@ -402,4 +465,60 @@ pub fn select_inputs(inputs: &AggregateInputs, rows: Option<&[u32]>) -> Result<A
             Ok((values, filter))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, AsArray, Int64Array};
+    use arrow::datatypes::{DataType, Int64Type};
+
+    use super::{GroupTable, KeyCodec};
+
+    fn keys(codec: &KeyCodec, values: &[i64]) -> super::KeyRows {
+        let col: ArrayRef = Arc::new(Int64Array::from(values.to_vec()));
+        codec.encode(&[col], values.len()).unwrap()
+    }
+
+    fn decoded(table: &GroupTable, codec: &KeyCodec, idx: &[usize]) -> Vec<i64> {
+        let cols = table.decode(codec, idx).unwrap();
+        cols[0].as_primitive::<Int64Type>().values().to_vec()
+    }
+
+    /// Freezing shares the keys so far without copying them; lookups,
+    /// new groups and decoding then span the frozen prefix and the keys
+    /// interned after it, twice over.
+    #[test]
+    fn frozen_keys_are_shared_and_still_found() {
+        let codec = KeyCodec::new(&[DataType::Int64]).unwrap();
+        let mut table = GroupTable::new(&codec);
+        let mut idx = Vec::new();
+        table.intern(&keys(&codec, &[10, 20, 10, 30]), None, &mut idx);
+        assert_eq!(idx, [0, 1, 0, 2]);
+        let frozen = table.freeze(&codec).unwrap();
+        assert!(Arc::ptr_eq(&frozen, table.frozen.as_ref().unwrap()));
+        assert_eq!(frozen.num_rows(), 3);
+        table.intern(&keys(&codec, &[30, 40, 10, 40, 50]), None, &mut idx);
+        assert_eq!(idx, [2, 3, 0, 3, 4]);
+        assert_eq!(table.len(), 5);
+        assert_eq!(
+            decoded(&table, &codec, &[4, 0, 3, 2, 1]),
+            [50, 10, 40, 30, 20]
+        );
+        // A second freeze takes in the later keys too.
+        let again = table.freeze(&codec).unwrap();
+        assert_eq!(again.num_rows(), 5);
+        table.intern(&keys(&codec, &[60, 50, 20]), None, &mut idx);
+        assert_eq!(idx, [5, 4, 1]);
+        assert_eq!(
+            decoded(&table, &codec, &[0, 1, 2, 3, 4, 5]),
+            [10, 20, 30, 40, 50, 60]
+        );
+        // Without key columns there is nothing to freeze.
+        let unit = KeyCodec::new(&[]).unwrap();
+        assert!(GroupTable::new(&unit).freeze(&unit).is_none());
+    }
 }

@@ -14,15 +14,18 @@
 //! [`Segments`] of one chunk each, so that no step of a tail drains more
 //! than a chunk of groups at once.
 
+use std::sync::Arc;
+
 use arrow::array::{ArrayRef, UInt32Array};
 use arrow::compute::{interleave, take};
 use arrow::record_batch::RecordBatch;
+use arrow::row::Rows;
 use datafusion::logical_expr::EmitTo;
 
 use super::segments::{gather, Segments, States};
 use super::ScopeSnapshot;
 use crate::error::{EngineError, Result};
-use crate::operators::groups::{AggregateFunctions, KeyCodec, KeyRows};
+use crate::operators::groups::{AggregateFunctions, KeyCodec};
 use crate::state::layers::Base;
 use crate::state::pace;
 
@@ -37,9 +40,10 @@ pub(super) struct Delta {
     /// chunks, in group-index order.
     pub new_keys: Vec<Vec<ArrayRef>>,
     /// Every key so far, still encoded, with a codec to decode them (the
-    /// first delta: copying encoded rows is several times cheaper than
-    /// decoding them on the compute thread). Comes before `new_keys`.
-    pub encoded_keys: Option<(KeyRows, KeyCodec)>,
+    /// first delta only: the group table's keys, frozen and shared, so the
+    /// compute thread neither copies nor decodes them). Comes before
+    /// `new_keys`.
+    pub encoded_keys: Option<(Arc<Rows>, KeyCodec)>,
     /// Number of groups in the scope when the delta was taken.
     pub total: usize,
 }
@@ -205,14 +209,11 @@ impl Base for ScopeBase {
 
     fn absorb(&mut self, delta: Delta) -> Result<()> {
         if let Some((rows, codec)) = delta.encoded_keys {
-            let n = match &rows {
-                KeyRows::Rows(r) => r.num_rows(),
-                KeyRows::Unit(_) => 0,
-            };
+            let n = rows.num_rows();
             // Decoded a chunk at a time: the first delta holds every key.
             for start in (0..n).step_by(self.chunk) {
-                let idx: Vec<usize> = (start..n.min(start + self.chunk)).collect();
-                let cols = codec.decode(&rows, &idx)?;
+                let cols =
+                    codec.decode_rows((start..n.min(start + self.chunk)).map(|i| rows.row(i)))?;
                 self.keys.push(&cols, self.chunk)?;
                 pace::point();
             }

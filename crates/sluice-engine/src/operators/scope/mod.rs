@@ -128,8 +128,7 @@ impl GroupedAggregates {
             // Captures are being taken: decode the new groups' keys now,
             // a batch's worth at a time, rather than all at the barrier.
             let created: Vec<usize> = (self.keys_decoded..n).collect();
-            self.new_keys
-                .push(codec.decode(self.groups.keys(), &created)?);
+            self.new_keys.push(self.groups.decode(codec, &created)?);
             self.keys_decoded = n;
         }
         let selected = select_inputs(inputs, rows)?;
@@ -179,9 +178,9 @@ impl GroupedAggregates {
     /// Hand the live layer over as a delta and start an empty one (None if
     /// nothing changed and no group was created since the last one). The
     /// accumulators are moved, not drained, and the keys of new groups were
-    /// decoded as they were created: this costs the compute thread nothing
-    /// per group (except the first delta, which copies every key so far in
-    /// its encoded form).
+    /// decoded as they were created (the first delta shares every key so
+    /// far in its encoded form): this costs the compute thread nothing per
+    /// group.
     fn take_delta(&mut self, codec: &KeyCodec) -> Result<Option<Delta>> {
         let total = self.groups.len();
         let groups = if self.live_only {
@@ -201,15 +200,15 @@ impl GroupedAggregates {
         let live = std::mem::replace(&mut self.live, fresh);
         let mut encoded_keys = None;
         if self.keys_decoded == 0 && total > 0 {
-            // The first delta: every key so far, copied encoded and
+            // The first delta: every key so far, shared encoded (the
+            // table freezes them and goes on in a fresh buffer) and
             // decoded by whoever merges the delta.
-            encoded_keys = Some((KeyCodec::copy_rows(self.groups.keys()), codec.share()));
+            encoded_keys = self.groups.freeze(codec).map(|rows| (rows, codec.share()));
             self.keys_decoded = total;
         } else if self.keys_decoded < total {
             // Later deltas find their keys decoded by `update`.
             let created: Vec<usize> = (self.keys_decoded..total).collect();
-            self.new_keys
-                .push(codec.decode(self.groups.keys(), &created)?);
+            self.new_keys.push(self.groups.decode(codec, &created)?);
             self.keys_decoded = total;
         }
         let new_keys = std::mem::take(&mut self.new_keys);
@@ -329,7 +328,7 @@ impl GroupedAggregates {
     pub fn finish(mut self, codec: &KeyCodec) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>, usize)> {
         let n = self.groups.len();
         let all: Vec<usize> = (0..n).collect();
-        let keys = codec.decode(self.groups.keys(), &all)?;
+        let keys = self.groups.decode(codec, &all)?;
         let values = if self.live_only {
             self.live.evaluate()?
         } else {
@@ -367,7 +366,7 @@ impl GroupedAggregates {
         let retract: Vec<usize> = touched.iter().copied().filter(|g| *g < prev_len).collect();
         let mut key_idx = retract.clone();
         key_idx.extend(&touched);
-        let keys = codec.decode(self.groups.keys(), &key_idx)?;
+        let keys = self.groups.decode(codec, &key_idx)?;
         let retract_idx = UInt32Array::from(retract.iter().map(|g| *g as u32).collect::<Vec<_>>());
         let insert_idx = UInt32Array::from(touched.iter().map(|g| *g as u32).collect::<Vec<_>>());
         let mut values = Vec::with_capacity(current.len());
