@@ -153,6 +153,45 @@ async fn throughput(interval: &str, events: usize) -> sluice::Result<(f64, u64)>
     Ok(((events / chunk * chunk) as f64 / secs, checkpoints))
 }
 
+/// The longest compute-thread pause of the measured phases. The metrics'
+/// own maximum counts from the start, so it would include the checkpoints
+/// taken while the state was being filled; this one reads each new pause
+/// (`checkpoint_pause_last_ns`) as the phases poll the metrics. When two
+/// pauses fall between polls it keeps the larger of the last one and the
+/// sum of the others, which bounds both from above.
+struct PauseSampler {
+    seen: u64,
+    total_ns: u64,
+    max_ns: u64,
+}
+
+impl PauseSampler {
+    fn new(m: &sluice::MetricsSnapshot) -> Self {
+        Self {
+            seen: m.checkpoint_pauses,
+            total_ns: m.checkpoint_pause_total_ns,
+            max_ns: 0,
+        }
+    }
+
+    fn sample(&mut self, m: &sluice::MetricsSnapshot) {
+        let new = m.checkpoint_pauses.saturating_sub(self.seen);
+        if new == 0 {
+            return;
+        }
+        let rest = (m.checkpoint_pause_total_ns - self.total_ns)
+            .saturating_sub(m.checkpoint_pause_last_ns);
+        let longest = if new == 1 {
+            m.checkpoint_pause_last_ns
+        } else {
+            m.checkpoint_pause_last_ns.max(rest)
+        };
+        self.max_ns = self.max_ns.max(longest);
+        self.seen = m.checkpoint_pauses;
+        self.total_ns = m.checkpoint_pause_total_ns;
+    }
+}
+
 /// The load of one pause run.
 struct PauseRun {
     /// Probe latencies (ms), sorted.
@@ -163,8 +202,12 @@ struct PauseRun {
     checkpoints: u64,
     /// Duration of the last of them, reservation to durable (ms).
     checkpoint_ms: f64,
-    /// Compute-thread pause per checkpoint from the metrics: (mean, max) ms.
+    /// Compute-thread pause per checkpoint of the measured phases (the
+    /// fill's left out): (mean, max) ms.
     pause_ms: (f64, f64),
+    /// The longest pause since the start, the fill's checkpoints included
+    /// (the first capture holds every key created before it).
+    pause_max_all_ms: f64,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -285,6 +328,7 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let before = db.metrics();
+    let mut pauses = PauseSampler::new(&before);
     // (1) Latency: 25 probe batches a second, each timed from push to delivery.
     let pushed: Arc<parking_lot::Mutex<Vec<Instant>>> = Arc::default();
     let pushed_c = Arc::clone(&pushed);
@@ -316,6 +360,7 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
         k += chunk as i64;
         pushed.lock().push(Instant::now());
         src.push(b).await?;
+        pauses.sample(&db.metrics());
     }
     // (2) Throughput: as fast as the pipeline takes batches.
     let ingested = db.metrics().events_ingested;
@@ -325,10 +370,12 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
         src.push(pause_batch(k, chunk, groups, order, &payload, -1)?)
             .await?;
         k += chunk as i64;
+        pauses.sample(&db.metrics());
     }
     let throughput =
         (db.metrics().events_ingested - ingested) as f64 / started.elapsed().as_secs_f64();
     let after = db.metrics();
+    pauses.sample(&after);
     db.abort().await?;
     drop(src);
     let mut latencies_ms = consumer
@@ -339,12 +386,12 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
     let checkpoint_ms = after
         .last_checkpoint
         .map_or(0.0, |r| r.duration.as_secs_f64() * 1e3);
-    let pauses = after.checkpoint_pauses - before.checkpoint_pauses;
+    let count = after.checkpoint_pauses - before.checkpoint_pauses;
     let pause_ms = (
         (after.checkpoint_pause_total_ns - before.checkpoint_pause_total_ns) as f64
             / 1e6
-            / pauses.max(1) as f64,
-        after.checkpoint_pause_max_ns as f64 / 1e6,
+            / count.max(1) as f64,
+        pauses.max_ns as f64 / 1e6,
     );
     Ok(PauseRun {
         latencies_ms,
@@ -352,6 +399,7 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
         checkpoints,
         checkpoint_ms,
         pause_ms,
+        pause_max_all_ms: after.checkpoint_pause_max_ns as f64 / 1e6,
     })
 }
 
@@ -368,8 +416,8 @@ async fn pause_table(sizes: &[u64]) -> sluice::Result<()> {
     println!();
     println!("Probe: 25 batches/s of 8192 rows (one probe row each) over the state, push -> subscriber; then full speed. checkpoint_interval 1s vs off, {rounds} alternating pair(s).");
     println!();
-    println!("| state | round | interval | checkpoints | last checkpoint | compute pause mean / max | probe p50 | probe p99 | probe max (stall) | rows/s at full speed |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| state | round | interval | checkpoints | last checkpoint | compute pause mean / max | probe p50 | probe p99 | probe max (stall) | rows/s at full speed | longest pause, fill included |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut summary = Vec::new();
     for &mb in sizes {
         let mut changes = Vec::new();
@@ -385,7 +433,7 @@ async fn pause_table(sizes: &[u64]) -> sluice::Result<()> {
                     format!(" ({change:+.1}%)")
                 };
                 println!(
-                    "| {mb} MB | {round} | {name} | {} | {:.0} ms | {:.1} / {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0}{delta} |",
+                    "| {mb} MB | {round} | {name} | {} | {:.0} ms | {:.1} / {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0}{delta} | {:.1} ms |",
                     r.checkpoints,
                     r.checkpoint_ms,
                     r.pause_ms.0,
@@ -394,6 +442,7 @@ async fn pause_table(sizes: &[u64]) -> sluice::Result<()> {
                     percentile(&r.latencies_ms, 0.99),
                     r.latencies_ms.last().copied().unwrap_or(f64::NAN),
                     r.throughput,
+                    r.pause_max_all_ms,
                 );
             }
         }

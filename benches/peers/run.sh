@@ -7,6 +7,7 @@
 #   EVENTS=500000 benches/peers/run.sh   # smaller
 #   SKIP=flink benches/peers/run.sh      # only LaminarDB (or SKIP=laminardb)
 #   NO_WRITE=1 benches/peers/run.sh      # print the tables, leave BENCHMARKS.md alone
+#   REPEAT=2 benches/peers/run.sh        # runs per query and engine from CSV (default 3)
 #
 # Builds the release `sluice` binary and the LaminarDB driver (its own crate
 # and lock file outside the workspace, target dir $LAMINAR_TARGET, default
@@ -69,7 +70,8 @@ HEADERLESS=$WORK/bids-$EVENTS-$DISORDER.noheader.csv
 ARGS=(--sluice "$SLUICE" --root "$ROOT" --csv "$CSV" --headerless-csv "$HEADERLESS"
       --person-csv "$PERSON" --auction-csv "$AUCTION"
       --headerless-person-csv "$PERSON.noheader" --headerless-auction-csv "$AUCTION.noheader"
-      --events "$EVENTS" --disorder "$DISORDER" --json-out "$WORK/peers.json")
+      --events "$EVENTS" --disorder "$DISORDER" --json-out "$WORK/peers.json"
+      --repeat "${REPEAT:-3}")
 if [[ "${SKIP:-}" == *laminardb* ]]; then
   ARGS+=(--skip laminardb)
 else
