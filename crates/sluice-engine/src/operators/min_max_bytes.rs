@@ -222,6 +222,13 @@ impl MinMaxBytes {
         }
     }
 
+    /// The one argument column of `MIN`/`MAX`.
+    fn argument<'a>(&self, values: &'a [ArrayRef]) -> DfResult<&'a ArrayRef> {
+        values.first().ok_or_else(|| {
+            DataFusionError::Internal(format!("{} without an argument", self.name()))
+        })
+    }
+
     fn name(&self) -> &'static str {
         if self.keep_min {
             "min"
@@ -308,9 +315,7 @@ impl GroupsAccumulator for MinMaxBytes {
         opt_filter: Option<&BooleanArray>,
         total_num_groups: usize,
     ) -> DfResult<()> {
-        let values = values.first().ok_or_else(|| {
-            DataFusionError::Internal(format!("{} without an argument", self.name()))
-        })?;
+        let values = self.argument(values)?;
         self.update(values, group_indices, opt_filter, total_num_groups)
     }
 
@@ -338,9 +343,7 @@ impl GroupsAccumulator for MinMaxBytes {
         values: &[ArrayRef],
         opt_filter: Option<&BooleanArray>,
     ) -> DfResult<Vec<ArrayRef>> {
-        let values = values.first().ok_or_else(|| {
-            DataFusionError::Internal(format!("{} without an argument", self.name()))
-        })?;
+        let values = self.argument(values)?;
         let Some(filter) = opt_filter else {
             return Ok(vec![Arc::clone(values)]);
         };
