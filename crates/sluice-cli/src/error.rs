@@ -16,6 +16,9 @@ pub enum CliError {
         /// The fault of the last attempt.
         source: sluice::Error,
     },
+    /// The cluster refused this node or could not be reached, with its
+    /// stable code (`SLC-CLU-nnn`).
+    Cluster(sluice_cluster::ClusterError),
     /// An error found by the CLI itself.
     Cli {
         /// Stable code, `SLC-CLI-nnn`.
@@ -37,6 +40,7 @@ impl CliError {
     pub fn code(&self) -> &'static str {
         match self {
             CliError::Sluice(e) | CliError::Unrecovered { source: e, .. } => e.code(),
+            CliError::Cluster(e) => e.code(),
             CliError::Cli { code, .. } => code,
         }
     }
@@ -75,6 +79,16 @@ impl fmt::Display for CliError {
                 "{source}; the run was recovered from the last checkpoint {recoveries} times \
                  and failed the same way each time"
             ),
+            // The cluster's messages start with their code, which the
+            // `error[CODE]` prefix already shows.
+            CliError::Cluster(e) => {
+                let text = e.to_string();
+                let code = e.code();
+                f.write_str(
+                    text.strip_prefix(code)
+                        .map_or(&*text, |t| t.trim_start_matches(": ")),
+                )
+            }
             CliError::Cli { message, .. } => f.write_str(message),
         }
     }
@@ -84,6 +98,7 @@ impl std::error::Error for CliError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             CliError::Sluice(e) | CliError::Unrecovered { source: e, .. } => Some(e),
+            CliError::Cluster(e) => Some(e),
             CliError::Cli { .. } => None,
         }
     }
@@ -92,5 +107,11 @@ impl std::error::Error for CliError {
 impl From<sluice::Error> for CliError {
     fn from(e: sluice::Error) -> Self {
         CliError::Sluice(e)
+    }
+}
+
+impl From<sluice_cluster::ClusterError> for CliError {
+    fn from(e: sluice_cluster::ClusterError) -> Self {
+        CliError::Cluster(e)
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! sluice run [--state-dir DIR] [--set name=value]... FILE.sql
+//! sluice run --cluster etcd=URL --node-id NAME --state URL [--cluster-id C] FILE.sql
 //! sluice bench nexmark --query q5 --events 1000000 [--rate N] [--json]
+//! sluice cluster status --cluster etcd=URL [--cluster-id C]
 //! ```
 //!
 //! The binary is a thin shell over the `sluice` library: it reads the
@@ -17,6 +19,7 @@
 
 mod bench;
 mod builtins;
+mod cluster;
 mod error;
 mod interrupt;
 mod progress;
@@ -65,6 +68,8 @@ enum Command {
     Run(RunArgs),
     /// Benchmarks: Nexmark queries over generated events, and their CSV input.
     Bench(bench::BenchArgs),
+    /// Inspect a cluster of `sluice run --cluster` nodes.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Arguments of `sluice run`.
@@ -77,6 +82,31 @@ pub struct RunArgs {
     /// Set a pipeline option before the script runs (repeatable), e.g. `--set batch_size=1024`.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub set: Vec<String>,
+
+    /// Keep checkpoints in this store (`s3://bucket/prefix`, `file:///dir`,
+    /// `memory://`): the same as `--set checkpoint_store=URL`. A cluster
+    /// needs one that every node reaches.
+    #[arg(long, value_name = "URL")]
+    pub state: Option<String>,
+
+    /// Run as one node of a cluster coordinated through etcd
+    /// (`etcd=http://127.0.0.1:2379`, several endpoints separated by commas).
+    /// Every node runs the same script; the leader runs the pipeline and the
+    /// others stand by to take over from its last checkpoint.
+    #[arg(long, value_name = "etcd=URL[,URL]", requires = "node_id")]
+    pub cluster: Option<String>,
+
+    /// This node's id in the cluster (letters, digits, `-`, `_`, `.`).
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    pub node_id: Option<String>,
+
+    /// The cluster's id: the nodes started with the same one run one pipeline.
+    #[arg(long, value_name = "NAME", default_value = "sluice")]
+    pub cluster_id: String,
+
+    /// How long a silent node stays a member (and leader), e.g. `5s`, `1500ms`.
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub lease_ttl: String,
 
     /// The SQL script. Relative connector paths in it resolve against its directory.
     #[arg(value_name = "FILE.sql")]
@@ -93,8 +123,14 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(rt) => match cli.command {
+            Command::Run(args) if args.cluster.is_some() || args.node_id.is_some() => {
+                rt.block_on(cluster::run(args, &progress))
+            }
             Command::Run(args) => rt.block_on(run::run(args, &progress)),
             Command::Bench(args) => rt.block_on(bench::bench(args)).map(|()| RunEnd::Completed),
+            Command::Cluster(args) => rt
+                .block_on(cluster::command(args))
+                .map(|()| RunEnd::Completed),
         },
         Err(e) => Err(CliError::io("starting the async runtime", e)),
     };

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use sluice::arrow::record_batch::RecordBatch;
 use sluice::arrow::util::pretty::pretty_format_batches;
-use sluice::{Database, MetricsSnapshot};
+use sluice::{Database, DatabaseBuilder, MetricsSnapshot};
 
 use crate::error::CliError;
 use crate::progress::{ProgressSlot, REFRESH};
@@ -39,20 +39,8 @@ pub enum RunEnd {
 pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliError> {
     let signals = Signals::install(progress)?;
     let started = Instant::now();
-    let options = parse_sets(&args.set)?;
-    let text = std::fs::read_to_string(&args.file)
-        .map_err(|e| CliError::io(format!("cannot read {}", args.file.display()), e))?;
-    let mut builder = Database::builder()
-        .base_dir(script_dir(&args.file))
-        .set("restart_budget", &MAX_RECOVERIES.to_string())?
-        .set("restart_backoff", RECOVERY_BACKOFF)?;
-    if let Some(dir) = &args.state_dir {
-        builder = builder.state_dir(dir);
-    }
-    for (name, value) in &options {
-        builder = builder.set(name, value)?;
-    }
-    let db = builder.open().await?;
+    let text = read_script(&args)?;
+    let db = builder(&args)?.open().await?;
     crate::builtins::register(&db).await?;
     // The signal wins over a run that finishes at the same moment: the
     // stop it asks for is then a clean stop of a finished pipeline.
@@ -108,6 +96,32 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
     }
 }
 
+/// The script's text.
+pub(crate) fn read_script(args: &RunArgs) -> Result<String, CliError> {
+    std::fs::read_to_string(&args.file)
+        .map_err(|e| CliError::io(format!("cannot read {}", args.file.display()), e))
+}
+
+/// The database as `args` describe it: base directory, restart budget,
+/// state directory or store, and every `--set`.
+pub(crate) fn builder(args: &RunArgs) -> Result<DatabaseBuilder, CliError> {
+    let options = parse_sets(&args.set)?;
+    let mut builder = Database::builder()
+        .base_dir(script_dir(&args.file))
+        .set("restart_budget", &MAX_RECOVERIES.to_string())?
+        .set("restart_backoff", RECOVERY_BACKOFF)?;
+    if let Some(dir) = &args.state_dir {
+        builder = builder.state_dir(dir);
+    }
+    if let Some(url) = &args.state {
+        builder = builder.set("checkpoint_store", url)?;
+    }
+    for (name, value) in &options {
+        builder = builder.set(name, value)?;
+    }
+    Ok(builder)
+}
+
 /// `--set name=value` pairs, in order.
 fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, CliError> {
     sets.iter()
@@ -138,6 +152,14 @@ async fn execute_and_run(
     progress: &ProgressSlot,
     signals: &Signals,
 ) -> Result<f64, CliError> {
+    execute_script(db, text).await?;
+    run_to_end(db, progress, signals).await
+}
+
+/// Execute the script, print what its statements return, and seal it: the
+/// script is the whole pipeline, so file sources may skip the columns no
+/// statement reads. Refused when a source has no connector.
+pub(crate) async fn execute_script(db: &Database, text: &str) -> Result<(), CliError> {
     let rows = db.execute(text).await?;
     print_tables(&rows)?;
     if let Some(name) = db.push_sources().await.into_iter().next() {
@@ -146,9 +168,17 @@ async fn execute_and_run(
              (add WITH (connector = 'file', path = '...', format = 'csv'))"
         )));
     }
-    // The script is the whole pipeline: sealing lets file sources skip the
-    // columns no statement reads.
     db.seal().await;
+    Ok(())
+}
+
+/// Run the executed script's pipeline to its end, showing progress;
+/// returns the process CPU time at which it started.
+pub(crate) async fn run_to_end(
+    db: &Database,
+    progress: &ProgressSlot,
+    signals: &Signals,
+) -> Result<f64, CliError> {
     signals.watch_sinks(
         db.sink_outputs()
             .await
@@ -174,14 +204,14 @@ async fn execute_and_run(
 
 /// CPU seconds this process has used so far, all threads (exited ones
 /// included).
-fn process_cpu_secs() -> f64 {
+pub(crate) fn process_cpu_secs() -> f64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 /// Print statement results (SHOW, DESCRIBE, EXPLAIN, SELECT) as tables,
 /// one table per run of batches with the same columns.
-fn print_tables(batches: &[RecordBatch]) -> Result<(), CliError> {
+pub(crate) fn print_tables(batches: &[RecordBatch]) -> Result<(), CliError> {
     if batches.is_empty() {
         return Ok(());
     }
@@ -205,7 +235,7 @@ fn print_tables(batches: &[RecordBatch]) -> Result<(), CliError> {
 /// The last line of a run: rows, wall seconds of the whole run, and the CPU
 /// seconds (all threads) of running the pipeline once the script was
 /// executed.
-fn print_summary(m: &MetricsSnapshot, secs: f64, cpu: f64) -> Result<(), CliError> {
+pub(crate) fn print_summary(m: &MetricsSnapshot, secs: f64, cpu: f64) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

@@ -224,9 +224,47 @@ pub enum ClusterError {
         /// What the pipeline reported.
         reason: String,
     },
+    /// A leader tried to record the end of a run that was already recorded.
+    #[error(
+        "SLC-CLU-021: node '{node}' cannot record the run of cluster '{cluster}' as finished: \
+         it was already recorded"
+    )]
+    AlreadyFinished {
+        /// The cluster.
+        cluster: String,
+        /// The node that tried.
+        node: String,
+    },
 }
 
 impl ClusterError {
+    /// The stable code (`SLC-CLU-NNN`), also the start of the message.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidId { .. } => "SLC-CLU-001",
+            Self::Etcd { .. } => "SLC-CLU-002",
+            Self::DuplicateNode { .. } => "SLC-CLU-003",
+            Self::CatalogMismatch { .. } => "SLC-CLU-004",
+            Self::NotLeader { .. } => "SLC-CLU-005",
+            Self::StaleGeneration { .. } => "SLC-CLU-006",
+            Self::LeaseLost { .. } => "SLC-CLU-007",
+            Self::Corrupt { .. } => "SLC-CLU-008",
+            Self::InvalidVnodeCount { .. } => "SLC-CLU-009",
+            Self::NoMembers { .. } => "SLC-CLU-010",
+            Self::Harness(_) => "SLC-CLU-011",
+            Self::AttemptCounterMoved { .. } => "SLC-CLU-012",
+            Self::CheckpointRefused { .. } => "SLC-CLU-013",
+            Self::AssignmentFenceMoved { .. } => "SLC-CLU-014",
+            Self::AnswerRefused { .. } => "SLC-CLU-015",
+            Self::CheckpointMissing { .. } => "SLC-CLU-016",
+            Self::Timeout { .. } => "SLC-CLU-017",
+            Self::CheckpointDeposed { .. } => "SLC-CLU-018",
+            Self::DecisionOverdue { .. } => "SLC-CLU-019",
+            Self::PipelineFailed { .. } => "SLC-CLU-020",
+            Self::AlreadyFinished { .. } => "SLC-CLU-021",
+        }
+    }
+
     /// Wrap an etcd client error with what was being done.
     pub(crate) fn etcd(context: impl Into<String>, source: etcd_client::Error) -> Self {
         Self::Etcd {
@@ -238,3 +276,29 @@ impl ClusterError {
 
 /// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, ClusterError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant's `code()` is the code its message starts with.
+    #[test]
+    fn code_is_the_message_prefix() {
+        let all = [
+            ClusterError::InvalidId {
+                what: "node id",
+                id: "x".into(),
+                reason: "r",
+            },
+            ClusterError::LeaseLost { node: "n".into() },
+            ClusterError::Harness("h".into()),
+            ClusterError::AlreadyFinished {
+                cluster: "c".into(),
+                node: "n".into(),
+            },
+        ];
+        for e in all {
+            assert!(e.to_string().starts_with(e.code()), "{e}");
+        }
+    }
+}

@@ -78,6 +78,24 @@ impl ClusterKeys {
         format!("/sluice/{}/assignment", self.cluster)
     }
 
+    /// `/sluice/C/finished`: written once by the leader that ran a bounded
+    /// pipeline (file sources) to its end and published its sinks
+    /// (permanent; followers waiting as standbys exit when they see it).
+    pub fn finished(&self) -> String {
+        format!("/sluice/{}/finished", self.cluster)
+    }
+
+    /// `/sluice/C/progress/`: the prefix of the progress reports.
+    pub fn progress_prefix(&self) -> String {
+        format!("/sluice/{}/progress/", self.cluster)
+    }
+
+    /// `/sluice/C/progress/N`: node `N`'s last progress report
+    /// (lease-attached).
+    pub fn progress(&self, node: &NodeId) -> String {
+        format!("{}{}", self.progress_prefix(), node.as_str())
+    }
+
     /// `/sluice/C/checkpoints/<kind>/`: the directory of one kind of
     /// checkpoint record (`attempts`, `prepare`, `answers`, `decisions`).
     pub fn checkpoint_dir(&self, kind: &str) -> String {

@@ -74,9 +74,12 @@
 //!
 //! # What exists, what comes next
 //!
-//! This slice is the control plane only; nothing in `sluice run` or the
-//! streaming coordinator uses it yet (`PipelineCallback::is_leader` is
-//! still hard-wired for a single node). The next slices:
+//! `sluice run --cluster` uses the control plane for active–standby runs
+//! (`standby.rs`: the leader runs the whole pipeline, a standby takes over
+//! from the shared store's last checkpoint; `status.rs`: `SHOW CLUSTER`).
+//! The streaming coordinator does not use it yet
+//! (`PipelineCallback::is_leader` is still hard-wired for a single node).
+//! The next slices:
 //!
 //! 1. The leader's checkpoint protocol over etcd (`checkpoint/`: its etcd
 //!    side and the leader / follower drivers exist; wiring them into the
@@ -99,6 +102,8 @@ pub mod leader;
 pub mod membership;
 pub mod node;
 pub mod session;
+pub mod standby;
+pub mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod vnodes;
@@ -111,4 +116,6 @@ pub use keys::{ClusterKeys, NodeId};
 pub use leader::{Election, LeaderState};
 pub use node::{ClusterNode, NodeConfig};
 pub use session::Session;
+pub use standby::Turn;
+pub use status::ClusterStatus;
 pub use vnodes::{vnode_of, VnodeCount, DEFAULT_VNODE_COUNT};

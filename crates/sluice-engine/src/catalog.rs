@@ -24,7 +24,7 @@ use crate::process::{
 pub mod admission;
 mod conflicts;
 mod fingerprint;
-pub use fingerprint::{fingerprint_version, FINGERPRINT_VERSION};
+pub use fingerprint::{fingerprint_version, object_fingerprints, FINGERPRINT_VERSION};
 
 /// How a source gets its rows.
 #[derive(Debug, Clone)]

@@ -75,6 +75,17 @@ pub enum EngineError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The cluster the database runs in could not answer (etcd
+    /// unreachable, an unreadable key): the cluster's error, with its code
+    /// (`SLC-CLU-...`).
+    #[error("{source}")]
+    Cluster {
+        /// The cluster's stable code.
+        code: &'static str,
+        /// The error itself.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// An error also held by the pipeline's status (which reports it to
     /// every later call); it reads and codes as the error itself.
     #[error(transparent)]
@@ -170,7 +181,7 @@ impl EngineError {
             EngineError::Connector(e) => e.code(),
             EngineError::Lookup(e) => e.code(),
             EngineError::Catalog(_) => "SLC-ENG-001",
-            EngineError::Worker { code, .. } => code,
+            EngineError::Worker { code, .. } | EngineError::Cluster { code, .. } => code,
             EngineError::Schema(_) => "SLC-ENG-002",
             EngineError::Option(_) => "SLC-ENG-003",
             EngineError::Execution { .. } => "SLC-ENG-004",

@@ -22,6 +22,10 @@ fn every_engine_error() -> Vec<EngineError> {
             code: "SLC-RMT-003",
             source: Box::new(std::io::Error::other("worker gone")),
         },
+        EngineError::Cluster {
+            code: "SLC-CLU-002",
+            source: Box::new(std::io::Error::other("etcd unreachable")),
+        },
         EngineError::Schema("bad shape".into()),
         EngineError::Option("bad".into()),
         EngineError::exec("op", datafusion::error::DataFusionError::Plan("p".into())),
@@ -65,6 +69,7 @@ fn variant(e: &EngineError) -> &'static str {
         EngineError::Lookup(_) => "Lookup",
         EngineError::Catalog(_) => "Catalog",
         EngineError::Worker { .. } => "Worker",
+        EngineError::Cluster { .. } => "Cluster",
         EngineError::Schema(_) => "Schema",
         EngineError::Option(_) => "Option",
         EngineError::Execution { .. } => "Execution",

@@ -46,6 +46,9 @@ pub enum Statement {
     Checkpoint,
     /// `SHOW CHECKPOINTS`.
     ShowCheckpoints,
+    /// `SHOW CLUSTER`: the cluster's members, leader, vnode owners and
+    /// progress (only where the database runs in a cluster).
+    ShowCluster,
     /// `SHOW PROCESS FUNCTIONS`.
     ShowProcessFunctions,
     /// A one-shot query, answered from materialized views.

@@ -26,11 +26,13 @@ use crate::query::run_query;
 use crate::{Error, Result};
 
 mod checkpoint_store;
+mod cluster;
 mod declare;
 mod lookup;
 mod outputs;
 mod process;
 mod seal;
+pub use cluster::{CatalogFingerprints, ClusterInfo, ClusterMember};
 pub use outputs::SinkOutput;
 pub use process::{HandlerFactory, ProcessWorkerStats};
 
@@ -50,6 +52,8 @@ struct Inner {
     /// What relative paths in statements resolve against (see
     /// [`DatabaseBuilder::base_dir`]).
     base_dir: Option<PathBuf>,
+    /// What `SHOW CLUSTER` asks (see [`DatabaseBuilder::cluster_info`]).
+    cluster: Option<Arc<dyn ClusterInfo>>,
     _lock: Option<std::fs::File>,
 }
 
@@ -66,6 +70,7 @@ pub struct DatabaseBuilder {
     base_dir: Option<PathBuf>,
     options: PipelineOptions,
     checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
+    cluster: Option<Arc<dyn ClusterInfo>>,
 }
 
 impl DatabaseBuilder {
@@ -94,6 +99,13 @@ impl DatabaseBuilder {
         self
     }
 
+    /// Answer `SHOW CLUSTER` from `info`: for a database that runs in a
+    /// cluster (the `sluice` binary's `--cluster` mode sets it).
+    pub fn cluster_info(mut self, info: Arc<dyn ClusterInfo>) -> Self {
+        self.cluster = Some(info);
+        self
+    }
+
     /// Set a pipeline option by name (see [`PipelineOptions`]); unknown names are refused.
     pub fn set(mut self, name: &str, value: &str) -> Result<Self> {
         self.options.set(name, value)?;
@@ -117,6 +129,7 @@ impl DatabaseBuilder {
                 checkpoint_slot: Mutex::default(),
                 workers: parking_lot::Mutex::default(),
                 base_dir,
+                cluster: self.cluster,
                 _lock: lock,
             }),
         })
@@ -217,6 +230,10 @@ impl Database {
                     .map(|c| (c.id, c.created_ms, c.state_bytes, None))
                     .collect();
                 checkpoint_rows(&rows)
+            }
+            Statement::ShowCluster => {
+                drop(p);
+                cluster::show(self.inner.cluster.as_ref()).await
             }
             Statement::Describe(name) => Ok(vec![p.catalog().describe(&name)?]),
             Statement::Explain(inner) => {
@@ -338,6 +355,16 @@ impl Database {
     /// committed checkpoint (see [`run_to_completion`](Self::run_to_completion)).
     pub async fn restarts(&self) -> u32 {
         self.inner.pipeline.lock().await.restarts()
+    }
+
+    /// The catalog's identity as a cluster seals it: the whole fingerprint
+    /// and each object's (which name what differs when a node is refused).
+    pub async fn catalog_fingerprints(&self) -> CatalogFingerprints {
+        let p = self.inner.pipeline.lock().await;
+        CatalogFingerprints {
+            whole: p.catalog().fingerprint(),
+            objects: sluice_engine::catalog::object_fingerprints(p.catalog()),
+        }
     }
 
     /// The options in effect (after every accepted `SET`).
@@ -467,6 +494,7 @@ fn statement_name(s: &Statement) -> &'static str {
         Statement::Set { .. } => "SET",
         Statement::Checkpoint => "CHECKPOINT",
         Statement::ShowCheckpoints => "SHOW CHECKPOINTS",
+        Statement::ShowCluster => "SHOW CLUSTER",
         Statement::Query(_) => "SELECT",
     }
 }

@@ -84,6 +84,8 @@ pub fn reaches_outside(stmt: &Statement) -> bool {
         // Starts a worker process or connects to one.
         Statement::CreateProcessFunction(_) => true,
         Statement::ShowCheckpoints => true,
+        // Reads etcd, where the database runs in a cluster.
+        Statement::ShowCluster => true,
         Statement::Explain(inner) => reaches_outside(inner),
         Statement::CreateStream(_)
         | Statement::CreateProcessStream(_)

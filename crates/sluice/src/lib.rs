@@ -22,7 +22,10 @@ mod database;
 pub mod fuzzing;
 mod query;
 
-pub use database::{Database, DatabaseBuilder, HandlerFactory, ProcessWorkerStats, SinkOutput};
+pub use database::{
+    CatalogFingerprints, ClusterInfo, ClusterMember, Database, DatabaseBuilder, HandlerFactory,
+    ProcessWorkerStats, SinkOutput,
+};
 pub use sluice_connectors::{LookupError, LookupRows, LookupTable, MemoryLookupTable};
 pub use sluice_engine::coordinator::CheckpointReport;
 pub use sluice_engine::lookup::{LookupOptions, LookupStats};

@@ -10,6 +10,7 @@ mod checkpoint_model;
 mod checkpoint_roles;
 mod election;
 mod membership;
+mod standby;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

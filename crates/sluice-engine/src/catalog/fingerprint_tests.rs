@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sluice_sql::{parse_sql, Statement, StreamPlanner};
 
-use super::{fingerprint, fingerprint_version, FINGERPRINT_VERSION};
+use super::{fingerprint, fingerprint_version, object_fingerprints, FINGERPRINT_VERSION};
 use crate::catalog::{Catalog, SinkConnector, SinkDef, SourceDef, StreamDef, StreamKind};
 use crate::options::PipelineOptions;
 
@@ -103,7 +103,55 @@ async fn the_fingerprint_of_a_fixed_catalog_is_pinned() {
 #[tokio::test]
 async fn every_component_of_the_catalog_changes_the_fingerprint() {
     let base_sql = base();
-    let variants: Vec<(&str, String)> = vec![
+    let base_fp = fingerprint(&catalog(&base_sql).await);
+    let mut seen = vec![("base", base_fp.clone())];
+    for (what, sql) in &variants(&base_sql) {
+        assert_ne!(sql, &base_sql, "{what}: the variant changes the SQL");
+        let fp = fingerprint(&catalog(sql).await);
+        for (other, earlier) in &seen {
+            assert_ne!(&fp, earlier, "{what} gives the fingerprint of {other}");
+        }
+        seen.push((what, fp));
+    }
+}
+
+/// Each component changed alone changes the fingerprint of an object that
+/// exists in both catalogs, or the set of objects (what a cluster names
+/// when it refuses a node), and only the objects that own the component.
+#[tokio::test]
+async fn every_component_changes_an_object_fingerprint() {
+    let base_sql = base();
+    let base_objects = object_fingerprints(&catalog(&base_sql).await);
+    assert_eq!(
+        base_objects.keys().collect::<Vec<_>>(),
+        ["sink out", "source bids", "stream per_auction"]
+    );
+    for (what, sql) in &variants(&base_sql) {
+        let objects = object_fingerprints(&catalog(sql).await);
+        assert_ne!(objects, base_objects, "{what}");
+    }
+    let base_objects = &base_objects;
+    let changed = |sql: String| async move {
+        let objects = object_fingerprints(&catalog(&sql).await);
+        objects
+            .iter()
+            .filter(|(k, v)| base_objects.get(*k) != Some(*v))
+            .map(|(k, _)| k.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        changed(base_sql.replace("out.csv", "other.csv")).await,
+        ["sink out"]
+    );
+    assert_eq!(
+        changed(base_sql.replace("price > 10", "price > 11")).await,
+        ["stream per_auction"]
+    );
+}
+
+/// One variant per component of the catalog (see the test above).
+fn variants(base_sql: &str) -> Vec<(&'static str, String)> {
+    vec![
         ("source name", base_sql.replace("bids", "offers")),
         ("column name", base_sql.replace("auction", "item")),
         (
@@ -184,17 +232,7 @@ async fn every_component_of_the_catalog_changes_the_fingerprint() {
             "another object",
             format!("{base_sql}\nCREATE STREAM cheap AS SELECT * FROM bids WHERE price < 5;"),
         ),
-    ];
-    let base_fp = fingerprint(&catalog(&base_sql).await);
-    let mut seen = vec![("base", base_fp.clone())];
-    for (what, sql) in &variants {
-        assert_ne!(sql, &base_sql, "{what}: the variant changes the SQL");
-        let fp = fingerprint(&catalog(sql).await);
-        for (other, earlier) in &seen {
-            assert_ne!(&fp, earlier, "{what} gives the fingerprint of {other}");
-        }
-        seen.push((what, fp));
-    }
+    ]
 }
 
 /// Declaration order counts, even between objects that do not depend on

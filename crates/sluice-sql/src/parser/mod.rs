@@ -196,6 +196,9 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     if lead(0, "SHOW") && lead(1, "CHECKPOINTS") && words.len() == 2 {
         return Ok(Statement::ShowCheckpoints);
     }
+    if lead(0, "SHOW") && lead(1, "CLUSTER") && words.len() == 2 {
+        return Ok(Statement::ShowCluster);
+    }
     if lead(0, "SHOW") && lead(1, "PROCESS") {
         if !(lead(2, "FUNCTIONS") && words.len() == 3) {
             return Err(SqlError::Syntax("expected SHOW PROCESS FUNCTIONS".into()));

@@ -7,6 +7,7 @@ mod accumulators;
 mod conflicts;
 mod late_set;
 mod options;
+mod show_cluster;
 mod sql;
 
 /// Every test here is bounded: a refusal that wedged the pipeline must fail,

@@ -1,0 +1,402 @@
+//! `sluice run --cluster etcd=URL --node-id N --state URL FILE.sql`: one
+//! node of an active–standby cluster, and `sluice cluster status`.
+//!
+//! Every node executes the same script, seals its catalog in etcd (a node
+//! whose catalog differs is refused, naming the objects that differ),
+//! joins, and campaigns. The leader runs the pipeline with its checkpoints
+//! in the shared store; the others wait. When the leader dies or is cut
+//! off past its lease, a standby wins the election and runs the same
+//! pipeline from the last committed checkpoint; the shared store's lease
+//! keeps a deposed leader from committing anything more. When a leader
+//! runs the (file) sources to their end and publishes the sinks, it
+//! records the run as finished and every standby stops.
+//!
+//! ```text
+//!   execute + seal script ─► seal_or_verify (etcd) ─► join ─► campaign
+//!        wait_for_turn ─┬─ Finished ─────────────────────────► exit 0
+//!                       └─ Lead{term} ─► start (retry while the store's
+//!                             lease is held by the old leader)
+//!                           ─► run to the end ──► shutdown (publish) ─► record_finished
+//!                              └─ leadership lost ─► abort (publish nothing) ─► exit 1
+//! ```
+//!
+//! Vnode-placed execution (keyed state split across nodes) is not part of
+//! this mode yet: the leader runs every vnode.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use clap::{Args, Subcommand};
+use sluice::{ClusterInfo, ClusterMember, Database};
+use sluice_cluster::catalog_seal::SealedCatalog;
+use sluice_cluster::standby::{self, Turn};
+use sluice_cluster::status::{self, ClusterStatus, Finished, Progress};
+use sluice_cluster::{ClusterError, ClusterKeys, ClusterNode, NodeConfig, VnodeCount};
+
+use crate::error::CliError;
+use crate::progress::ProgressSlot;
+use crate::run::{self, RunEnd};
+use crate::signals::Signals;
+use crate::RunArgs;
+
+/// How often the running leader reports its progress to etcd.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// How often a new leader retries a store still leased by the old one.
+const STORE_RETRY: Duration = Duration::from_millis(500);
+
+/// `sluice cluster ...`.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    command: ClusterCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Show the cluster's members, leader, vnodes, progress and whether the run finished.
+    Status {
+        /// The etcd endpoints, `etcd=URL[,URL]`.
+        #[arg(long, value_name = "etcd=URL[,URL]")]
+        cluster: String,
+        /// The cluster's id.
+        #[arg(long, value_name = "NAME", default_value = "sluice")]
+        cluster_id: String,
+    },
+}
+
+/// `sluice cluster status`: the same table as `SHOW CLUSTER`, plus a
+/// line on the leader and the end of the run.
+pub async fn command(args: ClusterArgs) -> Result<(), CliError> {
+    match args.command {
+        ClusterCommand::Status {
+            cluster,
+            cluster_id,
+        } => {
+            let endpoints = parse_endpoints(&cluster)?;
+            let info = EtcdInfo::connect(&endpoints, &cluster_id, None).await?;
+            let s = info.read().await?;
+            let db = Database::builder()
+                .cluster_info(Arc::new(info))
+                .open()
+                .await?;
+            run::print_tables(&db.execute("SHOW CLUSTER").await?)?;
+            println!("{}", summary(&s));
+            Ok(())
+        }
+    }
+}
+
+/// One line: the leader, the assignment, the committed checkpoint and the
+/// end of the run.
+fn summary(s: &ClusterStatus) -> String {
+    let leader = match &s.leader {
+        Some((node, term)) => format!("leader {node} (term {term})"),
+        None => "no leader".to_string(),
+    };
+    let finished = match &s.finished {
+        Some(f) => format!(
+            "; finished by {} ({} rows in, {} rows out)",
+            f.node, f.rows_in, f.rows_out
+        ),
+        None => String::new(),
+    };
+    format!(
+        "cluster {}: {leader}, {} members, {} vnodes at generation {}{finished}",
+        s.cluster,
+        s.members.len(),
+        s.vnode_count,
+        s.generation
+    )
+}
+
+/// `etcd=URL[,URL]` as a list of endpoints.
+fn parse_endpoints(spec: &str) -> Result<Vec<String>, CliError> {
+    let Some(list) = spec.strip_prefix("etcd=") else {
+        return Err(CliError::usage(format!(
+            "--cluster '{spec}': expected etcd=URL[,URL], e.g. --cluster etcd=http://127.0.0.1:2379"
+        )));
+    };
+    let endpoints: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(str::to_string)
+        .collect();
+    if endpoints.is_empty() {
+        return Err(CliError::usage(format!(
+            "--cluster '{spec}': no etcd endpoint given"
+        )));
+    }
+    Ok(endpoints)
+}
+
+/// `SHOW CLUSTER` answered from etcd.
+struct EtcdInfo {
+    client: status::Client,
+    keys: ClusterKeys,
+    node: Option<String>,
+}
+
+impl EtcdInfo {
+    async fn connect(
+        endpoints: &[String],
+        cluster: &str,
+        node: Option<&str>,
+    ) -> Result<Self, ClusterError> {
+        Ok(Self {
+            client: status::connect(endpoints).await?,
+            keys: ClusterKeys::new(cluster)?,
+            node: node.map(str::to_string),
+        })
+    }
+
+    async fn read(&self) -> Result<ClusterStatus, ClusterError> {
+        status::read(&self.client, &self.keys).await
+    }
+}
+
+#[async_trait]
+impl ClusterInfo for EtcdInfo {
+    async fn members(&self) -> sluice::Result<Vec<ClusterMember>> {
+        let s = self.read().await.map_err(|e| sluice::Error::Cluster {
+            code: e.code(),
+            source: Box::new(e),
+        })?;
+        let now = now_ms();
+        Ok(s.members
+            .into_iter()
+            .map(|m| ClusterMember {
+                role: if m.leader { "leader" } else { "standby" }.to_string(),
+                is_self: self.node.as_deref() == Some(m.node.as_str()),
+                vnodes: m.vnodes,
+                generation: s.generation,
+                rows_in: m.progress.as_ref().map(|p| p.rows_in),
+                rows_out: m.progress.as_ref().map(|p| p.rows_out),
+                watermark_ms: m.progress.as_ref().map(|p| p.watermark_ms),
+                checkpoint: m.progress.as_ref().map(|p| p.checkpoint),
+                report_age_ms: m.progress.as_ref().map(|p| now - p.at_ms),
+                node: m.node,
+            })
+            .collect())
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `sluice run --cluster ...` (see the module docs).
+pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliError> {
+    let (Some(spec), Some(node_id)) = (&args.cluster, &args.node_id) else {
+        return Err(CliError::usage(
+            "--cluster and --node-id go together: --cluster etcd=URL --node-id NAME",
+        ));
+    };
+    if args.state.is_none() {
+        return Err(CliError::usage(
+            "--cluster needs --state URL: a checkpoint store every node reaches \
+             (s3://bucket/prefix, or file:///dir on a shared file system), so that a \
+             standby can take over from the leader's last checkpoint",
+        ));
+    }
+    if args.state_dir.is_some() {
+        return Err(CliError::usage(
+            "--cluster keeps its state in --state URL; --state-dir is a local directory \
+             that the other nodes cannot read",
+        ));
+    }
+    let lease_ttl = humantime::parse_duration(&args.lease_ttl)
+        .map_err(|e| CliError::usage(format!("--lease-ttl '{}': {e}", args.lease_ttl)))?;
+    let endpoints = parse_endpoints(spec)?;
+    let signals = Signals::install(progress)?;
+    let started = Instant::now();
+    let text = run::read_script(&args)?;
+    let info = EtcdInfo::connect(&endpoints, &args.cluster_id, Some(node_id)).await?;
+    let mut builder = run::builder(&args)?;
+    // No lost or duplicated output across a takeover, unless the user
+    // chose otherwise.
+    if !args
+        .set
+        .iter()
+        .any(|s| s.trim_start().starts_with("delivery"))
+    {
+        builder = builder.set("delivery", "exactly_once")?;
+    }
+    let db = builder.cluster_info(Arc::new(info)).open().await?;
+    crate::builtins::register(&db).await?;
+    run::execute_script(&db, &text).await?;
+    let fingerprints = db.catalog_fingerprints().await;
+    let mut config = NodeConfig::new(
+        endpoints,
+        &args.cluster_id,
+        node_id,
+        SealedCatalog {
+            fingerprint: fingerprints.whole,
+            objects: fingerprints.objects,
+            vnode_count: VnodeCount::default(),
+        },
+    );
+    config.lease_ttl = lease_ttl;
+    let node = tokio::select! {
+        biased;
+        signal = signals.first() => return Ok(RunEnd::Signalled(signal)),
+        node = ClusterNode::start(config) => node?,
+    };
+    let outcome = tokio::select! {
+        biased;
+        signal = signals.first() => {
+            if db.status().await.is_some() {
+                // The leader stops cleanly (a final checkpoint under
+                // exactly-once); the next leader continues from it.
+                crate::interrupt::stop(&db, signal, &signals).await;
+            } else {
+                // A standby never touched the store or the sinks.
+                signals.say(&format!(
+                    "{}: standby node {} left the cluster",
+                    signal.name(),
+                    node.node_id()
+                ));
+            }
+            Ok(RunEnd::Signalled(signal))
+        }
+        r = serve(&node, &db, progress, &signals, started) => r,
+    };
+    // Leave now rather than one lease later, so a standby takes over at once.
+    if let Err(e) = node.shutdown().await {
+        tracing::warn!(error = %e, "leaving the cluster");
+    }
+    outcome
+}
+
+/// Wait for this node's turn and take it.
+async fn serve(
+    node: &ClusterNode,
+    db: &Database,
+    progress: &ProgressSlot,
+    signals: &Signals,
+    started: Instant,
+) -> Result<RunEnd, CliError> {
+    match standby::wait_for_turn(node).await? {
+        Turn::Finished(f) => {
+            println!(
+                "sluice: node {} stands down: node {} finished the run ({} rows in, {} rows out)",
+                node.node_id(),
+                f.node,
+                f.rows_in,
+                f.rows_out
+            );
+            Ok(RunEnd::Completed)
+        }
+        Turn::Lead { term } => {
+            tracing::info!(node = node.node_id(), term, "leading: running the pipeline");
+            let ran = tokio::select! {
+                biased;
+                () = standby::lost_leadership(node, term) => None,
+                r = lead(node, db, progress, signals) => Some(r),
+            };
+            match ran {
+                None => {
+                    // Publish nothing: the new leader continues from the
+                    // last committed checkpoint.
+                    if let Err(e) = db.abort().await {
+                        tracing::debug!(error = %e, "abort after losing leadership");
+                    }
+                    Err(ClusterError::NotLeader {
+                        node: node.node_id().to_string(),
+                        term,
+                    }
+                    .into())
+                }
+                Some(Err(e)) => {
+                    if let Err(shutdown) = db.abort().await {
+                        tracing::debug!(error = %shutdown, "shutdown after a failure");
+                    }
+                    Err(e)
+                }
+                Some(Ok(cpu_at_start)) => {
+                    let metrics = db.shutdown().await?;
+                    let cpu = run::process_cpu_secs() - cpu_at_start;
+                    let finished = Finished {
+                        node: node.node_id().to_string(),
+                        term,
+                        rows_in: metrics.rows_in(),
+                        rows_out: metrics.rows_emitted(),
+                    };
+                    standby::record_finished(node.election(), &finished).await?;
+                    run::print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
+                    Ok(RunEnd::Completed)
+                }
+            }
+        }
+    }
+}
+
+/// Start the pipeline (waiting out the store lease of a leader that died)
+/// and run it to its end, reporting progress; returns the CPU time at the
+/// start.
+async fn lead(
+    node: &ClusterNode,
+    db: &Database,
+    progress: &ProgressSlot,
+    signals: &Signals,
+) -> Result<f64, CliError> {
+    loop {
+        match db.start().await {
+            Ok(()) => break,
+            // The old leader's store lease: it lapses by itself (at once
+            // when its process is gone from this host).
+            Err(e) if e.code() == "SLC-STO-006" => {
+                tracing::info!(error = %e, "waiting for the store lease");
+                tokio::time::sleep(STORE_RETRY).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let report = async {
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        loop {
+            tick.tick().await;
+            let m = db.metrics();
+            let p = Progress {
+                rows_in: m.rows_in(),
+                rows_out: m.rows_emitted(),
+                watermark_ms: m.watermark,
+                checkpoint: m.last_checkpoint.as_ref().map_or(0, |c| c.id),
+                at_ms: now_ms(),
+            };
+            if let Err(e) = status::publish_progress(node.session(), &p).await {
+                tracing::debug!(error = %e, "progress report");
+            }
+        }
+    };
+    tokio::select! {
+        () = report => unreachable_report(),
+        r = run::run_to_end(db, progress, signals) => r,
+    }
+}
+
+/// The progress loop never ends by itself.
+fn unreachable_report() -> Result<f64, CliError> {
+    Err(CliError::script("the progress reporter stopped"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            parse_endpoints("etcd=http://a:1, http://b:2").ok(),
+            Some(vec!["http://a:1".to_string(), "http://b:2".to_string()])
+        );
+        for bad in ["http://a:1", "etcd=", "etcd= , "] {
+            let e = parse_endpoints(bad).err().map(|e| e.to_string());
+            assert!(e.is_some_and(|e| e.contains("--cluster")), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! `sluice run --cluster`: real `sluice` processes on one real etcd, with
+//! checkpoints in a shared `file://` store. The leader runs the pipeline,
+//! the standbys take over when it dies or is cut off, and the sink files
+//! must equal those of an uninterrupted single-node run, byte for byte.
+//!
+//! `SLUICE_CLUSTER_KILLS` raises the number of leader kills.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_cluster::status::{self, ClusterStatus};
+use sluice_cluster::testing::EtcdServer;
+use sluice_cluster::ClusterKeys;
+use support::*;
+
+/// About one second of work for a debug build.
+const ROWS: u64 = 400_000;
+/// Longest one node may take before the test fails instead of hanging.
+const WATCHDOG: Duration = Duration::from_secs(240);
+const LEASE: &str = "1s";
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn write_input(dir: &Path, windows: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    write_events(dir, ROWS, 42);
+    std::fs::write(
+        dir.join("pipeline.sql"),
+        format!("{EVENTS_SOURCE}\n{windows}"),
+    )
+    .unwrap();
+}
+
+/// The sink files of an uninterrupted single-node run over the same input.
+fn reference(base: &Path) -> Vec<(String, String)> {
+    let dir = base.join("reference");
+    write_input(&dir, WINDOWS);
+    let (status, stderr) = Run::spawn(sluice(&dir, &[])).wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
+    let expected = outputs(&dir, WINDOW_FILES);
+    assert!(expected.iter().all(|(_, body)| body.lines().count() > 10));
+    expected
+}
+
+/// `sluice run --cluster ...` as node `node` on the script in `dir`; its
+/// stdout goes to `dir/NODE.out`.
+fn node(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str) -> Run {
+    node_with_lease(dir, etcd, cluster, node, LEASE)
+}
+
+fn node_with_lease(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str, lease: &str) -> Run {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    c.current_dir(dir)
+        .env_remove("RUST_LOG")
+        .arg("run")
+        .args(["--cluster", &format!("etcd={}", etcd.endpoint())])
+        .args(["--cluster-id", cluster, "--node-id", node])
+        .args(["--lease-ttl", lease])
+        .args([
+            "--state",
+            &format!("file://{}", dir.join("state").display()),
+        ])
+        .args(["--set", "checkpoint_interval=50ms"])
+        .arg("pipeline.sql")
+        .stdout(std::fs::File::create(dir.join(format!("{node}.out"))).unwrap())
+        .stderr(Stdio::piped());
+    Run::spawn(c)
+}
+
+fn cluster_status(etcd: &EtcdServer, cluster: &str) -> ClusterStatus {
+    rt().block_on(async {
+        let client = status::connect(&etcd.endpoints()).await.unwrap();
+        status::read(&client, &ClusterKeys::new(cluster).unwrap())
+            .await
+            .unwrap()
+    })
+}
+
+/// Wait until the cluster has a leader that is one of `alive`.
+fn leader_among(etcd: &EtcdServer, cluster: &str, alive: &BTreeMap<String, Run>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = cluster_status(etcd, cluster);
+        if let Some((leader, _)) = s.leader {
+            if alive.contains_key(&leader) {
+                return leader;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no leader among {:?}",
+            alive.keys()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn committed_bytes(dir: &Path) -> u64 {
+    WINDOW_FILES
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join("out").join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Wait for every node; each must succeed. Returns their stdouts.
+fn wait_all(dir: &Path, nodes: BTreeMap<String, Run>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (name, run) in nodes {
+        let (status, stderr) = run.wait(WATCHDOG);
+        assert!(status.success(), "node {name}: {stderr}");
+        let stdout = std::fs::read_to_string(dir.join(format!("{name}.out"))).unwrap();
+        out.insert(name, stdout);
+    }
+    out
+}
+
+/// Three nodes; the leader is SIGKILLed mid-run several times (each time a
+/// new node joins in its place). The survivors finish with exactly the
+/// output of one uninterrupted run, and the standbys stand down.
+#[test]
+fn leader_killed_mid_run_is_replaced_with_exactly_once_output() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("cluster");
+    write_input(&dir, WINDOWS);
+    let kills: usize = std::env::var("SLUICE_CLUSTER_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let mut alive: BTreeMap<String, Run> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| (n.to_string(), node(&dir, &etcd, "kills", n)))
+        .collect();
+    let total: u64 = expected.iter().map(|(_, body)| body.len() as u64).sum();
+    let mut rng = Lcg(11);
+    let mut killed = Vec::new();
+    for i in 0..kills {
+        let leader = leader_among(&etcd, "kills", &alive);
+        // Kill once the committed output passes the next step towards the
+        // total (so recovery starts mid-stream, each time further on),
+        // after a short random delay.
+        let step = total * (i as u64 + 1) / (kills as u64 + 2);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while committed_bytes(&dir) < step && Instant::now() < deadline {
+            if !alive.get_mut(&leader).is_some_and(Run::running) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(rng.next() % 20));
+        let Some(mut run) = alive.remove(&leader) else {
+            continue;
+        };
+        if !run.running() {
+            // It finished before the kill: nothing left to kill.
+            alive.insert(leader, run);
+            break;
+        }
+        run.signal(libc::SIGKILL);
+        run.kill();
+        assert!(
+            committed_bytes(&dir) < total,
+            "killed {leader} after its output was complete"
+        );
+        killed.push(leader);
+        let joiner = format!("n{}", 4 + i);
+        alive.insert(joiner.clone(), node(&dir, &etcd, "kills", &joiner));
+    }
+    assert!(!killed.is_empty(), "at least one leader was killed mid-run");
+    let stdouts = wait_all(&dir, alive);
+    assert_eq!(outputs(&dir, WINDOW_FILES), expected, "exactly-once output");
+    let status = cluster_status(&etcd, "kills");
+    let finished = status.finished.expect("the run is recorded as finished");
+    assert!(
+        !killed.contains(&finished.node),
+        "{finished:?} after {killed:?}"
+    );
+    // The last leader resumed from a committed checkpoint in the shared
+    // store: it read only what came after it, not the whole input.
+    assert!(
+        finished.rows_in > 0 && finished.rows_in < ROWS,
+        "the last leader read {} of {ROWS} rows",
+        finished.rows_in
+    );
+    assert!(
+        stdouts[&finished.node].contains("rows in"),
+        "{}",
+        stdouts[&finished.node]
+    );
+    for (name, stdout) in &stdouts {
+        if *name != finished.node {
+            assert!(
+                stdout.contains(&format!(
+                    "sluice: node {name} stands down: node {} finished the run",
+                    finished.node
+                )),
+                "{name}: {stdout}"
+            );
+        }
+    }
+}
+
+/// A node whose script differs from the sealed one is refused by name,
+/// before it joins; `SHOW CLUSTER` and `sluice cluster status` show the
+/// members, and the cluster's leader.
+#[test]
+fn a_node_with_another_script_is_refused_naming_the_objects() {
+    let base = tempfile::tempdir().unwrap();
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("first");
+    write_input(&dir, WINDOWS);
+    // A first node with a long lease, stopped once it leads, so that it
+    // stays the leader and a member while the cluster is inspected.
+    let first = node_with_lease(&dir, &etcd, "seal", "n1", "60s");
+    let alive = BTreeMap::from([("n1".to_string(), first)]);
+    assert_eq!(leader_among(&etcd, "seal", &alive), "n1");
+    let first = &alive["n1"];
+    first.signal(libc::SIGSTOP);
+    let other = base.path().join("other");
+    write_input(
+        &other,
+        &WINDOWS.replace("INTERVAL '5' SECOND", "INTERVAL '6' SECOND"),
+    );
+    let (status, stderr) = node(&other, &etcd, "seal", "n2").wait(WATCHDOG);
+    assert!(!status.success());
+    assert!(
+        stderr.contains(
+            "error[SLC-CLU-004]: node 'n2' is refused by cluster 'seal': its catalog differs"
+        ) && stderr.contains("changed: stream per_key"),
+        "{stderr}"
+    );
+    let (status, stderr) = Run::spawn({
+        let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        c.args([
+            "cluster",
+            "status",
+            "--cluster",
+            &format!("etcd={}", etcd.endpoint()),
+            "--cluster-id",
+            "seal",
+        ])
+        .stdout(std::fs::File::create(base.path().join("status.out")).unwrap())
+        .stderr(Stdio::piped());
+        c
+    })
+    .wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
+    let shown = std::fs::read_to_string(base.path().join("status.out")).unwrap();
+    assert!(shown.contains("| n1   | leader |"), "{shown}");
+    assert!(!shown.contains("n2"), "a refused node never joins: {shown}");
+    assert!(shown.contains("cluster seal: leader n1 (term "), "{shown}");
+    first.signal(libc::SIGKILL);
+    for (_, run) in alive {
+        run.kill();
+    }
+}
+
+/// A leader cut off past its lease (SIGSTOP) is deposed: a standby takes
+/// over, and when the old leader wakes up it publishes nothing and exits
+/// with the fencing error; the output is still exactly one run's.
+#[test]
+fn a_paused_leader_is_fenced_and_publishes_nothing() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("cluster");
+    write_input(&dir, WINDOWS);
+    let mut alive: BTreeMap<String, Run> = ["n1", "n2"]
+        .iter()
+        .map(|n| (n.to_string(), node(&dir, &etcd, "pause", n)))
+        .collect();
+    let leader = leader_among(&etcd, "pause", &alive);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while committed_bytes(&dir) == 0 {
+        assert!(Instant::now() < deadline, "no output committed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut paused = alive.remove(&leader).unwrap();
+    assert!(paused.running(), "the leader finished before the pause");
+    paused.signal(libc::SIGSTOP);
+    // Past the lease: the standby is elected while the old leader sleeps.
+    let standby = leader_among(&etcd, "pause", &alive);
+    assert_ne!(standby, leader);
+    paused.signal(libc::SIGCONT);
+    let (status, stderr) = paused.wait(WATCHDOG);
+    assert!(!status.success(), "the deposed leader fails");
+    assert!(
+        stderr.contains(&format!(
+            "error[SLC-CLU-005]: node '{leader}' is not the leader of term"
+        )),
+        "{stderr}"
+    );
+    wait_all(&dir, alive);
+    assert_eq!(outputs(&dir, WINDOW_FILES), expected, "exactly-once output");
+    let finished = cluster_status(&etcd, "pause").finished.unwrap();
+    assert_eq!(finished.node, standby);
+}

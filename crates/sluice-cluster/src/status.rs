@@ -1,0 +1,206 @@
+//! What an operator asks of a cluster (`SHOW CLUSTER`, `sluice cluster
+//! status`): who leads, who is a member, who owns how many vnodes, each
+//! member's last reported progress, and whether the run has finished.
+//!
+//! Everything is read in **one** etcd transaction, so the answer is the
+//! cluster at a single revision: a leader that is listed is a member of
+//! the same snapshot, and the vnode counts are those of the assignment
+//! generation shown. Reading needs no membership (a node that has not
+//! joined, or a tool that never will, can ask).
+//!
+//! Progress records (`/sluice/C/progress/N`, attached to N's lease) are
+//! written by the node running the pipeline about once a second
+//! ([`publish_progress`]); they vanish with the node's lease, so a dead
+//! node shows no stale progress.
+
+use std::collections::BTreeMap;
+
+pub use etcd_client::Client;
+use etcd_client::{GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use serde::{Deserialize, Serialize};
+
+use crate::assignment::Assignment;
+use crate::checkpoint::record::parse_id;
+use crate::error::{ClusterError, Result};
+use crate::keys::ClusterKeys;
+use crate::session::Session;
+
+/// One node's progress as it last reported it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Rows read from its sources so far.
+    pub rows_in: u64,
+    /// Rows written to its outputs so far.
+    pub rows_out: u64,
+    /// Its pipeline watermark (ms since the epoch; `i64::MIN` before any).
+    pub watermark_ms: i64,
+    /// Its newest committed checkpoint id (0 before the first).
+    pub checkpoint: u64,
+    /// When it reported (ms since the epoch, its own clock).
+    pub at_ms: i64,
+}
+
+/// The end of a bounded run, as the leader that finished it recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finished {
+    /// The node that ran it to the end.
+    pub node: String,
+    /// That node's leader term.
+    pub term: u64,
+    /// Rows in and out of that node's last run.
+    pub rows_in: u64,
+    /// Rows out.
+    pub rows_out: u64,
+}
+
+/// One member, as the status shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// The node id.
+    pub node: String,
+    /// Whether it holds the leader key.
+    pub leader: bool,
+    /// How many vnodes it owns in the shown assignment.
+    pub vnodes: u32,
+    /// Its last progress report, if it runs the pipeline.
+    pub progress: Option<Progress>,
+}
+
+/// The cluster at one etcd revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// The cluster id.
+    pub cluster: String,
+    /// The etcd revision the snapshot was read at.
+    pub revision: i64,
+    /// The leader's node id and term, if one is elected.
+    pub leader: Option<(String, u64)>,
+    /// Live members, by node id.
+    pub members: Vec<MemberStatus>,
+    /// The assignment generation shown (0 before the first table).
+    pub generation: u64,
+    /// The vnode count sealed with the catalog (0 before the seal).
+    pub vnode_count: u32,
+    /// The newest committed checkpoint id of the cluster protocol (0: none).
+    pub committed: u64,
+    /// Set once a leader ran the (bounded) pipeline to its end.
+    pub finished: Option<Finished>,
+}
+
+/// A plain etcd client for reading the status (no lease, no membership).
+pub async fn connect(endpoints: &[String]) -> Result<Client> {
+    Client::connect(endpoints, None)
+        .await
+        .map_err(|e| ClusterError::etcd(format!("connect to {}", endpoints.join(",")), e))
+}
+
+/// Read the status of the cluster `keys` names.
+pub async fn read(client: &Client, keys: &ClusterKeys) -> Result<ClusterStatus> {
+    let prefix = || Some(GetOptions::new().with_prefix());
+    let txn = Txn::new().and_then([
+        TxnOp::get(keys.leader(), None),
+        TxnOp::get(keys.nodes_prefix(), prefix()),
+        TxnOp::get(keys.assignment(), None),
+        TxnOp::get(keys.checkpoint_committed(), None),
+        TxnOp::get(keys.finished(), None),
+        TxnOp::get(keys.progress_prefix(), prefix()),
+    ]);
+    let response = client
+        .clone()
+        .txn(txn)
+        .await
+        .map_err(|e| ClusterError::etcd("read of the cluster status", e))?;
+    let revision = response.header().map_or(0, |h| h.revision());
+    let kvs = |i: usize| match response.op_responses().get(i) {
+        Some(TxnOpResponse::Get(get)) => get.kvs().to_vec(),
+        _ => Vec::new(),
+    };
+    let text = |key: &[u8]| String::from_utf8_lossy(key).into_owned();
+    let leader = kvs(0).first().map(|kv| {
+        (
+            String::from_utf8_lossy(kv.value()).into_owned(),
+            u64::try_from(kv.create_revision()).unwrap_or(0),
+        )
+    });
+    let assignment = match kvs(2).first() {
+        Some(kv) => Some(Assignment::decode(
+            &text(kv.key()),
+            kv.value(),
+            u64::try_from(kv.mod_revision()).unwrap_or(0),
+        )?),
+        None => None,
+    };
+    let committed = match kvs(3).first() {
+        Some(kv) => parse_id(&text(kv.key()), kv.value())?,
+        None => 0,
+    };
+    let finished = match kvs(4).first() {
+        Some(kv) => Some(decode(&text(kv.key()), kv.value())?),
+        None => None,
+    };
+    let progress_prefix = keys.progress_prefix();
+    let mut progress: BTreeMap<String, Progress> = BTreeMap::new();
+    for kv in kvs(5) {
+        let key = text(kv.key());
+        let node = key.trim_start_matches(&progress_prefix).to_string();
+        progress.insert(node, decode(&key, kv.value())?);
+    }
+    let members = kvs(1)
+        .iter()
+        .map(|kv| {
+            let node = String::from_utf8_lossy(kv.value()).into_owned();
+            MemberStatus {
+                leader: leader.as_ref().is_some_and(|(l, _)| *l == node),
+                vnodes: assignment
+                    .as_ref()
+                    .map_or(0, |a| a.owned_vnodes(&node).len() as u32),
+                progress: progress.remove(&node),
+                node,
+            }
+        })
+        .collect();
+    Ok(ClusterStatus {
+        cluster: keys.cluster().to_string(),
+        revision,
+        leader,
+        members,
+        generation: assignment.as_ref().map_or(0, Assignment::generation),
+        vnode_count: assignment.as_ref().map_or(0, Assignment::vnode_count),
+        committed,
+        finished,
+    })
+}
+
+/// Report this node's progress (attached to its lease, so it disappears
+/// with the node).
+pub async fn publish_progress(session: &Session, progress: &Progress) -> Result<()> {
+    let key = session.keys().progress(session.node());
+    let value = encode(&key, progress)?;
+    session
+        .client()
+        .put(
+            key,
+            value,
+            Some(PutOptions::new().with_lease(session.lease_id())),
+        )
+        .await
+        .map_err(|e| {
+            ClusterError::etcd(format!("progress report of node '{}'", session.node()), e)
+        })?;
+    Ok(())
+}
+
+/// The JSON value of `value`, for key `key`.
+pub(crate) fn encode<T: Serialize>(key: &str, value: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(|e| ClusterError::Corrupt {
+        key: key.to_string(),
+        reason: format!("cannot encode: {e}"),
+    })
+}
+
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(key: &str, value: &[u8]) -> Result<T> {
+    serde_json::from_slice(value).map_err(|e| ClusterError::Corrupt {
+        key: key.to_string(),
+        reason: e.to_string(),
+    })
+}
