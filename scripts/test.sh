@@ -46,6 +46,15 @@ if [ -z "${PROTOC:-}" ] && ! command -v protoc >/dev/null 2>&1; then
     apt_install protobuf-compiler
 fi
 
+echo "== shared state: an S3-compatible server (moto) for the cluster tests"
+# `sluice run --cluster` tests keep checkpoints on S3 through a real
+# S3-compatible server on loopback; they fail without `moto_server`.
+python_for_moto="${SLUICE_PYTHON:-python3}"
+if ! command -v moto_server >/dev/null 2>&1 && [ -z "${SLUICE_MOTO:-}" ]; then
+    "$python_for_moto" -m pip install -q --disable-pip-version-check --root-user-action=ignore 'moto[server]'
+    hash -r
+fi
+
 echo "== python workers: bubblewrap and the sluice_worker SDK"
 # Python process functions run in a bubblewrap sandbox, with the SDK
 # installed for the interpreter the tests use (python3, or SLUICE_PYTHON).

@@ -1,5 +1,6 @@
 //! `sluice run --cluster`: real `sluice` processes on one real etcd, with
-//! checkpoints in a shared `file://` store. The leader runs the pipeline,
+//! checkpoints in a shared store: a `file://` directory, or a real
+//! S3-compatible server (`moto_server`) on loopback. The leader runs the pipeline,
 //! the standbys take over when it dies or is cut off, and the sink files
 //! must equal those of an uninterrupted single-node run, byte for byte.
 //!
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use sluice_cluster::status::{self, ClusterStatus};
 use sluice_cluster::testing::EtcdServer;
 use sluice_cluster::ClusterKeys;
+use support::moto::Moto;
 use support::*;
 
 /// About one second of work for a debug build.
@@ -54,10 +56,44 @@ fn reference(base: &Path) -> Vec<(String, String)> {
 /// `sluice run --cluster ...` as node `node` on the script in `dir`; its
 /// stdout goes to `dir/NODE.out`.
 fn node(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str) -> Run {
-    node_with_lease(dir, etcd, cluster, node, LEASE)
+    node_on(dir, etcd, cluster, node, LEASE, &Store::file(dir))
+}
+
+/// Where the nodes keep checkpoints: a URL and the environment it needs.
+struct Store {
+    url: String,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Store {
+    fn file(dir: &Path) -> Store {
+        Store {
+            url: format!("file://{}", dir.join("state").display()),
+            env: vec![],
+        }
+    }
+
+    fn s3(moto: &Moto, bucket: &str) -> Store {
+        moto.create_bucket(bucket);
+        Store {
+            url: format!("s3://{bucket}/pipeline"),
+            env: moto.env(),
+        }
+    }
 }
 
 fn node_with_lease(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str, lease: &str) -> Run {
+    node_on(dir, etcd, cluster, node, lease, &Store::file(dir))
+}
+
+fn node_on(
+    dir: &Path,
+    etcd: &EtcdServer,
+    cluster: &str,
+    node: &str,
+    lease: &str,
+    store: &Store,
+) -> Run {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
     c.current_dir(dir)
         .env_remove("RUST_LOG")
@@ -65,10 +101,8 @@ fn node_with_lease(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str, lea
         .args(["--cluster", &format!("etcd={}", etcd.endpoint())])
         .args(["--cluster-id", cluster, "--node-id", node])
         .args(["--lease-ttl", lease])
-        .args([
-            "--state",
-            &format!("file://{}", dir.join("state").display()),
-        ])
+        .args(["--state", &store.url])
+        .envs(store.env.iter().map(|(k, v)| (k, v)))
         .args(["--set", "checkpoint_interval=50ms"])
         .arg("pipeline.sql")
         .stdout(std::fs::File::create(dir.join(format!("{node}.out"))).unwrap())
@@ -130,9 +164,23 @@ fn wait_all(dir: &Path, nodes: BTreeMap<String, Run>) -> BTreeMap<String, String
 #[test]
 fn leader_killed_mid_run_is_replaced_with_exactly_once_output() {
     let base = tempfile::tempdir().unwrap();
-    let expected = reference(base.path());
-    let etcd = rt().block_on(EtcdServer::start()).unwrap();
     let dir = base.path().join("cluster");
+    kill_leaders(base.path(), &Store::file(&dir));
+}
+
+/// The same with checkpoints on S3 (a real S3-compatible server): the
+/// store lease and attempt ids rest on S3's conditional puts.
+#[test]
+fn leader_killed_mid_run_with_state_on_s3() {
+    let base = tempfile::tempdir().unwrap();
+    let moto = Moto::start();
+    kill_leaders(base.path(), &Store::s3(&moto, "sluice-kills"));
+}
+
+fn kill_leaders(base: &Path, store: &Store) {
+    let expected = reference(base);
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.join("cluster");
     write_input(&dir, WINDOWS);
     let kills: usize = std::env::var("SLUICE_CLUSTER_KILLS")
         .ok()
@@ -140,7 +188,12 @@ fn leader_killed_mid_run_is_replaced_with_exactly_once_output() {
         .unwrap_or(2);
     let mut alive: BTreeMap<String, Run> = ["n1", "n2", "n3"]
         .iter()
-        .map(|n| (n.to_string(), node(&dir, &etcd, "kills", n)))
+        .map(|n| {
+            (
+                n.to_string(),
+                node_on(&dir, &etcd, "kills", n, LEASE, store),
+            )
+        })
         .collect();
     let total: u64 = expected.iter().map(|(_, body)| body.len() as u64).sum();
     let mut rng = Lcg(11);
@@ -175,7 +228,10 @@ fn leader_killed_mid_run_is_replaced_with_exactly_once_output() {
         );
         killed.push(leader);
         let joiner = format!("n{}", 4 + i);
-        alive.insert(joiner.clone(), node(&dir, &etcd, "kills", &joiner));
+        alive.insert(
+            joiner.clone(),
+            node_on(&dir, &etcd, "kills", &joiner, LEASE, store),
+        );
     }
     assert!(!killed.is_empty(), "at least one leader was killed mid-run");
     let stdouts = wait_all(&dir, alive);

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod moto;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
