@@ -203,6 +203,16 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
              standby can take over from the leader's last checkpoint",
         ));
     }
+    if args
+        .state
+        .as_deref()
+        .is_some_and(|u| u.starts_with("memory:"))
+    {
+        return Err(CliError::usage(
+            "--cluster with --state memory://: a memory store lives inside one process, \
+             so no standby could take over from it; use s3://... or file:///shared/dir",
+        ));
+    }
     if args.state_dir.is_some() {
         return Err(CliError::usage(
             "--cluster keeps its state in --state URL; --state-dir is a local directory \

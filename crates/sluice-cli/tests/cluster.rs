@@ -362,3 +362,95 @@ fn a_paused_leader_is_fenced_and_publishes_nothing() {
     let finished = cluster_status(&etcd, "pause").finished.unwrap();
     assert_eq!(finished.node, standby);
 }
+
+/// Every malformed cluster invocation is refused before anything starts,
+/// naming the flag.
+#[test]
+fn malformed_cluster_arguments_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pipeline.sql"), EVENTS_SOURCE).unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--cluster", "etcd=http://127.0.0.1:1", "--node-id", "n1"],
+            "error[SLC-CLI-001]: --cluster needs --state URL",
+        ),
+        (
+            &[
+                "--cluster",
+                "etcd=http://127.0.0.1:1",
+                "--node-id",
+                "n1",
+                "--state",
+                "memory://",
+            ],
+            "error[SLC-CLI-001]: --cluster with --state memory://",
+        ),
+        (
+            &[
+                "--cluster",
+                "etcd=http://127.0.0.1:1",
+                "--node-id",
+                "n1",
+                "--state",
+                "file:///tmp/x",
+                "--state-dir",
+                "st",
+            ],
+            "error[SLC-CLI-001]: --cluster keeps its state in --state URL",
+        ),
+        (
+            &[
+                "--cluster",
+                "http://127.0.0.1:1",
+                "--node-id",
+                "n1",
+                "--state",
+                "file:///tmp/x",
+            ],
+            "error[SLC-CLI-001]: --cluster 'http://127.0.0.1:1': expected etcd=URL[,URL]",
+        ),
+        (
+            &[
+                "--cluster",
+                "etcd=",
+                "--node-id",
+                "n1",
+                "--state",
+                "file:///tmp/x",
+            ],
+            "error[SLC-CLI-001]: --cluster 'etcd=': no etcd endpoint given",
+        ),
+        (
+            &[
+                "--cluster",
+                "etcd=http://127.0.0.1:1",
+                "--node-id",
+                "n1",
+                "--state",
+                "file:///tmp/x",
+                "--lease-ttl",
+                "soon",
+            ],
+            "error[SLC-CLI-001]: --lease-ttl 'soon'",
+        ),
+        (
+            &[
+                "--cluster",
+                "etcd=http://127.0.0.1:1",
+                "--state",
+                "file:///tmp/x",
+            ],
+            "the following required arguments were not provided",
+        ),
+        (
+            &["--node-id", "n1", "--state", "file:///tmp/x"],
+            "the following required arguments were not provided",
+        ),
+    ];
+    for (args, expected) in cases {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let (status, stderr) = Run::spawn(sluice(dir.path(), &args)).wait(WATCHDOG);
+        assert!(!status.success(), "{args:?}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Cluster benchmark: Nexmark q5 and q7 through `sluice run --cluster` on 1,
+2 and 3 local nodes (active-standby: the leader runs the pipeline), against
+the same query on a single node without a cluster, plus the failover time
+when the leader is killed mid-run.
+
+All nodes run on this machine, so the figures are per-core efficiency (events
+per CPU second of every node together), the etcd control-plane bytes per
+event (etcd's own gRPC byte counters, all nodes together; no data crosses
+between nodes in active-standby), and failover: from the leader's SIGKILL to
+the first progress report of the node that took over.
+
+    benches/cluster/cluster_bench.py --sluice target/release/sluice \
+        [--events 2000000] [--write BENCHMARKS.md]
+
+Needs `etcd` on PATH (Debian's etcd-server).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "benches"))
+from markdown_section import write_section  # noqa: E402
+
+SUMMARY = re.compile(
+    r"sluice: (\d+) rows in, (\d+) rows out, \d+ late rows dropped, ([\d.]+)s, ([\d.]+)s CPU")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    def __init__(self, work):
+        self.client = free_port()
+        peer = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.client}"
+        self.log = open(os.path.join(work, "etcd.log"), "w")
+        self.proc = subprocess.Popen(
+            ["etcd", "--name=bench", f"--data-dir={work}/etcd",
+             f"--listen-client-urls={self.endpoint}",
+             f"--advertise-client-urls={self.endpoint}",
+             f"--listen-peer-urls=http://127.0.0.1:{peer}",
+             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+             f"--initial-cluster=bench=http://127.0.0.1:{peer}",
+             "--heartbeat-interval=50", "--election-timeout=500"],
+            stdout=self.log, stderr=self.log)
+        deadline = time.time() + 30
+        while True:
+            try:
+                urllib.request.urlopen(self.endpoint + "/health", timeout=1).read()
+                return
+            except OSError:
+                if time.time() > deadline:
+                    raise RuntimeError("etcd did not start")
+                time.sleep(0.1)
+
+    def grpc_bytes(self):
+        """Bytes etcd received plus sent over client gRPC so far."""
+        text = urllib.request.urlopen(self.endpoint + "/metrics", timeout=5).read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(("etcd_network_client_grpc_received_bytes_total",
+                                "etcd_network_client_grpc_sent_bytes_total")):
+                total += float(line.split()[-1])
+        return total
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+        self.log.close()
+
+
+def query_sql(query, events):
+    with open(os.path.join(ROOT, "benches", "nexmark", f"{query}.sql")) as f:
+        text = f.read()
+    text = re.sub(r"events = '\d+'", f"events = '{events}'", text)
+    return text + (f"\nCREATE SINK out FROM {query} "
+                   f"WITH (connector = 'file', path = 'out/{query}.csv');\n")
+
+
+def cpu_of(pid):
+    """User + system CPU seconds of a live process."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick
+
+
+def run_single(sluice, work, query, events):
+    d = tempfile.mkdtemp(dir=work)
+    with open(os.path.join(d, "pipeline.sql"), "w") as f:
+        f.write(query_sql(query, events))
+    out = subprocess.run(
+        [sluice, "run", "--state", f"file://{d}/state", "--set", "delivery=exactly_once",
+         "--set", "checkpoint_interval=1s", "pipeline.sql"],
+        cwd=d, capture_output=True, text=True, check=True).stdout
+    m = SUMMARY.search(out)
+    return {"wall": float(m.group(3)), "cpu": float(m.group(4)),
+            "output": open(os.path.join(d, "out", f"{query}.csv")).read()}
+
+
+def start_node(sluice, d, etcd, cluster, node):
+    log = open(os.path.join(d, f"{node}.out"), "w")
+    proc = subprocess.Popen(
+        [sluice, "run", "--cluster", f"etcd={etcd.endpoint}", "--cluster-id", cluster,
+         "--node-id", node, "--lease-ttl", "1s", "--state", f"file://{d}/state",
+         "--set", "checkpoint_interval=1s", "pipeline.sql"],
+        cwd=d, stdout=log, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def status(sluice, etcd, cluster):
+    return subprocess.run(
+        [sluice, "cluster", "status", "--cluster", f"etcd={etcd.endpoint}",
+         "--cluster-id", cluster], capture_output=True, text=True).stdout
+
+
+def leader_rows(text):
+    """(leader node, rows_in it reported) from `sluice cluster status`."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) >= 6 and cells[1] == "leader":
+            return cells[0], int(cells[5]) if cells[5] else None
+    return None, None
+
+
+def run_cluster(sluice, work, etcd, query, events, nodes, kill_at=None):
+    d = tempfile.mkdtemp(dir=work)
+    with open(os.path.join(d, "pipeline.sql"), "w") as f:
+        f.write(query_sql(query, events))
+    cluster = os.path.basename(d).replace("_", "-")
+    before = etcd.grpc_bytes()
+    started = time.time()
+    procs = {f"n{i + 1}": start_node(sluice, d, etcd, cluster, f"n{i + 1}")
+             for i in range(nodes)}
+    cpu = {}
+
+    def sample():
+        for name, (p, _) in procs.items():
+            if p.poll() is None:
+                try:
+                    cpu[name] = cpu_of(p.pid)
+                except OSError:
+                    pass
+
+    failover = None
+    if kill_at is not None:
+        # Kill the leader once it reported `kill_at` of the events, then
+        # time until another node reports progress.
+        victim = None
+        while victim is None:
+            leader, rows = leader_rows(status(sluice, etcd, cluster))
+            if leader and rows is not None and rows >= kill_at * events:
+                victim = leader
+            sample()
+            time.sleep(0.05)
+        killed = time.time()
+        sample()
+        procs[victim][0].send_signal(signal.SIGKILL)
+        procs[victim][0].wait()
+        procs[victim][1].close()
+        while True:
+            leader, rows = leader_rows(status(sluice, etcd, cluster))
+            if leader and leader != victim and rows is not None:
+                failover = time.time() - killed
+                break
+            time.sleep(0.02)
+        del procs[victim]
+    while any(p.poll() is None for p, _ in procs.values()):
+        sample()
+        time.sleep(0.05)
+    wall = time.time() - started
+    for name, (p, log) in procs.items():
+        log.close()
+        if p.returncode != 0:
+            raise RuntimeError(f"node {name} failed: {open(log.name).read()}")
+    return {"wall": wall, "cpu": sum(cpu.values()),
+            "control_bytes": etcd.grpc_bytes() - before,
+            "failover": failover,
+            "output": open(os.path.join(d, "out", f"{query}.csv")).read()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--write", help="write the table into this Markdown file")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="sluice-cluster-bench-")
+    etcd = Etcd(work)
+    rows = []
+    try:
+        for query in ["q5", "q7"]:
+            single = run_single(args.sluice, work, query, args.events)
+            rows.append((query, "single node, no cluster", single, None))
+            for n in (1, 2, 3):
+                r = run_cluster(args.sluice, work, etcd, query, args.events, n)
+                assert r["output"] == single["output"], f"{query} on {n} nodes differs"
+                rows.append((query, f"cluster, {n} node{'s' if n > 1 else ''}", r, single))
+            r = run_cluster(args.sluice, work, etcd, query, args.events, 2, kill_at=0.5)
+            assert r["output"] == single["output"], f"{query} after failover differs"
+            rows.append((query, "cluster, 2 nodes, leader killed at 50%", r, single))
+    finally:
+        etcd.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    lines = [
+        f"`benches/cluster/cluster_bench.py --events {args.events}` "
+        f"({os.cpu_count()} cores; every node on this machine; output equal to "
+        "the single-node run in every row)", "",
+        "| query | run | wall s | CPU s (all nodes) | M events / CPU s | etcd bytes / event | failover s |",
+        "|---|---|---:|---:|---:|---:|---:|"]
+    for query, what, r, _ in rows:
+        per_cpu = args.events / r["cpu"] / 1e6 if r["cpu"] else 0.0
+        control = r.get("control_bytes")
+        control = "-" if control is None else f"{control / args.events:.3f}"
+        failover = r.get("failover")
+        failover = "-" if failover is None else f"{failover:.2f}"
+        lines.append(
+            f"| {query} | {what} | {r['wall']:.2f} | {r['cpu']:.2f} | {per_cpu:.2f} | "
+            f"{control} | {failover} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.write:
+        write_section(args.write, "cluster", table)
+
+
+if __name__ == "__main__":
+    main()
