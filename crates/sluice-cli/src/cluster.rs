@@ -23,6 +23,7 @@
 //! Vnode-placed execution (keyed state split across nodes) is not part of
 //! this mode yet: the leader runs every vnode.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -253,13 +254,20 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
     config.lease_ttl = lease_ttl;
     let node = tokio::select! {
         biased;
-        signal = signals.first() => return Ok(RunEnd::Signalled(signal)),
+        signal = signals.first() => {
+            signals.say(&format!("{}: node {node_id} stopped before it joined", signal.name()));
+            return Ok(RunEnd::Signalled(signal));
+        }
         node = ClusterNode::start(config) => node?,
     };
+    // Set once this node, as leader, starts the pipeline: only then does a
+    // signal stop it (a standby's pipeline was declared, never started, and
+    // must not touch the store or the sinks).
+    let leading = AtomicBool::new(false);
     let outcome = tokio::select! {
         biased;
         signal = signals.first() => {
-            if db.status().await.is_some() {
+            if leading.load(Ordering::Acquire) {
                 // The leader stops cleanly (a final checkpoint under
                 // exactly-once); the next leader continues from it.
                 crate::interrupt::stop(&db, signal, &signals).await;
@@ -273,7 +281,7 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
             }
             Ok(RunEnd::Signalled(signal))
         }
-        r = serve(&node, &db, progress, &signals, started) => r,
+        r = serve(&node, &db, progress, &signals, started, &leading) => r,
     };
     // Leave now rather than one lease later, so a standby takes over at once.
     if let Err(e) = node.shutdown().await {
@@ -289,6 +297,7 @@ async fn serve(
     progress: &ProgressSlot,
     signals: &Signals,
     started: Instant,
+    leading: &AtomicBool,
 ) -> Result<RunEnd, CliError> {
     match standby::wait_for_turn(node).await? {
         Turn::Finished(f) => {
@@ -306,7 +315,7 @@ async fn serve(
             let ran = tokio::select! {
                 biased;
                 () = standby::lost_leadership(node, term) => None,
-                r = lead(node, db, progress, signals) => Some(r),
+                r = lead(node, db, progress, signals, leading) => Some(r),
             };
             match ran {
                 None => {
@@ -353,7 +362,9 @@ async fn lead(
     db: &Database,
     progress: &ProgressSlot,
     signals: &Signals,
+    leading: &AtomicBool,
 ) -> Result<f64, CliError> {
+    leading.store(true, Ordering::Release);
     loop {
         match db.start().await {
             Ok(()) => break,

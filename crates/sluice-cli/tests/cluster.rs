@@ -454,3 +454,49 @@ fn malformed_cluster_arguments_are_refused_by_name() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// SIGTERM on a standby: it leaves at once (status 143) and touches
+/// nothing. SIGTERM on the leader: a clean stop with a final checkpoint, a
+/// standby takes over from it, and the output is exactly one run's.
+#[test]
+fn sigterm_hands_the_run_over_cleanly() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("cluster");
+    write_input(&dir, WINDOWS);
+    let mut alive: BTreeMap<String, Run> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| (n.to_string(), node(&dir, &etcd, "term", n)))
+        .collect();
+    let leader = leader_among(&etcd, "term", &alive);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster_status(&etcd, "term").members.len() < 3 {
+        assert!(Instant::now() < deadline, "three members");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let standby = alive.keys().find(|n| **n != leader).cloned().unwrap();
+    let quitter = alive.remove(&standby).unwrap();
+    quitter.signal(libc::SIGTERM);
+    let (status, stderr) = quitter.wait(WATCHDOG);
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(
+        stderr.contains(&format!("SIGTERM: standby node {standby} left the cluster")),
+        "{stderr}"
+    );
+    let total: u64 = expected.iter().map(|(_, body)| body.len() as u64).sum();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while committed_bytes(&dir) < total / 3 {
+        assert!(Instant::now() < deadline, "no output committed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stopped = alive.remove(&leader).unwrap();
+    stopped.signal(libc::SIGTERM);
+    let (status, stderr) = stopped.wait(WATCHDOG);
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    let stdouts = wait_all(&dir, alive);
+    assert_eq!(outputs(&dir, WINDOW_FILES), expected, "exactly-once output");
+    let finished = cluster_status(&etcd, "term").finished.unwrap();
+    assert_ne!(finished.node, leader);
+    assert!(stdouts[&finished.node].contains("rows in"));
+}
