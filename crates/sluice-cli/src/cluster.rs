@@ -267,10 +267,20 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
     let outcome = tokio::select! {
         biased;
         signal = signals.first() => {
-            if leading.load(Ordering::Acquire) {
+            if leading.load(Ordering::Acquire) && node.is_leader() {
                 // The leader stops cleanly (a final checkpoint under
                 // exactly-once); the next leader continues from it.
                 crate::interrupt::stop(&db, signal, &signals).await;
+            } else if leading.load(Ordering::Acquire) {
+                // Deposed while it ran: publish nothing.
+                if let Err(e) = db.abort().await {
+                    tracing::debug!(error = %e, "abort of a deposed leader");
+                }
+                signals.say(&format!(
+                    "{}: node {} was no longer the leader; it published nothing",
+                    signal.name(),
+                    node.node_id()
+                ));
             } else {
                 // A standby never touched the store or the sinks.
                 signals.say(&format!(
@@ -321,20 +331,17 @@ async fn serve(
                 None => {
                     // Publish nothing: the new leader continues from the
                     // last committed checkpoint.
-                    if let Err(e) = db.abort().await {
-                        tracing::debug!(error = %e, "abort after losing leadership");
-                    }
-                    Err(ClusterError::NotLeader {
-                        node: node.node_id().to_string(),
-                        term,
-                    }
-                    .into())
+                    Err(deposed(db, node, term).await)
                 }
                 Some(Err(e)) => {
                     if let Err(shutdown) = db.abort().await {
                         tracing::debug!(error = %shutdown, "shutdown after a failure");
                     }
                     Err(e)
+                }
+                Some(Ok(_)) if node.term() != Some(term) => {
+                    // Deposed at the very end: the next leader publishes.
+                    Err(deposed(db, node, term).await)
                 }
                 Some(Ok(cpu_at_start)) => {
                     let metrics = db.shutdown().await?;
@@ -352,6 +359,19 @@ async fn serve(
             }
         }
     }
+}
+
+/// Abort a run this node no longer leads (publishing nothing: the next
+/// leader continues from the last committed checkpoint).
+async fn deposed(db: &Database, node: &ClusterNode, term: u64) -> CliError {
+    if let Err(e) = db.abort().await {
+        tracing::debug!(error = %e, "abort after losing leadership");
+    }
+    ClusterError::NotLeader {
+        node: node.node_id().to_string(),
+        term,
+    }
+    .into()
 }
 
 /// Start the pipeline (waiting out the store lease of a leader that died)

@@ -23,7 +23,9 @@ use support::*;
 const ROWS: u64 = 400_000;
 /// Longest one node may take before the test fails instead of hanging.
 const WATCHDOG: Duration = Duration::from_secs(240);
-const LEASE: &str = "1s";
+/// Long enough that a keep-alive stalled by a loaded 2-core machine does
+/// not depose a healthy leader.
+const LEASE: &str = "3s";
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

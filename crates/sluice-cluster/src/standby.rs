@@ -63,6 +63,13 @@ pub async fn wait_for_turn(node: &ClusterNode) -> Result<Turn> {
             return Ok(Turn::Finished(status::decode(&key, &value)?));
         }
         if let Some(term) = node.term() {
+            // The watch may not have delivered a finish recorded just
+            // before the old leader resigned: ask etcd itself before
+            // running anything.
+            if let Some(finished) = status::read_finished(&session.client(), session.keys()).await?
+            {
+                return Ok(Turn::Finished(finished));
+            }
             return Ok(Turn::Lead { term });
         }
         if *lost.borrow_and_update() {

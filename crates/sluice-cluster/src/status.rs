@@ -171,6 +171,20 @@ pub async fn read(client: &Client, keys: &ClusterKeys) -> Result<ClusterStatus> 
     })
 }
 
+/// The finished record, read from etcd now (not from a watch).
+pub async fn read_finished(client: &Client, keys: &ClusterKeys) -> Result<Option<Finished>> {
+    let key = keys.finished();
+    let got = client
+        .clone()
+        .get(key.clone(), None)
+        .await
+        .map_err(|e| ClusterError::etcd("read of the finished record", e))?;
+    match got.kvs().first() {
+        Some(kv) => Ok(Some(decode(&key, kv.value())?)),
+        None => Ok(None),
+    }
+}
+
 /// Report this node's progress (attached to its lease, so it disappears
 /// with the node).
 pub async fn publish_progress(session: &Session, progress: &Progress) -> Result<()> {

@@ -43,7 +43,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
@@ -141,6 +141,13 @@ struct Held {
     /// Set when a renewal found the lease gone or someone else's.
     lost: AtomicBool,
     released: AtomicBool,
+    /// Until when this holder may trust its lease without hearing from
+    /// the store (monotonic): the start of the last successful write plus
+    /// the ttl. A process paused past it (SIGSTOP, a VM stall) must not
+    /// write until a renewal succeeds again, because a taker may already
+    /// hold the store; the lease object's own `expires_ms` is later than
+    /// this, so the holder stops trusting before anyone can take over.
+    trusted_until: std::sync::Mutex<Instant>,
 }
 
 /// A held lease on one store; see the module docs. Renewed in the
@@ -216,6 +223,14 @@ impl Held {
         Ok(Some((record, version)))
     }
 
+    /// A write of the lease that started at `sent` succeeded.
+    fn trust_from(&self, sent: Instant) {
+        *self
+            .trusted_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = sent + self.ttl;
+    }
+
     fn lost(&self, message: String) -> StorageError {
         self.lost.store(true, Ordering::SeqCst);
         StorageError::LeaseLost {
@@ -232,9 +247,11 @@ impl Held {
             });
         }
         let mut version = self.version.lock().await;
+        let sent = Instant::now();
         match self.put(PutMode::Update(version.clone())).await {
             Ok(v) => {
                 *version = v;
+                self.trust_from(sent);
                 Ok(())
             }
             Err(
@@ -256,6 +273,7 @@ impl Held {
                             .put(PutMode::Overwrite)
                             .await
                             .map_err(|e| self.err(e))?;
+                        self.trust_from(sent);
                         Ok(())
                     }
                     None => Err(self.lost("the lease object was removed".into())),
@@ -317,11 +335,14 @@ impl StoreLease {
             }),
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
+            trusted_until: std::sync::Mutex::new(Instant::now()),
         };
         let mut last_holder = String::from("a lease that kept changing");
         for _ in 0..ACQUIRE_TRIES {
+            let sent = Instant::now();
             match held.put(PutMode::Create).await {
                 Ok(v) => {
+                    held.trust_from(sent);
                     *held.version.get_mut() = v;
                     return Ok(StoreLease::new(held));
                 }
@@ -348,8 +369,10 @@ impl StoreLease {
                 }
             };
             last_holder = record.describe(now);
+            let sent = Instant::now();
             match held.put(PutMode::Update(stale_version)).await {
                 Ok(v) => {
+                    held.trust_from(sent);
                     tracing::warn!(store = %held.url, previous = %last_holder, "took over a stale checkpoint store lease");
                     *held.version.get_mut() = v;
                     return Ok(StoreLease::new(held));
@@ -421,8 +444,10 @@ impl StoreLease {
         self.held.renew().await
     }
 
-    /// `Ok` while no renewal has found the lease gone or taken over, and
-    /// it was not released.
+    /// `Ok` while no renewal has found the lease gone or taken over, it was
+    /// not released, and a write of it succeeded within the last ttl (a
+    /// holder that was paused longer stops trusting it until a renewal
+    /// succeeds again).
     pub fn ensure_held(&self) -> Result<()> {
         if self.held.released.load(Ordering::SeqCst) {
             return Err(StorageError::LeaseLost {
@@ -434,6 +459,21 @@ impl StoreLease {
             return Err(StorageError::LeaseLost {
                 store: self.held.url.clone(),
                 message: "a renewal found it gone or held by another pipeline".into(),
+            });
+        }
+        let trusted_until = *self
+            .held
+            .trusted_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if Instant::now() >= trusted_until {
+            return Err(StorageError::LeaseLost {
+                store: self.held.url.clone(),
+                message: format!(
+                    "it was not renewed within its ttl of {:?} (was this process paused?); \
+                     another pipeline may hold the store now",
+                    self.held.ttl
+                ),
             });
         }
         Ok(())

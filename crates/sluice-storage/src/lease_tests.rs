@@ -203,3 +203,26 @@ fn one_of_many_concurrent_takers_wins() {
         }
     }
 }
+
+/// A holder that has not renewed within its ttl (a paused process) stops
+/// trusting its lease until a renewal succeeds; on either kind of store.
+#[tokio::test]
+async fn a_lease_not_renewed_within_its_ttl_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    for store in [memory(), local(&dir)] {
+        let ttl = Duration::from_millis(300);
+        let lease = acquire(&store, ttl).await.unwrap();
+        lease.ensure_held().unwrap();
+        tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+        let e = lease.ensure_held().unwrap_err();
+        assert_eq!(e.code(), "SLC-STO-006");
+        assert!(
+            e.to_string().contains("was not renewed within its ttl"),
+            "{e}"
+        );
+        // Nobody took it over: a renewal restores trust.
+        lease.renew().await.unwrap();
+        lease.ensure_held().unwrap();
+        lease.release().await.unwrap();
+    }
+}
