@@ -84,10 +84,11 @@ class Etcd:
         self.log.close()
 
 
-def query_sql(query, events):
+def query_sql(query, events, rate=None):
     with open(os.path.join(ROOT, "benches", "nexmark", f"{query}.sql")) as f:
         text = f.read()
-    text = re.sub(r"events = '\d+'", f"events = '{events}'", text)
+    paced = f", rate = '{rate}'" if rate else ""
+    text = re.sub(r"events = '\d+'", f"events = '{events}'{paced}", text)
     return text + (f"\nCREATE SINK out FROM {query} "
                    f"WITH (connector = 'file', path = 'out/{query}.csv');\n")
 
@@ -100,10 +101,10 @@ def cpu_of(pid):
     return (int(fields[11]) + int(fields[12])) / tick
 
 
-def run_single(sluice, work, query, events):
+def run_single(sluice, work, query, events, rate=None):
     d = tempfile.mkdtemp(dir=work)
     with open(os.path.join(d, "pipeline.sql"), "w") as f:
-        f.write(query_sql(query, events))
+        f.write(query_sql(query, events, rate))
     out = subprocess.run(
         [sluice, "run", "--state", f"file://{d}/state", "--set", "delivery=exactly_once",
          "--set", "checkpoint_interval=1s", "pipeline.sql"],
@@ -138,10 +139,10 @@ def leader_rows(text):
     return None, None
 
 
-def run_cluster(sluice, work, etcd, query, events, nodes, kill_at=None):
+def run_cluster(sluice, work, etcd, query, events, nodes, kill_at=None, rate=None):
     d = tempfile.mkdtemp(dir=work)
     with open(os.path.join(d, "pipeline.sql"), "w") as f:
-        f.write(query_sql(query, events))
+        f.write(query_sql(query, events, rate))
     cluster = os.path.basename(d).replace("_", "-")
     before = etcd.grpc_bytes()
     started = time.time()
@@ -166,6 +167,8 @@ def run_cluster(sluice, work, etcd, query, events, nodes, kill_at=None):
             leader, rows = leader_rows(status(sluice, etcd, cluster))
             if leader and rows is not None and rows >= kill_at * events:
                 victim = leader
+            if all(p.poll() is not None for p, _ in procs.values()):
+                raise RuntimeError("the run ended before the kill")
             sample()
             time.sleep(0.05)
         killed = time.time()
@@ -211,16 +214,22 @@ def main():
                 r = run_cluster(args.sluice, work, etcd, query, args.events, n)
                 assert r["output"] == single["output"], f"{query} on {n} nodes differs"
                 rows.append((query, f"cluster, {n} node{'s' if n > 1 else ''}", r, single))
-            r = run_cluster(args.sluice, work, etcd, query, args.events, 2, kill_at=0.5)
-            assert r["output"] == single["output"], f"{query} after failover differs"
-            rows.append((query, "cluster, 2 nodes, leader killed at 50%", r, single))
+            # Paced so that the run lasts about 10 s and the kill lands
+            # mid-run: wall and CPU of this row are not comparable.
+            rate = args.events // 10
+            paced = run_single(args.sluice, work, query, args.events, rate)
+            r = run_cluster(args.sluice, work, etcd, query, args.events, 2, kill_at=0.5,
+                            rate=rate)
+            assert r["output"] == paced["output"], f"{query} after failover differs"
+            rows.append((query, "cluster, 2 nodes, paced to 10 s, leader killed at 50%", r,
+                         single))
     finally:
         etcd.stop()
         shutil.rmtree(work, ignore_errors=True)
     lines = [
         f"`benches/cluster/cluster_bench.py --events {args.events}` "
         f"({os.cpu_count()} cores; every node on this machine; output equal to "
-        "the single-node run in every row)", "",
+        "the single-node run in every row; the paced row: to a paced single-node run)", "",
         "| query | run | wall s | CPU s (all nodes) | M events / CPU s | etcd bytes / event | failover s |",
         "|---|---|---:|---:|---:|---:|---:|"]
     for query, what, r, _ in rows:

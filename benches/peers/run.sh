@@ -12,7 +12,8 @@
 # Builds the release `sluice` binary and the LaminarDB driver (its own crate
 # and lock file outside the workspace, target dir $LAMINAR_TARGET, default
 # ~/.cache/sluice/laminardb-target; about 30 minutes the first time on 2
-# cores), installs Flink into a virtualenv ($PEERS_VENV, default
+# cores; the CARGO_PROFILE_* overrides given for Sluice's build are not
+# passed on, so they never force a rebuild of it), installs Flink into a virtualenv ($PEERS_VENV, default
 # ~/.cache/sluice/peers-venv) if missing, writes the bids CSV once (reused
 # while the parameters are the same), runs every query on every engine,
 # prints the tables and writes them into BENCHMARKS.md between the peers
@@ -35,7 +36,8 @@ LAMINAR_TARGET=${LAMINAR_TARGET:-$HOME/.cache/sluice/laminardb-target}
 if [[ "${SKIP:-}" != *laminardb* ]]; then
   echo "== building benches/peers/laminardb-rs (release, LaminarDB 0.33)" >&2
   (cd "$ROOT/benches/peers/laminardb-rs" &&
-    CARGO_TARGET_DIR=$LAMINAR_TARGET nice -n 10 cargo build --release --locked)
+    env $(env | sed -n 's/^\(CARGO_PROFILE_[A-Z_]*\)=.*/-u \1/p') \
+      CARGO_TARGET_DIR=$LAMINAR_TARGET nice -n 10 cargo build --release --locked)
 fi
 
 echo "== python environment $VENV" >&2

@@ -177,6 +177,18 @@ impl Run {
     }
 }
 
+/// A test that fails (panics) while its processes run must not leave them
+/// running: a cluster node whose etcd the failed test took down would wait
+/// for it forever.
+impl Drop for Run {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Names in a directory, sorted (empty if it does not exist).
 pub fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = match std::fs::read_dir(dir) {
