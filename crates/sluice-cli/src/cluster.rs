@@ -204,11 +204,14 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
              standby can take over from the leader's last checkpoint",
         ));
     }
-    if args
-        .state
-        .as_deref()
-        .is_some_and(|u| u.starts_with("memory:"))
-    {
+    // `--set checkpoint_store=...` comes after `--state` and wins.
+    let store = args
+        .set
+        .iter()
+        .rev()
+        .find_map(|s| s.trim().strip_prefix("checkpoint_store="))
+        .or(args.state.as_deref());
+    if store.is_some_and(|u| u.trim().starts_with("memory:")) {
         return Err(CliError::usage(
             "--cluster with --state memory://: a memory store lives inside one process, \
              so no standby could take over from it; use s3://... or file:///shared/dir",
