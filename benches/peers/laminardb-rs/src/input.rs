@@ -7,7 +7,7 @@ use std::path::Path;
 
 use arrow::array::{Array, Int64Array, RecordBatch};
 use arrow::compute::{cast, max};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
 use crate::error::{BenchError, Result};
 
@@ -78,6 +78,53 @@ pub fn interleaved(per_source: Vec<Vec<RecordBatch>>, column: &str) -> Result<Ve
     Ok(keyed.into_iter().map(|(_, push)| push).collect())
 }
 
+/// One row that ends a source's input: its last row with `column` moved
+/// one day past the largest value in `batches` (`None` without rows).
+///
+/// LaminarDB's watermark follows the event times in the data, so the
+/// windows still open at the end of the input close only when a later
+/// event arrives; an external watermark on the handle races with the
+/// batches still queued (it dropped the last of them as late) and is
+/// ignored when more than 5 minutes past the wall clock. This row's own
+/// windows never close (the watermark stays behind it), so it appears in
+/// no windowed result, and its row is not counted as input.
+pub fn end_sentinel(batches: &[RecordBatch], column: &str) -> Result<Option<RecordBatch>> {
+    let bad = |message: String| BenchError::Interleave {
+        column: column.to_string(),
+        message,
+    };
+    let mut end = None;
+    for batch in batches {
+        end = end.max(largest(batch, column)?);
+    }
+    let (Some(end), Some(last)) = (end, batches.iter().rev().find(|b| b.num_rows() > 0)) else {
+        return Ok(None);
+    };
+    let index = last
+        .schema()
+        .index_of(column)
+        .map_err(|e| bad(e.to_string()))?;
+    let data_type = last.schema().field(index).data_type().clone();
+    let day = match &data_type {
+        DataType::Timestamp(TimeUnit::Second, _) => 86_400,
+        DataType::Timestamp(TimeUnit::Millisecond, _) | DataType::Int64 => 86_400_000,
+        DataType::Timestamp(TimeUnit::Microsecond, _) => 86_400_000_000,
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => 86_400_000_000_000,
+        other => {
+            return Err(bad(format!(
+                "cannot end a {other} column with a later event"
+            )))
+        }
+    };
+    let time = Int64Array::from(vec![end.saturating_add(day)]);
+    let time = cast(&time, &data_type).map_err(|e| bad(e.to_string()))?;
+    let mut columns = last.slice(last.num_rows() - 1, 1).columns().to_vec();
+    columns[index] = time;
+    RecordBatch::try_new(last.schema(), columns)
+        .map(Some)
+        .map_err(|e| bad(e.to_string()))
+}
+
 fn largest(batch: &RecordBatch, column: &str) -> Result<Option<i64>> {
     let bad = |message: String| BenchError::Interleave {
         column: column.to_string(),
@@ -100,7 +147,7 @@ mod tests {
     use std::sync::Arc;
 
     use arrow::array::{Int64Array, TimestampMillisecondArray};
-    use arrow::datatypes::{Field, Schema, TimeUnit};
+    use arrow::datatypes::{Field, Schema};
 
     use super::*;
 
@@ -126,6 +173,18 @@ mod tests {
                 (*i, v.value(0))
             })
             .collect()
+    }
+
+    #[test]
+    fn the_end_sentinel_is_the_last_row_a_day_after_the_latest_event() {
+        let batches = vec![batch(&[5, 90]), batch(&[7, 3]), batch(&[])];
+        let end = end_sentinel(&batches, "date_time")
+            .expect("sentinel")
+            .expect("rows");
+        assert_eq!(first_values(&[(0, end)]), vec![(0, 90 + 86_400_000)]);
+        assert!(end_sentinel(&[batch(&[])], "date_time")
+            .expect("no rows")
+            .is_none());
     }
 
     #[test]

@@ -34,13 +34,13 @@ const OUT: &str = "out";
 const POLL: Duration = Duration::from_millis(100);
 /// Silence that ends the untimed count of trailing output.
 const TRAILING: Duration = Duration::from_millis(500);
-/// The watermark pushed to every source after its last batch: the end of
-/// the input, as `sluice run` treats the end of a bounded file, so that
-/// windows and time-bounded joins still open at the end are emitted (without
-/// it LaminarDB holds them forever and q5, q7 and the tumbling count give no
-/// rows). Far beyond any event time, yet far from `i64::MAX`, so subtracting
-/// a watermark delay or adding a window size cannot overflow.
-const END_OF_INPUT_WATERMARK: i64 = i64::MAX / 4;
+/// How much output LaminarDB keeps for a subscriber that has not read it
+/// yet. Without it the log holds two 8 MiB batches and ends a reader that
+/// falls further behind with `Lagged`, which q0 and q1 (every input row is
+/// an output row) provoked even with the reader on its own task: the
+/// pusher and LaminarDB's compute keep both cores busy. Retention only
+/// changes how far behind the reader may fall, not the work measured.
+const RETAIN_HISTORY: &str = "4gb";
 
 /// What one run measured.
 #[derive(Debug)]
@@ -83,13 +83,26 @@ pub async fn run(args: &Args) -> Result<Measured> {
         per_source.push(input::load_csv(&source.csv, handle.schema())?);
         handles.push(handle);
     }
+    // With a WATERMARK, each source's input ends with a later event that
+    // closes its open windows (see `input::end_sentinel`).
+    let mut sentinels = Vec::new();
+    if let Some(w) = &args.watermark {
+        for (i, batches) in per_source.iter().enumerate() {
+            if let Some(row) = input::end_sentinel(batches, &w.column)? {
+                sentinels.push((i, row));
+            }
+        }
+    }
     let pushes = match &args.interleave_by {
         Some(column) => input::interleaved(per_source, column)?,
         None => input::in_file_order(per_source),
     };
-    db.execute(&format!("CREATE STREAM {OUT} AS {}", args.sql))
-        .await
-        .map_err(refused("CREATE STREAM"))?;
+    db.execute(&format!(
+        "CREATE STREAM {OUT} AS {} WITH ('retain_history' = '{RETAIN_HISTORY}')",
+        args.sql
+    ))
+    .await
+    .map_err(refused("CREATE STREAM"))?;
     db.start().await.map_err(refused("start"))?;
     let portal = db
         .open_subscription(OUT, None, SubscribeStart::Tail)
@@ -107,6 +120,12 @@ pub async fn run(args: &Args) -> Result<Measured> {
     let cpu_started = cpu_seconds();
     let receiving = tokio::spawn(reader.read(portal, started, cpu_started));
     let rows = push_all(&args.sources, &handles, pushes, args.idle_timeout).await;
+    let rows = match rows {
+        Ok(rows) => push_all(&args.sources, &handles, sentinels, args.idle_timeout)
+            .await
+            .map(|_| rows),
+        Err(e) => Err(e),
+    };
     // Also on a failed push, so the reader stops.
     let _ = pushed.set(Instant::now());
     let received = receiving
@@ -154,9 +173,6 @@ async fn push_all(
             }
         }
         rows += n;
-    }
-    for handle in handles {
-        handle.watermark(END_OF_INPUT_WATERMARK);
     }
     Ok(rows)
 }
