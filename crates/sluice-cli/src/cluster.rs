@@ -240,6 +240,20 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
     {
         builder = builder.set("delivery", "exactly_once")?;
     }
+    // A leader killed on another host keeps the store leased until its
+    // store lease lapses: make that one node lease (etcd's whole seconds),
+    // so a takeover waits about one lease period, not the 30 s default.
+    if !args
+        .set
+        .iter()
+        .any(|s| s.trim_start().starts_with("checkpoint_store_lease"))
+    {
+        let secs = lease_ttl.as_secs() + u64::from(lease_ttl.subsec_nanos() > 0);
+        builder = builder.set(
+            "checkpoint_store_lease",
+            &format!("{}s", secs.clamp(1, 3600)),
+        )?;
+    }
     let db = builder.cluster_info(Arc::new(info)).open().await?;
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &text).await?;
@@ -273,7 +287,7 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
             if leading.load(Ordering::Acquire) && node.is_leader() {
                 // The leader stops cleanly (a final checkpoint under
                 // exactly-once); the next leader continues from it.
-                crate::interrupt::stop(&db, signal, &signals).await;
+                crate::interrupt::stop(&db, signal, &signals, crate::interrupt::Resume::Cluster).await;
             } else if leading.load(Ordering::Acquire) {
                 // Deposed while it ran: publish nothing.
                 if let Err(e) = db.abort().await {

@@ -16,10 +16,38 @@ use sluice::{Database, Delivery, SinkOutput};
 
 use crate::signals::{Signal, Signals};
 
+/// Where the checkpoints a resumed run starts from are kept, which decides
+/// what the user is told to do to resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// A local state directory (`--state-dir`).
+    StateDir,
+    /// A checkpoint store URL (`--state`).
+    Store,
+    /// The store of a cluster (`--cluster ... --state`): another node
+    /// takes over as leader and resumes without the user.
+    Cluster,
+}
+
+impl Resume {
+    /// What resumes the run, ending with "resume" / "resumes" so that
+    /// "from ..." can follow.
+    fn how(self) -> &'static str {
+        match self {
+            Self::StateDir => "rerun with the same --state-dir to resume",
+            Self::Store => "rerun with the same --state to resume",
+            Self::Cluster => {
+                "the next leader (a standby, or any node started again with the same \
+                 --state) resumes"
+            }
+        }
+    }
+}
+
 /// Stop `db` after `signal` and report on stderr what became of the output.
 /// An error of the stop itself (a final checkpoint that did not commit) is
 /// printed too; the exit status stays the signal's either way.
-pub async fn stop(db: &Database, signal: Signal, signals: &Signals) {
+pub async fn stop(db: &Database, signal: Signal, signals: &Signals, resume: Resume) {
     let sinks = db.sink_outputs().await;
     let delivery = db.checkpoint_delivery().await;
     let stopped = match delivery {
@@ -45,6 +73,7 @@ pub async fn stop(db: &Database, signal: Signal, signals: &Signals) {
         &sinks,
         checkpoint,
         stopped.is_ok(),
+        resume,
     ));
 }
 
@@ -55,8 +84,10 @@ pub fn report(
     sinks: &[SinkOutput],
     checkpoint: Option<u64>,
     clean: bool,
+    resume: Resume,
 ) -> String {
     let name = signal.name();
+    let how = resume.how();
     let sinks = sink_list(sinks);
     let at = match checkpoint {
         Some(id) => format!("checkpoint {id}"),
@@ -69,21 +100,19 @@ pub fn report(
         ),
         (Some(Delivery::ExactlyOnce), true) => format!(
             "{name}: stopped at {at}; the output of {sinks} is exactly what it committed \
-             (exactly_once); rerun with the same --state-dir to resume"
+             (exactly_once); {how}"
         ),
         (Some(Delivery::AtLeastOnce), true) => format!(
             "{name}: stopped at {at}; the output delivered so far stays in {sinks} \
-             (at_least_once); rerun with the same --state-dir to resume"
+             (at_least_once); {how}"
         ),
         (Some(Delivery::ExactlyOnce), false) => format!(
             "{name}: stopped without a final checkpoint; output not committed by {at} \
-             was discarded from {sinks} (exactly_once); rerun with the same --state-dir \
-             to resume from it"
+             was discarded from {sinks} (exactly_once); {how} from it"
         ),
         (Some(Delivery::AtLeastOnce), false) => format!(
             "{name}: stopped without a final checkpoint; the output delivered so far \
-             stays in {sinks} (at_least_once); rerun with the same --state-dir to resume \
-             from {at} (rows after it may repeat)"
+             stays in {sinks} (at_least_once); {how} from {at} (rows after it may repeat)"
         ),
     }
 }
@@ -121,18 +150,33 @@ mod tests {
             Some(Delivery::AtLeastOnce),
             Some(Delivery::ExactlyOnce),
         ];
+        let resumes = [
+            (Resume::StateDir, "rerun with the same --state-dir"),
+            (Resume::Store, "rerun with the same --state "),
+            (Resume::Cluster, "the next leader"),
+        ];
         for signal in [Signal::Interrupt, Signal::Terminate] {
             for delivery in modes {
                 for clean in [true, false] {
-                    let line = report(signal, delivery, &sinks(&["a", "b"]), Some(4), clean);
-                    assert!(line.starts_with(signal.name()), "{line}");
-                    assert!(line.contains("sinks 'a', 'b'"), "{line}");
-                    assert!(line.contains("rerun"), "{line}");
-                    if delivery.is_some() {
-                        assert!(line.contains("checkpoint 4"), "{line}");
-                        assert!(line.contains("--state-dir"), "{line}");
-                    } else {
-                        assert!(line.contains("discarded"), "{line}");
+                    for (resume, hint) in resumes {
+                        let line = report(
+                            signal,
+                            delivery,
+                            &sinks(&["a", "b"]),
+                            Some(4),
+                            clean,
+                            resume,
+                        );
+                        assert!(line.starts_with(signal.name()), "{line}");
+                        assert!(line.contains("sinks 'a', 'b'"), "{line}");
+                        if delivery.is_some() {
+                            assert!(line.contains("checkpoint 4"), "{line}");
+                            assert!(line.contains(hint), "{resume:?}: {line}");
+                            assert!(line.contains("resume"), "{line}");
+                        } else {
+                            assert!(line.contains("discarded"), "{line}");
+                            assert!(line.contains("a rerun starts over"), "{line}");
+                        }
                     }
                 }
             }
@@ -142,7 +186,14 @@ mod tests {
     #[test]
     fn exact_lines() {
         assert_eq!(
-            report(Signal::Terminate, None, &sinks(&["a"]), None, true),
+            report(
+                Signal::Terminate,
+                None,
+                &sinks(&["a"]),
+                None,
+                true,
+                Resume::StateDir
+            ),
             "SIGTERM: stopped; checkpointing is off, so the output of sink 'a' was discarded \
              and no sink file was published; a rerun starts over"
         );
@@ -152,10 +203,24 @@ mod tests {
                 Some(Delivery::ExactlyOnce),
                 &sinks(&["a", "b"]),
                 Some(12),
-                true
+                true,
+                Resume::StateDir
             ),
             "SIGINT: stopped at checkpoint 12; the output of sinks 'a', 'b' is exactly what it \
              committed (exactly_once); rerun with the same --state-dir to resume"
+        );
+        assert_eq!(
+            report(
+                Signal::Terminate,
+                Some(Delivery::AtLeastOnce),
+                &sinks(&["a"]),
+                Some(3),
+                false,
+                Resume::Cluster
+            ),
+            "SIGTERM: stopped without a final checkpoint; the output delivered so far stays in \
+             sink 'a' (at_least_once); the next leader (a standby, or any node started again \
+             with the same --state) resumes from checkpoint 3 (rows after it may repeat)"
         );
     }
 }

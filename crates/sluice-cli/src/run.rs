@@ -9,6 +9,7 @@ use sluice::arrow::util::pretty::pretty_format_batches;
 use sluice::{Database, DatabaseBuilder, MetricsSnapshot};
 
 use crate::error::CliError;
+use crate::interrupt::Resume;
 use crate::progress::{ProgressSlot, REFRESH};
 use crate::signals::{Signal, Signals};
 use crate::RunArgs;
@@ -51,7 +52,13 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
     };
     let outcome = match ran {
         Err(signal) => {
-            crate::interrupt::stop(&db, signal, &signals).await;
+            // Checkpoints go to `--state` when both are given.
+            let resume = if args.state.is_some() {
+                Resume::Store
+            } else {
+                Resume::StateDir
+            };
+            crate::interrupt::stop(&db, signal, &signals, resume).await;
             return Ok(RunEnd::Signalled(signal));
         }
         Ok(Ok(cpu_at_start)) => db

@@ -27,6 +27,13 @@ const WATCHDOG: Duration = Duration::from_secs(240);
 /// not depose a healthy leader.
 const LEASE: &str = "3s";
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -505,10 +512,25 @@ fn sigterm_hands_the_run_over_cleanly() {
         assert!(Instant::now() < deadline, "no output committed");
         std::thread::sleep(Duration::from_millis(1));
     }
+    // The store is leased for one node lease (3 s), not the 30 s default:
+    // a leader killed on another host would block a takeover that long.
+    let lease: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("state/LEASE")).unwrap()).unwrap();
+    let left = lease["expires_ms"].as_i64().unwrap() - now_ms();
+    assert!(
+        (0..=3_000).contains(&left),
+        "store lease expires in {left} ms"
+    );
     let stopped = alive.remove(&leader).unwrap();
     stopped.signal(libc::SIGTERM);
     let (status, stderr) = stopped.wait(WATCHDOG);
     assert_eq!(status.code(), Some(143), "{stderr}");
+    // The stop names who resumes: the next leader, not a --state-dir rerun.
+    assert!(
+        stderr.contains("(exactly_once); the next leader (a standby, or any node started again with the same --state) resumes"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--state-dir"), "{stderr}");
     let stdouts = wait_all(&dir, alive);
     assert_eq!(outputs(&dir, WINDOW_FILES), expected, "exactly-once output");
     let finished = cluster_status(&etcd, "term").finished.unwrap();

@@ -96,6 +96,7 @@
 pub mod assignment;
 pub mod catalog_seal;
 pub mod checkpoint;
+pub mod client;
 pub mod error;
 pub mod keys;
 pub mod leader;

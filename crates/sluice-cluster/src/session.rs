@@ -66,9 +66,7 @@ impl Session {
     ) -> Result<Self> {
         let keys = ClusterKeys::new(cluster)?;
         let node = NodeId::new(node)?;
-        let mut client = Client::connect(endpoints, None)
-            .await
-            .map_err(|e| ClusterError::etcd(format!("connect to {}", endpoints.join(",")), e))?;
+        let mut client = crate::client::connect(endpoints).await?;
         let whole = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let ttl_secs = i64::try_from(whole.max(1)).unwrap_or(i64::MAX);
         let sent = Instant::now();

@@ -89,9 +89,7 @@ pub struct ClusterStatus {
 
 /// A plain etcd client for reading the status (no lease, no membership).
 pub async fn connect(endpoints: &[String]) -> Result<Client> {
-    Client::connect(endpoints, None)
-        .await
-        .map_err(|e| ClusterError::etcd(format!("connect to {}", endpoints.join(",")), e))
+    crate::client::connect(endpoints).await
 }
 
 /// Read the status of the cluster `keys` names.

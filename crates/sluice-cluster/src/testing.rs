@@ -78,6 +78,33 @@ impl EtcdServer {
         vec![self.endpoint.clone()]
     }
 
+    /// Freeze etcd (SIGSTOP): its sockets stay open but nothing answers,
+    /// as with a hung or partitioned server. Undone by [`Self::resume`]
+    /// (and by the kill on drop).
+    pub fn pause(&self) -> Result<()> {
+        self.signal(libc::SIGSTOP, "SIGSTOP")
+    }
+
+    /// Let a paused etcd run again (SIGCONT).
+    pub fn resume(&self) -> Result<()> {
+        self.signal(libc::SIGCONT, "SIGCONT")
+    }
+
+    fn signal(&self, signal: libc::c_int, name: &str) -> Result<()> {
+        let pid = libc::pid_t::try_from(self.child.id())
+            .map_err(|_| harness(format!("etcd pid {} out of range", self.child.id())))?;
+        // SAFETY: kill(2) with the pid of a child this value owns and has
+        // not reaped (it is reaped only in `drop`), so it names that etcd.
+        let rc = unsafe { libc::kill(pid, signal) };
+        if rc != 0 {
+            return Err(harness(format!(
+                "{name} to etcd: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(())
+    }
+
     async fn wait_healthy(&mut self) -> Result<()> {
         let started = Instant::now();
         let mut last = String::new();

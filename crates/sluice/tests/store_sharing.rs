@@ -11,7 +11,7 @@ use arrow::array::{Int64Array, UInt64Array};
 use arrow::record_batch::RecordBatch;
 use sluice::object_store::memory::InMemory;
 use sluice::object_store::path::Path as ObjectPath;
-use sluice::object_store::ObjectStore;
+use sluice::object_store::{ObjectStore, ObjectStoreExt};
 use sluice::{Database, DatabaseBuilder};
 
 async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
@@ -172,6 +172,46 @@ async fn an_expired_lease_is_taken_over() {
     bounded("start", db.start()).await.unwrap();
     bounded("checkpoint", db.checkpoint()).await.unwrap();
     bounded("shutdown", db.shutdown()).await.unwrap();
+}
+
+/// The `LEASE` object's expiry, in milliseconds from now.
+async fn lease_expires_in_ms(mem: &Arc<InMemory>) -> i64 {
+    let body = mem
+        .get(&ObjectPath::from(sluice_storage::LEASE_KEY))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let record: sluice_storage::LeaseRecord = serde_json::from_slice(&body).unwrap();
+    record.expires_ms - now_ms()
+}
+
+/// `checkpoint_store_lease` is the lease's life: 30 s by default, what it
+/// is SET to otherwise; a value out of its range is refused by name.
+#[tokio::test]
+async fn the_store_lease_lasts_checkpoint_store_lease() {
+    for (set, want_ms) in [(None, 30_000), (Some("2s"), 2_000), (Some("1h"), 3_600_000)] {
+        let mem = Arc::new(InMemory::new());
+        let mut builder = on_memory(&mem);
+        if let Some(v) = set {
+            builder = builder.set("checkpoint_store_lease", v).unwrap();
+        }
+        let db = open(builder).await;
+        bounded("start", db.start()).await.unwrap();
+        let left = lease_expires_in_ms(&mem).await;
+        assert!(
+            left > want_ms - 5_000 && left <= want_ms,
+            "{set:?}: the lease expires in {left} ms, want about {want_ms}"
+        );
+        bounded("shutdown", db.shutdown()).await.unwrap();
+    }
+    let Err(err) = on_memory(&Arc::new(InMemory::new())).set("checkpoint_store_lease", "500ms")
+    else {
+        panic!("a 500ms lease must be refused");
+    };
+    assert_eq!(err.code(), "SLC-ENG-003", "{err}");
+    assert!(err.to_string().contains("checkpoint_store_lease"), "{err}");
 }
 
 /// A checkpoint whose fingerprint has another encoding version (here the

@@ -11,6 +11,7 @@ mod checkpoint_roles;
 mod election;
 mod membership;
 mod standby;
+mod unreachable;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

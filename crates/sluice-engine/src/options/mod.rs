@@ -39,6 +39,10 @@ pub struct PipelineOptions {
     pub checkpoint_tail_share: u8,
     /// How long sources may take to align on a checkpoint barrier before the attempt is abandoned.
     pub checkpoint_alignment_timeout: Duration,
+    /// How long an object store's lease lasts without renewal (renewed
+    /// every third of it): how long a pipeline killed on another host
+    /// keeps its store from the next one.
+    pub checkpoint_store_lease: Duration,
     /// Default time after which a quiet source stops holding the watermark.
     pub idle_timeout: Duration,
     /// Default maximum rows per batch read by file sources.
@@ -80,6 +84,7 @@ impl Default for PipelineOptions {
             checkpoint_retain: 3,
             checkpoint_tail_share: DEFAULT_TAIL_SHARE,
             checkpoint_alignment_timeout: Duration::from_secs(10),
+            checkpoint_store_lease: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(5),
             batch_size: 8192,
             channel_capacity: 16,
@@ -110,6 +115,7 @@ pub const PIPELINE_OPTIONS: &[&str] = &[
     "checkpoint_retain",
     "checkpoint_tail_share",
     "checkpoint_alignment_timeout",
+    "checkpoint_store_lease",
     "idle_timeout",
     "batch_size",
     "channel_capacity",
@@ -147,6 +153,9 @@ impl PipelineOptions {
             }
             "checkpoint_alignment_timeout" => {
                 self.checkpoint_alignment_timeout = spec.required_duration(value)?
+            }
+            "checkpoint_store_lease" => {
+                self.checkpoint_store_lease = spec.required_duration(value)?
             }
             "idle_timeout" => self.idle_timeout = spec.required_duration(value)?,
             "batch_size" => self.batch_size = spec.count(value)?,

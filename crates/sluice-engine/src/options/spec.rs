@@ -98,6 +98,13 @@ pub const PIPELINE_OPTION_SPECS: &[OptionSpec] = &[
         Duration::from_millis(10),
         DAY,
     ),
+    // A lease is renewed every third of it: below a second the renewals
+    // alone would keep an object store busy.
+    duration(
+        "checkpoint_store_lease",
+        Duration::from_secs(1),
+        Duration::from_secs(3600),
+    ),
     duration("idle_timeout", Duration::from_millis(1), DAY),
     count("batch_size", 1, 1 << 20),
     count("channel_capacity", 1, 1 << 16),

@@ -121,6 +121,19 @@ fn table() -> Vec<Row> {
         ("checkpoint_tail_share", share_ok, share_bad),
         ("checkpoint_alignment_timeout", cat_ok, cat_bad),
         (
+            "checkpoint_store_lease",
+            vec!["1s", "1001ms", "30s", "1h", " 10s "],
+            vec![
+                ("999ms", Range),
+                ("0s", Range),
+                ("3600001ms", Range),
+                ("1day", Range),
+                ("off", Garbage),
+                ("soon", Garbage),
+                ("", Garbage),
+            ],
+        ),
+        (
             "idle_timeout",
             vec!["1ms", "2ms", "250ms", "5s", "1day"],
             vec![

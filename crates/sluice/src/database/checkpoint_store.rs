@@ -12,7 +12,6 @@
 //! `LOCK` file instead.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use sluice_engine::options::PipelineOptions;
 use sluice_storage::object_store::path::Path as ObjectPath;
@@ -20,11 +19,6 @@ use sluice_storage::{CheckpointStore, LocalBackend, ObjectStoreBackend, StoreLea
 
 use super::Database;
 use crate::{Error, Result};
-
-/// How long a lease lasts without renewal (renewed every third of it). A
-/// pipeline killed on another host holds its store this long; one killed
-/// on the same host is taken over at once.
-pub(super) const LEASE_TTL: Duration = Duration::from_secs(30);
 
 /// The store this database built, and its lease once checkpointing began.
 #[derive(Default)]
@@ -63,7 +57,7 @@ impl Database {
             return Ok(None);
         };
         if let (Some(object), None) = (&built.object, &built.lease) {
-            let mut lease = object.acquire_lease(LEASE_TTL).await?;
+            let mut lease = object.acquire_lease(options.checkpoint_store_lease).await?;
             lease.keep_renewed();
             let lease = Arc::new(lease);
             built.store = built.store.clone().with_lease(Arc::clone(&lease));

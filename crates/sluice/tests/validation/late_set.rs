@@ -96,6 +96,7 @@ fn expected(name: &str, stage: Stage) -> Outcome {
             | "checkpoint_retain"
             | "checkpoint_tail_share"
             | "checkpoint_alignment_timeout"
+            | "checkpoint_store_lease"
             | "subscription_history"
             | "subscription_history_bytes",
             Running,
@@ -107,6 +108,7 @@ fn expected(name: &str, stage: Stage) -> Outcome {
             | "checkpoint_retain"
             | "checkpoint_tail_share"
             | "checkpoint_alignment_timeout"
+            | "checkpoint_store_lease"
             | "subscription_history"
             | "subscription_history_bytes",
             _,
