@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use clap::{Args, Subcommand};
-use sluice::{ClusterInfo, ClusterMember, Database};
+use sluice::{ClusterInfo, ClusterMember, Database, Delivery};
 use sluice_cluster::catalog_seal::SealedCatalog;
 use sluice_cluster::standby::{self, Turn};
 use sluice_cluster::status::{self, ClusterStatus, Finished, Progress};
@@ -258,13 +258,30 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &text).await?;
     let fingerprints = db.catalog_fingerprints().await;
+    let mut objects = fingerprints.objects;
+    // Options that decide where a takeover resumes from and what it
+    // publishes are sealed with the statements: a node with another store
+    // would start over (duplicating output), one with another delivery
+    // would publish under other rules.
+    let delivery = match db.checkpoint_delivery().await {
+        Some(Delivery::ExactlyOnce) => "exactly_once",
+        Some(Delivery::AtLeastOnce) => "at_least_once",
+        None => "off",
+    };
+    objects.insert("option delivery".to_string(), delivery.to_string());
+    if let Some(store) = store {
+        objects.insert(
+            "option checkpoint_store".to_string(),
+            store.trim().to_string(),
+        );
+    }
     let mut config = NodeConfig::new(
         endpoints,
         &args.cluster_id,
         node_id,
         SealedCatalog {
             fingerprint: fingerprints.whole,
-            objects: fingerprints.objects,
+            objects,
             vnode_count: VnodeCount::default(),
         },
     );

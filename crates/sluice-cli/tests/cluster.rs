@@ -103,6 +103,19 @@ fn node_on(
     lease: &str,
     store: &Store,
 ) -> Run {
+    node_with_sets(dir, etcd, cluster, node, lease, store, &[])
+}
+
+/// [`node_on`] with more `--set` options.
+fn node_with_sets(
+    dir: &Path,
+    etcd: &EtcdServer,
+    cluster: &str,
+    node: &str,
+    lease: &str,
+    store: &Store,
+    sets: &[&str],
+) -> Run {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
     c.current_dir(dir)
         .env_remove("RUST_LOG")
@@ -113,6 +126,7 @@ fn node_on(
         .args(["--state", &store.url])
         .envs(store.env.iter().map(|(k, v)| (k, v)))
         .args(["--set", "checkpoint_interval=50ms"])
+        .args(sets.iter().flat_map(|s| ["--set", s]))
         .arg("pipeline.sql")
         .stdout(std::fs::File::create(dir.join(format!("{node}.out"))).unwrap())
         .stderr(Stdio::piped());
@@ -297,12 +311,35 @@ fn a_node_with_another_script_is_refused_naming_the_objects() {
         &other,
         &WINDOWS.replace("INTERVAL '5' SECOND", "INTERVAL '6' SECOND"),
     );
-    let (status, stderr) = node(&other, &etcd, "seal", "n2").wait(WATCHDOG);
+    // On the first node's store, so that only the statements differ.
+    let shared = Store::file(&dir);
+    let (status, stderr) =
+        node_with_sets(&other, &etcd, "seal", "n2", LEASE, &shared, &[]).wait(WATCHDOG);
     assert!(!status.success());
     assert!(
         stderr.contains(
-            "error[SLC-CLU-004]: node 'n2' is refused by cluster 'seal': its catalog differs"
-        ) && stderr.contains("changed: stream per_key"),
+            "error[SLC-CLU-004]: node 'n2' is refused by cluster 'seal': its catalog differs \
+             from the sealed catalog (changed: stream per_key)"
+        ),
+        "{stderr}"
+    );
+    // The same statements with another store and delivery: a takeover by
+    // it would start over and publish under other rules.
+    let same = base.path().join("same");
+    write_input(&same, WINDOWS);
+    let (status, stderr) = node_with_sets(
+        &same,
+        &etcd,
+        "seal",
+        "n3",
+        LEASE,
+        &Store::file(&same),
+        &["delivery=at_least_once"],
+    )
+    .wait(WATCHDOG);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("changed: option checkpoint_store, option delivery)"),
         "{stderr}"
     );
     let (status, stderr) = Run::spawn({
@@ -324,6 +361,7 @@ fn a_node_with_another_script_is_refused_naming_the_objects() {
     let shown = std::fs::read_to_string(base.path().join("status.out")).unwrap();
     assert!(shown.contains("| n1   | leader |"), "{shown}");
     assert!(!shown.contains("n2"), "a refused node never joins: {shown}");
+    assert!(!shown.contains("n3"), "a refused node never joins: {shown}");
     assert!(shown.contains("cluster seal: leader n1 (term "), "{shown}");
     first.signal(libc::SIGKILL);
     for (_, run) in alive {
