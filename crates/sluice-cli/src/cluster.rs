@@ -9,7 +9,9 @@
 //! pipeline from the last committed checkpoint; the shared store's lease
 //! keeps a deposed leader from committing anything more. When a leader
 //! runs the (file) sources to their end and publishes the sinks, it
-//! records the run as finished and every standby stops.
+//! records the run as finished and every standby stops. A standby that
+//! loses its own lease (paused, or cut off from etcd) has touched nothing,
+//! so it joins again (retrying while etcd is unreachable).
 //!
 //! ```text
 //!   execute + seal script ─► seal_or_verify (etcd) ─► join ─► campaign
@@ -38,7 +40,7 @@ use sluice_cluster::{ClusterError, ClusterKeys, ClusterNode, NodeConfig, VnodeCo
 use crate::error::CliError;
 use crate::progress::ProgressSlot;
 use crate::run::{self, RunEnd};
-use crate::signals::Signals;
+use crate::signals::{Signal, Signals};
 use crate::RunArgs;
 
 /// How often the running leader reports its progress to etcd.
@@ -46,6 +48,9 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// How often a new leader retries a store still leased by the old one.
 const STORE_RETRY: Duration = Duration::from_millis(500);
+
+/// How often a standby that lost its lease retries joining again.
+const REJOIN_RETRY: Duration = Duration::from_secs(1);
 
 /// `sluice cluster ...`.
 #[derive(Debug, Args)]
@@ -286,52 +291,110 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
         },
     );
     config.lease_ttl = lease_ttl;
-    let node = tokio::select! {
+    let mut node = tokio::select! {
         biased;
         signal = signals.first() => {
             signals.say(&format!("{}: node {node_id} stopped before it joined", signal.name()));
             return Ok(RunEnd::Signalled(signal));
         }
-        node = ClusterNode::start(config) => node?,
+        node = ClusterNode::start(config.clone()) => node?,
     };
     // Set once this node, as leader, starts the pipeline: only then does a
     // signal stop it (a standby's pipeline was declared, never started, and
     // must not touch the store or the sinks).
     let leading = AtomicBool::new(false);
-    let outcome = tokio::select! {
-        biased;
-        signal = signals.first() => {
-            if leading.load(Ordering::Acquire) && node.is_leader() {
-                // The leader stops cleanly (a final checkpoint under
-                // exactly-once); the next leader continues from it.
-                crate::interrupt::stop(&db, signal, &signals, crate::interrupt::Resume::Cluster).await;
-            } else if leading.load(Ordering::Acquire) {
-                // Deposed while it ran: publish nothing.
-                if let Err(e) = db.abort().await {
-                    tracing::debug!(error = %e, "abort of a deposed leader");
-                }
-                signals.say(&format!(
-                    "{}: node {} was no longer the leader; it published nothing",
-                    signal.name(),
-                    node.node_id()
-                ));
-            } else {
-                // A standby never touched the store or the sinks.
-                signals.say(&format!(
-                    "{}: standby node {} left the cluster",
-                    signal.name(),
-                    node.node_id()
-                ));
-            }
-            Ok(RunEnd::Signalled(signal))
+    loop {
+        let outcome = tokio::select! {
+            biased;
+            signal = signals.first() => Ok(stop_on_signal(&node, &db, signal, &signals, &leading).await),
+            r = serve(&node, &db, progress, &signals, started, &leading) => r,
+        };
+        // Leave now rather than one lease later, so a standby takes over
+        // at once.
+        if let Err(e) = node.shutdown().await {
+            tracing::warn!(error = %e, "leaving the cluster");
         }
-        r = serve(&node, &db, progress, &signals, started, &leading) => r,
-    };
-    // Leave now rather than one lease later, so a standby takes over at once.
-    if let Err(e) = node.shutdown().await {
-        tracing::warn!(error = %e, "leaving the cluster");
+        match outcome {
+            Err(CliError::Cluster(e @ ClusterError::LeaseLost { .. }))
+                if !leading.load(Ordering::Acquire) =>
+            {
+                // A standby that lost its lease (paused, or cut off from
+                // etcd) has touched nothing: it joins again.
+                tracing::warn!(error = %e, "standby lost its lease; rejoining");
+                node = match rejoin(&config, &signals).await {
+                    Ok(node) => node,
+                    Err(signal) => {
+                        signals.say(&format!(
+                            "{}: standby node {node_id} left the cluster",
+                            signal.name()
+                        ));
+                        return Ok(RunEnd::Signalled(signal));
+                    }
+                };
+            }
+            outcome => return outcome,
+        }
     }
-    outcome
+}
+
+/// Join the cluster again after a standby's lease was lost, retrying
+/// while etcd cannot be reached; a signal gives up.
+async fn rejoin(config: &NodeConfig, signals: &Signals) -> Result<ClusterNode, Signal> {
+    loop {
+        let attempt = tokio::select! {
+            biased;
+            signal = signals.first() => return Err(signal),
+            node = ClusterNode::start(config.clone()) => node,
+        };
+        match attempt {
+            Ok(node) => {
+                tracing::info!(node = node.node_id(), "rejoined the cluster");
+                return Ok(node);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "rejoining the cluster");
+                tokio::select! {
+                    biased;
+                    signal = signals.first() => return Err(signal),
+                    () = tokio::time::sleep(REJOIN_RETRY) => {}
+                }
+            }
+        }
+    }
+}
+
+/// What a signal does to this node: the leader stops cleanly, a deposed
+/// leader publishes nothing, a standby just leaves.
+async fn stop_on_signal(
+    node: &ClusterNode,
+    db: &Database,
+    signal: Signal,
+    signals: &Signals,
+    leading: &AtomicBool,
+) -> RunEnd {
+    if leading.load(Ordering::Acquire) && node.is_leader() {
+        // The leader stops cleanly (a final checkpoint under
+        // exactly-once); the next leader continues from it.
+        crate::interrupt::stop(db, signal, signals, crate::interrupt::Resume::Cluster).await;
+    } else if leading.load(Ordering::Acquire) {
+        // Deposed while it ran: publish nothing.
+        if let Err(e) = db.abort().await {
+            tracing::debug!(error = %e, "abort of a deposed leader");
+        }
+        signals.say(&format!(
+            "{}: node {} was no longer the leader; it published nothing",
+            signal.name(),
+            node.node_id()
+        ));
+    } else {
+        // A standby never touched the store or the sinks.
+        signals.say(&format!(
+            "{}: standby node {} left the cluster",
+            signal.name(),
+            node.node_id()
+        ));
+    }
+    RunEnd::Signalled(signal)
 }
 
 /// Wait for this node's turn and take it.

@@ -515,6 +515,49 @@ fn malformed_cluster_arguments_are_refused_by_name() {
     }
 }
 
+/// A standby paused past its lease loses it, joins again when it wakes
+/// (instead of exiting), and stands down when the leader finishes.
+#[test]
+fn a_standby_that_lost_its_lease_rejoins() {
+    let base = tempfile::tempdir().unwrap();
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("cluster");
+    write_input(&dir, WINDOWS);
+    // The leader: a long lease, paused so that it leads, unchanged, while
+    // the standby is away.
+    let first = node_with_lease(&dir, &etcd, "rejoin", "n1", "60s");
+    let alive = BTreeMap::from([("n1".to_string(), first)]);
+    assert_eq!(leader_among(&etcd, "rejoin", &alive), "n1");
+    let first = &alive["n1"];
+    first.signal(libc::SIGSTOP);
+    let standby = node(&dir, &etcd, "rejoin", "n2");
+    let members = |want: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while cluster_status(&etcd, "rejoin").members.len() != want {
+            assert!(Instant::now() < deadline, "{want} members");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    members(2);
+    // Past its 3 s lease: etcd drops it from the members.
+    standby.signal(libc::SIGSTOP);
+    members(1);
+    standby.signal(libc::SIGCONT);
+    members(2);
+    first.signal(libc::SIGCONT);
+    let (status, stderr) = standby.wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
+    let out = std::fs::read_to_string(dir.join("n2.out")).unwrap();
+    assert!(
+        out.contains("sluice: node n2 stands down: node n1 finished the run"),
+        "{out}{stderr}"
+    );
+    for (_, run) in alive {
+        let (status, stderr) = run.wait(WATCHDOG);
+        assert!(status.success(), "{stderr}");
+    }
+}
+
 /// SIGTERM on a standby: it leaves at once (status 143) and touches
 /// nothing. SIGTERM on the leader: a clean stop with a final checkpoint, a
 /// standby takes over from it, and the output is exactly one run's.
