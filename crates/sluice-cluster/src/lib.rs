@@ -86,7 +86,11 @@
 //!    streaming coordinator's `PipelineCallback` is still to come).
 //! 2. Vnode-placed operators: keyed state and process functions filed by
 //!    vnode on shared object storage, `complete_pending_vnode_transition`
-//!    moving vnodes at a checkpoint boundary.
+//!    moving vnodes at a checkpoint boundary. Process functions have the
+//!    engine half: a processor placed on vnodes runs only their keys, numbers
+//!    activations per vnode (vnode index in the id) and hands vnodes over
+//!    with their state, timers and sequences
+//!    (`sluice_engine::process::placement`, `process::benchmark::PlacedOwners`).
 //! 3. Shuffle between hosts over gRPC with Arrow IPC frames, barriers in
 //!    band, bounded and backpressured (the transport exists as the
 //!    `sluice-shuffle` crate; the engine does not use it yet).

@@ -2,12 +2,15 @@
 //!
 //! A key's vnode is `xxh3_64(key, seed 0) mod vnode_count`, where `key` is
 //! the canonical partition key encoding (format version 1, documented in
-//! `sluice-engine/src/process/key.rs`). xxh3 (XXH3-64 as specified by the
-//! xxHash project, via `twox-hash`) is fast on short keys and its output is
-//! fixed by its specification, so it is safe to persist: checkpointed state
-//! is filed by vnode, and a different hash would send a key's state to
-//! another vnode after an upgrade. **Neither the algorithm, the seed nor the
-//! reduction may ever change**; golden values in the tests pin them.
+//! `sluice-engine/src/process/key.rs`). The engine owns that function
+//! (`sluice_engine::process::placement::vnode_of`, where placed process
+//! functions use it); this module calls it. xxh3 (XXH3-64 as specified by
+//! the xxHash project, via `twox-hash`) is fast on short keys and its
+//! output is fixed by its specification, so it is safe to persist:
+//! checkpointed state is filed by vnode, and a different hash would send a
+//! key's state to another vnode after an upgrade. **Neither the algorithm,
+//! the seed nor the reduction may ever change**; golden values in the tests
+//! pin them.
 //!
 //! Placement is rendezvous (highest-random-weight) hashing: each vnode goes
 //! to the live member with the highest `xxh3_64(len(node) ‖ node ‖ vnode,
@@ -24,11 +27,9 @@ use crate::error::{ClusterError, Result};
 /// The default vnode count of a new cluster.
 pub const DEFAULT_VNODE_COUNT: u32 = 256;
 
-/// The largest supported vnode count.
-pub const MAX_VNODE_COUNT: u32 = 65_536;
-
-/// Seed of the key → vnode hash (never change).
-const VNODE_SEED: u64 = 0;
+/// The largest supported vnode count (a vnode index fits the low 16 bits
+/// of a placed process function's activation ids).
+pub const MAX_VNODE_COUNT: u32 = sluice_engine::process::placement::MAX_VNODE_COUNT;
 
 /// Seed of the rendezvous weight (never change): "sluice" in ASCII.
 const RENDEZVOUS_SEED: u64 = 0x736c_7569_6365;
@@ -63,9 +64,7 @@ impl Default for VnodeCount {
 
 /// The vnode of a canonical partition key.
 pub fn vnode_of(key: &[u8], count: VnodeCount) -> u32 {
-    let hash = XxHash3_64::oneshot_with_seed(VNODE_SEED, key);
-    // The remainder is below `count`, itself a u32.
-    u32::try_from(hash % u64::from(count.0)).unwrap_or(0)
+    sluice_engine::process::placement::vnode_of(key, count.0)
 }
 
 /// The rendezvous weight of `node` for `vnode`.

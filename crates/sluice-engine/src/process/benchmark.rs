@@ -1,8 +1,14 @@
-//! Benchmark fixtures for native process functions.
+//! Benchmark fixtures for native process functions and the private
+//! cluster execution hooks.
 //!
-//! Two handlers used by benchmarks and tests: a per-key counter, and a
-//! fraud-style detector that arms a timer on a suspicious amount and flags
-//! the key if a second suspicious amount arrives before the timer fires.
+//! Handlers used by benchmarks and tests: a per-key counter, a fraud-style
+//! detector that arms a timer on a suspicious amount and flags the key if a
+//! second suspicious amount arrives before the timer fires, and an
+//! activation log. [`PlacedOwners`] runs a function under a vnode
+//! assignment, as the owners of a cluster would.
+
+mod placed;
+pub use placed::{PlacedOwners, Step};
 
 use std::sync::Arc;
 

@@ -91,6 +91,11 @@ pub fn encode_keys(columns: &[ArrayRef], rows: usize) -> Result<Vec<Vec<u8>>, St
     Ok(out)
 }
 
+/// A canonical key as error messages show it: its bytes in hex.
+pub fn display_key(key: &[u8]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The single BIGINT of a key encoded from one non-null integer column, as
 /// handlers that key by one integer read it back.
 pub fn decode_int64_key(key: &[u8]) -> Option<i64> {

@@ -17,7 +17,10 @@
 //!   what is left fires at the next cut.
 //! * Activation ids are one sequence, checkpointed with the state, so the
 //!   same input in the same batches with the same watermark cuts produces the
-//!   same ids in the same callback order.
+//!   same ids in the same callback order. A processor placed on vnodes
+//!   ([`KeyedProcessor::place`]) keeps one sequence per vnode instead and
+//!   encodes the vnode index in the id (`placement.rs`), so ids do not
+//!   depend on which owner runs a vnode.
 //! * A call's response is validated as a whole before any of it is applied;
 //!   a violation, handler error or panic applies nothing of that call.
 
@@ -35,6 +38,7 @@ use crate::state::layers::{KeyedChanges, Layers};
 use crate::state::DeferredBatch;
 
 use super::key::encode_keys;
+use super::placement::{activation_id, VnodePlacement};
 use super::types::{
     NativeProcessFunction, ProcessActivation, ProcessActivationResult, ProcessCallback,
     ProcessFunctionDescriptor, TimerOperation, ValueMutation, ValueState,
@@ -58,6 +62,19 @@ pub struct ProcessSnapshot {
     pub next_id: u64,
     /// The watermark of the last cut.
     pub watermark: i64,
+    /// Next activation sequence per vnode, for the vnodes that have had
+    /// activations (placed processors only; empty otherwise).
+    pub vnode_sequences: BTreeMap<u32, u64>,
+}
+
+/// The state of vnodes one placed processor gives up at a vnode
+/// transition, for the owner that takes them over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VnodeHandover {
+    /// The vnodes that move (with or without keys).
+    pub vnodes: Vec<u32>,
+    /// Their keys' state and timers, and their sequences.
+    pub snapshot: ProcessSnapshot,
 }
 
 /// One applied activation: what the activation log records.
@@ -92,6 +109,11 @@ pub struct KeyedProcessor<H: NativeProcessFunction> {
     due: BTreeSet<(i64, Vec<u8>, String)>,
     next_id: u64,
     watermark: i64,
+    /// The vnodes this processor owns (None: a single-node processor with
+    /// one activation sequence).
+    placement: Option<VnodePlacement>,
+    /// Next activation sequence of each vnode (placed processors only).
+    vnode_sequences: BTreeMap<u32, u64>,
     /// Keys whose state or timers changed since the last capture; None
     /// until the first capture or restore (nothing is tracked for a
     /// pipeline that never checkpoints).
@@ -144,6 +166,8 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
             due: BTreeSet::new(),
             next_id: 0,
             watermark: i64::MIN,
+            placement: None,
+            vnode_sequences: BTreeMap::new(),
             changed: None,
             layers: Layers::new(ProcessBase::default()),
         })
@@ -190,18 +214,23 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
         self.watermark
     }
 
+    /// The canonical key of every row of `batch` (of the input schema).
+    pub fn keys_of(&self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>, ProcessError> {
+        let cols: Vec<ArrayRef> = self
+            .key_indices
+            .iter()
+            .map(|i| batch.column(*i).clone())
+            .collect();
+        encode_keys(&cols, batch.num_rows()).map_err(|e| self.error("-", e))
+    }
+
     /// Run input activations for every row of `batch` (of the input schema).
     pub fn process_batch(
         &mut self,
         batch: &RecordBatch,
         out: &mut CallOutput,
     ) -> Result<(), ProcessError> {
-        let cols: Vec<ArrayRef> = self
-            .key_indices
-            .iter()
-            .map(|i| batch.column(*i).clone())
-            .collect();
-        let keys = encode_keys(&cols, batch.num_rows()).map_err(|e| self.error("-", e))?;
+        let keys = self.keys_of(batch)?;
         // A row's wave is how many earlier rows share its key; a key's rank
         // is the order of its first row. Wave w holds every key's w-th row,
         // ordered by rank, which is one activation per key per call with a
@@ -303,10 +332,11 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
         // The timers of the call's keys as the call leaves them: a fired
         // timer is gone unless the result sets it again.
         let mut timers: FxHashMap<Vec<u8>, BTreeMap<String, i64>> = FxHashMap::default();
+        let ids = self.activation_ids(&items)?;
         let activations: Vec<ProcessActivation> = items
             .into_iter()
-            .enumerate()
-            .map(|(i, (key, callback))| {
+            .zip(ids.ids)
+            .map(|((key, callback), id)| {
                 if let ProcessCallback::Timer { name, .. } = &callback {
                     let t = timers
                         .entry(key.clone())
@@ -314,7 +344,7 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
                     t.remove(name);
                 }
                 ProcessActivation {
-                    id: self.next_id + i as u64,
+                    id,
                     state: self.state(&key),
                     key,
                     watermark: self.watermark,
@@ -340,7 +370,171 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
         for (key, t) in timers {
             self.set_timers(key, t);
         }
-        self.next_id += activations.len() as u64;
+        match ids.sequences {
+            Some(sequences) => self.vnode_sequences.extend(sequences),
+            None => self.next_id += activations.len() as u64,
+        }
+        Ok(())
+    }
+
+    /// The ids of a call's activations, and (placed) each vnode's sequence
+    /// after them, applied only once the call is accepted. A key of a vnode
+    /// this processor does not own is refused: routing sent it to the wrong
+    /// owner.
+    fn activation_ids(
+        &self,
+        items: &[(Vec<u8>, ProcessCallback)],
+    ) -> Result<CallIds, ProcessError> {
+        let Some(placement) = &self.placement else {
+            return Ok(CallIds {
+                ids: (0..items.len() as u64).map(|i| self.next_id + i).collect(),
+                sequences: None,
+            });
+        };
+        let mut sequences: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut ids = Vec::with_capacity(items.len());
+        for (key, _) in items {
+            let vnode = placement.vnode_of(key);
+            if !placement.owns(vnode) {
+                return Err(self.error(
+                    &super::key::display_key(key),
+                    format!(
+                        "the key is in vnode {vnode}, which this owner does not hold (it holds {} of {} vnodes)",
+                        placement.owned().len(),
+                        placement.count()
+                    ),
+                ));
+            }
+            let next = sequences
+                .entry(vnode)
+                .or_insert_with(|| self.vnode_sequences.get(&vnode).copied().unwrap_or(0));
+            ids.push(activation_id(*next, vnode));
+            *next += 1;
+        }
+        Ok(CallIds {
+            ids,
+            sequences: Some(sequences),
+        })
+    }
+
+    /// Place this processor on the vnodes `placement` holds: from now on
+    /// it handles only their keys and numbers activations per vnode.
+    /// Refused once it has run unplaced (its ids are one sequence) or
+    /// while it holds a key of a vnode outside the placement.
+    pub fn place(&mut self, placement: VnodePlacement) -> Result<(), ProcessError> {
+        if self.placement.is_none() && self.next_id > 0 {
+            return Err(self.error(
+                "-",
+                format!(
+                    "a processor that has run {} activations unplaced cannot be placed on vnodes",
+                    self.next_id
+                ),
+            ));
+        }
+        if let Some((key, vnode)) =
+            foreign_key(&placement, self.state.keys().chain(self.timers.keys()))
+        {
+            return Err(self.error(
+                &super::key::display_key(key),
+                format!("the key's vnode {vnode} is outside the placement; hand it over first"),
+            ));
+        }
+        self.placement = Some(placement);
+        Ok(())
+    }
+
+    /// The vnodes this processor holds (None: unplaced).
+    pub fn placement(&self) -> Option<&VnodePlacement> {
+        self.placement.as_ref()
+    }
+
+    /// Give up `vnodes` at a vnode transition: their keys' state and
+    /// timers and their sequences leave this processor, for
+    /// [`KeyedProcessor::adopt_vnodes`] on the new owner.
+    pub fn release_vnodes(&mut self, vnodes: &[u32]) -> Result<VnodeHandover, ProcessError> {
+        let Some(placement) = &self.placement else {
+            return Err(self.error("-", "an unplaced processor has no vnodes to release".into()));
+        };
+        if let Some(v) = vnodes.iter().find(|v| !placement.owns(**v)) {
+            return Err(self.error("-", format!("vnode {v} is not held here")));
+        }
+        let moving: BTreeSet<u32> = vnodes.iter().copied().collect();
+        let leaves = |key: &Vec<u8>| moving.contains(&placement.vnode_of(key));
+        let state_keys: Vec<Vec<u8>> = self.state.keys().filter(|k| leaves(k)).cloned().collect();
+        let timer_keys: Vec<Vec<u8>> = self.timers.keys().filter(|k| leaves(k)).cloned().collect();
+        let mut snapshot = ProcessSnapshot {
+            binding: self.binding.clone(),
+            function: self.descriptor.name.clone(),
+            version: self.descriptor.version,
+            watermark: self.watermark,
+            ..Default::default()
+        };
+        for key in state_keys {
+            self.note_changed(&key);
+            if let Some(v) = self.state.remove(&key) {
+                snapshot.state.insert(key, v);
+            }
+        }
+        for key in timer_keys {
+            if let Some(t) = self.timers.get(&key).cloned() {
+                self.set_timers(key.clone(), BTreeMap::new());
+                snapshot.timers.insert(key, t);
+            }
+        }
+        for v in &moving {
+            if let Some(seq) = self.vnode_sequences.remove(v) {
+                snapshot.vnode_sequences.insert(*v, seq);
+            }
+        }
+        if let Some(placement) = &mut self.placement {
+            placement.release(vnodes);
+        }
+        Ok(VnodeHandover {
+            vnodes: moving.into_iter().collect(),
+            snapshot,
+        })
+    }
+
+    /// Take over the vnodes of `handover` (released by their old owner
+    /// under the same binding) with their state, timers and sequences.
+    pub fn adopt_vnodes(&mut self, handover: VnodeHandover) -> Result<(), ProcessError> {
+        let VnodeHandover { vnodes, snapshot } = handover;
+        self.check_binding(&snapshot)?;
+        let Some(placement) = &self.placement else {
+            return Err(self.error("-", "an unplaced processor cannot adopt vnodes".into()));
+        };
+        if let Some(v) = vnodes
+            .iter()
+            .find(|v| placement.owns(**v) || **v >= placement.count())
+        {
+            return Err(self.error(
+                "-",
+                format!("vnode {v} is already held here or not below the vnode count"),
+            ));
+        }
+        let stray = snapshot
+            .state
+            .keys()
+            .chain(snapshot.timers.keys())
+            .find(|k| !vnodes.contains(&placement.vnode_of(k)));
+        if let Some(key) = stray {
+            return Err(self.error(
+                &super::key::display_key(key),
+                "the handover holds a key outside the vnodes it moves".into(),
+            ));
+        }
+        for (key, v) in snapshot.state {
+            self.note_changed(&key);
+            self.state.insert(key, v);
+        }
+        for (key, t) in snapshot.timers {
+            self.set_timers(key, t);
+        }
+        self.vnode_sequences.extend(snapshot.vnode_sequences);
+        self.watermark = self.watermark.max(snapshot.watermark);
+        if let Some(placement) = &mut self.placement {
+            placement.adopt(&vnodes);
+        }
         Ok(())
     }
 
@@ -491,25 +685,29 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
                 .collect(),
             next_id: self.next_id,
             watermark: self.watermark,
+            vnode_sequences: self.vnode_sequences.clone(),
         }
     }
 
     /// Restore a snapshot; refused if it belongs to another binding (name,
     /// version, schemas, keys, initial state or runtime differ).
     pub fn restore(&mut self, snap: ProcessSnapshot) -> Result<(), ProcessError> {
-        if snap.binding != self.binding {
+        self.check_binding(&snap)?;
+        if self.placement.is_none() && !snap.vnode_sequences.is_empty() {
             return Err(self.error(
                 "-",
-                format!(
-                    "the checkpointed state belongs to '{}' v{} (binding {}), but the function is now bound as '{}' v{} (binding {}); restoring state under a different binding is refused",
-                    snap.function,
-                    snap.version,
-                    snap.binding,
-                    self.descriptor.name,
-                    self.descriptor.version,
-                    self.binding
-                ),
+                "the snapshot was taken on vnodes; place the processor before restoring it".into(),
             ));
+        }
+        if let Some(placement) = &self.placement {
+            if let Some((key, vnode)) =
+                foreign_key(placement, snap.state.keys().chain(snap.timers.keys()))
+            {
+                return Err(self.error(
+                    &super::key::display_key(key),
+                    format!("the snapshot holds a key of vnode {vnode}, outside this placement"),
+                ));
+            }
         }
         self.due = snap
             .timers
@@ -531,6 +729,43 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
         self.changed = Some(FxHashSet::default());
         self.next_id = snap.next_id;
         self.watermark = snap.watermark;
+        self.vnode_sequences = snap.vnode_sequences;
         Ok(())
     }
+
+    /// Refuse state of another binding (name, version, schemas, keys,
+    /// initial state or runtime differ).
+    fn check_binding(&self, snap: &ProcessSnapshot) -> Result<(), ProcessError> {
+        if snap.binding != self.binding {
+            return Err(self.error(
+                "-",
+                format!(
+                    "the checkpointed state belongs to '{}' v{} (binding {}), but the function is now bound as '{}' v{} (binding {}); restoring state under a different binding is refused",
+                    snap.function,
+                    snap.version,
+                    snap.binding,
+                    self.descriptor.name,
+                    self.descriptor.version,
+                    self.binding
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The first of `keys` whose vnode `placement` does not hold, with that
+/// vnode.
+fn foreign_key<'k>(
+    placement: &VnodePlacement,
+    keys: impl Iterator<Item = &'k Vec<u8>>,
+) -> Option<(&'k Vec<u8>, u32)> {
+    keys.map(|k| (k, placement.vnode_of(k)))
+        .find(|(_, v)| !placement.owns(*v))
+}
+
+/// The ids of one call, and each touched vnode's next sequence.
+struct CallIds {
+    ids: Vec<u64>,
+    sequences: Option<BTreeMap<u32, u64>>,
 }

@@ -11,6 +11,8 @@
 //!   rules; the pipeline [`ProcessOperator`] and the
 //!   [`ProcessFunctionTestHarness`] both drive handlers through it.
 //! * [`key`] documents the canonical key encoding (a stable byte format).
+//! * [`placement`] places keys on vnodes and numbers a placed processor's
+//!   activations per vnode (the cluster execution hooks).
 //! * [`admission`] holds the delivery-guarantee rules checked at start.
 
 pub mod benchmark;
@@ -19,6 +21,7 @@ mod harness;
 pub mod key;
 pub mod keyed;
 mod operator;
+pub mod placement;
 mod types;
 mod validate;
 
@@ -26,6 +29,7 @@ pub use harness::ProcessFunctionTestHarness;
 pub use key::{decode_int64_key, encode_key, encode_keys};
 pub use keyed::{KeyedProcessor, LoggedActivation, ProcessSnapshot};
 pub use operator::{input_projection, ProcessOperator};
+pub use placement::VnodePlacement;
 pub use types::{
     NativeProcessFunction, ProcessActivation, ProcessActivationResult, ProcessCallback,
     ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionInfo, ProcessFunctionLimits,

@@ -8,9 +8,7 @@ use super::types::{
 
 pub use crate::error::ProcessError;
 
-fn hex(key: &[u8]) -> String {
-    key.iter().map(|b| format!("{b:02x}")).collect()
-}
+use super::key::display_key as hex;
 
 /// Check a complete response before any of it is applied. `timers` gives
 /// each key's timers as they stand before the results apply (a timer that
