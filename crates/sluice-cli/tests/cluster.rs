@@ -290,6 +290,18 @@ fn kill_leaders(base: &Path, store: &Store) {
     }
 }
 
+/// Write the input to `dir` and start node `n1` of `cluster` with a 60 s
+/// lease, stopped (SIGSTOP) once it leads: it stays the leader and a
+/// member for the rest of a test.
+fn paused_leader(dir: &Path, etcd: &EtcdServer, cluster: &str) -> BTreeMap<String, Run> {
+    write_input(dir, WINDOWS);
+    let first = node_with_lease(dir, etcd, cluster, "n1", "60s");
+    let alive = BTreeMap::from([("n1".to_string(), first)]);
+    assert_eq!(leader_among(etcd, cluster, &alive), "n1");
+    alive["n1"].signal(libc::SIGSTOP);
+    alive
+}
+
 /// A node whose script differs from the sealed one is refused by name,
 /// before it joins; `SHOW CLUSTER` and `sluice cluster status` show the
 /// members, and the cluster's leader.
@@ -298,14 +310,9 @@ fn a_node_with_another_script_is_refused_naming_the_objects() {
     let base = tempfile::tempdir().unwrap();
     let etcd = rt().block_on(EtcdServer::start()).unwrap();
     let dir = base.path().join("first");
-    write_input(&dir, WINDOWS);
-    // A first node with a long lease, stopped once it leads, so that it
-    // stays the leader and a member while the cluster is inspected.
-    let first = node_with_lease(&dir, &etcd, "seal", "n1", "60s");
-    let alive = BTreeMap::from([("n1".to_string(), first)]);
-    assert_eq!(leader_among(&etcd, "seal", &alive), "n1");
+    // Stays the leader and a member while the cluster is inspected.
+    let alive = paused_leader(&dir, &etcd, "seal");
     let first = &alive["n1"];
-    first.signal(libc::SIGSTOP);
     let other = base.path().join("other");
     write_input(
         &other,
@@ -522,14 +529,9 @@ fn a_standby_that_lost_its_lease_rejoins() {
     let base = tempfile::tempdir().unwrap();
     let etcd = rt().block_on(EtcdServer::start()).unwrap();
     let dir = base.path().join("cluster");
-    write_input(&dir, WINDOWS);
-    // The leader: a long lease, paused so that it leads, unchanged, while
-    // the standby is away.
-    let first = node_with_lease(&dir, &etcd, "rejoin", "n1", "60s");
-    let alive = BTreeMap::from([("n1".to_string(), first)]);
-    assert_eq!(leader_among(&etcd, "rejoin", &alive), "n1");
+    // Leads, unchanged, while the standby is away.
+    let alive = paused_leader(&dir, &etcd, "rejoin");
     let first = &alive["n1"];
-    first.signal(libc::SIGSTOP);
     let standby = node(&dir, &etcd, "rejoin", "n2");
     let members = |want: usize| {
         let deadline = Instant::now() + Duration::from_secs(30);
