@@ -70,8 +70,10 @@ const ACTIVATION_LOG_SIGNATURE: &str =
 /// sandboxed, supervised worker: a SIGKILL of the engine takes the worker
 /// with it (`--die-with-parent`), and the restarted engine starts a new one.
 fn write_python_process_input(dir: &Path) {
-    let package =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/examples/activation_log");
+    let package = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../python/examples/activation_log");
     let package = package.canonicalize().unwrap();
     write_activation_log_pipeline(
         dir,

@@ -22,9 +22,11 @@ const FORMATS: [(FileFormat, &str); 3] = [
 ];
 
 pub fn corpus_dir(target: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target)
+    std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../fuzz/corpus")
+    .join(target)
 }
 
 /// The seed corpus of one target, sorted by name.

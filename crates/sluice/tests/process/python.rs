@@ -20,9 +20,11 @@ use crate::common::{
 
 /// `python/examples/<name>` in the repository.
 pub fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../python/examples")
-        .join(name)
+    std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../python/examples")
+    .join(name)
 }
 
 fn log_descriptor() -> ProcessFunctionDescriptor {
