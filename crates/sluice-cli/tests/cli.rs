@@ -14,7 +14,7 @@ use chrono::{DateTime, NaiveDateTime};
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 fn examples_dir() -> PathBuf {
-    std::path::PathBuf::from(
+    PathBuf::from(
         std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
     )
     .join("../../examples")

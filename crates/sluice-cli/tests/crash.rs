@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -70,7 +70,7 @@ const ACTIVATION_LOG_SIGNATURE: &str =
 /// sandboxed, supervised worker: a SIGKILL of the engine takes the worker
 /// with it (`--die-with-parent`), and the restarted engine starts a new one.
 fn write_python_process_input(dir: &Path) {
-    let package = std::path::PathBuf::from(
+    let package = PathBuf::from(
         std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
     )
     .join("../../python/examples/activation_log");

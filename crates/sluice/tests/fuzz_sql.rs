@@ -15,7 +15,7 @@ use proptest::test_runner::{Config, TestRunner};
 use sluice::fuzzing::{check_sql, SqlOutcome};
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir = std::path::PathBuf::from(
+    let dir = PathBuf::from(
         std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
     )
     .join("../../fuzz/corpus/sql");

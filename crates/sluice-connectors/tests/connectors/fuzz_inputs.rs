@@ -22,7 +22,7 @@ const FORMATS: [(FileFormat, &str); 3] = [
 ];
 
 pub fn corpus_dir(target: &str) -> PathBuf {
-    std::path::PathBuf::from(
+    PathBuf::from(
         std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
     )
     .join("../../fuzz/corpus")

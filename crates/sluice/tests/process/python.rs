@@ -7,7 +7,7 @@
 //! (`.ci/run` installs them). Without them they fail: a missing
 //! interpreter or sandbox is never a silent pass.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use proptest::prelude::*;
 use sluice::process::benchmark::activation_log_descriptor;
@@ -20,7 +20,7 @@ use crate::common::{
 
 /// `python/examples/<name>` in the repository.
 pub fn example(name: &str) -> PathBuf {
-    std::path::PathBuf::from(
+    PathBuf::from(
         std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
     )
     .join("../../python/examples")
