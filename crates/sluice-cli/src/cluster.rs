@@ -35,7 +35,9 @@ use sluice::{ClusterInfo, ClusterMember, Database, Delivery};
 use sluice_cluster::catalog_seal::SealedCatalog;
 use sluice_cluster::standby::{self, Turn};
 use sluice_cluster::status::{self, ClusterStatus, Finished, Progress};
-use sluice_cluster::{ClusterError, ClusterKeys, ClusterNode, NodeConfig, VnodeCount};
+use sluice_cluster::{
+    ClusterError, ClusterKeys, ClusterNode, LeaderCommitRecord, NodeConfig, VnodeCount,
+};
 
 use crate::error::CliError;
 use crate::progress::ProgressSlot;
@@ -259,7 +261,18 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
             &format!("{}s", secs.clamp(1, 3600)),
         )?;
     }
-    let db = builder.cluster_info(Arc::new(info)).open().await?;
+    // Checkpoints count once this node, while it leads, records them in
+    // etcd: a leader deposed while it wrote commits nothing.
+    let commits = Arc::new(LeaderCommitRecord::new(
+        info.client.clone(),
+        info.keys.clone(),
+        node_id,
+    ));
+    let db = builder
+        .cluster_info(Arc::new(info))
+        .commit_authority(Arc::clone(&commits) as Arc<dyn sluice::CommitAuthority>)
+        .open()
+        .await?;
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &text).await?;
     let fingerprints = db.catalog_fingerprints().await;
@@ -307,8 +320,9 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
         let outcome = tokio::select! {
             biased;
             signal = signals.first() => Ok(stop_on_signal(&node, &db, signal, &signals, &leading).await),
-            r = serve(&node, &db, progress, &signals, started, &leading) => r,
+            r = serve(&node, &db, &commits, progress, &signals, started, &leading) => r,
         };
+        commits.stand_down();
         // Leave now rather than one lease later, so a standby takes over
         // at once.
         if let Err(e) = node.shutdown().await {
@@ -401,6 +415,7 @@ async fn stop_on_signal(
 async fn serve(
     node: &ClusterNode,
     db: &Database,
+    commits: &LeaderCommitRecord,
     progress: &ProgressSlot,
     signals: &Signals,
     started: Instant,
@@ -419,6 +434,7 @@ async fn serve(
         }
         Turn::Lead { term } => {
             tracing::info!(node = node.node_id(), term, "leading: running the pipeline");
+            commits.lead(Arc::clone(node.election()), term);
             let ran = tokio::select! {
                 biased;
                 () = standby::lost_leadership(node, term) => None,

@@ -142,6 +142,36 @@ fn cluster_status(etcd: &EtcdServer, cluster: &str) -> ClusterStatus {
     })
 }
 
+/// The checkpoint ids the cluster's leaders recorded as committed in etcd.
+fn recorded_checkpoints(etcd: &EtcdServer, cluster: &str) -> Vec<u64> {
+    use sluice::CommitAuthority;
+    use sluice_cluster::LeaderCommitRecord;
+    rt().block_on(async {
+        let client = status::connect(&etcd.endpoints()).await.unwrap();
+        let record = LeaderCommitRecord::new(client, ClusterKeys::new(cluster).unwrap(), "reader");
+        record
+            .committed()
+            .await
+            .unwrap()
+            .map(|ids| ids.into_iter().collect())
+            .unwrap_or_default()
+    })
+}
+
+/// The ids of the checkpoint manifests in a `file://` store at `state`.
+fn manifests(state: &Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(state.join("checkpoints"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().join("MANIFEST").exists())
+                .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort_unstable();
+    ids
+}
+
 /// Wait until the cluster has a leader that is one of `alive`.
 fn leader_among(etcd: &EtcdServer, cluster: &str, alive: &BTreeMap<String, Run>) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -415,6 +445,17 @@ fn a_paused_leader_is_fenced_and_publishes_nothing() {
     assert_eq!(outputs(&dir, WINDOW_FILES), expected, "exactly-once output");
     let finished = cluster_status(&etcd, "pause").finished.unwrap();
     assert_eq!(finished.node, standby);
+    // Every checkpoint the store keeps was recorded in etcd by the leader
+    // of its term (a deposed leader's manifest is refused and removed).
+    let (kept, recorded) = (
+        manifests(&dir.join("state")),
+        recorded_checkpoints(&etcd, "pause"),
+    );
+    assert!(!kept.is_empty());
+    assert!(
+        kept.iter().all(|id| recorded.contains(id)),
+        "kept {kept:?}, recorded {recorded:?}"
+    );
 }
 
 /// Every malformed cluster invocation is refused before anything starts,

@@ -25,6 +25,8 @@
 //!   answers/ID/N      ack{part} | nack{reason}                    N's lease (or pruned)
 //!   decisions/ID      commit{parts} | abort{reason}               until pruned
 //!   committed         newest committed id                         permanent, only forward
+//!   stored/ID         {term, node}: the active leader's           until pruned with the
+//!                     committed store checkpoint (commit_record)  store's checkpoints
 //! ```
 //!
 //! Each node holds one [`Session`]: an etcd client and a lease renewed every
@@ -101,6 +103,7 @@ pub mod assignment;
 pub mod catalog_seal;
 pub mod checkpoint;
 pub mod client;
+pub mod commit_record;
 pub mod error;
 pub mod keys;
 pub mod leader;
@@ -116,6 +119,7 @@ pub mod watch;
 
 pub use assignment::{Assignment, AssignmentView};
 pub use catalog_seal::{SealOutcome, SealedCatalog};
+pub use commit_record::LeaderCommitRecord;
 pub use error::{ClusterError, Result};
 pub use keys::{ClusterKeys, NodeId};
 pub use leader::{Election, LeaderState};

@@ -18,11 +18,16 @@
 //! ```
 //!
 //! Fencing against a deposed leader that still runs (paused, then resumed)
-//! rests on two guards: its leader key is gone, so [`record_finished`]
-//! fails in etcd; and the shared checkpoint store's lease (in
-//! `sluice-storage`) is taken over by the new leader, so the old one's
-//! next checkpoint fails. The runner watches [`lost_leadership`] and stops
-//! without publishing as soon as it sees the loss.
+//! rests on three guards: its leader key is gone, so [`record_finished`]
+//! fails in etcd; the shared checkpoint store's lease (in `sluice-storage`)
+//! is taken over by the new leader, so the old one's next checkpoint
+//! fails; and a write already past the lease check (the manifest of a
+//! leader paused just before it) counts only once the leader records it in
+//! etcd under its term ([`LeaderCommitRecord`]), which etcd refuses. The
+//! runner watches [`lost_leadership`] and stops without publishing as soon
+//! as it sees the loss.
+//!
+//! [`LeaderCommitRecord`]: crate::commit_record::LeaderCommitRecord
 
 use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
 

@@ -2,6 +2,9 @@
 
 use thiserror::Error;
 
+/// An error from outside this crate, kept with its own source chain.
+pub type BoxedError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Result alias.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
@@ -84,6 +87,24 @@ pub enum StorageError {
         /// The last id tried.
         last: u64,
     },
+    /// The commit authority refused to record this checkpoint: the writer
+    /// may no longer commit (a cluster leader that was deposed while it
+    /// wrote). Nothing was committed.
+    #[error("checkpoint {id} is not committed: {source}")]
+    Fenced {
+        /// The checkpoint.
+        id: u64,
+        /// The authority's refusal.
+        source: BoxedError,
+    },
+    /// The commit authority could not answer (unreachable, timed out).
+    #[error("the checkpoint commit record ({what}): {source}")]
+    Authority {
+        /// What was asked of it.
+        what: String,
+        /// The authority's error.
+        source: BoxedError,
+    },
     /// Stored data is damaged or not what it claims to be.
     #[error("checkpoint {id}: {message}")]
     Corrupt {
@@ -105,6 +126,8 @@ impl StorageError {
             StorageError::IdsExhausted { .. } => "SLC-STO-005",
             StorageError::Leased { .. } | StorageError::LeaseLost { .. } => "SLC-STO-006",
             StorageError::ReservationContended { .. } => "SLC-STO-007",
+            StorageError::Fenced { .. } => "SLC-STO-008",
+            StorageError::Authority { .. } => "SLC-STO-009",
         }
     }
 }

@@ -8,6 +8,7 @@
 //! fsynced) or any object store the `object_store` crate supports (S3, GCS,
 //! Azure, local files, memory), whose puts are atomic.
 
+mod authority;
 mod backend;
 mod error;
 mod lease;
@@ -18,14 +19,17 @@ mod store;
 pub mod testing;
 
 #[cfg(test)]
+mod authority_tests;
+#[cfg(test)]
 mod fault_tests;
 #[cfg(test)]
 mod lease_tests;
 #[cfg(test)]
 mod reserve_tests;
 
+pub use authority::CommitAuthority;
 pub use backend::{Backend, LocalBackend, ObjectStoreBackend};
-pub use error::{Result, StorageError};
+pub use error::{BoxedError, Result, StorageError};
 pub use lease::{LeaseRecord, StoreLease, LEASE_KEY};
 pub use manifest::{BlobRef, Manifest, SinkCheckpoint, SinkEpochRecord, SourceCheckpoint};
 /// The `object_store` crate this one is built on, so callers name the same

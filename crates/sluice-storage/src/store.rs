@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::authority::CommitAuthority;
 use crate::backend::Backend;
 use crate::error::{Result, StorageError};
 use crate::lease::StoreLease;
@@ -41,6 +42,9 @@ pub struct CheckpointStore {
     /// The lease this pipeline holds on the store, when it is an object
     /// store: a reservation or commit after the lease was lost fails.
     lease: Option<Arc<StoreLease>>,
+    /// Who records commits, when a manifest alone does not make a
+    /// checkpoint (a cluster; see [`CommitAuthority`]).
+    authority: Option<Arc<dyn CommitAuthority>>,
 }
 
 const ATTEMPTS: &str = "attempts";
@@ -92,7 +96,17 @@ impl CheckpointStore {
         Self {
             backend: Arc::from(backend),
             lease: None,
+            authority: None,
         }
+    }
+
+    /// This store, with commits recorded by `authority`: from now on a
+    /// checkpoint exists once its manifest is written *and* the authority
+    /// recorded its id, and readers see only recorded checkpoints (see
+    /// [`CommitAuthority`]).
+    pub fn with_authority(mut self, authority: Arc<dyn CommitAuthority>) -> Self {
+        self.authority = Some(authority);
+        self
     }
 
     /// This store, written under `lease`: from now on a reservation or a
@@ -279,7 +293,8 @@ impl CheckpointStore {
         })
     }
 
-    /// Commit: write the manifest (with its own checksum). From here on the
+    /// Commit: write the manifest (with its own checksum), then have the
+    /// commit authority, if there is one, record the id. From here on the
     /// checkpoint exists.
     pub async fn commit(&self, manifest: &Manifest) -> Result<()> {
         self.ensure_leased()?;
@@ -295,10 +310,26 @@ impl CheckpointStore {
             .await;
         if put.is_err() {
             self.discard_failed_attempt(manifest.id).await;
+            return put;
         }
-        put
+        let Some(authority) = &self.authority else {
+            return put;
+        };
+        match authority.record_commit(manifest.id).await {
+            Ok(()) => Ok(()),
+            Err(e @ StorageError::Fenced { .. }) => {
+                // Refused for certain: this attempt is nobody's checkpoint.
+                self.discard_failed_attempt(manifest.id).await;
+                Err(e)
+            }
+            // Unknown outcome: the record may exist, so its manifest stays.
+            Err(e) => Err(e),
+        }
     }
 
+    /// Ids with a manifest, ascending; with a commit authority, only those
+    /// it recorded (a manifest it did not record is a fenced writer's, or
+    /// an attempt whose record failed).
     async fn committed_ids(&self) -> Result<Vec<u64>> {
         let mut ids: Vec<u64> = self
             .backend
@@ -310,6 +341,11 @@ impl CheckpointStore {
             .collect();
         ids.sort_unstable();
         ids.dedup();
+        if let Some(authority) = &self.authority {
+            if let Some(recorded) = authority.committed().await? {
+                ids.retain(|id| recorded.contains(id));
+            }
+        }
         Ok(ids)
     }
 
@@ -413,6 +449,11 @@ impl CheckpointStore {
                 .is_some_and(|id| id < cutoff)
             {
                 self.backend.delete(&key).await?;
+            }
+        }
+        if let Some(authority) = &self.authority {
+            if let Err(e) = authority.forget_below(cutoff).await {
+                tracing::warn!(below = cutoff, error = %e, "cannot prune the commit records");
             }
         }
         Ok(())

@@ -19,7 +19,7 @@ use sluice_engine::pipeline::{run_supervised, Pipeline};
 use sluice_engine::sources::PushSource;
 use sluice_sql::{Statement, StreamPlanner};
 use sluice_storage::object_store::ObjectStore;
-use sluice_storage::CheckpointInfo;
+use sluice_storage::{CheckpointInfo, CommitAuthority};
 use tokio::sync::Mutex;
 
 use crate::query::run_query;
@@ -44,6 +44,9 @@ struct Inner {
     state_dir: Option<PathBuf>,
     /// A store given to [`DatabaseBuilder::checkpoint_object_store`].
     checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
+    /// Who records checkpoint commits (see
+    /// [`DatabaseBuilder::commit_authority`]).
+    commit_authority: Option<Arc<dyn CommitAuthority>>,
     /// The checkpoint store, built once (see `checkpoint_store`).
     checkpoint_slot: Mutex<checkpoint_store::StoreSlot>,
     /// Process functions served by workers, by name (counters, and the
@@ -70,6 +73,7 @@ pub struct DatabaseBuilder {
     base_dir: Option<PathBuf>,
     options: PipelineOptions,
     checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
+    commit_authority: Option<Arc<dyn CommitAuthority>>,
     cluster: Option<Arc<dyn ClusterInfo>>,
 }
 
@@ -96,6 +100,16 @@ impl DatabaseBuilder {
     /// because two stores would each hold half of the pipeline's history.
     pub fn checkpoint_object_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
         self.checkpoint_object_store = Some(store);
+        self
+    }
+
+    /// Have `authority` record checkpoint commits: a checkpoint exists once
+    /// its manifest is written and the authority recorded its id, and
+    /// recovery reads only recorded checkpoints. A cluster leader records
+    /// them in etcd, fenced by its term, so one that was deposed while it
+    /// wrote commits nothing (see `sluice_storage::CommitAuthority`).
+    pub fn commit_authority(mut self, authority: Arc<dyn CommitAuthority>) -> Self {
+        self.commit_authority = Some(authority);
         self
     }
 
@@ -126,6 +140,7 @@ impl DatabaseBuilder {
                 pipeline: Mutex::new(pipeline),
                 state_dir: self.state_dir,
                 checkpoint_object_store: self.checkpoint_object_store,
+                commit_authority: self.commit_authority,
                 checkpoint_slot: Mutex::default(),
                 workers: parking_lot::Mutex::default(),
                 base_dir,

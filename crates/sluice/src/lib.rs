@@ -52,6 +52,8 @@ pub use sluice_sql::CHANGE_COLUMN;
 /// Re-exported `object_store`, for [`DatabaseBuilder::checkpoint_object_store`].
 pub use sluice_storage::object_store;
 pub use sluice_storage::CheckpointInfo;
+/// Re-exported for [`DatabaseBuilder::commit_authority`].
+pub use sluice_storage::{CommitAuthority, StorageError};
 
 /// Result alias of the public API.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

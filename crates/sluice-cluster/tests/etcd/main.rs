@@ -8,6 +8,7 @@ mod checkpoint;
 mod checkpoint_fence;
 mod checkpoint_model;
 mod checkpoint_roles;
+mod commit_record;
 mod election;
 mod membership;
 mod standby;

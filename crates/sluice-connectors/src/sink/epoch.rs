@@ -19,6 +19,14 @@
 //!
 //! The same type in `direct` mode appends rows to the final file at once
 //! (at-least-once delivery: nothing is held back, a replay may repeat rows).
+//!
+//! A staged file's name carries its writer as well as its epoch
+//! (`.out.csv.epoch-000000000007.<writer>`): two processes that write the
+//! same sink file, such as a cluster leader that was paused past its lease
+//! and the standby that took over from the same checkpoint, number their
+//! epochs alike, and with the epoch alone the woken one would truncate and
+//! write into the staged rows of the other. The checkpoint records each
+//! staged file's whole path, so recovery finds it whoever wrote it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -54,6 +62,33 @@ pub struct EpochFileSink {
     /// Final length once every sealed epoch is committed.
     sealed_len: u64,
     rows: u64,
+    /// This writer's part of its staged file names (see the module docs).
+    writer: String,
+}
+
+/// A name part no other sink writer, in this process or another, uses:
+/// the process id, the process start time and a per-process sequence.
+fn writer_token() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static STARTED: OnceLock<u128> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let started = STARTED.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    });
+    format!(
+        "{:x}-{started:x}-{:x}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The epoch of a staged file name's tail (`000000000007` of an older
+/// run's name, or `000000000007.<writer>`).
+fn staged_epoch(tail: &str) -> Option<u64> {
+    tail.split('.').next().and_then(|n| n.parse().ok())
 }
 
 fn io(path: &Path, e: std::io::Error) -> ConnectorError {
@@ -195,6 +230,7 @@ impl EpochFileSink {
             staged: None,
             sealed_len: 0,
             rows: 0,
+            writer: writer_token(),
         }
     }
 
@@ -205,7 +241,7 @@ impl EpochFileSink {
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
         self.path
-            .with_file_name(format!(".{name}.epoch-{epoch:012}"))
+            .with_file_name(format!(".{name}.epoch-{epoch:012}.{}", self.writer))
     }
 
     /// Remove staged files of epochs at or after `from` (never committed),
@@ -226,10 +262,7 @@ impl EpochFileSink {
         let entries = std::fs::read_dir(&dir).map_err(|e| io(&dir, e))?;
         for entry in entries.flatten() {
             let file = entry.file_name().to_string_lossy().to_string();
-            if let Some(n) = file
-                .strip_prefix(&prefix)
-                .and_then(|n| n.parse::<u64>().ok())
-            {
+            if let Some(n) = file.strip_prefix(&prefix).and_then(staged_epoch) {
                 if n >= from {
                     std::fs::remove_file(entry.path()).map_err(|e| io(&entry.path(), e))?;
                 }
@@ -288,7 +321,8 @@ impl EpochFileSink {
         }
         if self.staged.is_none() {
             let p = self.staged_path(self.epoch);
-            let mut f = File::create(&p).map_err(|e| io(&p, e))?;
+            // Never someone else's file: the name is this writer's own.
+            let mut f = File::create_new(&p).map_err(|e| io(&p, e))?;
             // The first epoch with rows carries the header: its commit
             // creates the final file.
             let mut len = 0;

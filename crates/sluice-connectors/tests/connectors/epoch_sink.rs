@@ -201,3 +201,43 @@ fn direct_recovery_cuts_rows_after_the_checkpoint_and_a_torn_tail() {
     recovered.write(&batch(&[30, 40])).unwrap();
     assert_eq!(read(&path), "v\n1\n2\n30\n40\n");
 }
+
+/// A cluster leader paused past its lease wakes up while the standby that
+/// took over from the same checkpoint writes the same sink file with the
+/// same epoch numbers: the woken writer must neither write into nor
+/// remove the other's staged rows.
+#[test]
+fn a_woken_writer_never_touches_the_staged_rows_of_the_one_that_took_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.csv");
+    let schema = batch(&[]).schema();
+    let mut old = EpochFileSink::create(&path, FileFormat::Csv, schema.clone(), false).unwrap();
+    old.write(&batch(&[1])).unwrap();
+    let e0 = old.pre_commit().unwrap();
+    old.commit(std::slice::from_ref(&e0)).unwrap();
+    let committed_len = old.sealed_len();
+    old.write(&batch(&[2])).unwrap(); // epoch 1, open when the old writer paused
+    let mut new = EpochFileSink::recover(
+        &path,
+        FileFormat::Csv,
+        schema,
+        false,
+        committed_len,
+        &[],
+        e0.epoch + 1,
+    )
+    .unwrap();
+    new.write(&batch(&[3])).unwrap();
+    // The old writer wakes up: it finishes its epoch and opens the next one.
+    old.write(&batch(&[4])).unwrap();
+    let _sealed_but_never_committed = old.pre_commit().unwrap();
+    old.write(&batch(&[5])).unwrap();
+    let n1 = new.pre_commit().unwrap();
+    new.write(&batch(&[6])).unwrap();
+    assert_eq!(n1.epoch, e0.epoch + 1);
+    // Deposed: it throws its open epoch away.
+    old.rollback_open_epoch().unwrap();
+    let n2 = new.pre_commit().unwrap();
+    new.commit(&[n1, n2]).unwrap();
+    assert_eq!(read(&path), "v\n1\n3\n6\n");
+}

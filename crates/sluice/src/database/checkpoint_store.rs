@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use sluice_engine::options::PipelineOptions;
 use sluice_storage::object_store::path::Path as ObjectPath;
-use sluice_storage::{CheckpointStore, LocalBackend, ObjectStoreBackend, StoreLease};
+use sluice_storage::{Backend, CheckpointStore, LocalBackend, ObjectStoreBackend, StoreLease};
 
 use super::Database;
 use crate::{Error, Result};
@@ -82,7 +82,7 @@ impl Database {
             tracing::warn!(error = %e, "cannot release the checkpoint store lease");
         }
         if let Some(object) = &built.object {
-            built.store = CheckpointStore::new(Box::new(object.clone()));
+            built.store = self.store_over(Box::new(object.clone()));
         }
     }
 
@@ -101,6 +101,15 @@ impl Database {
         Ok(slot.built.as_mut())
     }
 
+    /// A store over `backend`, with the commit authority if there is one.
+    fn store_over(&self, backend: Box<dyn Backend>) -> CheckpointStore {
+        let store = CheckpointStore::new(backend);
+        match &self.inner.commit_authority {
+            Some(authority) => store.with_authority(Arc::clone(authority)),
+            None => store,
+        }
+    }
+
     fn build(&self, options: &PipelineOptions) -> Result<Option<Built>> {
         let custom = &self.inner.checkpoint_object_store;
         let object = match (custom, &options.checkpoint_store, &self.inner.state_dir) {
@@ -117,9 +126,7 @@ impl Database {
             (None, None, Some(dir)) => {
                 return Ok(Some(Built {
                     url: None,
-                    store: CheckpointStore::new(Box::new(LocalBackend::new(
-                        dir.join("checkpoints"),
-                    )?)),
+                    store: self.store_over(Box::new(LocalBackend::new(dir.join("checkpoints"))?)),
                     object: None,
                     lease: None,
                 }))
@@ -128,7 +135,7 @@ impl Database {
         };
         Ok(Some(Built {
             url: options.checkpoint_store.clone(),
-            store: CheckpointStore::new(Box::new(object.clone())),
+            store: self.store_over(Box::new(object.clone())),
             object: Some(object),
             lease: None,
         }))

@@ -1,0 +1,164 @@
+//! The leader's commit record fences the checkpoint store: a leader
+//! deposed between its blob writes and its manifest (paused past its lease,
+//! as SIGSTOP does) commits nothing, and the new leader reads only the
+//! checkpoints a leader recorded while it led.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_cluster::standby::{self, Turn};
+use sluice_cluster::{ClusterKeys, ClusterNode, LeaderCommitRecord};
+use sluice_storage::{CheckpointStore, CommitAuthority, LocalBackend, Manifest};
+
+use super::{etcd, start_node};
+
+fn manifest(id: u64, blobs: Vec<sluice_storage::BlobRef>) -> Manifest {
+    Manifest {
+        id,
+        created_ms: 1,
+        pipeline: "p".into(),
+        watermark: 0,
+        sources: BTreeMap::new(),
+        sinks: BTreeMap::new(),
+        blobs,
+    }
+}
+
+async fn lead(node: &ClusterNode) -> u64 {
+    match tokio::time::timeout(Duration::from_secs(10), standby::wait_for_turn(node))
+        .await
+        .expect("the node gets its turn")
+        .expect("turn")
+    {
+        Turn::Lead { term } => term,
+        other => panic!("{}: {other:?}", node.node_id()),
+    }
+}
+
+async fn record(etcd: &sluice_cluster::testing::EtcdServer, node: &str) -> Arc<LeaderCommitRecord> {
+    let client = sluice_cluster::client::connect(&etcd.endpoints())
+        .await
+        .expect("connect");
+    Arc::new(LeaderCommitRecord::new(
+        client,
+        ClusterKeys::new("cr").expect("keys"),
+        node,
+    ))
+}
+
+fn store(dir: &std::path::Path, record: &Arc<LeaderCommitRecord>) -> CheckpointStore {
+    CheckpointStore::new(Box::new(LocalBackend::new(dir).expect("store")))
+        .with_authority(Arc::clone(record) as Arc<dyn CommitAuthority>)
+}
+
+/// Reserve a checkpoint id and write its one blob (`state`).
+async fn write_state(store: &CheckpointStore, state: &'static [u8]) -> (u64, Manifest) {
+    let id = store.reserve().await.expect("reserve");
+    let blob = store
+        .write_blob(id, "op", Bytes::from_static(state))
+        .await
+        .expect("blob");
+    (id, manifest(id, vec![blob]))
+}
+
+async fn ids(store: &CheckpointStore) -> Vec<u64> {
+    store
+        .list()
+        .await
+        .expect("list")
+        .iter()
+        .map(|c| c.id)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_deposed_before_its_manifest_commits_nothing() {
+    let etcd = etcd().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let n1 = start_node(&etcd, "cr", "n1").await;
+    let n2 = start_node(&etcd, "cr", "n2").await;
+    let (r1, r2) = (record(&etcd, "n1").await, record(&etcd, "n2").await);
+    let (s1, s2) = (store(dir.path(), &r1), store(dir.path(), &r2));
+
+    // Nothing is recorded by a node that does not lead.
+    let e = r2.record_commit(9).await.expect_err("n2 does not lead");
+    assert_eq!(e.code(), "SLC-STO-008", "{e}");
+    assert_eq!(r2.committed().await.expect("read"), None);
+
+    let term1 = lead(&n1).await;
+    r1.lead(Arc::clone(n1.election()), term1);
+    let (first, m) = write_state(&s1, b"one").await;
+    s1.commit(&m).await.expect("commit");
+    assert_eq!(
+        r2.committed().await.expect("read"),
+        Some(BTreeSet::from([first]))
+    );
+
+    // n1 writes the state of its next checkpoint, then stops answering
+    // (its lease lapses, as a paused process's does) before its manifest.
+    let (second, stale) = write_state(&s1, b"two").await;
+    n1.session().stop_keep_alive();
+    let term2 = lead(&n2).await;
+    assert!(term2 > term1);
+    r2.lead(Arc::clone(n2.election()), term2);
+    let resumed = s2
+        .latest_valid()
+        .await
+        .expect("read")
+        .expect("a checkpoint");
+    assert_eq!(
+        resumed.manifest.id, first,
+        "n2 resumes from n1's last commit"
+    );
+
+    // n1 wakes up and completes its write: etcd refuses the record.
+    let e = s1
+        .commit(&stale)
+        .await
+        .expect_err("a deposed leader commits nothing");
+    assert_eq!(e.code(), "SLC-STO-008", "{e}");
+    let text = format!(
+        "{e}: {}",
+        std::error::Error::source(&e)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    );
+    assert!(
+        text.contains(&format!("checkpoint {second} is not committed")),
+        "{text}"
+    );
+    assert!(
+        text.contains("n1"),
+        "the refusal names the deposed node: {text}"
+    );
+
+    // n2 goes on: its checkpoints follow n1's last committed one.
+    let (third, m) = write_state(&s2, b"three").await;
+    assert!(third > second);
+    s2.commit(&m).await.expect("commit");
+    assert_eq!(ids(&s2).await, vec![first, third]);
+    let latest = s2
+        .latest_valid()
+        .await
+        .expect("read")
+        .expect("a checkpoint");
+    assert_eq!(
+        (latest.manifest.id, latest.blobs["op"].as_ref()),
+        (third, &b"three"[..])
+    );
+
+    // Pruning forgets the records of pruned checkpoints.
+    s2.prune(1).await.expect("prune");
+    assert_eq!(
+        r2.committed().await.expect("read"),
+        Some(BTreeSet::from([third]))
+    );
+    assert_eq!(ids(&s2).await, vec![third]);
+
+    // A node that stood down records nothing any more.
+    r2.stand_down();
+    let e = r2.record_commit(third + 1).await.expect_err("stood down");
+    assert_eq!(e.code(), "SLC-STO-008", "{e}");
+}

@@ -1,0 +1,58 @@
+//! Who says a checkpoint exists, when the store alone cannot.
+//!
+//! A store's writes cannot carry a fencing token: an object store offers
+//! conditional puts on one object, not "only while writer W still leads".
+//! A single writer is enough for a pipeline on one host (the state
+//! directory's lock, or the store's lease), but a cluster leader that is
+//! paused between its last lease check and its manifest write (SIGSTOP, a
+//! VM stall) wakes up and completes that write after a standby took over
+//! from the previous checkpoint. Its sinks would then publish the epochs
+//! the new leader publishes again.
+//!
+//! A [`CommitAuthority`] closes that gap. With one attached, a manifest is
+//! only a candidate: the checkpoint exists once the authority recorded its
+//! id, in a write fenced by the writer's own right to commit (in a cluster:
+//! an etcd transaction that compares the leader's term). Readers take only
+//! recorded checkpoints:
+//!
+//! ```text
+//!  writer                      store                 authority
+//!   blobs, manifest ─────────► checkpoints/ID/…       (candidate)
+//!   record_commit(ID) ─────────────────────────────►  ID recorded ⇒ it exists
+//!        └ Fenced: the manifest is removed again; nothing was committed
+//!  reader: manifests ∩ recorded ids (all manifests while nothing is recorded)
+//! ```
+//!
+//! The order matters: the manifest is written first, so a recorded id
+//! always has its manifest, and a writer fenced at the record never
+//! commits its sink epochs.
+
+use std::collections::BTreeSet;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+
+/// The record of which checkpoints of a store are committed. Like a
+/// ripgrep `Sink`, each method's result tells the store what to do next.
+#[async_trait]
+pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
+    /// Record checkpoint `id` as committed; its manifest is durable.
+    ///
+    /// `Ok(())`: the checkpoint exists from now on. `Err` of
+    /// [`StorageError::Fenced`](crate::StorageError::Fenced): this writer
+    /// may no longer commit (a deposed leader); the checkpoint does not
+    /// exist and the store removes its manifest. Any other `Err`: the
+    /// outcome is unknown (the record may have been written); the store
+    /// keeps the manifest and reports the checkpoint as failed.
+    async fn record_commit(&self, id: u64) -> Result<()>;
+
+    /// The recorded ids, ascending. `Ok(None)` when the authority has never
+    /// recorded one: the store was written without it so far (by a
+    /// pipeline on one host), and its manifests count as they are.
+    async fn committed(&self) -> Result<Option<BTreeSet<u64>>>;
+
+    /// The store pruned every checkpoint below `id`: their records may go.
+    /// An `Err` is logged by the store; stale records are harmless.
+    async fn forget_below(&self, id: u64) -> Result<()>;
+}
