@@ -8,6 +8,8 @@
 //! assignment, as the owners of a cluster would.
 
 mod placed;
+#[cfg(test)]
+pub(crate) use placed::tests::steps as random_steps;
 pub use placed::{PlacedOwners, Step};
 
 use std::sync::Arc;

@@ -132,6 +132,8 @@ pub struct ProcessCapture {
     pub version: u32,
     /// The next activation id.
     pub next_id: u64,
+    /// A placed processor's next sequence per held vnode (empty unplaced).
+    pub vnode_sequences: BTreeMap<u32, u64>,
     /// The watermark of the last cut.
     pub watermark: i64,
     /// Value state, then timers: built when the checkpoint encodes them.
@@ -664,6 +666,7 @@ impl<H: NativeProcessFunction> KeyedProcessor<H> {
             function: self.descriptor.name.clone(),
             version: self.descriptor.version,
             next_id: self.next_id,
+            vnode_sequences: self.vnode_sequences.clone(),
             watermark: self.watermark,
             parts: self
                 .layers

@@ -10,6 +10,7 @@
 //! the activation sequence does not depend on how batches were grouped into
 //! cycles, which is what makes replay after recovery reproduce the same ids.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
@@ -17,11 +18,31 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use super::keyed::{CallOutput, KeyedProcessor, ProcessSnapshot};
+use super::placement::VnodePlacement;
 use super::types::{NativeProcessFunction, ProcessFunctionInfo, ValueState};
 use super::validate::ProcessError;
 use crate::error::{EngineError, Result};
 use crate::operators::stateful::{no_such_port, Port, StatefulOperator};
 use crate::state::{SnapshotReader, SnapshotWriter};
+
+/// A placed processor's sequences as `vnode=next;vnode=next` (ascending).
+fn encode_sequences(sequences: &BTreeMap<u32, u64>) -> String {
+    sequences
+        .iter()
+        .map(|(v, s)| format!("{v}={s}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// The inverse of [`encode_sequences`]; `None` for damaged text.
+fn decode_sequences(text: &str) -> Option<BTreeMap<u32, u64>> {
+    text.split(';')
+        .map(|pair| {
+            let (v, s) = pair.split_once('=')?;
+            Some((v.parse().ok()?, s.parse().ok()?))
+        })
+        .collect()
+}
 
 /// One bound process function, running in the pipeline.
 pub struct ProcessOperator {
@@ -111,6 +132,14 @@ impl ProcessOperator {
             projection,
             processor,
         })
+    }
+
+    /// Run only the keys of the vnodes `placement` holds, numbering
+    /// activations per vnode (cluster execution; see
+    /// [`KeyedProcessor::place`]). Its checkpoints then carry the sequence
+    /// of every held vnode.
+    pub fn place(&mut self, placement: VnodePlacement) -> Result<()> {
+        Ok(self.processor.place(placement)?)
     }
 
     /// The binding.
@@ -218,6 +247,13 @@ impl StatefulOperator for ProcessOperator {
         w.set("function", &capture.function);
         w.set("version", capture.version);
         w.set("next_id", capture.next_id);
+        // Only a placed processor has them; older checkpoints lack the field.
+        if !capture.vnode_sequences.is_empty() {
+            w.set(
+                "vnode_sequences",
+                encode_sequences(&capture.vnode_sequences),
+            );
+        }
         w.set("watermark", capture.watermark);
         for part in capture.parts {
             w.push_deferred(part);
@@ -233,6 +269,15 @@ impl StatefulOperator for ProcessOperator {
             function: r.get("function")?,
             version: r.get("version")?,
             next_id: r.get("next_id")?,
+            vnode_sequences: match r.get_optional::<String>("vnode_sequences")? {
+                Some(text) => decode_sequences(&text).ok_or_else(|| {
+                    EngineError::Internal(format!(
+                        "process function '{}' snapshot has damaged vnode sequences: '{text}'",
+                        self.info.descriptor.name
+                    ))
+                })?,
+                None => BTreeMap::new(),
+            },
             watermark: r.get("watermark")?,
             ..Default::default()
         };
@@ -292,3 +337,7 @@ impl StatefulOperator for ProcessOperator {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "operator_tests.rs"]
+mod tests;

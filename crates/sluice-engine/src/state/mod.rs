@@ -319,6 +319,15 @@ impl SnapshotReader {
             .ok_or_else(|| corrupt(&format!("field '{key}'")))
     }
 
+    /// A scalar field that older checkpoints may not have: `None` when
+    /// absent, an error when present but unreadable.
+    pub fn get_optional<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>> {
+        self.meta
+            .get(key)
+            .map(|v| v.parse().map_err(|_| corrupt(&format!("field '{key}'"))))
+            .transpose()
+    }
+
     /// The batch parts, in order.
     pub fn parts(&self) -> &[RecordBatch] {
         &self.parts

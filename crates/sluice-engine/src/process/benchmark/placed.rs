@@ -140,4 +140,4 @@ impl<H: NativeProcessFunction> PlacedOwners<H> {
 
 #[cfg(test)]
 #[path = "placed_tests.rs"]
-mod tests;
+pub(crate) mod tests;

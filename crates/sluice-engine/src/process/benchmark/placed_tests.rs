@@ -40,7 +40,7 @@ fn batch(keys: Vec<i64>, amounts: Vec<i64>) -> RecordBatch {
 
 /// Random batches (1 to 60 rows over 40 keys) and advancing watermark
 /// cuts, ending with a cut that fires every timer.
-fn steps(rng: &mut Rng) -> Vec<Step> {
+pub(crate) fn steps(rng: &mut Rng) -> Vec<Step> {
     let mut out = Vec::new();
     let mut watermark = 0;
     for _ in 0..40 {
