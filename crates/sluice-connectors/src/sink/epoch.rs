@@ -418,6 +418,9 @@ impl EpochFileSink {
                 )),
             ));
         }
+        if self.already_appended(r, &data)? {
+            return remove_staged(staged);
+        }
         // The epoch that starts the file (re)creates it; any other needs it.
         let first = r.final_len_before == 0;
         let mut final_file = OpenOptions::new()
@@ -437,8 +440,30 @@ impl EpochFileSink {
         if first {
             sync_parent(&self.path)?;
         }
-        std::fs::remove_file(staged).map_err(|e| io(staged, e))?;
-        Ok(())
+        remove_staged(staged)
+    }
+
+    /// Whether the final file already holds epoch `r`'s bytes (`data`) at
+    /// its place, with or without later epochs after them. Then a commit
+    /// must not truncate: the epoch was appended before a crash, or by the
+    /// writer that took this sink over (a cluster leader that replaced a
+    /// paused one), which may have committed later epochs since.
+    fn already_appended(&self, r: &EpochRecord, data: &[u8]) -> Result<bool> {
+        let len = match std::fs::metadata(&self.path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io(&self.path, e)),
+        };
+        // The usual commit finds the file exactly where the epoch starts.
+        if data.is_empty() || len < r.final_len_before + r.staged_len {
+            return Ok(false);
+        }
+        let mut f = File::open(&self.path).map_err(|e| io(&self.path, e))?;
+        f.seek(SeekFrom::Start(r.final_len_before))
+            .map_err(|e| io(&self.path, e))?;
+        let mut there = vec![0; data.len()];
+        f.read_exact(&mut there).map_err(|e| io(&self.path, e))?;
+        Ok(there == data)
     }
 
     /// Clean end of a run: a transactional sink that never committed rows
@@ -461,6 +486,15 @@ impl EpochFileSink {
             std::fs::remove_file(&p).map_err(|e| io(&p, e))?;
         }
         Ok(())
+    }
+}
+
+/// Remove a committed epoch's staged file; another writer committing the
+/// same epoch may have removed it first.
+fn remove_staged(staged: &Path) -> Result<()> {
+    match std::fs::remove_file(staged) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(staged, e)),
+        _ => Ok(()),
     }
 }
 

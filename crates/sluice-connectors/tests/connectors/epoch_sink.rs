@@ -241,3 +241,33 @@ fn a_woken_writer_never_touches_the_staged_rows_of_the_one_that_took_over() {
     new.commit(&[n1, n2]).unwrap();
     assert_eq!(read(&path), "v\n1\n3\n6\n");
 }
+
+/// A writer that commits an epoch the writer that took over already
+/// committed, and followed with a later one, leaves the file alone: it
+/// neither truncates the later epoch away nor appends the rows twice.
+#[test]
+fn re_committing_an_epoch_that_later_epochs_follow_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.csv");
+    let schema = batch(&[]).schema();
+    let mut sink = EpochFileSink::create(&path, FileFormat::Csv, schema, false).unwrap();
+    sink.write(&batch(&[1])).unwrap();
+    let e0 = sink.pre_commit().unwrap();
+    sink.write(&batch(&[2, 3])).unwrap();
+    let e1 = sink.pre_commit().unwrap();
+    // The woken writer read e1's staged rows before the other removed them.
+    let staged = e1.staged.clone().unwrap();
+    let kept = std::fs::read(&staged).unwrap();
+    sink.commit(&[e0, e1.clone()]).unwrap();
+    sink.write(&batch(&[4])).unwrap();
+    let e2 = sink.pre_commit().unwrap();
+    sink.commit(&[e2]).unwrap();
+    assert_eq!(read(&path), "v\n1\n2\n3\n4\n");
+    std::fs::write(&staged, kept).unwrap();
+    sink.commit(std::slice::from_ref(&e1)).unwrap();
+    assert_eq!(read(&path), "v\n1\n2\n3\n4\n", "epoch 2 survives");
+    assert!(!staged.exists(), "the staged file is removed");
+    // And once the staged file is gone, committing again is a no-op.
+    sink.commit(&[e1]).unwrap();
+    assert_eq!(read(&path), "v\n1\n2\n3\n4\n");
+}
