@@ -446,6 +446,13 @@ async fn serve(
                     // last committed checkpoint.
                     Err(deposed(db, node, term).await)
                 }
+                // etcd refused a checkpoint of this term (the pipeline
+                // halted on it), or the run failed after the node was
+                // deposed: it was deposed, whatever failed first.
+                Some(Err(e)) if e.code() == "SLC-STO-008" || node.term() != Some(term) => {
+                    tracing::debug!(error = %e, "the run failed after losing leadership");
+                    Err(deposed(db, node, term).await)
+                }
                 Some(Err(e)) => {
                     if let Err(shutdown) = db.abort().await {
                         tracing::debug!(error = %shutdown, "shutdown after a failure");

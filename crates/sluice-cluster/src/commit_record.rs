@@ -7,8 +7,8 @@
 //! fencing tokens. etcd can: the checkpoint counts only once its id is
 //! recorded under `/sluice/C/checkpoints/stored/<id>` by a transaction that
 //! compares the leader key's create revision (the leader's term). A
-//! deposed leader's record is refused by etcd itself, its manifest is
-//! removed, and its sinks commit nothing; the new leader reads only
+//! deposed leader's record is refused by etcd itself, its pipeline
+//! halts, and its sinks commit nothing; the new leader reads only
 //! recorded checkpoints.
 //!
 //! ```text
@@ -16,7 +16,7 @@
 //!   manifest ID ────────────► checkpoints/ID/…
 //!   record_commit(ID) ──[leader create rev = T]──►  checkpoints/stored/ID
 //!        ├ committed: the checkpoint exists, sinks commit its epochs
-//!        └ NotLeader: Fenced, the manifest is removed, sinks commit nothing
+//!        └ NotLeader: Fenced, sinks commit nothing, readers skip the manifest
 //!  any node: committed() = ids under checkpoints/stored/
 //! ```
 //!

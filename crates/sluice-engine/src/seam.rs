@@ -142,6 +142,12 @@ pub enum CycleError {
     /// A checkpoint attempt failed before its manifest was durable.
     #[error(transparent)]
     Checkpoint(EngineError),
+    /// A checkpoint was refused because this process may no longer write
+    /// the pipeline's store: its store lease was lost or taken over
+    /// (`SLC-STO-006`), or the commit authority refused the commit
+    /// (`SLC-STO-008`: a cluster leader that was deposed while it wrote).
+    #[error(transparent)]
+    Fenced(EngineError),
     /// Something broke after a checkpoint became durable (a sink's epoch
     /// could not be committed, a subscription cut not published).
     #[error(transparent)]
@@ -164,6 +170,7 @@ impl CycleError {
             | CycleError::Process(e)
             | CycleError::Panicked(e)
             | CycleError::Checkpoint(e)
+            | CycleError::Fenced(e)
             | CycleError::AfterDurable(e)
             | CycleError::Startup(e)
             | CycleError::Control(e) => e,
@@ -197,6 +204,9 @@ pub enum Disposition {
 /// - A failed checkpoint faults under exactly-once (sink epochs cannot be
 ///   committed without it); under at-least-once it is refused and the next
 ///   interval tries again.
+/// - A checkpoint refused because another writer now owns the store halts,
+///   in every mode: recovering would restore that writer's checkpoint and
+///   rewrite the sink files it publishes.
 /// - A failure after a checkpoint became durable faults: recovery commits
 ///   that checkpoint's sink epochs again.
 /// - A pipeline that cannot start or be restored halts.
@@ -220,6 +230,7 @@ pub fn disposition(error: &CycleError, delivery: Option<Delivery>) -> Dispositio
             Some(Delivery::ExactlyOnce) => Disposition::Fault,
             Some(Delivery::AtLeastOnce) | None => Disposition::Refuse,
         },
+        CycleError::Fenced(_) => Disposition::Halt,
         CycleError::AfterDurable(_) => Disposition::Fault,
         CycleError::Control(_) => Disposition::Refuse,
     }

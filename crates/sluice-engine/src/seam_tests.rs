@@ -101,6 +101,7 @@ fn every_stage(e: impl Fn() -> EngineError) -> Vec<(&'static str, CycleError)> {
         ("Output", CycleError::Output(e())),
         ("Panicked", CycleError::Panicked(e())),
         ("Checkpoint", CycleError::Checkpoint(e())),
+        ("Fenced", CycleError::Fenced(e())),
         ("AfterDurable", CycleError::AfterDurable(e())),
         ("Startup", CycleError::Startup(e())),
         ("Control", CycleError::Control(e())),
@@ -108,7 +109,7 @@ fn every_stage(e: impl Fn() -> EngineError) -> Vec<(&'static str, CycleError)> {
 }
 
 /// The table the coordinator follows: (stage, off, at-least-once, exactly-once).
-const TABLE: [(&str, Disposition, Disposition, Disposition); 9] = {
+const TABLE: [(&str, Disposition, Disposition, Disposition); 10] = {
     use Disposition::{Fault, Halt, Refuse};
     [
         ("Source", Halt, Halt, Halt),
@@ -117,6 +118,7 @@ const TABLE: [(&str, Disposition, Disposition, Disposition); 9] = {
         ("Output", Halt, Fault, Fault),
         ("Panicked", Halt, Fault, Fault),
         ("Checkpoint", Refuse, Refuse, Fault),
+        ("Fenced", Halt, Halt, Halt),
         ("AfterDurable", Fault, Fault, Fault),
         ("Startup", Halt, Halt, Halt),
         ("Control", Refuse, Refuse, Refuse),

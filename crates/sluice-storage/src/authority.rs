@@ -19,13 +19,18 @@
 //!  writer                      store                 authority
 //!   blobs, manifest ─────────► checkpoints/ID/…       (candidate)
 //!   record_commit(ID) ─────────────────────────────►  ID recorded ⇒ it exists
-//!        └ Fenced: the manifest is removed again; nothing was committed
+//!        └ Fenced: nothing was committed; the manifest is left to the
+//!          store's writer (see below)
 //!  reader: manifests ∩ recorded ids (all manifests while nothing is recorded)
 //! ```
 //!
 //! The order matters: the manifest is written first, so a recorded id
 //! always has its manifest, and a writer fenced at the record never
-//! commits its sink epochs.
+//! commits its sink epochs. A fenced writer leaves its manifest: once
+//! anything is recorded, readers skip it and the store's writer removes it
+//! at its next reservation; before that, a writer that took over may
+//! already have resumed from it (a complete checkpoint whose sink epochs
+//! nobody published yet), and removing it would lose that checkpoint.
 
 use std::collections::BTreeSet;
 
@@ -42,7 +47,7 @@ pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
     /// `Ok(())`: the checkpoint exists from now on. `Err` of
     /// [`StorageError::Fenced`](crate::StorageError::Fenced): this writer
     /// may no longer commit (a deposed leader); the checkpoint does not
-    /// exist and the store removes its manifest. Any other `Err`: the
+    /// exist for readers of the records. Any other `Err`: the
     /// outcome is unknown (the record may have been written); the store
     /// keeps the manifest and reports the checkpoint as failed.
     async fn record_commit(&self, id: u64) -> Result<()>;

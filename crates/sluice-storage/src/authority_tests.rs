@@ -159,13 +159,32 @@ async fn a_fenced_commit_is_nobodys_checkpoint() {
     );
     assert_eq!(ids(&store).await, vec![1]);
     assert_eq!(store.latest_valid().await.unwrap().unwrap().manifest.id, 1);
+    // The store's writer removes the refused attempt at its next reservation.
+    *fake.answer.locked() = Answer::Record;
+    assert_eq!(checkpoint(&store).await.unwrap(), 3);
+    assert_eq!(ids(&store).await, vec![1, 3]);
     assert!(
-        files(dir.path())
+        !files(dir.path())
             .iter()
-            .all(|f| f.starts_with("checkpoints/00000000000000000001/")),
-        "the fenced attempt left nothing: {:?}",
+            .any(|f| f.starts_with("checkpoints/00000000000000000002/")),
+        "the refused attempt is gone: {:?}",
         files(dir.path())
     );
+}
+
+/// A writer refused before anything was recorded leaves its manifest: a
+/// writer that took over may already have resumed from it (a complete
+/// checkpoint whose sink epochs nobody published), and it stays readable.
+#[tokio::test]
+async fn a_refused_first_checkpoint_stays_for_the_writer_that_took_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, fake) = with_fake(dir.path());
+    *fake.answer.locked() = Answer::Fence;
+    assert_eq!(checkpoint(&store).await.unwrap_err().code(), "SLC-STO-008");
+    let (taker, _) = with_fake(dir.path());
+    assert_eq!(taker.latest_valid().await.unwrap().unwrap().manifest.id, 1);
+    assert_eq!(checkpoint(&taker).await.unwrap(), 2);
+    assert_eq!(ids(&taker).await, vec![2]);
 }
 
 /// A manifest the authority never recorded (a deposed writer's, written

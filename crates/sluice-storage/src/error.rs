@@ -116,6 +116,12 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// The codes of errors that mean "this process may no longer write the
+    /// store": its lease was lost or is held by another (`SLC-STO-006`), or
+    /// the commit authority refused it (`SLC-STO-008`). Retrying, or
+    /// recovering in the same process, cannot help.
+    pub const FENCE_CODES: [&'static str; 2] = ["SLC-STO-006", "SLC-STO-008"];
+
     /// A stable code.
     pub fn code(&self) -> &'static str {
         match self {

@@ -315,16 +315,13 @@ impl CheckpointStore {
         let Some(authority) = &self.authority else {
             return put;
         };
-        match authority.record_commit(manifest.id).await {
-            Ok(()) => Ok(()),
-            Err(e @ StorageError::Fenced { .. }) => {
-                // Refused for certain: this attempt is nobody's checkpoint.
-                self.discard_failed_attempt(manifest.id).await;
-                Err(e)
-            }
-            // Unknown outcome: the record may exist, so its manifest stays.
-            Err(e) => Err(e),
-        }
+        // Refused or not, the manifest stays. Refused, it is not a
+        // checkpoint to anyone reading the records, and the store's writer
+        // removes it at its next reservation; but a writer that took over
+        // before anything was recorded may already have resumed from it,
+        // and removing it under that writer would lose its checkpoint.
+        // Unknown, the record may exist.
+        authority.record_commit(manifest.id).await
     }
 
     /// Ids with a manifest, ascending; with a commit authority, only those

@@ -12,7 +12,7 @@ use arrow::record_batch::RecordBatch;
 use sluice::object_store::memory::InMemory;
 use sluice::object_store::path::Path as ObjectPath;
 use sluice::object_store::{ObjectStore, ObjectStoreExt};
-use sluice::{Database, DatabaseBuilder};
+use sluice::{CommitAuthority, Database, DatabaseBuilder, StorageError};
 
 async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(60), f)
@@ -253,4 +253,79 @@ async fn a_checkpoint_of_another_fingerprint_version_is_refused() {
              use a new state directory"
         )
     );
+}
+
+/// A commit authority that records every commit until told to refuse, as
+/// etcd refuses a cluster leader that was deposed while it wrote.
+#[derive(Debug, Default)]
+struct Deposable {
+    deposed: std::sync::atomic::AtomicBool,
+    recorded: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+}
+
+#[async_trait::async_trait]
+impl CommitAuthority for Deposable {
+    async fn record_commit(&self, id: u64) -> Result<(), StorageError> {
+        if self.deposed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StorageError::Fenced {
+                id,
+                source: "node n1 no longer leads".into(),
+            });
+        }
+        self.recorded.lock().unwrap().insert(id);
+        Ok(())
+    }
+
+    async fn committed(&self) -> Result<Option<std::collections::BTreeSet<u64>>, StorageError> {
+        let r = self.recorded.lock().unwrap().clone();
+        Ok((!r.is_empty()).then_some(r))
+    }
+
+    async fn forget_below(&self, id: u64) -> Result<(), StorageError> {
+        self.recorded.lock().unwrap().retain(|x| *x >= id);
+        Ok(())
+    }
+}
+
+/// A checkpoint the commit authority refuses halts the pipeline, where an
+/// ordinary failed checkpoint under at-least-once is retried at the next
+/// interval (and under exactly-once recovered from, which would restore
+/// the new owner's checkpoint and rewrite the sink files it publishes; the
+/// disposition table in `sluice-engine`'s `seam_tests` covers every mode;
+/// exactly-once needs replayable sources, which this push source is not).
+#[tokio::test]
+async fn a_checkpoint_the_commit_authority_refuses_halts_the_pipeline() {
+    for delivery in ["at_least_once"] {
+        let authority = Arc::new(Deposable::default());
+        let builder = on_url("memory:///")
+            .set("delivery", delivery)
+            .unwrap()
+            .commit_authority(Arc::clone(&authority) as Arc<dyn CommitAuthority>);
+        let db = open(builder).await;
+        bounded("start", db.start()).await.unwrap();
+        bounded("checkpoint", db.execute("CHECKPOINT"))
+            .await
+            .unwrap();
+        assert_eq!(authority.recorded.lock().unwrap().len(), 1, "{delivery}");
+        authority
+            .deposed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let e = bounded("checkpoint", db.execute("CHECKPOINT"))
+            .await
+            .expect_err("a refused commit fails the checkpoint");
+        assert_eq!(e.code(), "SLC-STO-008", "{delivery}: {e}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            let s = db.status().await.unwrap();
+            if s.halted.is_some() || s.fault.is_some() || std::time::Instant::now() > deadline {
+                break s;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let halted = status.halted.as_ref().map(|e| e.code());
+        assert_eq!(halted, Some("SLC-STO-008"), "{delivery}: {status:?}");
+        assert!(status.fault.is_none(), "{delivery}: {status:?}");
+        assert_eq!(authority.recorded.lock().unwrap().len(), 1, "{delivery}");
+        let _ = db.abort().await;
+    }
 }

@@ -264,7 +264,9 @@ impl EpochFileSink {
             let file = entry.file_name().to_string_lossy().to_string();
             if let Some(n) = file.strip_prefix(&prefix).and_then(staged_epoch) {
                 if n >= from {
-                    std::fs::remove_file(entry.path()).map_err(|e| io(&entry.path(), e))?;
+                    // Another process discarding at the same time may
+                    // have removed it first.
+                    remove_staged(&entry.path())?;
                 }
             }
         }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rustc_hash::{FxHashMap, FxHashSet};
+use sluice_storage::StorageError;
 use tokio::sync::mpsc;
 
 use super::{
@@ -235,7 +236,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         };
         // The caller is told the checkpoint's failure; a fault it caused
         // is reported by the pipeline's status.
-        drop(self.settle(CycleError::Checkpoint(failed)));
+        let stage = if StorageError::FENCE_CODES.contains(&e.code()) {
+            CycleError::Fenced(failed)
+        } else {
+            CycleError::Checkpoint(failed)
+        };
+        drop(self.settle(stage));
         EngineError::unshare(e)
     }
 
