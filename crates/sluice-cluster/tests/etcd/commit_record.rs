@@ -162,3 +162,49 @@ async fn a_leader_deposed_before_its_manifest_commits_nothing() {
     let e = r2.record_commit(third + 1).await.expect_err("stood down");
     assert_eq!(e.code(), "SLC-STO-008", "{e}");
 }
+
+/// An etcd that stops answering makes the record's outcome unknown: the
+/// leader's commit and a reader's question both fail in time with
+/// `SLC-STO-009`, keeping etcd's error as the source, and work again once
+/// etcd answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_etcd_makes_the_record_unknown_not_refused() {
+    let etcd = etcd().await;
+    let n1 = start_node(&etcd, "cr", "n1").await;
+    let record = record(&etcd, "n1").await;
+    let term = lead(&n1).await;
+    record.lead(Arc::clone(n1.election()), term);
+    record.record_commit(1).await.expect("recorded");
+
+    etcd.pause().expect("pause etcd");
+    let limit = sluice_cluster::client::CALL_TIMEOUT + Duration::from_secs(3);
+    let e = tokio::time::timeout(limit, record.record_commit(2))
+        .await
+        .expect("the record fails in time")
+        .expect_err("a paused etcd records nothing");
+    assert_eq!(e.code(), "SLC-STO-009", "{e}");
+    let source = std::error::Error::source(&e).map(ToString::to_string);
+    assert!(
+        source
+            .as_deref()
+            .is_some_and(|s| s.starts_with("SLC-CLU-002")),
+        "{e}: {source:?}"
+    );
+    let e = tokio::time::timeout(limit, record.committed())
+        .await
+        .expect("the read fails in time")
+        .expect_err("a paused etcd answers nothing");
+    assert_eq!(e.code(), "SLC-STO-009", "{e}");
+    etcd.resume().expect("resume etcd");
+    let recorded = tokio::time::timeout(limit * 2, async {
+        loop {
+            if let Ok(r) = record.committed().await {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("etcd answers again");
+    assert!(recorded.is_some_and(|r| r.contains(&1)));
+}
