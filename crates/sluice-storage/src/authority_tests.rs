@@ -141,6 +141,22 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// Checkpoint 1 is recorded and attempt 2 has a manifest that is not:
+/// readers see only 1, and the next checkpoint (3) removes attempt 2.
+async fn attempt_2_is_skipped_then_removed(store: &CheckpointStore, dir: &std::path::Path) {
+    assert_eq!(ids(store).await, vec![1]);
+    assert_eq!(store.latest_valid().await.unwrap().unwrap().manifest.id, 1);
+    assert_eq!(checkpoint(store).await.unwrap(), 3);
+    assert_eq!(ids(store).await, vec![1, 3]);
+    assert!(
+        !files(dir)
+            .iter()
+            .any(|f| f.starts_with("checkpoints/00000000000000000002/")),
+        "attempt 2 is removed: {:?}",
+        files(dir)
+    );
+}
+
 #[tokio::test]
 async fn a_fenced_commit_is_nobodys_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -157,19 +173,9 @@ async fn a_fenced_commit_is_nobodys_checkpoint() {
         std::error::Error::source(&e).is_some(),
         "the refusal is kept as the source"
     );
-    assert_eq!(ids(&store).await, vec![1]);
-    assert_eq!(store.latest_valid().await.unwrap().unwrap().manifest.id, 1);
     // The store's writer removes the refused attempt at its next reservation.
     *fake.answer.locked() = Answer::Record;
-    assert_eq!(checkpoint(&store).await.unwrap(), 3);
-    assert_eq!(ids(&store).await, vec![1, 3]);
-    assert!(
-        !files(dir.path())
-            .iter()
-            .any(|f| f.starts_with("checkpoints/00000000000000000002/")),
-        "the refused attempt is gone: {:?}",
-        files(dir.path())
-    );
+    attempt_2_is_skipped_then_removed(&store, dir.path()).await;
 }
 
 /// A writer refused before anything was recorded leaves its manifest: a
@@ -203,17 +209,7 @@ async fn a_manifest_the_authority_did_not_record_is_skipped_then_removed() {
         vec![1, 2],
         "without the authority it counts"
     );
-    assert_eq!(ids(&store).await, vec![1]);
-    assert_eq!(store.latest_valid().await.unwrap().unwrap().manifest.id, 1);
-    assert_eq!(checkpoint(&store).await.unwrap(), 3);
-    assert_eq!(ids(&store).await, vec![1, 3]);
-    assert!(
-        !files(dir.path())
-            .iter()
-            .any(|f| f.starts_with("checkpoints/00000000000000000002/")),
-        "the unrecorded attempt is removed: {:?}",
-        files(dir.path())
-    );
+    attempt_2_is_skipped_then_removed(&store, dir.path()).await;
 }
 
 /// An authority that has never recorded anything takes the store as it is
