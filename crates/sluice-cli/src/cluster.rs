@@ -31,6 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use clap::{Args, Subcommand};
+use sluice::StorageError;
 use sluice::{ClusterInfo, ClusterMember, Database, Delivery};
 use sluice_cluster::catalog_seal::SealedCatalog;
 use sluice_cluster::standby::{self, Turn};
@@ -446,10 +447,14 @@ async fn serve(
                     // last committed checkpoint.
                     Err(deposed(db, node, term).await)
                 }
-                // etcd refused a checkpoint of this term (the pipeline
-                // halted on it), or the run failed after the node was
-                // deposed: it was deposed, whatever failed first.
-                Some(Err(e)) if e.code() == "SLC-STO-008" || node.term() != Some(term) => {
+                // The store refused a checkpoint of this term (etcd refused
+                // its record, or another node holds the store's lease: the
+                // pipeline halted on it), or the run failed after the node
+                // was deposed: it was deposed, whatever failed first.
+                Some(Err(e))
+                    if StorageError::FENCE_CODES.contains(&e.code())
+                        || node.term() != Some(term) =>
+                {
                     tracing::debug!(error = %e, "the run failed after losing leadership");
                     Err(deposed(db, node, term).await)
                 }
