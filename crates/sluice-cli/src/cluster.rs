@@ -519,6 +519,14 @@ async fn lead(
                 tracing::info!(error = %e, "waiting for the store lease");
                 tokio::time::sleep(STORE_RETRY).await;
             }
+            // etcd did not answer which checkpoints count (a call timeout,
+            // this process paused mid-call): nothing started, so ask again.
+            // Failing would hand the run to a standby for one slow call;
+            // if this node loses its term meanwhile, the caller stops it.
+            Err(e) if e.code() == "SLC-STO-009" => {
+                tracing::warn!(error = %e, "asking etcd again for the committed checkpoints");
+                tokio::time::sleep(STORE_RETRY).await;
+            }
             Err(e) => return Err(e.into()),
         }
     }

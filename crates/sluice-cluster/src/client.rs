@@ -12,14 +12,25 @@
 //!   a call that passes it fails with the request's context, and its
 //!   caller retries or gives up as it would on any etcd error;
 //! - HTTP/2 keep-alive pings ([`PING_EVERY`], answered within
-//!   [`PING_TIMEOUT`]) even while idle, so a connection whose peer stopped
-//!   answering is closed and the streams on it end with an error: watches
-//!   re-list (`watch.rs`) and the session's keep-alive loop reopens its
-//!   stream or marks the lease lost (`session.rs`).
+//!   [`PING_TIMEOUT`]) while a call or stream is open, so a connection
+//!   whose peer stopped answering is closed and the streams on it end with
+//!   an error: watches re-list (`watch.rs`) and the session's keep-alive
+//!   loop reopens its stream or marks the lease lost (`session.rs`).
 //!
-//! The values are far above an etcd round trip on a healthy network
+//! The timeouts are far above an etcd round trip on a healthy network
 //! (milliseconds) and below the default node lease (5 s), so a node learns
 //! that etcd is unreachable before its lease could have run out.
+//!
+//! The pings are rarer: etcd refuses a client that pings more often than
+//! its `--grpc-keepalive-min-time` (5 s by default) — after three early
+//! pings it answers `GOAWAY too_many_pings` and closes the connection,
+//! breaking every watch and the lease keep-alive on it, again and again.
+//! A node idle between keep-alives then lost its lease while healthy.
+//! [`PING_EVERY`] is gRPC's own lower bound for clients (10 s). Pings
+//! while no call is open would count against the same rule and detect
+//! nothing a call would need, so there are none.
+//! The lease does not depend on the pings: the keep-alive loop bounds each
+//! renewal by the lease's own deadline.
 
 use std::time::Duration;
 
@@ -33,11 +44,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for an etcd call's response (for a stream: its opening).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// How often an idle connection is pinged.
-pub const PING_EVERY: Duration = Duration::from_secs(1);
+/// How often a connection with open calls is pinged when nothing arrives.
+pub const PING_EVERY: Duration = Duration::from_secs(10);
 
 /// How long a ping may go unanswered before the connection is closed.
-pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The options every client of this crate uses (see the module docs).
 pub fn options() -> ConnectOptions {
@@ -45,7 +56,7 @@ pub fn options() -> ConnectOptions {
         .with_connect_timeout(CONNECT_TIMEOUT)
         .with_timeout(CALL_TIMEOUT)
         .with_keep_alive(PING_EVERY, PING_TIMEOUT)
-        .with_keep_alive_while_idle(true)
+        .with_keep_alive_while_idle(false)
 }
 
 /// Connect to etcd at `endpoints` with bounded calls.

@@ -9,6 +9,9 @@
 //! transaction that requires it to be absent (`create_revision == 0`); the
 //! etcd revision of that transaction — the key's create revision — is the
 //! leader's **term**. Terms only grow, and no two leaders ever share one.
+//! A campaign whose answer is lost (a call timeout, a reset connection, a
+//! pause) learns the outcome from the watched key: a leader key on the
+//! node's own lease is its own, at that key's create revision.
 //!
 //! ```text
 //!   follower ──(leader key deleted: resign / lease expired)──► campaign
@@ -202,40 +205,55 @@ async fn campaign(session: Arc<Session>, tx: watch::Sender<LeaderState>) {
         }
         // Wait for a listing that shows no leader, then race for the key.
         let current = leader_key.borrow_and_update().clone();
-        if current.revision > 0 && current.entries.is_empty() {
-            let acquired = try_acquire(&session, &key, &node).await;
-            if let Err(e) = &acquired {
-                // etcd unreachable: try again shortly (the watch may see
-                // nothing change while etcd is down).
-                tracing::debug!(node = %node, error = %e, "leader campaign request failed");
-                tokio::time::sleep(CAMPAIGN_RETRY).await;
-                continue;
-            }
-            if let Ok(Some(term)) = acquired {
-                tracing::info!(node = %node, term, "became leader");
-                tx.send_replace(LeaderState {
-                    leader: Some(node.clone()),
-                    term,
-                    is_self: true,
-                });
-                hold(&mut leader_key, &mut lost, term).await;
-                tracing::info!(node = %node, term, "no longer leader");
-                tx.send_replace(LeaderState::default());
-                continue;
+        let won = if current.revision > 0 && current.entries.is_empty() {
+            match try_acquire(&session, &key, &node).await {
+                Ok(won) => won,
+                Err(e) => {
+                    // etcd unreachable, or the answer lost (a timeout, a
+                    // reset connection, a pause): the key may be ours
+                    // anyway, which the next listing shows. Try again
+                    // shortly (the watch may see nothing change while etcd
+                    // is down).
+                    tracing::debug!(node = %node, error = %e, "leader campaign request failed");
+                    tokio::time::sleep(CAMPAIGN_RETRY).await;
+                    continue;
+                }
             }
         } else if let Some(entry) = current.entries.get(&key) {
             let term = u64::try_from(entry.create_revision).unwrap_or(0);
-            let leader = String::from_utf8_lossy(&entry.value).into_owned();
-            tx.send_if_modified(|s| {
-                let next = LeaderState {
-                    is_self: false,
-                    leader: Some(leader),
-                    term,
-                };
-                let changed = *s != next;
-                *s = next;
-                changed
+            if entry.lease == session.lease_id() {
+                // Created on our own lease by a campaign whose answer never
+                // arrived: we lead. Waiting as a follower would leave the
+                // cluster without a running leader until our lease lapsed.
+                Some(term)
+            } else {
+                let leader = String::from_utf8_lossy(&entry.value).into_owned();
+                tx.send_if_modified(|s| {
+                    let next = LeaderState {
+                        is_self: false,
+                        leader: Some(leader),
+                        term,
+                    };
+                    let changed = *s != next;
+                    *s = next;
+                    changed
+                });
+                None
+            }
+        } else {
+            None
+        };
+        if let Some(term) = won {
+            tracing::info!(node = %node, term, "became leader");
+            tx.send_replace(LeaderState {
+                leader: Some(node.clone()),
+                term,
+                is_self: true,
             });
+            hold(&mut leader_key, &mut lost, term).await;
+            tracing::info!(node = %node, term, "no longer leader");
+            tx.send_replace(LeaderState::default());
+            continue;
         }
         tokio::select! {
             changed = leader_key.changed() => if changed.is_err() { return },

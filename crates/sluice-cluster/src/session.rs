@@ -27,6 +27,9 @@ use crate::keys::{ClusterKeys, NodeId};
 /// Default lease TTL: a node that stops renewing is gone after 5 s.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
 
+/// How soon the keep-alive task renews again after a renewal failed.
+const RENEW_RETRY: Duration = Duration::from_millis(100);
+
 /// State shared between the session and its keep-alive task.
 #[derive(Debug)]
 struct LeaseClock {
@@ -200,8 +203,10 @@ async fn keep_alive_loop(
     node: NodeId,
 ) {
     let period = ttl / 3;
+    let mut wait = period;
     loop {
-        tokio::time::sleep(period).await;
+        tokio::time::sleep(wait).await;
+        wait = period;
         let deadline = *clock.expires_at.lock();
         let sent = Instant::now();
         let renewed = tokio::time::timeout_at(deadline, async {
@@ -229,6 +234,10 @@ async fn keep_alive_loop(
                     keeper = k;
                     stream = s;
                 }
+                // Renew again soon, not a whole period later: the failed
+                // renewal already used part of the lease, and a connection
+                // that breaks every period would let it lapse.
+                wait = RENEW_RETRY;
             }
             _ => {
                 tracing::warn!(node = %node, "etcd lease not renewed within its TTL");

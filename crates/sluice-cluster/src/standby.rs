@@ -29,7 +29,7 @@
 //!
 //! [`LeaderCommitRecord`]: crate::commit_record::LeaderCommitRecord
 
-use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
+use etcd_client::{Compare, CompareOp, PutOptions, TxnOp, TxnOpResponse};
 
 use crate::error::{ClusterError, Result};
 use crate::leader::{Election, Guarded, LeaderState};
@@ -71,11 +71,21 @@ pub async fn wait_for_turn(node: &ClusterNode) -> Result<Turn> {
             // The watch may not have delivered a finish recorded just
             // before the old leader resigned: ask etcd itself before
             // running anything.
-            if let Some(finished) = status::read_finished(&session.client(), session.keys()).await?
-            {
-                return Ok(Turn::Finished(finished));
+            match status::read_finished(&session.client(), session.keys()).await {
+                Ok(Some(finished)) => return Ok(Turn::Finished(finished)),
+                Ok(None) => return Ok(Turn::Lead { term }),
+                Err(e @ ClusterError::Etcd { .. }) => {
+                    // No answer (a call timeout, a reset connection, this
+                    // process paused mid-call) says nothing about the run:
+                    // ask again while this node still leads. Failing here
+                    // would hand a healthy cluster's run to a standby for
+                    // one slow call; the lease bounds the retries.
+                    tracing::warn!(node = node.node_id(), error = %e, "asking etcd again whether the run finished");
+                    tokio::time::sleep(ASK_AGAIN).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
             }
-            return Ok(Turn::Lead { term });
         }
         if *lost.borrow_and_update() {
             return Err(ClusterError::LeaseLost {
@@ -116,26 +126,55 @@ pub async fn lost_leadership(node: &ClusterNode, term: u64) {
 /// Record that the run finished, only while this node still leads at
 /// `term` and no one recorded it before. Refused with
 /// [`ClusterError::NotLeader`] for a deposed leader.
+///
+/// A call that got no answer is asked again while the node leads at that
+/// term: the record may have been written, so finding this very record
+/// already there is success.
 pub async fn record_finished(election: &Election, finished: &Finished) -> Result<()> {
     let session = election.session();
     let key = session.keys().finished();
     let value = status::encode(&key, finished)?;
-    let outcome = election
-        .guarded_txn(
-            finished.term,
-            vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
-            vec![TxnOp::put(key.clone(), value, None::<PutOptions>)],
-            vec![TxnOp::get(key.clone(), None)],
-        )
-        .await?;
+    let outcome = loop {
+        let attempt = election
+            .guarded_txn(
+                finished.term,
+                vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
+                vec![TxnOp::put(key.clone(), value.clone(), None::<PutOptions>)],
+                vec![TxnOp::get(key.clone(), None)],
+            )
+            .await;
+        match attempt {
+            Err(e @ ClusterError::Etcd { .. }) if election.term() == Some(finished.term) => {
+                tracing::warn!(node = %session.node(), error = %e, "recording the finished run again");
+                tokio::time::sleep(ASK_AGAIN).await;
+            }
+            other => break other?,
+        }
+    };
     match outcome {
         Guarded::Committed { .. } => Ok(()),
-        Guarded::CompareFailed { .. } => Err(ClusterError::AlreadyFinished {
-            cluster: session.keys().cluster().to_string(),
-            node: session.node().to_string(),
-        }),
+        Guarded::CompareFailed { response } => {
+            // op 0 reads the leader key, op 1 the finished record.
+            let ours = match response.op_responses().get(1) {
+                Some(TxnOpResponse::Get(get)) => get.kvs().first().is_some_and(|kv| {
+                    status::decode::<Finished>(&key, kv.value()).ok().as_ref() == Some(finished)
+                }),
+                _ => false,
+            };
+            if ours {
+                return Ok(());
+            }
+            Err(ClusterError::AlreadyFinished {
+                cluster: session.keys().cluster().to_string(),
+                node: session.node().to_string(),
+            })
+        }
     }
 }
+
+/// How long a node waits before asking etcd again after a call that got
+/// no answer.
+const ASK_AGAIN: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn watch_ended(node: &ClusterNode) -> ClusterError {
     ClusterError::LeaseLost {

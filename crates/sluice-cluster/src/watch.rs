@@ -22,6 +22,8 @@ pub struct Entry {
     pub create_revision: i64,
     /// The revision of the last put.
     pub mod_revision: i64,
+    /// The lease the key is attached to (0 for none).
+    pub lease: i64,
 }
 
 /// The range's content at one revision.
@@ -81,6 +83,7 @@ async fn mirror(
                 value: kv.value().to_vec(),
                 create_revision: kv.create_revision(),
                 mod_revision: kv.mod_revision(),
+                lease: kv.lease(),
             },
         );
     }
@@ -120,6 +123,7 @@ async fn mirror(
                             value: kv.value().to_vec(),
                             create_revision: kv.create_revision(),
                             mod_revision: kv.mod_revision(),
+                            lease: kv.lease(),
                         },
                     );
                 }

@@ -9,6 +9,7 @@ mod checkpoint_fence;
 mod checkpoint_model;
 mod checkpoint_roles;
 mod commit_record;
+mod connection;
 mod election;
 mod membership;
 mod standby;

@@ -80,7 +80,16 @@ async fn the_leader_takes_its_turn_and_the_standby_sees_the_run_finished() {
     standby::record_finished(n1.election(), &finished)
         .await
         .expect("recorded");
-    let e = standby::record_finished(n1.election(), &finished)
+    // Asked again (its first answer lost), the same record is success; any
+    // other record of the end is refused: the run ends once.
+    standby::record_finished(n1.election(), &finished)
+        .await
+        .expect("the same record again");
+    let other = Finished {
+        rows_out: 5,
+        ..finished.clone()
+    };
+    let e = standby::record_finished(n1.election(), &other)
         .await
         .expect_err("only once");
     assert_eq!(e.code(), "SLC-CLU-021", "{e}");
@@ -134,4 +143,59 @@ async fn a_leader_whose_lease_lapses_loses_its_turn() {
     .await
     .expect_err("deposed");
     assert_eq!(e.code(), "SLC-CLU-005", "{e}");
+}
+
+/// A leader-elect whose one etcd read got no answer (etcd stalled past the
+/// call timeout) asks again and takes its turn; before, the node failed
+/// and handed a healthy cluster's run to a standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_asks_again_when_etcd_stalls_before_its_turn() {
+    let etcd = etcd().await;
+    let mut config =
+        sluice_cluster::NodeConfig::new(etcd.endpoints(), "stall", "n1", super::standard_catalog());
+    // Outlives the stall below.
+    config.lease_ttl = Duration::from_secs(20);
+    let n1 = sluice_cluster::ClusterNode::start(config)
+        .await
+        .expect("node");
+    eventually("n1 leads", Duration::from_secs(5), || n1.is_leader()).await;
+    let term = n1.term().expect("term");
+    etcd.pause().expect("pause etcd");
+    let turn = tokio::spawn(async move { (standby::wait_for_turn(&n1).await, n1) });
+    tokio::time::sleep(sluice_cluster::client::CALL_TIMEOUT + Duration::from_secs(1)).await;
+    etcd.resume().expect("resume etcd");
+    let (turn, n1) = tokio::time::timeout(Duration::from_secs(10), turn)
+        .await
+        .expect("n1 gets its turn once etcd answers")
+        .expect("task");
+    assert_eq!(
+        turn.expect("no error for one stalled read"),
+        Turn::Lead { term }
+    );
+
+    // The record of the end, stalled the same way, is written once.
+    let finished = Finished {
+        node: "n1".into(),
+        term,
+        rows_in: 1,
+        rows_out: 1,
+    };
+    etcd.pause().expect("pause etcd");
+    let record = {
+        let finished = finished.clone();
+        tokio::spawn(async move { standby::record_finished(n1.election(), &finished).await })
+    };
+    tokio::time::sleep(sluice_cluster::client::CALL_TIMEOUT + Duration::from_secs(1)).await;
+    etcd.resume().expect("resume etcd");
+    tokio::time::timeout(Duration::from_secs(10), record)
+        .await
+        .expect("recorded once etcd answers")
+        .expect("task")
+        .expect("no error for one stalled write");
+    let client = status::connect(&etcd.endpoints()).await.expect("connect");
+    let keys = ClusterKeys::new("stall").expect("keys");
+    assert_eq!(
+        status::read_finished(&client, &keys).await.expect("read"),
+        Some(finished)
+    );
 }
