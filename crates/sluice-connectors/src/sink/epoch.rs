@@ -140,7 +140,7 @@ impl EpochFileSink {
             sync_parent(path)?;
             sink.sealed_len = header.len() as u64;
         }
-        sink.discard_orphans(0)?;
+        sink.discard_orphans()?;
         Ok(sink)
     }
 
@@ -155,7 +155,7 @@ impl EpochFileSink {
 
     /// Resume after recovery: commit the checkpoint's sealed epochs again
     /// (idempotently), cut the final file back to what those commits leave,
-    /// and discard staged files of later, uncommitted epochs.
+    /// and discard every other staged file (none can be committed).
     pub fn recover(
         path: &Path,
         format: FileFormat,
@@ -216,7 +216,12 @@ impl EpochFileSink {
             }
             sink.sealed_len = len.min(at_checkpoint);
         }
-        sink.discard_orphans(next_epoch)?;
+        // Every staged file left now is litter: the sealed epochs were just
+        // committed (which removes theirs), and any other was never
+        // committed and never will be: of a later epoch than the
+        // checkpoint's, or of any epoch by a writer that lost the pipeline
+        // (a deposed leader that woke, staged an epoch and died).
+        sink.discard_orphans()?;
         Ok(sink)
     }
 
@@ -244,9 +249,10 @@ impl EpochFileSink {
             .with_file_name(format!(".{name}.epoch-{epoch:012}.{}", self.writer))
     }
 
-    /// Remove staged files of epochs at or after `from` (never committed),
-    /// and temp files of this sink left by processes that died.
-    fn discard_orphans(&self, from: u64) -> Result<()> {
+    /// Remove every staged file of this sink (called once nothing staged
+    /// can be committed any more), and temp files of this sink left by
+    /// processes that died.
+    fn discard_orphans(&self) -> Result<()> {
         let dir = match self.path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
@@ -262,12 +268,10 @@ impl EpochFileSink {
         let entries = std::fs::read_dir(&dir).map_err(|e| io(&dir, e))?;
         for entry in entries.flatten() {
             let file = entry.file_name().to_string_lossy().to_string();
-            if let Some(n) = file.strip_prefix(&prefix).and_then(staged_epoch) {
-                if n >= from {
-                    // Another process discarding at the same time may
-                    // have removed it first.
-                    remove_staged(&entry.path())?;
-                }
+            if file.strip_prefix(&prefix).and_then(staged_epoch).is_some() {
+                // Another process discarding at the same time may have
+                // removed it first.
+                remove_staged(&entry.path())?;
             }
         }
         Ok(())

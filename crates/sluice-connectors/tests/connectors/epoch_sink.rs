@@ -1,12 +1,13 @@
 //! Two-phase file sink: epochs become visible only on commit; commit is
 //! idempotent across crashes.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::array::Int64Array;
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use sluice_connectors::{EpochFileSink, FileFormat};
+use sluice_connectors::{EpochFileSink, EpochRecord, FileFormat};
 
 fn batch(values: &[i64]) -> RecordBatch {
     let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
@@ -15,6 +16,18 @@ fn batch(values: &[i64]) -> RecordBatch {
 
 fn read(p: &std::path::Path) -> String {
     std::fs::read_to_string(p).unwrap()
+}
+
+/// A transactional CSV sink at `dir/out.csv` whose first epoch (the row 1)
+/// is committed, with that epoch's record.
+fn one_committed_epoch(dir: &std::path::Path) -> (PathBuf, SchemaRef, EpochFileSink, EpochRecord) {
+    let path = dir.join("out.csv");
+    let schema = batch(&[]).schema();
+    let mut sink = EpochFileSink::create(&path, FileFormat::Csv, schema.clone(), false).unwrap();
+    sink.write(&batch(&[1])).unwrap();
+    let e0 = sink.pre_commit().unwrap();
+    sink.commit(std::slice::from_ref(&e0)).unwrap();
+    (path, schema, sink, e0)
 }
 
 #[test]
@@ -42,12 +55,7 @@ fn epochs_are_visible_only_after_commit() {
 #[test]
 fn recovery_recommits_sealed_epochs_and_discards_later_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("out.csv");
-    let schema = batch(&[]).schema();
-    let mut sink = EpochFileSink::create(&path, FileFormat::Csv, schema.clone(), false).unwrap();
-    sink.write(&batch(&[1])).unwrap();
-    let e0 = sink.pre_commit().unwrap();
-    sink.commit(std::slice::from_ref(&e0)).unwrap();
+    let (path, schema, mut sink, _) = one_committed_epoch(dir.path());
     let committed_len = sink.sealed_len();
     sink.write(&batch(&[2, 3])).unwrap();
     let e1 = sink.pre_commit().unwrap();
@@ -209,12 +217,7 @@ fn direct_recovery_cuts_rows_after_the_checkpoint_and_a_torn_tail() {
 #[test]
 fn a_woken_writer_never_touches_the_staged_rows_of_the_one_that_took_over() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("out.csv");
-    let schema = batch(&[]).schema();
-    let mut old = EpochFileSink::create(&path, FileFormat::Csv, schema.clone(), false).unwrap();
-    old.write(&batch(&[1])).unwrap();
-    let e0 = old.pre_commit().unwrap();
-    old.commit(std::slice::from_ref(&e0)).unwrap();
+    let (path, schema, mut old, e0) = one_committed_epoch(dir.path());
     let committed_len = old.sealed_len();
     old.write(&batch(&[2])).unwrap(); // epoch 1, open when the old writer paused
     let mut new = EpochFileSink::recover(
@@ -270,4 +273,56 @@ fn re_committing_an_epoch_that_later_epochs_follow_keeps_them() {
     // And once the staged file is gone, committing again is a no-op.
     sink.commit(&[e1]).unwrap();
     assert_eq!(read(&path), "v\n1\n2\n3\n4\n");
+}
+
+/// A writer that lost the pipeline (a deposed leader, woken and then
+/// killed) leaves a staged epoch that the writer which took over has
+/// already passed. The next recovery removes it, whatever its epoch:
+/// before, only staged files at or after the recovered epoch went, so this
+/// one stayed beside the output for good.
+#[test]
+fn recovery_removes_every_staged_file_it_does_not_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, schema, mut old, e0) = one_committed_epoch(dir.path());
+    let mut new = EpochFileSink::recover(
+        &path,
+        FileFormat::Csv,
+        schema.clone(),
+        false,
+        old.sealed_len(),
+        &[],
+        e0.epoch + 1,
+    )
+    .unwrap();
+    // The old writer wakes, seals an epoch and dies before its (refused)
+    // commit.
+    old.write(&batch(&[9])).unwrap();
+    let stale = old.pre_commit().unwrap().staged.unwrap();
+    drop(old);
+    new.write(&batch(&[2])).unwrap();
+    let n1 = new.pre_commit().unwrap();
+    new.write(&batch(&[3])).unwrap();
+    let n2 = new.pre_commit().unwrap();
+    new.commit(&[n1, n2.clone()]).unwrap();
+    let len = new.sealed_len();
+    drop(new);
+    assert!(stale.exists());
+    let _again = EpochFileSink::recover(
+        &path,
+        FileFormat::Csv,
+        schema,
+        false,
+        len,
+        &[],
+        n2.epoch + 1,
+    )
+    .unwrap();
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|name| name.contains(".epoch-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert_eq!(read(&path), "v\n1\n2\n3\n");
 }
