@@ -31,8 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use clap::{Args, Subcommand};
-use sluice::StorageError;
-use sluice::{ClusterInfo, ClusterMember, Database, Delivery};
+use sluice::{ClusterInfo, ClusterMember, Database, Delivery, StorageError};
 use sluice_cluster::catalog_seal::SealedCatalog;
 use sluice_cluster::standby::{self, Turn};
 use sluice_cluster::status::{self, ClusterStatus, Finished, Progress};
