@@ -8,6 +8,7 @@
 #   SKIP=flink benches/peers/run.sh      # only LaminarDB (or SKIP=laminardb)
 #   NO_WRITE=1 benches/peers/run.sh      # print the tables, leave BENCHMARKS.md alone
 #   REPEAT=2 benches/peers/run.sh        # runs per query and engine from CSV (default 3)
+#   ONLY=q9,q15 NO_WRITE=1 benches/peers/run.sh  # only these queries (tables not written)
 #
 # Builds the release `sluice` binary and the LaminarDB driver (its own crate
 # and lock file outside the workspace, target dir $LAMINAR_TARGET, default
@@ -81,4 +82,5 @@ else
 fi
 [[ "${SKIP:-}" == *flink* ]] && ARGS+=(--skip flink)
 [ -n "${NO_WRITE:-}" ] || ARGS+=(--markdown-into "$ROOT/BENCHMARKS.md")
+[ -z "${ONLY:-}" ] || ARGS+=(--only "$ONLY")
 "$VENV/bin/python" "$ROOT/benches/peers/peers.py" "${ARGS[@]}"
