@@ -509,26 +509,7 @@ async fn lead(
     leading: &AtomicBool,
 ) -> Result<f64, CliError> {
     leading.store(true, Ordering::Release);
-    loop {
-        match db.start().await {
-            Ok(()) => break,
-            // The old leader's store lease: it lapses by itself (at once
-            // when its process is gone from this host).
-            Err(e) if e.code() == "SLC-STO-006" => {
-                tracing::info!(error = %e, "waiting for the store lease");
-                tokio::time::sleep(STORE_RETRY).await;
-            }
-            // etcd did not answer which checkpoints count (a call timeout,
-            // this process paused mid-call): nothing started, so ask again.
-            // Failing would hand the run to a standby for one slow call;
-            // if this node loses its term meanwhile, the caller stops it.
-            Err(e) if e.code() == "SLC-STO-009" => {
-                tracing::warn!(error = %e, "asking etcd again for the committed checkpoints");
-                tokio::time::sleep(STORE_RETRY).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    start_leading(db).await?;
     let report = async {
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
         loop {
@@ -552,6 +533,32 @@ async fn lead(
     }
 }
 
+/// Start the pipeline as the leader: wait out the store lease of a leader
+/// that died, and ask etcd again when it did not answer which checkpoints
+/// count. Any other error ends the run.
+async fn start_leading(db: &Database) -> Result<(), CliError> {
+    loop {
+        match db.start().await {
+            Ok(()) => return Ok(()),
+            // The old leader's store lease: it lapses by itself (at once
+            // when its process is gone from this host).
+            Err(e) if e.code() == "SLC-STO-006" => {
+                tracing::info!(error = %e, "waiting for the store lease");
+                tokio::time::sleep(STORE_RETRY).await;
+            }
+            // etcd did not answer which checkpoints count (a call timeout,
+            // this process paused mid-call): nothing started, so ask again.
+            // Failing would hand the run to a standby for one slow call;
+            // if this node loses its term meanwhile, the caller stops it.
+            Err(e) if e.code() == "SLC-STO-009" => {
+                tracing::warn!(error = %e, "asking etcd again for the committed checkpoints");
+                tokio::time::sleep(STORE_RETRY).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// The progress loop never ends by itself.
 fn unreachable_report() -> Result<f64, CliError> {
     Err(CliError::script("the progress reporter stopped"))
@@ -571,5 +578,54 @@ mod tests {
             let e = parse_endpoints(bad).err().map(|e| e.to_string());
             assert!(e.is_some_and(|e| e.contains("--cluster")), "{bad}");
         }
+    }
+
+    /// An authority that does not answer the first read of the committed
+    /// checkpoints (etcd timed out), then answers.
+    #[derive(Debug, Default)]
+    struct SlowOnce {
+        asked: std::sync::atomic::AtomicU32,
+    }
+
+    #[async_trait]
+    impl sluice::CommitAuthority for SlowOnce {
+        async fn record_commit(&self, _id: u64) -> Result<(), StorageError> {
+            Ok(())
+        }
+
+        async fn committed(&self) -> Result<Option<std::collections::BTreeSet<u64>>, StorageError> {
+            if self.asked.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Err(StorageError::Authority {
+                    what: "reading the committed checkpoints".into(),
+                    source: "etcd did not answer in time".into(),
+                });
+            }
+            Ok(None)
+        }
+
+        async fn forget_below(&self, _id: u64) -> Result<(), StorageError> {
+            Ok(())
+        }
+    }
+
+    /// A leader whose first read of the committed checkpoints got no
+    /// answer asks again and starts; before, the run failed and a standby
+    /// took it over.
+    #[tokio::test]
+    async fn a_leader_starts_after_an_unanswered_read_of_the_committed_checkpoints(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let authority = Arc::new(SlowOnce::default());
+        let db = Database::builder()
+            .set("checkpoint_store", "memory:///")?
+            .set("checkpoint_interval", "1h")?
+            .commit_authority(Arc::clone(&authority) as Arc<dyn sluice::CommitAuthority>)
+            .open()
+            .await?;
+        db.execute("CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
+            .await?;
+        tokio::time::timeout(Duration::from_secs(10), start_leading(&db)).await??;
+        assert_eq!(authority.asked.load(Ordering::SeqCst), 2);
+        db.abort().await?;
+        Ok(())
     }
 }
