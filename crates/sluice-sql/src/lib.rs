@@ -30,6 +30,7 @@ pub mod plan;
 pub mod planner;
 pub mod simplify;
 mod temporal;
+pub mod to_char;
 mod top_n;
 pub mod types;
 mod window_tvf;

@@ -58,6 +58,7 @@ pub async fn run_query(
         ctx.register_udf(udf);
     }
     sluice_sql::checked::register(&ctx);
+    ctx.register_udf(sluice_sql::to_char::to_char_udf());
     let df = |e: DataFusionError| Error::exec("SELECT", e);
     for (name, view) in views {
         let rows = view.snapshot()?;

@@ -28,8 +28,10 @@ use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, Int64Array, UInt64Arra
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type, UInt8Type};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
-use rustc_hash::{FxHashMap, FxHashSet};
+use hashbrown::hash_map::EntryRef;
+use rustc_hash::FxBuildHasher;
 use sluice_sql::TopNMode;
+use smallvec::SmallVec;
 
 use super::changelog::{output_batch, Op};
 use super::expr::{eval, event_time_ms, PhysExpr};
@@ -37,23 +39,59 @@ use super::stateful::{no_such_port, Port, StatefulOperator};
 use crate::error::{EngineError, Result};
 use crate::state::{SnapshotReader, SnapshotWriter};
 
-/// One kept row: its sort key, the whole row, and its event time (the
-/// partition's time, or the ordering time, as the mode needs).
+/// One kept row: its sort key and the whole row, in one allocation, and
+/// its event time (the partition's time, or the ordering time, as the mode
+/// needs).
 ///
 /// The bytes are shared (`Arc`): a changelog keeps each row twice (kept
 /// and last shown) and lists it again for the output, and with shared bytes
 /// those copies are reference counts, not allocations (q18 spent a third of
-/// its time in the allocator before).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// its time in the allocator before). Key and row share one allocation for
+/// the same reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
-    order: Arc<[u8]>,
-    payload: Arc<[u8]>,
+    /// The sort key's bytes, then the row's.
+    bytes: Arc<[u8]>,
+    order_len: usize,
     time: Option<i64>,
 }
 
+impl Entry {
+    /// The entry for a row; `scratch` is reused between calls, so the
+    /// bytes are two `memcpy`s into it and one allocation of the exact size.
+    fn new(scratch: &mut Vec<u8>, order: &[u8], payload: &[u8], time: Option<i64>) -> Self {
+        scratch.clear();
+        scratch.extend_from_slice(order);
+        scratch.extend_from_slice(payload);
+        Self {
+            bytes: Arc::from(scratch.as_slice()),
+            order_len: order.len(),
+            time,
+        }
+    }
+
+    /// The `ORDER BY` key in row format.
+    fn order(&self) -> &[u8] {
+        self.bytes.get(..self.order_len).unwrap_or_default()
+    }
+
+    /// The whole row in row format.
+    fn payload(&self) -> &[u8] {
+        self.bytes.get(self.order_len..).unwrap_or_default()
+    }
+}
+
+/// A partition's rows; most top-N queries keep one (`rn = 1`, dedup), and
+/// that one lives inline in the partition.
+type Rows = SmallVec<[Entry; 1]>;
+
 /// A partition's key in its row encoding, shared by the partition map and
-/// the sets that name it.
+/// the lists that name it.
 type Key = Arc<[u8]>;
+
+/// Partitions by key. hashbrown's map, for `entry_ref`: one hash per row
+/// finds or creates the partition and yields its shared key.
+type Parts = hashbrown::HashMap<Key, Partition, FxBuildHasher>;
 
 /// One partition's state.
 #[derive(Debug, Default)]
@@ -64,9 +102,11 @@ struct Partition {
     /// Rows emitted so far (`FirstByTime`).
     emitted: usize,
     /// The best rows seen, sorted, at most N (N minus `emitted` for `FirstByTime`).
-    rows: Vec<Entry>,
+    rows: Rows,
     /// The rows as last emitted, by rank (`Changelog`).
-    shown: Vec<Entry>,
+    shown: Rows,
+    /// Whether the partition is listed in [`TopN::dirty`].
+    dirty: bool,
 }
 
 /// How the operator is built from the plan.
@@ -95,10 +135,10 @@ pub struct TopN {
     partition_rows: Option<RowConverter>,
     order_rows: RowConverter,
     payload_rows: RowConverter,
-    parts: FxHashMap<Key, Partition>,
+    parts: Parts,
     /// Partitions with rows not yet emitted (`FirstByTime`) or changed
-    /// since last emitted (`Changelog`).
-    dirty: FxHashSet<Key>,
+    /// since last emitted (`Changelog`), each once (its `dirty` flag).
+    dirty: Vec<Key>,
     /// `Windowed` and `Completes`: partition keys by partition time (NULL
     /// as `i64::MAX`), so closing them visits only the windows the
     /// watermark passed. A `Completes` partition may be filed more than
@@ -106,6 +146,8 @@ pub struct TopN {
     closing: BTreeMap<i64, Vec<Key>>,
     watermark: i64,
     late: u64,
+    /// Where an entry's bytes are put together (see [`Entry::new`]).
+    scratch: Vec<u8>,
 }
 
 /// Whether a time is behind the watermark by more than `lag`. A NULL time
@@ -140,11 +182,12 @@ impl TopN {
             partition_rows,
             order_rows,
             payload_rows,
-            parts: FxHashMap::default(),
-            dirty: FxHashSet::default(),
+            parts: Parts::default(),
+            dirty: Vec::new(),
             closing: BTreeMap::new(),
             watermark: i64::MIN,
             late: 0,
+            scratch: Vec::new(),
         })
     }
 
@@ -187,10 +230,10 @@ impl TopN {
         );
         let completes = matches!(self.def.mode, TopNMode::Completes { .. });
         // The shared key: the map's own when the partition exists, so
-        // the sets that name it hold a reference count, not a copy.
-        let shared: Key = match self.parts.get_key_value(key) {
-            Some((k, _)) => Arc::clone(k),
-            None => {
+        // the lists that name it hold a reference count, not a copy.
+        let (shared, part) = match self.parts.entry_ref(key) {
+            EntryRef::Occupied(o) => (Arc::clone(o.key()), o.into_mut()),
+            EntryRef::Vacant(v) => {
                 let k: Key = Arc::from(key);
                 if windowed {
                     self.closing
@@ -198,18 +241,12 @@ impl TopN {
                         .or_default()
                         .push(Arc::clone(&k));
                 }
-                self.parts.insert(
-                    Arc::clone(&k),
-                    Partition {
-                        time: if windowed { time } else { None },
-                        ..Partition::default()
-                    },
-                );
-                k
+                let part = Partition {
+                    time: if windowed { time } else { None },
+                    ..Partition::default()
+                };
+                (Arc::clone(&k), v.insert_entry_with_key(k, part).into_mut())
             }
-        };
-        let Some(part) = self.parts.get_mut(key) else {
-            return;
         };
         // A later completion value extends the partition's life.
         let t = time.unwrap_or(i64::MAX);
@@ -220,22 +257,21 @@ impl TopN {
         let cap = self.def.limit.saturating_sub(part.emitted);
         let pos = part
             .rows
-            .binary_search_by(|e| (&*e.order, &*e.payload).cmp(&(order, payload)))
+            .binary_search_by(|e| (e.order(), e.payload()).cmp(&(order, payload)))
             .unwrap_or_else(|p| p);
         if pos >= cap {
             return;
         }
-        part.rows.insert(
-            pos,
-            Entry {
-                order: Arc::from(order),
-                payload: Arc::from(payload),
-                time,
-            },
-        );
-        part.rows.truncate(cap);
-        if !windowed && !self.dirty.contains(key) {
-            self.dirty.insert(shared);
+        // Drop the row this one pushes out first, so a full partition never
+        // grows (and an inline one never spills to the heap).
+        if part.rows.len() >= cap {
+            part.rows.truncate(cap.saturating_sub(1));
+        }
+        part.rows
+            .insert(pos, Entry::new(&mut self.scratch, order, payload, time));
+        if !windowed && !part.dirty {
+            part.dirty = true;
+            self.dirty.push(shared);
         }
     }
 
@@ -287,7 +323,7 @@ impl TopN {
                 p.rows
                     .iter()
                     .enumerate()
-                    .map(|(i, e)| (&*e.payload, i as u64 + 1, Op::Insert))
+                    .map(|(i, e)| (e.payload(), i as u64 + 1, Op::Insert))
             })
             .collect();
         self.output(&rows)
@@ -296,10 +332,10 @@ impl TopN {
     fn advance_first(&mut self, lag: i64) -> Result<Vec<RecordBatch>> {
         let wm = self.watermark;
         let limit = self.def.limit;
-        let mut out: Vec<(Arc<[u8]>, u64)> = Vec::new();
-        let mut done = Vec::new();
-        for key in &self.dirty {
-            let Some(p) = self.parts.get_mut(key) else {
+        let mut out: Vec<(Entry, u64)> = Vec::new();
+        let mut pending = Vec::new();
+        for key in std::mem::take(&mut self.dirty) {
+            let Some(p) = self.parts.get_mut(&key) else {
                 continue;
             };
             let ready = p
@@ -310,48 +346,52 @@ impl TopN {
                 .min(limit.saturating_sub(p.emitted));
             for e in p.rows.drain(..ready) {
                 p.emitted += 1;
-                out.push((e.payload, p.emitted as u64));
+                out.push((e, p.emitted as u64));
             }
             if p.emitted >= limit {
-                p.rows = Vec::new();
+                p.rows = Rows::new();
             }
             if p.rows.is_empty() {
-                done.push(key.clone());
+                p.dirty = false;
+            } else {
+                pending.push(key);
             }
         }
-        for k in done {
-            self.dirty.remove(&k);
-        }
-        let rows: Vec<(&[u8], u64, Op)> = out.iter().map(|(p, r)| (&**p, *r, Op::Insert)).collect();
+        self.dirty = pending;
+        let rows: Vec<(&[u8], u64, Op)> = out
+            .iter()
+            .map(|(e, r)| (e.payload(), *r, Op::Insert))
+            .collect();
         self.output(&rows)
     }
 
     fn advance_changes(&mut self) -> Result<Vec<RecordBatch>> {
-        let mut retracted: Vec<(Arc<[u8]>, u64)> = Vec::new();
-        let mut inserted: Vec<(Arc<[u8]>, u64)> = Vec::new();
-        for key in self.dirty.drain() {
+        let mut retracted: Vec<(Entry, u64)> = Vec::new();
+        let mut inserted: Vec<(Entry, u64)> = Vec::new();
+        for key in std::mem::take(&mut self.dirty) {
             let Some(p) = self.parts.get_mut(&key) else {
                 continue;
             };
+            p.dirty = false;
             for i in 0..p.rows.len().max(p.shown.len()) {
                 let (old, new) = (p.shown.get(i), p.rows.get(i));
-                if old.map(|e| &e.payload) == new.map(|e| &e.payload) {
+                if old.map(Entry::payload) == new.map(Entry::payload) {
                     continue;
                 }
                 let rank = i as u64 + 1;
                 if let Some(o) = old {
-                    retracted.push((o.payload.clone(), rank));
+                    retracted.push((o.clone(), rank));
                 }
                 if let Some(n) = new {
-                    inserted.push((n.payload.clone(), rank));
+                    inserted.push((n.clone(), rank));
                 }
             }
             p.shown.clone_from(&p.rows);
         }
         let rows: Vec<(&[u8], u64, Op)> = retracted
             .iter()
-            .map(|(p, r)| (&**p, *r, Op::Retract))
-            .chain(inserted.iter().map(|(p, r)| (&**p, *r, Op::Insert)))
+            .map(|(e, r)| (e.payload(), *r, Op::Retract))
+            .chain(inserted.iter().map(|(e, r)| (e.payload(), *r, Op::Insert)))
             .collect();
         self.output(&rows)
     }
@@ -433,7 +473,7 @@ impl StatefulOperator for TopN {
             )));
         }
         self.closing.clear();
-        for (k, p) in &self.parts {
+        for (k, p) in self.parts.iter_mut() {
             let pending = match self.def.mode {
                 TopNMode::Windowed { .. } | TopNMode::Completes { .. } => {
                     self.closing
@@ -446,7 +486,8 @@ impl StatefulOperator for TopN {
                 TopNMode::Changelog => p.rows != p.shown,
             };
             if pending {
-                self.dirty.insert(k.clone());
+                p.dirty = true;
+                self.dirty.push(k.clone());
             }
         }
         Ok(())
@@ -485,7 +526,7 @@ fn snapshot_schema() -> SchemaRef {
 
 /// Every partition as rows: one META row (its time and count), then its
 /// kept rows and its shown rows, in rank order.
-fn snapshot_batch(parts: &FxHashMap<Key, Partition>) -> Result<RecordBatch> {
+fn snapshot_batch(parts: &Parts) -> Result<RecordBatch> {
     let mut key: Vec<&[u8]> = Vec::new();
     let mut list = Vec::new();
     let mut order: Vec<&[u8]> = Vec::new();
@@ -503,8 +544,8 @@ fn snapshot_batch(parts: &FxHashMap<Key, Partition>) -> Result<RecordBatch> {
             for e in rows {
                 key.push(k);
                 list.push(tag);
-                order.push(&e.order);
-                payload.push(&e.payload);
+                order.push(e.order());
+                payload.push(e.payload());
                 time.push(e.time);
                 emitted.push(0);
             }
@@ -521,7 +562,7 @@ fn snapshot_batch(parts: &FxHashMap<Key, Partition>) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(snapshot_schema(), columns)?)
 }
 
-fn restore_batch(b: &RecordBatch, parts: &mut FxHashMap<Key, Partition>) -> Result<()> {
+fn restore_batch(b: &RecordBatch, parts: &mut Parts) -> Result<()> {
     let bad = || EngineError::Internal("damaged top-n snapshot: unexpected columns".into());
     let binary = |i: usize| b.columns().get(i).and_then(|c| c.as_binary_opt::<i32>());
     let (Some(key), Some(order), Some(payload)) = (binary(0), binary(2), binary(3)) else {
@@ -542,6 +583,7 @@ fn restore_batch(b: &RecordBatch, parts: &mut FxHashMap<Key, Partition>) -> Resu
         .get(5)
         .and_then(|c| c.as_primitive_opt::<UInt64Type>())
         .ok_or_else(bad)?;
+    let mut scratch = Vec::new();
     for i in 0..b.num_rows() {
         let p = parts.entry(Arc::from(key.value(i))).or_default();
         let t = time.is_valid(i).then(|| time.value(i));
@@ -551,11 +593,7 @@ fn restore_batch(b: &RecordBatch, parts: &mut FxHashMap<Key, Partition>) -> Resu
                 p.emitted = usize::try_from(emitted.value(i)).map_err(|_| bad())?;
             }
             tag => {
-                let e = Entry {
-                    order: Arc::from(order.value(i)),
-                    payload: Arc::from(payload.value(i)),
-                    time: t,
-                };
+                let e = Entry::new(&mut scratch, order.value(i), payload.value(i), t);
                 if tag == SHOWN {
                     p.shown.push(e);
                 } else {
