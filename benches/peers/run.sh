@@ -9,6 +9,7 @@
 #   NO_WRITE=1 benches/peers/run.sh      # print the tables, leave BENCHMARKS.md alone
 #   REPEAT=2 benches/peers/run.sh        # runs per query and engine from CSV (default 3)
 #   ONLY=q9,q15 NO_WRITE=1 benches/peers/run.sh  # only these queries (tables not written)
+#   SLUICE=/path/to/sluice NO_WRITE=1 benches/peers/run.sh  # measure that binary, no build
 #
 # Builds the release `sluice` binary and the LaminarDB driver (its own crate
 # and lock file outside the workspace, target dir $LAMINAR_TARGET, default
@@ -29,9 +30,15 @@ VENV=${PEERS_VENV:-$HOME/.cache/sluice/peers-venv}
 WORK=${PEERS_WORK:-$HOME/.cache/sluice/peers}
 mkdir -p "$WORK"
 
-echo "== building sluice (release)" >&2
-(cd "$ROOT" && cargo build --release -p sluice-cli)
-SLUICE=$CARGO_TARGET_DIR/release/sluice
+if [ -n "${SLUICE:-}" ]; then
+  # A saved binary (e.g. the build before a change): measured as it is.
+  [ -x "$SLUICE" ] || { echo "error: SLUICE=$SLUICE is not an executable" >&2; exit 1; }
+  echo "== using $SLUICE (not rebuilt)" >&2
+else
+  echo "== building sluice (release)" >&2
+  (cd "$ROOT" && cargo build --release -p sluice-cli)
+  SLUICE=$CARGO_TARGET_DIR/release/sluice
+fi
 
 LAMINAR_TARGET=${LAMINAR_TARGET:-$HOME/.cache/sluice/laminardb-target}
 if [[ "${SKIP:-}" != *laminardb* ]]; then
