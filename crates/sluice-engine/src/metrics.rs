@@ -91,6 +91,9 @@ pub struct SourceCounters {
     pub late_rows: u64,
     /// Malformed rows skipped by the connector.
     pub skipped_rows: u64,
+    /// Times the reader was held back by watermark alignment
+    /// (`watermark_max_drift`).
+    pub alignment_holds: u64,
 }
 
 /// A consistent-enough copy of the metrics.

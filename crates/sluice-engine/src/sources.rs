@@ -11,9 +11,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use parking_lot::{Condvar, Mutex};
 use sluice_connectors::BatchReader;
 use tokio::sync::mpsc;
 
@@ -146,18 +148,33 @@ impl SourceSender {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Closed;
 
-/// Lets the coordinator ask a reader thread for a checkpoint barrier and
-/// stop it.
+/// Lets the coordinator ask a reader thread for a checkpoint barrier, hold
+/// it back (watermark alignment) and stop it.
 #[derive(Clone, Default)]
 pub struct SourceBarrierControl {
     requested: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    gate: Arc<HoldGate>,
 }
+
+/// Whether a reader may read its next batch. The flag lives under the
+/// mutex the reader waits on, so a release (or a barrier request, or a
+/// stop) can never slip in between the reader's check and its wait.
+#[derive(Default)]
+struct HoldGate {
+    held: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// Longest a held reader sleeps before it looks again: a backstop only,
+/// every change that concerns it wakes it at once.
+const HOLD_RECHECK: Duration = Duration::from_millis(100);
 
 impl SourceBarrierControl {
     /// Ask for the barrier of `attempt` after the reader's current batch.
     pub fn inject(&self, attempt: u64) {
         self.requested.store(attempt, Ordering::Release);
+        self.wake();
     }
 
     /// Withdraw a barrier request (attempt abandoned).
@@ -168,6 +185,46 @@ impl SourceBarrierControl {
     /// Make the reader thread exit at its next step.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    /// Hold the reader before its next batch (`true`) or let it read
+    /// again (`false`). A held reader still answers barrier requests and
+    /// stops when asked. Returns whether the state changed.
+    pub fn hold(&self, held: bool) -> bool {
+        let mut h = self.gate.held.lock();
+        let changed = *h != held;
+        *h = held;
+        if changed && !held {
+            self.gate.wake.notify_all();
+        }
+        changed
+    }
+
+    /// Whether the reader is held now.
+    pub fn is_held(&self) -> bool {
+        *self.gate.held.lock()
+    }
+
+    fn wake(&self) {
+        let _guard = self.gate.held.lock();
+        self.gate.wake.notify_all();
+    }
+
+    /// Wait while the reader is held and nothing else needs it (a barrier
+    /// other than `answered`, or a stop). Returns `true` if it waited, so
+    /// the caller looks at barriers and stop again before reading.
+    fn wait_while_held(&self, answered: u64) -> bool {
+        let mut held = self.gate.held.lock();
+        if !*held {
+            return false;
+        }
+        let wanted = self.requested.load(Ordering::Acquire);
+        if self.stop.load(Ordering::Acquire) || (wanted != 0 && wanted != answered) {
+            return false;
+        }
+        self.gate.wake.wait_for(&mut held, HOLD_RECHECK);
+        true
     }
 }
 
@@ -221,6 +278,13 @@ fn read_until_done(
             }) {
                 return;
             }
+        }
+        if control.stop.load(Ordering::Acquire) {
+            return;
+        }
+        // Watermark alignment: read no further while held.
+        if control.wait_while_held(answered) {
+            continue;
         }
         let event = match reader.next_batch() {
             Ok(Some(b)) => {
@@ -331,5 +395,125 @@ impl PushSource {
             return Ok(());
         }
         self.send(SourceEvent::Finished { offset: None }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Instant;
+
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    /// An endless reader that counts the batches asked of it.
+    struct Counting(Arc<AtomicUsize>);
+
+    impl BatchReader for Counting {
+        fn next_batch(&mut self) -> sluice_connectors::Result<Option<RecordBatch>> {
+            let n = self.0.fetch_add(1, Ordering::SeqCst);
+            let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+            let column = Arc::new(Int64Array::from(vec![i64::try_from(n).unwrap_or(0)]));
+            Ok(RecordBatch::try_new(schema, vec![column]).ok())
+        }
+
+        fn offset(&self) -> Option<String> {
+            Some(self.0.load(Ordering::SeqCst).to_string())
+        }
+    }
+
+    type Test = std::result::Result<(), Box<dyn std::error::Error>>;
+
+    fn next(rx: &mut mpsc::Receiver<SourceMessage>) -> std::result::Result<SourceEvent, String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match rx.try_recv() {
+                Ok(m) => return Ok(m.event),
+                Err(mpsc::error::TryRecvError::Empty) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => return Err(format!("no message from the reader: {e}")),
+            }
+        }
+    }
+
+    /// Drain whatever the reader sent so far.
+    fn drain(rx: &mut mpsc::Receiver<SourceMessage>) -> usize {
+        let mut n = 0;
+        while rx.try_recv().is_ok() {
+            n += 1;
+        }
+        n
+    }
+
+    /// A held reader reads nothing, still answers a barrier and a stop, and
+    /// reads on when released.
+    #[test]
+    fn a_held_reader_waits_answers_barriers_and_stops() -> Test {
+        let (tx, mut rx) = source_channel(4, 1 << 20);
+        let count = Arc::new(AtomicUsize::new(0));
+        let control = SourceBarrierControl::default();
+        assert!(control.hold(true), "holding changes the state");
+        assert!(!control.hold(true), "holding twice does not");
+        let thread = spawn_reader(
+            Arc::from("s"),
+            Box::new(Counting(Arc::clone(&count))),
+            tx,
+            Arc::new(PipelineMetrics::new()),
+            control.clone(),
+        )?;
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            0,
+            "a held reader reads nothing"
+        );
+        assert_eq!(drain(&mut rx), 0);
+
+        control.inject(7);
+        match next(&mut rx)? {
+            SourceEvent::Barrier { attempt: 7, offset } => {
+                assert_eq!(offset.as_deref(), Some("0"))
+            }
+            other => return Err(format!("expected barrier 7, got {other:?}").into()),
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            0,
+            "answering a barrier reads nothing"
+        );
+
+        assert!(control.hold(false));
+        assert!(matches!(next(&mut rx)?, SourceEvent::Batch(_)));
+        assert!(count.load(Ordering::SeqCst) >= 1, "released, it reads");
+
+        control.hold(true);
+        // What it read before it saw the hold: at most the channel's room
+        // plus the batch in hand.
+        std::thread::sleep(Duration::from_millis(150));
+        drain(&mut rx);
+        std::thread::sleep(Duration::from_millis(150));
+        let held_at = count.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            held_at,
+            "held again, it stops"
+        );
+        assert!(drain(&mut rx) <= 1);
+
+        control.stop();
+        let started = Instant::now();
+        while !thread.is_finished() {
+            if started.elapsed() > Duration::from_secs(10) {
+                return Err("a held reader did not stop".into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        thread.join().map_err(|_| "reader thread panicked")?;
+        Ok(())
     }
 }

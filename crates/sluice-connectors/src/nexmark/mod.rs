@@ -7,11 +7,15 @@
 //! it this module adds what a replayable streaming source needs:
 //!
 //! * **Event time from the event number, never the wall clock.** Global
-//!   event `g` happens at [`BASE_TIME_MS`] + `g` × 100 µs (Nexmark's default
-//!   10,000 events per second of event time), minus a seeded disorder of at
-//!   most `out_of_order_ms`, so event times are out of order by at most that
+//!   event `g` happens at [`BASE_TIME_MS`] + `g` / `event_time_rate`
+//!   seconds (by default 10,000 events per second of event time, Nexmark's
+//!   default: 100 µs apart), minus a seeded disorder of at most
+//!   `out_of_order_ms`, so event times are out of order by at most that
 //!   bound. `rate` only paces emission in wall-clock time; it never changes
-//!   the data, so a replay at another rate produces identical rows.
+//!   the data, so a replay at another rate produces identical rows. A lower
+//!   `event_time_rate` stretches the same events over more event time (at
+//!   10 events per second, 10 million events span 11.6 days), which lets a
+//!   benchmark close day-long windows.
 //! * **A seed.** The crate seeds each event's random draws with its event
 //!   id; seed `s` starts the id space at `s` × [`SEED_STRIDE`], which reseeds
 //!   every draw. Seed 0 is the reference Nexmark stream (ids from 1000); with
@@ -39,9 +43,6 @@ pub use reader::NexmarkReader;
 
 /// Event time of global event 0: 2024-01-01T00:00:00Z, in ms since the epoch.
 pub const BASE_TIME_MS: i64 = 1_704_067_200_000;
-
-/// Event-time spacing of consecutive global events, in microseconds.
-pub const EVENT_SPACING_US: i64 = 100;
 
 /// Distance between the event-id spaces of consecutive seeds.
 pub const SEED_STRIDE: u64 = 50 << 32;
@@ -184,6 +185,8 @@ pub struct NexmarkConfig {
     pub events: Option<u64>,
     /// Global events per second of wall-clock time; 0 = as fast as possible.
     pub rate: u64,
+    /// Global events per second of event time (Nexmark's default 10,000).
+    pub event_time_rate: u64,
     /// Bound of the event-time disorder, in milliseconds.
     pub out_of_order_ms: u64,
     /// Selects one of many reproducible streams (0 = reference Nexmark).
@@ -197,7 +200,17 @@ pub struct NexmarkConfig {
 }
 
 /// Option names [`NexmarkConfig::set`] accepts.
-pub const NEXMARK_OPTIONS: &[&str] = &["events", "rate", "out_of_order_ms", "seed", "batch_size"];
+pub const NEXMARK_OPTIONS: &[&str] = &[
+    "events",
+    "rate",
+    "event_time_rate",
+    "out_of_order_ms",
+    "seed",
+    "batch_size",
+];
+
+/// Nexmark's default density of event time: 10,000 events per second.
+pub const DEFAULT_EVENT_TIME_RATE: u64 = 10_000;
 
 /// Most events a bounded stream may have (10^15: 3 years of event time).
 pub const MAX_EVENTS: u64 = 1_000_000_000_000_000;
@@ -214,6 +227,7 @@ pub fn nexmark_option_range(name: &str) -> Option<(u64, u64)> {
     Some(match name {
         "events" => (1, MAX_EVENTS),
         "rate" => (0, MAX_RATE),
+        "event_time_rate" => (1, MAX_RATE),
         "out_of_order_ms" => (0, MAX_OUT_OF_ORDER_MS),
         "seed" => (0, MAX_SEED),
         "batch_size" => (1, crate::MAX_BATCH_SIZE as u64),
@@ -233,6 +247,7 @@ impl NexmarkConfig {
             stream,
             events: None,
             rate: 0,
+            event_time_rate: DEFAULT_EVENT_TIME_RATE,
             out_of_order_ms: 0,
             seed: 0,
             batch_size: 8192,
@@ -249,6 +264,7 @@ impl NexmarkConfig {
             stream,
             events: None,
             rate: 0,
+            event_time_rate: DEFAULT_EVENT_TIME_RATE,
             out_of_order_ms: 0,
             seed: 0,
             batch_size: 8192,
@@ -278,6 +294,7 @@ impl NexmarkConfig {
         match name {
             "events" => self.events = Some(n),
             "rate" => self.rate = n,
+            "event_time_rate" => self.event_time_rate = n,
             "out_of_order_ms" => self.out_of_order_ms = n,
             "seed" => self.seed = n,
             _ => {
@@ -296,6 +313,7 @@ impl NexmarkConfig {
         let settings = [
             ("events", self.events),
             ("rate", Some(self.rate)),
+            ("event_time_rate", Some(self.event_time_rate)),
             ("out_of_order_ms", Some(self.out_of_order_ms)),
             ("seed", Some(self.seed)),
             (
@@ -334,8 +352,12 @@ impl NexmarkConfig {
             0 => "unthrottled".to_string(),
             r => format!("{r} events/s"),
         };
+        let density = match self.event_time_rate {
+            DEFAULT_EVENT_TIME_RATE => String::new(),
+            r => format!(", event_time_rate {r}"),
+        };
         format!(
-            "nexmark {} ({events}, {rate}, out_of_order_ms {}, seed {})",
+            "nexmark {} ({events}, {rate}{density}, out_of_order_ms {}, seed {})",
             self.stream, self.out_of_order_ms, self.seed
         )
     }

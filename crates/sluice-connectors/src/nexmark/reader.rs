@@ -9,7 +9,7 @@ use arrow::record_batch::RecordBatch;
 use nexmark::EventGenerator;
 
 use super::columns::Columns;
-use super::{NexmarkConfig, NexmarkStream, BASE_TIME_MS, EVENT_SPACING_US, SEED_STRIDE};
+use super::{NexmarkConfig, NexmarkStream, BASE_TIME_MS, SEED_STRIDE};
 use crate::error::{ConnectorError, Result};
 use crate::reader::BatchReader;
 
@@ -83,6 +83,10 @@ impl NexmarkReader {
     fn open_at(cfg: NexmarkConfig, produced: u64) -> Self {
         let mut base = nexmark::config::NexmarkConfig {
             base_time: BASE_TIME_MS.unsigned_abs(),
+            // The generator's own clock stays at Nexmark's density whatever
+            // `event_time_rate` is: its random draws depend on it (an
+            // auction's length), so the rows stay the same and the columns
+            // scale the lengths instead.
             first_rate: 10_000,
             next_rate: 10_000,
             ..Default::default()
@@ -116,9 +120,8 @@ impl NexmarkReader {
 
     /// Event time (ms since the epoch) of global event `g` under `cfg`.
     pub fn event_time(cfg: &NexmarkConfig, g: u64) -> i64 {
-        let spacing = EVENT_SPACING_US.unsigned_abs();
-        let nominal = BASE_TIME_MS
-            .saturating_add(i64::try_from(g.saturating_mul(spacing) / 1000).unwrap_or(i64::MAX));
+        let ms = u128::from(g) * 1000 / u128::from(cfg.event_time_rate.max(1));
+        let nominal = BASE_TIME_MS.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
         if cfg.out_of_order_ms == 0 {
             return nominal;
         }
@@ -194,7 +197,11 @@ impl BatchReader for NexmarkReader {
                 .generator
                 .next()
                 .ok_or_else(|| ConnectorError::schema(&what, "the generator ended"))?;
-            if !cols.push(&event, Self::event_time(&self.cfg, g)) {
+            if !cols.push(
+                &event,
+                Self::event_time(&self.cfg, g),
+                self.cfg.event_time_rate,
+            ) {
                 return Err(ConnectorError::schema(
                     &what,
                     format!("the generator produced a {:?} event", event.event_type()),

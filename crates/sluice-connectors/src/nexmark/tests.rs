@@ -134,6 +134,59 @@ fn event_times_are_bounded_out_of_order() {
     assert!(t.values().windows(2).all(|w| w[0] <= w[1]));
 }
 
+/// `event_time_rate` stretches the same events over more event time: the
+/// rows are the same but for their times, which scale, and each auction
+/// keeps its length relative to the event-time density.
+#[test]
+fn event_time_rate_scales_event_time_and_nothing_else() {
+    let fast = config(NexmarkStream::Auction, 20_000);
+    let mut slow = fast.clone();
+    slow.event_time_rate = 10;
+    let a = all(&drain(NexmarkReader::open(fast).expect("open")));
+    let b = all(&drain(NexmarkReader::open(slow).expect("open")));
+    assert_eq!(a.num_rows(), b.num_rows());
+    for c in 0..a.num_columns() {
+        let name = a.schema().field(c).name().clone();
+        if name == "date_time" || name == "expires" {
+            continue;
+        }
+        assert_eq!(a.column(c), b.column(c), "column {name} does not change");
+    }
+    let index = |name: &str| a.schema().index_of(name).expect(name);
+    let (dt, ex) = (index("date_time"), index("expires"));
+    let times = |r: &RecordBatch, c: usize| {
+        r.column(c)
+            .as_primitive::<TimestampMillisecondType>()
+            .values()
+            .to_vec()
+    };
+    // At 10 events a second, 1,000 times slower: event g at g × 100 ms.
+    for (fast, slow) in times(&a, dt).iter().zip(times(&b, dt)) {
+        assert_eq!(
+            (slow - BASE_TIME_MS) / 1000,
+            (fast - BASE_TIME_MS),
+            "{fast} {slow}"
+        );
+    }
+    // Lengths scale too.
+    let length = |r: &RecordBatch| -> Vec<i64> {
+        times(r, ex)
+            .iter()
+            .zip(times(r, dt))
+            .map(|(e, d)| e - d)
+            .collect()
+    };
+    let (fast_len, slow_len) = (length(&a), length(&b));
+    for (fast, slow) in fast_len.iter().zip(&slow_len) {
+        assert_eq!(*slow, fast * 1000, "auction lengths scale by 1,000");
+    }
+    let last = times(&b, dt).into_iter().max().unwrap_or(0);
+    assert!(
+        (BASE_TIME_MS + 1_990_000..=BASE_TIME_MS + 2_000_000).contains(&last),
+        "20,000 events at 10 a second span 2,000 s: {last}"
+    );
+}
+
 #[test]
 fn bids_refer_to_existing_auctions_and_people() {
     let bids = all(&drain(
@@ -221,6 +274,7 @@ fn every_option_is_range_checked() {
     let expected = [
         ("events", 1, 1_000_000_000_000_000),
         ("rate", 0, 1_000_000_000),
+        ("event_time_rate", 1, 1_000_000_000),
         ("out_of_order_ms", 0, 86_400_000),
         ("seed", 0, (1 << 20) - 1),
         ("batch_size", 1, 1 << 20),

@@ -27,7 +27,7 @@ use crate::output::sink::{SinkMode, SinkRuntime};
 use crate::output::subscription::SubscriptionRegistry;
 use crate::seam::CheckpointConfig;
 use crate::sources::{spawn_reader, SourceBarrierControl, SourceSender};
-use crate::watermark::{combine, SourceWatermark};
+use crate::watermark::{combine, Alignment, SourceWatermark};
 
 pub(super) struct SourceState {
     pub(super) def: SourceDef,
@@ -73,6 +73,8 @@ pub struct ConnectorPipelineCallback {
     pub(super) sink_mode: SinkMode,
     /// Durable halves of checkpoints, running off the compute thread.
     pub(super) tails: super::tails::CheckpointTails,
+    /// `watermark_max_drift` in ms: readers further ahead are held.
+    pub(super) max_drift_ms: Option<i64>,
 }
 
 impl ConnectorPipelineCallback {
@@ -93,7 +95,16 @@ impl ConnectorPipelineCallback {
             checkpoints: None,
             sink_mode: SinkMode::Atomic,
             tails: super::tails::CheckpointTails::default(),
+            max_drift_ms: None,
         }
+    }
+
+    /// Hold back a reader whose watermark runs more than `max_drift` ahead
+    /// of the slowest other active source (see [`crate::watermark`]);
+    /// `None` lets every source read as fast as it can.
+    pub fn with_watermark_alignment(mut self, max_drift: Option<std::time::Duration>) -> Self {
+        self.max_drift_ms = max_drift.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        self
     }
 
     /// Start the reader thread of source `name` (a no-op for a source
@@ -134,6 +145,24 @@ impl ConnectorPipelineCallback {
     pub(super) fn recompute_watermark(&mut self) {
         self.watermark = combine(self.sources.values().map(|s| &s.watermark), self.watermark);
         self.shared.metrics.set_watermark(self.watermark);
+        self.align_readers();
+    }
+
+    /// Watermark alignment: hold the readers that run too far ahead, let
+    /// the others read. Only reader threads can be held; a push source's
+    /// caller is never blocked by it (it still counts as a reference).
+    fn align_readers(&self) {
+        let Some(drift) = self.max_drift_ms else {
+            return;
+        };
+        let alignment = Alignment::new(self.sources.values().map(|s| &s.watermark), drift);
+        for (i, (name, s)) in self.sources.iter().enumerate() {
+            let ahead = s.reading && alignment.is_ahead(i, &s.watermark);
+            if s.control.hold(ahead) && ahead {
+                tracing::trace!(source = %name, watermark = s.watermark.watermark(), "reader held: ahead of the other sources");
+                self.shared.metrics.source(name, |c| c.alignment_holds += 1);
+            }
+        }
     }
 
     /// A sink write that failed on its writer thread, once, as the

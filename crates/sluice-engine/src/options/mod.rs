@@ -45,6 +45,9 @@ pub struct PipelineOptions {
     pub checkpoint_store_lease: Duration,
     /// Default time after which a quiet source stops holding the watermark.
     pub idle_timeout: Duration,
+    /// Watermark alignment: a reader whose watermark runs more than this
+    /// ahead of the slowest other active source waits (None: off).
+    pub watermark_max_drift: Option<Duration>,
     /// Default maximum rows per batch read by file sources.
     pub batch_size: usize,
     /// Batches buffered between sources and the coordinator (backpressure bound).
@@ -86,6 +89,7 @@ impl Default for PipelineOptions {
             checkpoint_alignment_timeout: Duration::from_secs(10),
             checkpoint_store_lease: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(5),
+            watermark_max_drift: None,
             batch_size: 8192,
             channel_capacity: 16,
             subscription_buffer: 1024,
@@ -117,6 +121,7 @@ pub const PIPELINE_OPTIONS: &[&str] = &[
     "checkpoint_alignment_timeout",
     "checkpoint_store_lease",
     "idle_timeout",
+    "watermark_max_drift",
     "batch_size",
     "channel_capacity",
     "subscription_buffer",
@@ -158,6 +163,7 @@ impl PipelineOptions {
                 self.checkpoint_store_lease = spec.required_duration(value)?
             }
             "idle_timeout" => self.idle_timeout = spec.required_duration(value)?,
+            "watermark_max_drift" => self.watermark_max_drift = spec.duration(value)?,
             "batch_size" => self.batch_size = spec.count(value)?,
             "channel_capacity" => self.channel_capacity = spec.count(value)?,
             "subscription_buffer" => self.subscription_buffer = spec.count(value)?,

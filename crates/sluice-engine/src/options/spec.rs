@@ -106,6 +106,14 @@ pub const PIPELINE_OPTION_SPECS: &[OptionSpec] = &[
         Duration::from_secs(3600),
     ),
     duration("idle_timeout", Duration::from_millis(1), DAY),
+    OptionSpec {
+        name: "watermark_max_drift",
+        kind: OptionKind::Duration {
+            min: Duration::from_millis(1),
+            max: DAY,
+            off: true,
+        },
+    },
     count("batch_size", 1, 1 << 20),
     count("channel_capacity", 1, 1 << 16),
     count("subscription_buffer", 1, 1 << 24),

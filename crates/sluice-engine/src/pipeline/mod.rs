@@ -188,7 +188,8 @@ impl Pipeline {
                 metrics: Arc::clone(&self.metrics),
                 subscriptions: Arc::clone(&self.subscriptions),
             },
-        );
+        )
+        .with_watermark_alignment(opts.watermark_max_drift);
         let config = CoordinatorConfig {
             max_batches_per_cycle: opts.max_batches_per_cycle,
             idle_tick: (opts.idle_timeout / 4)

@@ -35,7 +35,8 @@ pub fn option_timing(name: &str) -> &'static [OptionTiming] {
         "channel_capacity"
         | "max_batches_per_cycle"
         | "source_queue_bytes"
-        | "sink_queue_bytes" => &[Build],
+        | "sink_queue_bytes"
+        | "watermark_max_drift" => &[Build],
         // The coordinator's idle check period is derived from it too.
         "idle_timeout" => &[Build, SourceDefault],
         "batch_size" => &[SourceDefault],

@@ -69,14 +69,16 @@ fn expected(name: &str, stage: Stage) -> Outcome {
             "channel_capacity"
             | "max_batches_per_cycle"
             | "source_queue_bytes"
-            | "sink_queue_bytes",
+            | "sink_queue_bytes"
+            | "watermark_max_drift",
             Declared | Subscribed | Running,
         ) => Refused("SLC-ENG-003", SIZES),
         (
             "channel_capacity"
             | "max_batches_per_cycle"
             | "source_queue_bytes"
-            | "sink_queue_bytes",
+            | "sink_queue_bytes"
+            | "watermark_max_drift",
             _,
         ) => Applied,
         ("idle_timeout", Declared | Subscribed | Running) => Refused("SLC-ENG-003", IDLE),
