@@ -41,7 +41,8 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
     let signals = Signals::install(progress)?;
     let started = Instant::now();
     let text = read_script(&args)?;
-    let db = builder(&args)?.open().await?;
+    // The process ends with this run: its state is left to the exit.
+    let db = builder(&args)?.exits_after_shutdown().open().await?;
     crate::builtins::register(&db).await?;
     // The signal wins over a run that finishes at the same moment: the
     // stop it asks for is then a clean stop of a finished pipeline.

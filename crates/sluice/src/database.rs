@@ -75,6 +75,7 @@ pub struct DatabaseBuilder {
     checkpoint_object_store: Option<Arc<dyn ObjectStore>>,
     commit_authority: Option<Arc<dyn CommitAuthority>>,
     cluster: Option<Arc<dyn ClusterInfo>>,
+    exits_after_shutdown: bool,
 }
 
 impl DatabaseBuilder {
@@ -120,6 +121,18 @@ impl DatabaseBuilder {
         self
     }
 
+    /// The process exits right after this database shuts down (the
+    /// `sluice` binary does): the last shutdown gives the operators' state
+    /// up to the exit instead of freeing it row by row, which was the last
+    /// tenth of a large top-N run's CPU. Sinks, checkpoints and
+    /// subscriptions settle exactly as without it. Do not set it in a
+    /// program that goes on after the shutdown: the state's memory stays
+    /// allocated until the process ends.
+    pub fn exits_after_shutdown(mut self) -> Self {
+        self.exits_after_shutdown = true;
+        self
+    }
+
     /// Set a pipeline option by name (see [`PipelineOptions`]); unknown names are refused.
     pub fn set(mut self, name: &str, value: &str) -> Result<Self> {
         self.options.set(name, value)?;
@@ -133,7 +146,8 @@ impl DatabaseBuilder {
             None => None,
         };
         let base_dir = self.base_dir.clone();
-        let pipeline = Pipeline::new(self.options, self.base_dir);
+        let mut pipeline = Pipeline::new(self.options, self.base_dir);
+        pipeline.set_exits_after_stop(self.exits_after_shutdown);
         Ok(Database {
             inner: Arc::new(Inner {
                 metrics: Arc::clone(pipeline.metrics()),

@@ -208,6 +208,11 @@ pub trait RuntimeControl {
     fn take_pipeline_failure(&mut self) -> Option<CycleError> {
         None
     }
+    /// The pipeline has shut down and the process exits next: give up the
+    /// operators' state without freeing it (see
+    /// `StatefulOperator::forget_state`). Nothing runs on this callback
+    /// afterwards. Default: nothing.
+    fn forget_operator_state(&mut self) {}
 }
 
 /// The checkpoint lifecycle: reserve, align, capture, commit, or give up.

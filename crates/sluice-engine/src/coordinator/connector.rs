@@ -545,6 +545,12 @@ fn first_error(results: Vec<Result<(), EngineError>>, what: &str) -> Result<(), 
 }
 
 impl RuntimeControl for ConnectorPipelineCallback {
+    fn forget_operator_state(&mut self) {
+        for s in &mut self.streams {
+            s.forget_state();
+        }
+    }
+
     fn apply_control(&mut self, msg: ControlMsg) -> Result<(), EngineError> {
         match msg {
             ControlMsg::AddSource(def) => {

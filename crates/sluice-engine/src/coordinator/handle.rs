@@ -149,10 +149,24 @@ impl CoordinatorHandle {
     /// Close sinks (or discard their output if halted or `discard`) and
     /// stop the coordinator.
     pub async fn shutdown(&mut self, discard: bool) -> Result<()> {
+        self.shutdown_as(discard, false).await
+    }
+
+    /// As [`Self::shutdown`], for a process that exits right after: the
+    /// operators' state is given up instead of freed.
+    pub async fn shutdown_for_exit(&mut self, discard: bool) -> Result<()> {
+        self.shutdown_as(discard, true).await
+    }
+
+    async fn shutdown_as(&mut self, discard: bool, exiting: bool) -> Result<()> {
         let (tx, rx) = oneshot::channel();
         if self
             .commands
-            .send(Command::Shutdown { reply: tx, discard })
+            .send(Command::Shutdown {
+                reply: tx,
+                discard,
+                exiting,
+            })
             .is_err()
         {
             return Err(self.death.not_running());

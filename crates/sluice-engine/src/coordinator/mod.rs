@@ -57,6 +57,9 @@ pub enum Command {
         reply: oneshot::Sender<crate::Result<()>>,
         /// Discard unpublished sink output instead of publishing it.
         discard: bool,
+        /// The process exits right after: operator state is given up
+        /// instead of freed ([`crate::operators::StatefulOperator::forget_state`]).
+        exiting: bool,
     },
 }
 
@@ -224,8 +227,11 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         }
                     }
                 }
-                Some(Command::Shutdown { reply, discard }) => {
+                Some(Command::Shutdown { reply, discard, exiting }) => {
                     let r = self.shutdown(discard).await;
+                    if exiting {
+                        self.callback.forget_operator_state();
+                    }
                     let _ = reply.send(r);
                     return Step::Stop;
                 }

@@ -169,6 +169,14 @@ impl InstalledStream {
         Ok(())
     }
 
+    /// Give up the operators' state without freeing it (the process exits
+    /// next; see [`StatefulOperator::forget_state`]).
+    pub(super) fn forget_state(&mut self) {
+        for op in self.stateful_operators() {
+            op.forget_state();
+        }
+    }
+
     /// Restore from parts written by [`Self::snapshot`].
     pub(super) fn restore(&mut self, parts: &mut VecDeque<Bytes>) -> Result<()> {
         let name = Arc::clone(&self.name);

@@ -498,6 +498,13 @@ impl StatefulOperator for TopN {
     }
 
     /// Kept and last-shown rows of every partition.
+    fn forget_state(&mut self) {
+        // One allocation per kept row and per partition key.
+        std::mem::forget(std::mem::take(&mut self.parts));
+        std::mem::forget(std::mem::take(&mut self.dirty));
+        std::mem::forget(std::mem::take(&mut self.closing));
+    }
+
     fn held_rows(&self) -> Option<usize> {
         Some(
             self.parts

@@ -85,6 +85,8 @@ pub struct Pipeline {
     base_dir: Option<PathBuf>,
     metrics: Arc<PipelineMetrics>,
     subscriptions: Arc<SubscriptionRegistry>,
+    /// See [`Pipeline::set_exits_after_stop`].
+    exits_after_stop: bool,
 }
 
 impl Pipeline {
@@ -103,6 +105,7 @@ impl Pipeline {
             created: Vec::new(),
             coordinator: None,
             restarts: 0,
+            exits_after_stop: false,
             base_dir,
             metrics: Arc::new(PipelineMetrics::new()),
             subscriptions: Arc::new(SubscriptionRegistry::default()),
@@ -314,18 +317,30 @@ impl Pipeline {
     /// output), end subscriptions and stop; the pipeline is closed after.
     pub async fn stop(&mut self, discard: bool) -> Result<()> {
         self.lifecycle = Lifecycle::Closed;
-        self.teardown(discard).await
+        self.teardown(discard, self.exits_after_stop).await
+    }
+
+    /// The process exits once this pipeline stops (`sluice run`): its last
+    /// stop gives the operators' state up instead of freeing it (see
+    /// `StatefulOperator::forget_state`). A restart after a fault still
+    /// frees the old state.
+    pub fn set_exits_after_stop(&mut self, exits: bool) {
+        self.exits_after_stop = exits;
     }
 
     /// Stop the coordinator, if there is one, leaving the lifecycle alone.
-    async fn teardown(&mut self, discard: bool) -> Result<()> {
+    async fn teardown(&mut self, discard: bool, exiting: bool) -> Result<()> {
         if let Some(c) = self.coordinator.take() {
             let Coordinator {
                 mut handle,
                 source_tx,
             } = c;
             drop(source_tx);
-            handle.shutdown(discard).await?;
+            if exiting {
+                handle.shutdown_for_exit(discard).await?;
+            } else {
+                handle.shutdown(discard).await?;
+            }
         }
         Ok(())
     }

@@ -90,7 +90,7 @@ impl Pipeline {
     /// Tear the coordinator down and build a new one from the catalog,
     /// resuming from the newest valid checkpoint in `store`.
     async fn restart(&mut self, store: Option<CheckpointStore>) -> Result<()> {
-        if let Err(e) = self.teardown(true).await {
+        if let Err(e) = self.teardown(true, false).await {
             // The fault being recovered from, reported by the old coordinator.
             tracing::debug!(error = %e, "teardown before a restart");
         }

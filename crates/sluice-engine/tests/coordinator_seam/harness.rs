@@ -101,6 +101,9 @@ impl Harness {
     pub(crate) async fn shutdown(&mut self, discard: bool) -> Result<(), EngineError> {
         bounded(self.handle.shutdown(discard)).await
     }
+    pub(crate) async fn shutdown_for_exit(&mut self, discard: bool) -> Result<(), EngineError> {
+        bounded(self.handle.shutdown_for_exit(discard)).await
+    }
     pub(crate) fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()
     }

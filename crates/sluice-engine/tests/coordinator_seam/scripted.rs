@@ -230,6 +230,9 @@ impl RuntimeControl for ScriptedCallback {
         self.note(format!("fault: {f}"));
         Some(CycleError::AfterDurable(EngineError::Injected(f)))
     }
+    fn forget_operator_state(&mut self) {
+        self.note("forget state".into());
+    }
 }
 
 impl CheckpointLifecycle for ScriptedCallback {

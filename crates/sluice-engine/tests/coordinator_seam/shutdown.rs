@@ -49,3 +49,30 @@ async fn discarding_shutdown_aborts_sinks_without_a_checkpoint() {
     h.shutdown(true).await.expect("discarding shutdown");
     h.expect_log("sinks.abort | invalidate: shutdown").await;
 }
+
+/// A shutdown for a process that exits next settles exactly as any other,
+/// then gives the operators' state up (last, once nothing else runs); a
+/// plain shutdown never does, whether it settles or discards.
+#[tokio::test]
+async fn only_a_shutdown_for_exit_gives_the_state_up_and_only_after_settling() {
+    let mut h = start(|s| s.settles = true);
+    h.shutdown_for_exit(false).await.expect("clean shutdown");
+    h.expect_log(
+        "reserve 1 | inject 1 [] | cut 1 | capture 1 flags=2 | publish 1 | \
+         sinks.close | invalidate: shutdown | forget state",
+    )
+    .await;
+
+    let mut h = start(|s| s.settles = true);
+    h.shutdown_for_exit(true)
+        .await
+        .expect("discarding shutdown");
+    h.expect_log("sinks.abort | invalidate: shutdown | forget state")
+        .await;
+
+    for discard in [false, true] {
+        let mut h = start(|s| s.settles = true);
+        h.shutdown(discard).await.expect("shutdown");
+        assert_eq!(h.count("forget state"), 0, "discard {discard}");
+    }
+}
