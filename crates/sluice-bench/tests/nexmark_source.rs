@@ -146,10 +146,11 @@ async fn bench_reports_throughput_and_latency() {
 /// join's answer is the same as without.
 #[tokio::test]
 async fn watermark_alignment_holds_the_fast_source_and_keeps_the_answer() {
-    async fn run(drift: &str) -> (String, u64, u64) {
+    async fn run(drift: &str, checkpoints: &str) -> (String, u64, u64) {
         let db = Database::open_in_memory().await.expect("open");
         db.execute(&format!(
-            "SET watermark_max_drift = '{drift}';
+            "{checkpoints}
+             SET watermark_max_drift = '{drift}';
              CREATE SOURCE auction (id BIGINT, date_time TIMESTAMP, expires TIMESTAMP,
                  WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND)
                WITH (connector = 'nexmark', stream = 'auction', events = '400000',
@@ -166,6 +167,11 @@ async fn watermark_alignment_holds_the_fast_source_and_keeps_the_answer() {
         .await
         .expect("script");
         let m = db.run_to_completion().await.expect("run");
+        if !checkpoints.is_empty() {
+            // A held reader answers every barrier: none is abandoned.
+            assert!(m.checkpoints > 0, "{m:?}");
+            assert_eq!((m.checkpoints_abandoned, m.checkpoints_failed), (0, 0));
+        }
         let holds = |s: &str| m.sources.get(s).map_or(0, |c| c.alignment_holds);
         let (auction, bid) = (holds("auction"), holds("bid"));
         let rows = db.execute("SELECT * FROM won").await.expect("select");
@@ -175,10 +181,22 @@ async fn watermark_alignment_holds_the_fast_source_and_keeps_the_answer() {
         db.shutdown().await.expect("shutdown");
         (text, auction, bid)
     }
-    let (free, free_auction, free_bid) = run("off").await;
+    let (free, free_auction, free_bid) = run("off", "").await;
     assert_eq!((free_auction, free_bid), (0, 0), "off: nobody is held");
-    let (aligned, auction, bid) = run("1s").await;
+    let (aligned, auction, bid) = run("1s", "").await;
     assert_eq!(aligned, free, "the same answer");
+    // Checkpoints every 10 ms while readers are held: each barrier is
+    // answered (with a 1 s alignment timeout, a held reader that did not
+    // answer would abandon attempts), and the answer stays the same.
+    let (checkpointed, held, _) = run(
+        "1s",
+        "SET checkpoint_store = 'memory:///';
+         SET checkpoint_interval = '10ms';
+         SET checkpoint_alignment_timeout = '1s';",
+    )
+    .await;
+    assert_eq!(checkpointed, free, "the same answer with checkpoints");
+    assert!(held > 10, "held with checkpoints too ({held})");
     assert!(
         auction > 10,
         "the auction reader, 15 times denser in event time, is held again and again ({auction})"
