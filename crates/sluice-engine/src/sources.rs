@@ -201,11 +201,6 @@ impl SourceBarrierControl {
         changed
     }
 
-    /// Whether the reader is held now.
-    pub fn is_held(&self) -> bool {
-        *self.gate.held.lock()
-    }
-
     fn wake(&self) {
         let _guard = self.gate.held.lock();
         self.gate.wake.notify_all();
