@@ -84,5 +84,10 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== loom: every interleaving of the thread handshakes (crates/sluice-sync)"
+# Its own target directory: --cfg loom would otherwise invalidate the
+# workspace build above. Only sluice-sync and loom compile (under a minute).
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$CARGO_TARGET_DIR/loom" \
+    cargo test -p sluice-sync --release --locked --test loom
 echo "== benchmark smoke (tiny event counts, no peers)"
 bash benches/smoke.sh

@@ -8,15 +8,13 @@
 //! coordinator stops taking from this channel, so the pressure reaches the
 //! readers through it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use parking_lot::{Condvar, Mutex};
 use sluice_connectors::BatchReader;
+use sluice_sync::{ReaderGate, Step};
 use tokio::sync::mpsc;
 
 use crate::budget::{BudgetTicket, ByteBudget};
@@ -149,77 +147,35 @@ impl SourceSender {
 pub struct Closed;
 
 /// Lets the coordinator ask a reader thread for a checkpoint barrier, hold
-/// it back (watermark alignment) and stop it.
+/// it back (watermark alignment) and stop it: a shared handle on the
+/// reader's [`ReaderGate`], whose handshake is model-checked with loom
+/// (crate `sluice-sync`).
 #[derive(Clone, Default)]
 pub struct SourceBarrierControl {
-    requested: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    gate: Arc<HoldGate>,
+    gate: Arc<ReaderGate>,
 }
-
-/// Whether a reader may read its next batch. The flag lives under the
-/// mutex the reader waits on, so a release (or a barrier request, or a
-/// stop) can never slip in between the reader's check and its wait.
-#[derive(Default)]
-struct HoldGate {
-    held: Mutex<bool>,
-    wake: Condvar,
-}
-
-/// Longest a held reader sleeps before it looks again: a backstop only,
-/// every change that concerns it wakes it at once.
-const HOLD_RECHECK: Duration = Duration::from_millis(100);
 
 impl SourceBarrierControl {
     /// Ask for the barrier of `attempt` after the reader's current batch.
     pub fn inject(&self, attempt: u64) {
-        self.requested.store(attempt, Ordering::Release);
-        self.wake();
+        self.gate.request_barrier(attempt);
     }
 
     /// Withdraw a barrier request (attempt abandoned).
     pub fn withdraw(&self) {
-        self.requested.store(0, Ordering::Release);
+        self.gate.withdraw();
     }
 
     /// Make the reader thread exit at its next step.
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.wake();
+        self.gate.stop();
     }
 
     /// Hold the reader before its next batch (`true`) or let it read
     /// again (`false`). A held reader still answers barrier requests and
     /// stops when asked. Returns whether the state changed.
     pub fn hold(&self, held: bool) -> bool {
-        let mut h = self.gate.held.lock();
-        let changed = *h != held;
-        *h = held;
-        if changed && !held {
-            self.gate.wake.notify_all();
-        }
-        changed
-    }
-
-    fn wake(&self) {
-        let _guard = self.gate.held.lock();
-        self.gate.wake.notify_all();
-    }
-
-    /// Wait while the reader is held and nothing else needs it (a barrier
-    /// other than `answered`, or a stop). Returns `true` if it waited, so
-    /// the caller looks at barriers and stop again before reading.
-    fn wait_while_held(&self, answered: u64) -> bool {
-        let mut held = self.gate.held.lock();
-        if !*held {
-            return false;
-        }
-        let wanted = self.requested.load(Ordering::Acquire);
-        if self.stop.load(Ordering::Acquire) || (wanted != 0 && wanted != answered) {
-            return false;
-        }
-        self.gate.wake.wait_for(&mut held, HOLD_RECHECK);
-        true
+        self.gate.hold(held)
     }
 }
 
@@ -237,8 +193,7 @@ pub fn spawn_reader(
         .name(format!("sluice-source-{name}"))
         .spawn(move || {
             let send = |event: SourceEvent| {
-                !control.stop.load(Ordering::Acquire)
-                    && tx.blocking_send(Arc::clone(&name), event).is_ok()
+                !control.gate.is_stopped() && tx.blocking_send(Arc::clone(&name), event).is_ok()
             };
             // A panicking reader must still tell the coordinator, or the
             // pipeline would wait for its Finished message forever.
@@ -263,23 +218,16 @@ fn read_until_done(
 ) {
     let mut answered = 0u64;
     loop {
-        let wanted = control.requested.load(Ordering::Acquire);
-        if wanted != 0 && wanted != answered {
-            answered = wanted;
-            let offset = reader.offset();
-            if !send(SourceEvent::Barrier {
-                attempt: wanted,
-                offset,
-            }) {
-                return;
+        match control.gate.next_step(&mut answered) {
+            Step::Barrier(attempt) => {
+                let offset = reader.offset();
+                if !send(SourceEvent::Barrier { attempt, offset }) {
+                    return;
+                }
+                continue;
             }
-        }
-        if control.stop.load(Ordering::Acquire) {
-            return;
-        }
-        // Watermark alignment: read no further while held.
-        if control.wait_while_held(answered) {
-            continue;
+            Step::Stop => return,
+            Step::Read => {}
         }
         let event = match reader.next_batch() {
             Ok(Some(b)) => {
@@ -395,8 +343,8 @@ impl PushSource {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
-    use std::time::Instant;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
 
     use arrow::array::Int64Array;
     use arrow::datatypes::{DataType, Field, Schema};
