@@ -24,15 +24,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, Int64Array, UInt64Array, UInt8Array};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type, UInt8Type};
+use arrow::array::{Array, ArrayRef, Int64Array, UInt64Array};
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
-use hashbrown::hash_map::EntryRef;
-use rustc_hash::FxBuildHasher;
 use sluice_sql::TopNMode;
 use smallvec::SmallVec;
 
+use self::partitions::{PartId, Partitions};
 use super::changelog::{output_batch, Op};
 use super::expr::{eval, event_time_ms, PhysExpr};
 use super::stateful::{no_such_port, Port, StatefulOperator};
@@ -85,13 +84,8 @@ impl Entry {
 /// that one lives inline in the partition.
 type Rows = SmallVec<[Entry; 1]>;
 
-/// A partition's key in its row encoding, shared by the partition map and
-/// the lists that name it.
-type Key = Arc<[u8]>;
-
-/// Partitions by key. hashbrown's map, for `entry_ref`: one hash per row
-/// finds or creates the partition and yields its shared key.
-type Parts = hashbrown::HashMap<Key, Partition, FxBuildHasher>;
+mod partitions;
+mod snapshot;
 
 /// One partition's state.
 #[derive(Debug, Default)]
@@ -135,15 +129,17 @@ pub struct TopN {
     partition_rows: Option<RowConverter>,
     order_rows: RowConverter,
     payload_rows: RowConverter,
-    parts: Parts,
+    parts: Partitions<Partition>,
     /// Partitions with rows not yet emitted (`FirstByTime`) or changed
     /// since last emitted (`Changelog`), each once (its `dirty` flag).
-    dirty: Vec<Key>,
-    /// `Windowed` and `Completes`: partition keys by partition time (NULL
-    /// as `i64::MAX`), so closing them visits only the windows the
-    /// watermark passed. A `Completes` partition may be filed more than
-    /// once (its time grew); only the entry at its current time closes it.
-    closing: BTreeMap<i64, Vec<Key>>,
+    dirty: Vec<PartId>,
+    /// `Windowed` and `Completes`: partitions by partition time (NULL as
+    /// `i64::MAX`), so closing them visits only the windows the watermark
+    /// passed. A `Completes` partition may be filed more than once (its
+    /// time grew); only the entry at its current time closes it. Every
+    /// entry of a partition is at or before its current time, so all are
+    /// taken out by the time it closes and its id can be reused.
+    closing: BTreeMap<i64, Vec<PartId>>,
     watermark: i64,
     late: u64,
     /// Where an entry's bytes are put together (see [`Entry::new`]).
@@ -182,7 +178,7 @@ impl TopN {
             partition_rows,
             order_rows,
             payload_rows,
-            parts: Parts::default(),
+            parts: Partitions::default(),
             dirty: Vec::new(),
             closing: BTreeMap::new(),
             watermark: i64::MIN,
@@ -223,36 +219,36 @@ impl TopN {
     /// Put the row (`order`, `payload`) in partition `key`'s sorted rows
     /// if it ranks among the rows still to fill; nothing is allocated for a
     /// row that does not.
-    fn insert(&mut self, key: &[u8], order: &[u8], payload: &[u8], time: Option<i64>) {
+    fn insert(
+        &mut self,
+        key: &[u8],
+        order: &[u8],
+        payload: &[u8],
+        time: Option<i64>,
+    ) -> Result<()> {
         let windowed = matches!(
             self.def.mode,
             TopNMode::Windowed { .. } | TopNMode::Completes { .. }
         );
         let completes = matches!(self.def.mode, TopNMode::Completes { .. });
-        // The shared key: the map's own when the partition exists, so
-        // the lists that name it hold a reference count, not a copy.
-        let (shared, part) = match self.parts.entry_ref(key) {
-            EntryRef::Occupied(o) => (Arc::clone(o.key()), o.into_mut()),
-            EntryRef::Vacant(v) => {
-                let k: Key = Arc::from(key);
-                if windowed {
-                    self.closing
-                        .entry(time.unwrap_or(i64::MAX))
-                        .or_default()
-                        .push(Arc::clone(&k));
-                }
-                let part = Partition {
-                    time: if windowed { time } else { None },
-                    ..Partition::default()
-                };
-                (Arc::clone(&k), v.insert_entry_with_key(k, part).into_mut())
-            }
-        };
+        let (id, part, created) = self
+            .parts
+            .find_or_insert(key, || Partition {
+                time: if windowed { time } else { None },
+                ..Partition::default()
+            })
+            .ok_or_else(|| EngineError::Internal("top-n partition index out of step".into()))?;
+        if created && windowed {
+            self.closing
+                .entry(time.unwrap_or(i64::MAX))
+                .or_default()
+                .push(id);
+        }
         // A later completion value extends the partition's life.
         let t = time.unwrap_or(i64::MAX);
         if completes && part.time.is_some_and(|old| old < t) {
             part.time = time;
-            self.closing.entry(t).or_default().push(Arc::clone(&shared));
+            self.closing.entry(t).or_default().push(id);
         }
         let cap = self.def.limit.saturating_sub(part.emitted);
         let pos = part
@@ -260,7 +256,7 @@ impl TopN {
             .binary_search_by(|e| (e.order(), e.payload()).cmp(&(order, payload)))
             .unwrap_or_else(|p| p);
         if pos >= cap {
-            return;
+            return Ok(());
         }
         // Drop the row this one pushes out first, so a full partition never
         // grows (and an inline one never spills to the heap).
@@ -271,8 +267,9 @@ impl TopN {
             .insert(pos, Entry::new(&mut self.scratch, order, payload, time));
         if !windowed && !part.dirty {
             part.dirty = true;
-            self.dirty.push(shared);
+            self.dirty.push(id);
         }
+        Ok(())
     }
 
     /// Rows (by payload, with rank and change) as one output batch.
@@ -309,11 +306,11 @@ impl TopN {
         // (`Completes`) is skipped: the partition is filed again later.
         let gone: Vec<Partition> = closed
             .into_iter()
-            .flat_map(|(t, keys)| keys.into_iter().map(move |k| (t, k)))
-            .filter_map(|(t, k)| {
-                let current = self.parts.get(&k)?.time.unwrap_or(i64::MAX);
+            .flat_map(|(t, ids)| ids.into_iter().map(move |id| (t, id)))
+            .filter_map(|(t, id)| {
+                let current = self.parts.get(id)?.time.unwrap_or(i64::MAX);
                 (current == t || wm == i64::MAX)
-                    .then(|| self.parts.remove(&k))
+                    .then(|| self.parts.remove(id))
                     .flatten()
             })
             .collect();
@@ -334,8 +331,8 @@ impl TopN {
         let limit = self.def.limit;
         let mut out: Vec<(Entry, u64)> = Vec::new();
         let mut pending = Vec::new();
-        for key in std::mem::take(&mut self.dirty) {
-            let Some(p) = self.parts.get_mut(&key) else {
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(p) = self.parts.get_mut(id) else {
                 continue;
             };
             let ready = p
@@ -354,7 +351,7 @@ impl TopN {
             if p.rows.is_empty() {
                 p.dirty = false;
             } else {
-                pending.push(key);
+                pending.push(id);
             }
         }
         self.dirty = pending;
@@ -368,8 +365,8 @@ impl TopN {
     fn advance_changes(&mut self) -> Result<Vec<RecordBatch>> {
         let mut retracted: Vec<(Entry, u64)> = Vec::new();
         let mut inserted: Vec<(Entry, u64)> = Vec::new();
-        for key in std::mem::take(&mut self.dirty) {
-            let Some(p) = self.parts.get_mut(&key) else {
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(p) = self.parts.get_mut(id) else {
                 continue;
             };
             p.dirty = false;
@@ -430,7 +427,7 @@ impl StatefulOperator for TopN {
                 continue;
             }
             let key = partition.as_ref().map_or(&[][..], |p| p.row(i).data());
-            self.insert(key, order.row(i).data(), payload.row(i).data(), time);
+            self.insert(key, order.row(i).data(), payload.row(i).data(), time)?;
         }
         Ok(vec![])
     }
@@ -450,7 +447,7 @@ impl StatefulOperator for TopN {
         out.set("watermark", self.watermark);
         out.set("late", self.late);
         out.set("partitions", self.parts.len());
-        let batch = snapshot_batch(&self.parts)?;
+        let batch = snapshot::snapshot_batch(&self.parts)?;
         if batch.num_rows() > 0 {
             out.push(&batch)?;
         }
@@ -463,7 +460,7 @@ impl StatefulOperator for TopN {
         self.parts.clear();
         self.dirty.clear();
         for b in snap.parts() {
-            restore_batch(b, &mut self.parts)?;
+            snapshot::restore_batch(b, &mut self.parts)?;
         }
         let expected: usize = snap.get("partitions")?;
         if expected != self.parts.len() {
@@ -473,21 +470,25 @@ impl StatefulOperator for TopN {
             )));
         }
         self.closing.clear();
-        for (k, p) in self.parts.iter_mut() {
+        for (id, _, p) in self.parts.iter() {
             let pending = match self.def.mode {
                 TopNMode::Windowed { .. } | TopNMode::Completes { .. } => {
                     self.closing
                         .entry(p.time.unwrap_or(i64::MAX))
                         .or_default()
-                        .push(k.clone());
+                        .push(id);
                     false
                 }
                 TopNMode::FirstByTime { .. } => !p.rows.is_empty(),
                 TopNMode::Changelog => p.rows != p.shown,
             };
             if pending {
+                self.dirty.push(id);
+            }
+        }
+        for id in &self.dirty {
+            if let Some(p) = self.parts.get_mut(*id) {
                 p.dirty = true;
-                self.dirty.push(k.clone());
             }
         }
         Ok(())
@@ -500,7 +501,7 @@ impl StatefulOperator for TopN {
     /// Kept and last-shown rows of every partition.
     fn forget_state(&mut self) {
         // One allocation per kept row and per partition key.
-        std::mem::forget(std::mem::take(&mut self.parts));
+        self.parts.forget();
         std::mem::forget(std::mem::take(&mut self.dirty));
         std::mem::forget(std::mem::take(&mut self.closing));
     }
@@ -508,106 +509,10 @@ impl StatefulOperator for TopN {
     fn held_rows(&self) -> Option<usize> {
         Some(
             self.parts
-                .values()
+                .iter()
+                .map(|(_, _, p)| p)
                 .map(|p| p.rows.len() + p.shown.len())
                 .sum(),
         )
     }
-}
-
-/// What a row of the snapshot batch holds.
-const ROWS: u8 = 0;
-const SHOWN: u8 = 1;
-const META: u8 = 2;
-
-fn snapshot_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("partition", DataType::Binary, false),
-        Field::new("list", DataType::UInt8, false),
-        Field::new("order", DataType::Binary, false),
-        Field::new("payload", DataType::Binary, false),
-        Field::new("time", DataType::Int64, true),
-        Field::new("emitted", DataType::UInt64, false),
-    ]))
-}
-
-/// Every partition as rows: one META row (its time and count), then its
-/// kept rows and its shown rows, in rank order.
-fn snapshot_batch(parts: &Parts) -> Result<RecordBatch> {
-    let mut key: Vec<&[u8]> = Vec::new();
-    let mut list = Vec::new();
-    let mut order: Vec<&[u8]> = Vec::new();
-    let mut payload: Vec<&[u8]> = Vec::new();
-    let mut time = Vec::new();
-    let mut emitted = Vec::new();
-    for (k, p) in parts {
-        key.push(k);
-        list.push(META);
-        order.push(&[]);
-        payload.push(&[]);
-        time.push(p.time);
-        emitted.push(p.emitted as u64);
-        for (tag, rows) in [(ROWS, &p.rows), (SHOWN, &p.shown)] {
-            for e in rows {
-                key.push(k);
-                list.push(tag);
-                order.push(e.order());
-                payload.push(e.payload());
-                time.push(e.time);
-                emitted.push(0);
-            }
-        }
-    }
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(BinaryArray::from_iter_values(key)),
-        Arc::new(UInt8Array::from(list)),
-        Arc::new(BinaryArray::from_iter_values(order)),
-        Arc::new(BinaryArray::from_iter_values(payload)),
-        Arc::new(Int64Array::from(time)),
-        Arc::new(UInt64Array::from(emitted)),
-    ];
-    Ok(RecordBatch::try_new(snapshot_schema(), columns)?)
-}
-
-fn restore_batch(b: &RecordBatch, parts: &mut Parts) -> Result<()> {
-    let bad = || EngineError::Internal("damaged top-n snapshot: unexpected columns".into());
-    let binary = |i: usize| b.columns().get(i).and_then(|c| c.as_binary_opt::<i32>());
-    let (Some(key), Some(order), Some(payload)) = (binary(0), binary(2), binary(3)) else {
-        return Err(bad());
-    };
-    let list = b
-        .columns()
-        .get(1)
-        .and_then(|c| c.as_primitive_opt::<UInt8Type>())
-        .ok_or_else(bad)?;
-    let time = b
-        .columns()
-        .get(4)
-        .and_then(|c| c.as_primitive_opt::<arrow::datatypes::Int64Type>())
-        .ok_or_else(bad)?;
-    let emitted = b
-        .columns()
-        .get(5)
-        .and_then(|c| c.as_primitive_opt::<UInt64Type>())
-        .ok_or_else(bad)?;
-    let mut scratch = Vec::new();
-    for i in 0..b.num_rows() {
-        let p = parts.entry(Arc::from(key.value(i))).or_default();
-        let t = time.is_valid(i).then(|| time.value(i));
-        match list.value(i) {
-            META => {
-                p.time = t;
-                p.emitted = usize::try_from(emitted.value(i)).map_err(|_| bad())?;
-            }
-            tag => {
-                let e = Entry::new(&mut scratch, order.value(i), payload.value(i), t);
-                if tag == SHOWN {
-                    p.shown.push(e);
-                } else {
-                    p.rows.push(e);
-                }
-            }
-        }
-    }
-    Ok(())
 }
