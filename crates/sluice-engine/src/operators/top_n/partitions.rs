@@ -40,7 +40,6 @@ pub(super) struct Partitions<P> {
     /// it, so a slot never moves.
     chunks: Vec<Vec<Option<Slot<P>>>>,
     free: Vec<PartId>,
-    len: usize,
     hasher: FxBuildHasher,
 }
 
@@ -57,7 +56,6 @@ impl<P> Default for Partitions<P> {
             index: HashTable::new(),
             chunks: Vec::new(),
             free: Vec::new(),
-            len: 0,
             hasher: FxBuildHasher,
         }
     }
@@ -110,7 +108,6 @@ impl<P> Partitions<P> {
                 };
                 let id = self.place(slot)?;
                 self.index.insert_unique(hash, (hash, id), |(h, _)| *h);
-                self.len += 1;
                 (id, true)
             }
         };
@@ -153,7 +150,6 @@ impl<P> Partitions<P> {
             entry.remove();
         }
         self.free.push(id);
-        self.len -= 1;
         Some(slot.part)
     }
 
@@ -170,7 +166,7 @@ impl<P> Partitions<P> {
 
     /// Number of live partitions.
     pub fn len(&self) -> usize {
-        self.len
+        self.index.len()
     }
 
     /// Remove every partition.
