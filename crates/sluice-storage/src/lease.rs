@@ -30,8 +30,11 @@
 //!
 //! **Stores without conditional update.** `object_store`'s local file
 //! system (`file://` URLs) refuses `PutMode::Update` (`NotImplemented`).
-//! There renewal reads the lease, checks it is still this holder's, and
-//! overwrites it; only the holder writes a live lease, so this is safe. A
+//! There renewal reads the lease, checks it is still this holder's and
+//! still live when the write starts, and overwrites it; only the holder
+//! writes a live lease, so this is safe (a holder paused past the expiry
+//! between its read and its write reads again, then takes the lapsed
+//! lease back like any taker, see `Held::renew_without_update`). A
 //! stale lease is taken over by deleting it and creating a new one with
 //! `PutMode::Create`: of two takers only one create succeeds, but a taker
 //! slow enough to delete the *winner's* fresh lease (after reading the
@@ -148,6 +151,17 @@ struct Held {
     /// hold the store; the lease object's own `expires_ms` is later than
     /// this, so the holder stops trusting before anyone can take over.
     trusted_until: std::sync::Mutex<Instant>,
+    /// See [`Held::test_pause_after_read`].
+    #[cfg(test)]
+    test_gate: std::sync::Mutex<Option<Arc<TestGate>>>,
+}
+
+/// A pause point for tests; see [`Held::test_pause_after_read`].
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct TestGate {
+    pub(crate) reached: tokio::sync::Notify,
+    pub(crate) resume: tokio::sync::Notify,
 }
 
 /// A held lease on one store; see the module docs. Renewed in the
@@ -264,26 +278,86 @@ impl Held {
                     Some((Err(e), _)) => format!("the store now holds {e}"),
                 }))
             }
-            Err(object_store::Error::NotImplemented { .. }) => {
-                // A local file system: only the holder writes a live lease,
-                // so check it is still ours, then overwrite it.
-                match self.read().await? {
-                    Some((Ok(r), _)) if r.owner == self.owner => {
-                        *version = self
-                            .put(PutMode::Overwrite)
-                            .await
-                            .map_err(|e| self.err(e))?;
-                        self.trust_from(sent);
-                        Ok(())
-                    }
-                    None => Err(self.lost("the lease object was removed".into())),
-                    Some((Ok(r), _)) => {
-                        Err(self.lost(format!("it is now held by {}", r.describe(now_ms()))))
-                    }
-                    Some((Err(e), _)) => Err(self.lost(format!("the store now holds {e}"))),
-                }
+            Err(object_store::Error::NotImplemented { .. }) => self.renew_without_update().await,
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// Renewal on a store without conditional update (a local file
+    /// system): only the holder writes a live lease, so check it is still
+    /// ours and still live, then overwrite it.
+    ///
+    /// "Still live" is checked after the read, against the expiry the read
+    /// returned: a holder paused between its read and its write (SIGSTOP, a
+    /// VM stall) may wake to a lease a taker replaced meanwhile, and must
+    /// not overwrite the taker's. A read whose record lapsed before the
+    /// write is therefore repeated; if the fresh read still finds this
+    /// holder's lapsed record, the holder is just another taker: it deletes
+    /// the record and races on `PutMode::Create`, as takers do.
+    async fn renew_without_update(&self) -> Result<()> {
+        let sent = Instant::now();
+        if self.read_own().await?.expires_ms > now_ms() {
+            return self.overwrite(sent).await;
+        }
+        // The read may predate a pause: read again.
+        let sent = Instant::now();
+        if self.read_own().await?.expires_ms > now_ms() {
+            return self.overwrite(sent).await;
+        }
+        match self.store.delete(&self.path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(self.err(e)),
+        }
+        match self.put(PutMode::Create).await {
+            Ok(_) => {
+                self.trust_from(sent);
+                Ok(())
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                Err(self.lost("it lapsed and another pipeline took it over first".into()))
             }
             Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// The lease record, if it is still this holder's; else the lease is
+    /// lost, and the error says to whom.
+    async fn read_own(&self) -> Result<LeaseRecord> {
+        let record = match self.read().await? {
+            Some((Ok(r), _)) if r.owner == self.owner => r,
+            None => return Err(self.lost("the lease object was removed".into())),
+            Some((Ok(r), _)) => {
+                return Err(self.lost(format!("it is now held by {}", r.describe(now_ms()))))
+            }
+            Some((Err(e), _)) => return Err(self.lost(format!("the store now holds {e}"))),
+        };
+        #[cfg(test)]
+        self.test_pause_after_read().await;
+        Ok(record)
+    }
+
+    /// Overwrite the lease with a fresh expiry; the write started at `sent`.
+    async fn overwrite(&self, sent: Instant) -> Result<()> {
+        self.put(PutMode::Overwrite)
+            .await
+            .map_err(|e| self.err(e))?;
+        self.trust_from(sent);
+        Ok(())
+    }
+
+    /// Tests hold a renewal between its read and its write here, to stand
+    /// in for a process paused at that point: it signals `reached`, then
+    /// waits for `resume`.
+    #[cfg(test)]
+    async fn test_pause_after_read(&self) {
+        let gate = self
+            .test_gate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(gate) = gate {
+            gate.reached.notify_one();
+            gate.resume.notified().await;
         }
     }
 
@@ -336,6 +410,8 @@ impl StoreLease {
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
             trusted_until: std::sync::Mutex::new(Instant::now()),
+            #[cfg(test)]
+            test_gate: std::sync::Mutex::new(None),
         };
         let mut last_holder = String::from("a lease that kept changing");
         for _ in 0..ACQUIRE_TRIES {
@@ -477,6 +553,19 @@ impl StoreLease {
             });
         }
         Ok(())
+    }
+
+    /// Hold this holder's next renewal between its read of the lease and
+    /// its write (see [`Held::test_pause_after_read`]).
+    #[cfg(test)]
+    pub(crate) fn pause_next_renewal_after_read(&self) -> Arc<TestGate> {
+        let gate = Arc::new(TestGate::default());
+        *self
+            .held
+            .test_gate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&gate));
+        gate
     }
 
     /// This holder's owner id (as written in the lease object).

@@ -226,3 +226,35 @@ async fn a_lease_not_renewed_within_its_ttl_is_not_trusted() {
         lease.release().await.unwrap();
     }
 }
+
+/// On a store without conditional update, a holder paused between reading
+/// its own live lease and overwriting it wakes to a lease a taker replaced
+/// meanwhile: it must not overwrite the taker's lease (nor remove it when
+/// it closes). CI saw this in the cluster's paused-leader test: the old
+/// leader's overwrite and release removed the new leader's lease.
+#[tokio::test]
+async fn a_holder_paused_mid_renewal_does_not_overwrite_the_taker() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = local(&dir);
+    let ttl = Duration::from_millis(300);
+    let old = Arc::new(acquire(&store, ttl).await.unwrap());
+    let gate = old.pause_next_renewal_after_read();
+    let renewal = tokio::spawn({
+        let old = Arc::clone(&old);
+        async move { old.renew().await }
+    });
+    gate.reached.notified().await;
+    // Paused past its expiry; a taker replaces the lapsed lease.
+    tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+    let taker = acquire(&store, LONG).await.unwrap();
+    gate.resume.notify_one();
+    let e = renewal.await.unwrap().unwrap_err();
+    assert_eq!(e.code(), "SLC-STO-006");
+    assert!(e.to_string().contains("it is now held by"), "{e}");
+    assert_eq!(stored(&store).await.owner, taker.owner());
+    old.release().await.unwrap();
+    assert_eq!(stored(&store).await.owner, taker.owner());
+    taker.renew().await.unwrap();
+    taker.ensure_held().unwrap();
+    taker.release().await.unwrap();
+}
