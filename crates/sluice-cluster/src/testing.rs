@@ -14,6 +14,35 @@ use crate::error::{ClusterError, Result};
 /// How long etcd may take to answer its first request.
 const STARTUP: Duration = Duration::from_secs(20);
 
+/// How long a SIGSTOP may take to stop every thread of etcd.
+const STOP_TAKES_EFFECT: Duration = Duration::from_secs(5);
+
+/// Whether every thread of process `pid` is stopped (state `T` or `t` in
+/// `/proc/PID/task/TID/stat`). False when a thread's state cannot be read,
+/// so the caller keeps waiting and its own limit decides.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for task in tasks {
+        let Ok(task) = task else { return false };
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            return false;
+        };
+        // The state follows the command name, which is in parentheses and
+        // may itself contain spaces or parentheses.
+        let state = stat
+            .rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().next());
+        if !matches!(state, Some("T" | "t")) {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
 /// A running etcd, killed on drop.
 #[derive(Debug)]
 pub struct EtcdServer {
@@ -81,8 +110,23 @@ impl EtcdServer {
     /// Freeze etcd (SIGSTOP): its sockets stay open but nothing answers,
     /// as with a hung or partitioned server. Undone by [`Self::resume`]
     /// (and by the kill on drop).
+    ///
+    /// Returns once every thread of etcd is stopped: kill(2) only queues
+    /// the signal, and a thread already running could otherwise still
+    /// answer a request sent right after this returns.
     pub fn pause(&self) -> Result<()> {
-        self.signal(libc::SIGSTOP, "SIGSTOP")
+        self.signal(libc::SIGSTOP, "SIGSTOP")?;
+        let started = Instant::now();
+        while !all_threads_stopped(self.child.id()) {
+            if started.elapsed() > STOP_TAKES_EFFECT {
+                return Err(harness(format!(
+                    "etcd (pid {}) not stopped {STOP_TAKES_EFFECT:?} after SIGSTOP",
+                    self.child.id()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
     }
 
     /// Let a paused etcd run again (SIGCONT).
