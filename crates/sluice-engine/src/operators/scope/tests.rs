@@ -331,7 +331,18 @@ fn a_large_capture_is_built_and_encoded_in_short_steps() {
             apply(&mut model, rows);
         }
         let part = scope.capture(&codec, vec![]).unwrap();
-        let (bytes, tail, longest, points) = build_paced(&part);
+        // A step is timed by the wall clock, so one preemption of the
+        // test thread (a loaded CI machine) can make any step look long:
+        // build up to three times and judge the best. A tail that really
+        // works in one long step fails every time.
+        let mut built = build_paced(&part);
+        for _ in 0..2 {
+            if built.2 * 8 < built.1 {
+                break;
+            }
+            built = build_paced(&part);
+        }
+        let (bytes, tail, longest, points) = built;
         assert!(
             longest * 8 < tail,
             "capture {round}: longest step {longest:?} of a {tail:?} tail"
