@@ -100,17 +100,33 @@ pub fn event_time_ms(arr: &ArrayRef, column: &str) -> Result<Int64Array> {
 /// Milliseconds back to the event-time type, as a constant column; a bound
 /// that does not fit the type is an overflow in `column`.
 pub fn time_column(ms: i64, data_type: &DataType, len: usize, column: &str) -> Result<ArrayRef> {
+    let v = time_value(ms, data_type, column)?;
+    let arr: ArrayRef = Arc::new(Int64Array::from_value(v, len));
+    Ok(cast(&arr, data_type)?)
+}
+
+/// Milliseconds back to the event-time type, one value per row (window
+/// bounds that differ per row, as sessions' do); a bound that does not fit
+/// the type is an overflow in `column`.
+pub fn time_values(ms: &[i64], data_type: &DataType, column: &str) -> Result<ArrayRef> {
+    let values = ms
+        .iter()
+        .map(|v| time_value(*v, data_type, column))
+        .collect::<Result<Vec<_>>>()?;
+    let arr: ArrayRef = Arc::new(Int64Array::from(values));
+    Ok(cast(&arr, data_type)?)
+}
+
+fn time_value(ms: i64, data_type: &DataType, column: &str) -> Result<i64> {
     let scale = sluice_sql::window_udf::timestamp_scale(data_type).ok_or_else(|| {
         EngineError::Schema(format!("window time type {data_type} is not a timestamp"))
     })?;
-    let v = sluice_sql::window_udf::from_ms(ms, scale).ok_or_else(|| {
+    sluice_sql::window_udf::from_ms(ms, scale).ok_or_else(|| {
         overflow(
             column,
             format!("window bound {ms} ms does not fit in {data_type}"),
         )
-    })?;
-    let arr: ArrayRef = Arc::new(Int64Array::from_value(v, len));
-    Ok(cast(&arr, data_type)?)
+    })
 }
 
 #[cfg(test)]

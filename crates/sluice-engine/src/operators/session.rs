@@ -5,19 +5,27 @@
 //! closes when the watermark passes its end (last event + gap). Because
 //! sessions merge, each holds DataFusion row `Accumulator`s, whose
 //! intermediate state can be merged into another session's.
+//!
+//! A batch is folded in per key, not per row: its rows are numbered by key
+//! (a hash of the encoded key), ordered by (key, event time) and the
+//! aggregate inputs taken once in that order, so each run of a key's rows
+//! closer than the gap is one slice of them. A run that overlaps one open
+//! session extends it in place; only a run that bridges two or more
+//! sessions merges accumulator states.
 
-use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+use std::ops::Range;
 
-use arrow::array::{ArrayRef, UInt32Array};
-use arrow::compute::take;
+use arrow::array::{ArrayRef, Int64Array};
 use arrow::record_batch::RecordBatch;
-use arrow::row::OwnedRow;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
+use hashbrown::{HashMap, HashTable};
+use rustc_hash::FxBuildHasher;
 
 use super::changelog::{output_batch, Op};
 use super::expr::{eval, event_time_ms, overflow};
-use super::groups::{select_inputs, KeyRows};
+use super::groups::{select_inputs, AggregateInputs, KeyRows};
 use super::stateful::{no_such_port, Port, StatefulOperator};
 use super::window::WindowedGroupBy;
 use crate::error::Result;
@@ -25,6 +33,13 @@ use crate::state::{SnapshotReader, SnapshotWriter};
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::Int64Type;
 use sluice_sql::EmitMode;
+
+/// A session's GROUP BY key in Arrow's row format; empty when the
+/// aggregate has no key columns (a row-format key never is).
+type Key = Vec<u8>;
+
+/// An output row: key, window start and end, aggregate values.
+type SessionRow = (Key, i64, i64, Vec<ScalarValue>);
 
 struct Session {
     start: i64,
@@ -40,12 +55,24 @@ struct Session {
 pub struct SessionAggregate {
     def: WindowedGroupBy,
     gap_ms: i64,
-    sessions: BTreeMap<Option<OwnedRow>, Vec<Session>>,
-    /// Rows retracted by merges this cycle: (key, start, end, values).
-    pending_retractions: Vec<(Option<OwnedRow>, i64, i64, Vec<ScalarValue>)>,
+    /// Each key's open sessions, ordered by start (a key's sessions never
+    /// overlap, so they are ordered by end too).
+    sessions: HashMap<Key, Vec<Session>, FxBuildHasher>,
+    /// Rows retracted by merges this cycle.
+    pending_retractions: Vec<SessionRow>,
     closed_through: i64,
+    /// No open session ends before this (a lower bound, as sessions only
+    /// grow): below it a watermark closes nothing and the scan is skipped.
+    earliest_end: i64,
     /// Rows dropped because their session had already closed.
     dropped_late: u64,
+}
+
+/// A batch's on-time rows ordered by (key number, event time, row), and
+/// the first row of each key number.
+struct Ordered {
+    rows: Vec<(u32, i64, u32)>,
+    firsts: Vec<u32>,
 }
 
 impl SessionAggregate {
@@ -54,9 +81,10 @@ impl SessionAggregate {
         Self {
             def,
             gap_ms,
-            sessions: BTreeMap::new(),
+            sessions: HashMap::default(),
             pending_retractions: Vec::new(),
             closed_through: i64::MIN,
+            earliest_end: i64::MAX,
             dropped_late: 0,
         }
     }
@@ -89,62 +117,130 @@ impl SessionAggregate {
         }
         let keys = self.def.encode_keys(batch)?;
         let inputs = self.def.funcs.evaluate_inputs(batch)?;
-        // Rows per key, then sorted by event time.
-        let mut per_key: BTreeMap<Option<OwnedRow>, Vec<(i64, u32)>> = BTreeMap::new();
+        let ordered = self.order(&times, &keys);
+        if ordered.rows.is_empty() {
+            return Ok(());
+        }
+        let perm: Vec<u32> = ordered.rows.iter().map(|r| r.2).collect();
+        let inputs = select_inputs(&inputs, Some(&perm))?;
+        let rows = &ordered.rows;
+        let mut from = 0;
+        while from < rows.len() {
+            let id = rows[from].0;
+            let to = from + rows[from..].partition_point(|r| r.0 == id);
+            let key: &[u8] = match &keys {
+                KeyRows::Rows(r) => r.row(ordered.firsts[id as usize] as usize).data(),
+                KeyRows::Unit(_) => &[],
+            };
+            // Split into runs where consecutive events are closer than the gap.
+            let mut run = from;
+            for i in from + 1..=to {
+                if i == to || rows[i].1 >= rows[i - 1].1 + self.gap_ms {
+                    let bounds = (rows[run].1, rows[i - 1].1 + self.gap_ms);
+                    self.fold_run(key, bounds, &inputs, run..i)?;
+                    run = i;
+                }
+            }
+            from = to;
+        }
+        Ok(())
+    }
+
+    /// Number the on-time rows of a batch by key and order them by (key,
+    /// event time); rows whose session would already have closed are
+    /// counted as late. In `EMIT CHANGES` mode key numbers follow key
+    /// order, so retractions come out in the same order however the input
+    /// was cut.
+    fn order(&mut self, times: &Int64Array, keys: &KeyRows) -> Ordered {
+        let mut rows = Vec::with_capacity(times.len());
+        let mut firsts: Vec<u32> = Vec::new();
+        let mut index: HashTable<(u64, u32)> = HashTable::new();
+        let hasher = FxBuildHasher;
         for (row, t) in times.iter().enumerate() {
             let Some(t) = t else { continue };
             if t.saturating_add(self.gap_ms) <= self.closed_through {
                 self.dropped_late += 1;
                 continue;
             }
-            let key = match &keys {
-                KeyRows::Rows(r) => Some(r.row(row).owned()),
-                KeyRows::Unit(_) => None,
-            };
-            per_key.entry(key).or_default().push((t, row as u32));
-        }
-        for (key, mut rows) in per_key {
-            rows.sort_unstable();
-            // Split into runs where consecutive events are closer than the gap.
-            let mut run_start = 0;
-            for i in 1..=rows.len() {
-                if i == rows.len() || rows[i].0 >= rows[i - 1].0 + self.gap_ms {
-                    let run = &rows[run_start..i];
-                    self.fold_run(key.clone(), run, &inputs)?;
-                    run_start = i;
+            let id = match keys {
+                KeyRows::Rows(r) => {
+                    let bytes = r.row(row).data();
+                    let hash = hasher.hash_one(bytes);
+                    let found = index.find(hash, |(h, id)| {
+                        *h == hash && r.row(firsts[*id as usize] as usize).data() == bytes
+                    });
+                    match found {
+                        Some((_, id)) => *id,
+                        None => {
+                            let id = firsts.len() as u32;
+                            firsts.push(row as u32);
+                            index.insert_unique(hash, (hash, id), |(h, _)| *h);
+                            id
+                        }
+                    }
                 }
-            }
+                KeyRows::Unit(_) => 0,
+            };
+            rows.push((id, t, row as u32));
         }
-        Ok(())
+        if let (EmitMode::Changes, KeyRows::Rows(r)) = (self.def.emit, keys) {
+            let mut by_key: Vec<u32> = (0..firsts.len() as u32).collect();
+            by_key.sort_unstable_by(|a, b| {
+                r.row(firsts[*a as usize] as usize)
+                    .cmp(&r.row(firsts[*b as usize] as usize))
+            });
+            let mut rank = vec![0u32; firsts.len()];
+            for (i, id) in by_key.iter().enumerate() {
+                rank[*id as usize] = i as u32;
+            }
+            rows.iter_mut().for_each(|r| r.0 = rank[r.0 as usize]);
+            firsts = by_key.iter().map(|id| firsts[*id as usize]).collect();
+        }
+        rows.sort_unstable();
+        Ordered { rows, firsts }
     }
 
+    /// Fold one run of a key's rows (`rows` of the ordered `inputs`,
+    /// spanning `[start, end)` with the gap) into that key's sessions.
     fn fold_run(
         &mut self,
-        key: Option<OwnedRow>,
-        run: &[(i64, u32)],
-        inputs: &super::groups::AggregateInputs,
+        key: &[u8],
+        (start, end): (i64, i64),
+        inputs: &AggregateInputs,
+        rows: Range<usize>,
     ) -> Result<()> {
-        let start = run[0].0;
-        let end = run[run.len() - 1].0 + self.gap_ms;
-        let list = self.sessions.entry(key.clone()).or_default();
-        // Sessions overlapping [start, end) merge with the run.
-        let (overlapping, rest): (Vec<Session>, Vec<Session>) = std::mem::take(list)
-            .into_iter()
-            .partition(|s| s.start < end && start < s.end);
-        *list = rest;
-        let mut merged = Session {
-            start,
-            end,
-            accs: self.def.funcs.row_accumulators()?,
-            changed: true,
-            emitted: None,
+        let list = self.sessions.entry_ref(key).or_default();
+        // The key's sessions overlapping [start, end): those ending after
+        // `start` and starting before `end`, a contiguous range.
+        let first = list.partition_point(|s| s.end <= start);
+        let last = first + list[first..].partition_point(|s| s.start < end);
+        if first == last {
+            let mut session = Session {
+                start,
+                end,
+                accs: self.def.funcs.row_accumulators()?,
+                changed: true,
+                emitted: None,
+            };
+            update_accumulators(&mut session.accs, inputs, rows)?;
+            list.insert(first, session);
+            self.earliest_end = self.earliest_end.min(end);
+            return Ok(());
+        }
+        // The first overlapping session takes in the run and the others.
+        let bridged: Vec<Session> = list.drain(first + 1..last).collect();
+        let Some(base) = list.get_mut(first) else {
+            return Ok(());
         };
-        for mut s in overlapping {
-            merged.start = merged.start.min(s.start);
-            merged.end = merged.end.max(s.end);
-            for (dst, src) in merged.accs.iter_mut().zip(s.accs.iter_mut()) {
-                let state = src.state()?;
-                let arrays = state
+        if let Some(values) = base.emitted.take() {
+            self.pending_retractions
+                .push((key.into(), base.start, base.end, values));
+        }
+        for mut s in bridged {
+            base.end = base.end.max(s.end);
+            for (dst, src) in base.accs.iter_mut().zip(s.accs.iter_mut()) {
+                let arrays = src
+                    .state()?
                     .iter()
                     .map(|v| Ok(v.to_array()?))
                     .collect::<Result<Vec<ArrayRef>>>()?;
@@ -152,88 +248,88 @@ impl SessionAggregate {
             }
             if let Some(values) = s.emitted.take() {
                 self.pending_retractions
-                    .push((key.clone(), s.start, s.end, values));
+                    .push((key.into(), s.start, s.end, values));
             }
         }
-        let rows: Vec<u32> = run.iter().map(|(_, r)| *r).collect();
-        let selected = select_inputs(inputs, Some(&rows))?;
-        for (acc, (values, filter)) in merged.accs.iter_mut().zip(selected.iter()) {
-            match filter {
-                Some(f) => {
-                    let keep = arrow::compute::filter(
-                        &(std::sync::Arc::new(UInt32Array::from_iter_values(0..rows.len() as u32))
-                            as ArrayRef),
-                        f,
-                    )?;
-                    let idx =
-                        arrow::array::AsArray::as_primitive::<arrow::datatypes::UInt32Type>(&keep)
-                            .clone();
-                    let vals = values
-                        .iter()
-                        .map(|v| Ok(take(v.as_ref(), &idx, None)?))
-                        .collect::<Result<Vec<_>>>()?;
-                    acc.update_batch(&vals)?;
-                }
-                None => acc.update_batch(values)?,
-            }
-        }
-        list.push(merged);
-        Ok(())
+        base.start = base.start.min(start);
+        base.end = base.end.max(end);
+        base.changed = true;
+        update_accumulators(&mut base.accs, inputs, rows)
     }
 
-    fn key_columns(&self, keys: &[Option<OwnedRow>]) -> Result<Vec<ArrayRef>> {
-        let rows: Vec<_> = keys.iter().flatten().map(|k| k.row()).collect();
-        if rows.is_empty() && keys.iter().all(Option::is_none) {
+    /// The earliest end of an open session (`i64::MAX` if none).
+    fn earliest_end(&self) -> i64 {
+        let firsts = self.sessions.values().filter_map(|l| l.first());
+        firsts.map(|s| s.end).min().unwrap_or(i64::MAX)
+    }
+
+    fn key_columns(&self, keys: &[Key]) -> Result<Vec<ArrayRef>> {
+        let Some(parser) = self.def.codec.parser() else {
             return Ok(vec![]);
-        }
-        let mut buf = self.def.codec.empty();
-        if let KeyRows::Rows(r) = &mut buf {
-            for row in rows {
-                r.push(row);
-            }
-        }
-        let n = keys.len();
-        self.def.codec.decode(&buf, &(0..n).collect::<Vec<_>>())
+        };
+        self.def
+            .codec
+            .decode_rows(keys.iter().map(|k| parser.parse(k)))
     }
 
     fn emit_rows(
         &self,
-        rows: Vec<(Option<OwnedRow>, i64, i64, Vec<ScalarValue>)>,
+        rows: Vec<SessionRow>,
         kinds: Option<Vec<Op>>,
     ) -> Result<Option<RecordBatch>> {
-        if rows.is_empty() {
+        let Some(first) = rows.first() else {
             return Ok(None);
-        }
-        let n = rows.len();
-        let keys: Vec<Option<OwnedRow>> = rows.iter().map(|r| r.0.clone()).collect();
-        let key_cols = self.key_columns(&keys)?;
-        let naggs = rows[0].3.len();
+        };
+        let naggs = first.3.len();
         let mut values = Vec::with_capacity(naggs);
         for a in 0..naggs {
             values.push(ScalarValue::iter_to_array(
                 rows.iter().map(|r| r.3[a].clone()),
             )?);
         }
-        // Window bounds differ per row: build them per row, then concatenate.
-        let mut cols: Vec<Vec<ArrayRef>> = Vec::with_capacity(n);
-        for (i, r) in rows.iter().enumerate() {
-            let k: Vec<ArrayRef> = key_cols.iter().map(|c| c.slice(i, 1)).collect();
-            let v: Vec<ArrayRef> = values.iter().map(|c| c.slice(i, 1)).collect();
-            cols.push(self.def.columns(k, r.1, r.2, v, 1)?);
-        }
-        let width = cols[0].len();
-        let mut merged = Vec::with_capacity(width);
-        for c in 0..width {
-            let parts: Vec<&dyn arrow::array::Array> =
-                cols.iter().map(|row| row[c].as_ref()).collect();
-            merged.push(arrow::compute::concat(&parts)?);
-        }
+        let starts: Vec<i64> = rows.iter().map(|r| r.1).collect();
+        let ends: Vec<i64> = rows.iter().map(|r| r.2).collect();
+        let keys: Vec<Key> = rows.into_iter().map(|r| r.0).collect();
+        let key_cols = self.key_columns(&keys)?;
+        let cols = self.def.columns_per_row(key_cols, &starts, &ends, values)?;
         Ok(Some(output_batch(
             &self.def.schema,
-            merged,
+            cols,
             kinds.as_deref(),
         )?))
     }
+}
+
+/// Each accumulator's current value.
+fn evaluate(accs: &mut [Box<dyn Accumulator>]) -> Result<Vec<ScalarValue>> {
+    accs.iter_mut().map(|a| Ok(a.evaluate()?)).collect()
+}
+
+/// Fold `rows` of the ordered aggregate inputs into a session's accumulators
+/// (each function's FILTER applied).
+fn update_accumulators(
+    accs: &mut [Box<dyn Accumulator>],
+    inputs: &AggregateInputs,
+    rows: Range<usize>,
+) -> Result<()> {
+    for (acc, (values, filter)) in accs.iter_mut().zip(inputs) {
+        let values: Vec<ArrayRef> = values
+            .iter()
+            .map(|v| v.slice(rows.start, rows.len()))
+            .collect();
+        match filter {
+            Some(f) => {
+                let keep = f.slice(rows.start, rows.len());
+                let values = values
+                    .iter()
+                    .map(|v| Ok(arrow::compute::filter(v.as_ref(), &keep)?))
+                    .collect::<Result<Vec<_>>>()?;
+                acc.update_batch(&values)?;
+            }
+            None => acc.update_batch(&values)?,
+        }
+    }
+    Ok(())
 }
 
 impl StatefulOperator for SessionAggregate {
@@ -257,14 +353,15 @@ impl StatefulOperator for SessionAggregate {
         out.set("closed_through", self.closed_through);
         out.set("dropped_late", self.dropped_late);
         let naggs = self.def.funcs.len();
-        let mut keys: Vec<Option<Vec<u8>>> = Vec::new();
+        let keyed = self.def.codec.parser().is_some();
+        let mut keys: Vec<Option<&[u8]>> = Vec::new();
         let (mut starts, mut ends, mut changed) = (Vec::new(), Vec::new(), Vec::new());
         let mut states: Vec<Vec<ScalarValue>> = Vec::new();
         let mut widths: Vec<usize> = Vec::new();
         let mut emitted: Vec<Option<Vec<ScalarValue>>> = Vec::new();
         for (key, list) in self.sessions.iter_mut() {
             for sess in list.iter_mut() {
-                keys.push(key.as_ref().map(|k| k.row().as_ref().to_vec()));
+                keys.push(keyed.then_some(&key[..]));
                 starts.push(sess.start);
                 ends.push(sess.end);
                 changed.push(sess.changed);
@@ -290,9 +387,7 @@ impl StatefulOperator for SessionAggregate {
             return Ok(());
         }
         let mut cols: Vec<ArrayRef> = vec![
-            std::sync::Arc::new(arrow::array::BinaryArray::from_iter(
-                keys.iter().map(|k| k.as_deref()),
-            )),
+            std::sync::Arc::new(arrow::array::BinaryArray::from_iter(keys.iter().copied())),
             std::sync::Arc::new(arrow::array::Int64Array::from(starts)),
             std::sync::Arc::new(arrow::array::Int64Array::from(ends)),
             std::sync::Arc::new(arrow::array::BooleanArray::from(changed)),
@@ -361,13 +456,12 @@ impl StatefulOperator for SessionAggregate {
         let changed = col(3)?.as_boolean_opt().ok_or_else(bad)?.clone();
         let has_emitted = col(4)?.as_boolean_opt().ok_or_else(bad)?.clone();
         let naggs = self.def.funcs.len();
-        let parser = self.def.codec.parser();
+        let keyed = self.def.codec.parser().is_some();
         for row in 0..part.num_rows() {
-            let key = if keys.is_null(row) {
-                None
-            } else {
-                let p = parser.as_ref().ok_or_else(bad)?;
-                Some(p.parse(keys.value(row)).owned())
+            let key: Key = match (keys.is_null(row), keyed) {
+                (true, false) => Key::default(),
+                (false, true) => keys.value(row).into(),
+                _ => return Err(bad()),
             };
             let mut accs = self.def.funcs.row_accumulators()?;
             let mut off = 5;
@@ -395,6 +489,10 @@ impl StatefulOperator for SessionAggregate {
                 emitted,
             });
         }
+        for list in self.sessions.values_mut() {
+            list.sort_by_key(|s| s.start);
+        }
+        self.earliest_end = self.earliest_end();
         Ok(())
     }
 
@@ -408,44 +506,42 @@ impl StatefulOperator for SessionAggregate {
         let mut rows = std::mem::take(&mut self.pending_retractions);
         let mut kinds = vec![Op::Retract; rows.len()];
         if changes_mode {
-            for (key, list) in self.sessions.iter_mut() {
-                for s in list.iter_mut().filter(|s| s.changed) {
-                    let values = s
-                        .accs
-                        .iter_mut()
-                        .map(|a| Ok(a.evaluate()?))
-                        .collect::<Result<Vec<_>>>()?;
-                    if let Some(old) = s.emitted.take() {
-                        rows.push((key.clone(), s.start, s.end, old));
-                        kinds.push(Op::Retract);
-                    }
-                    rows.push((key.clone(), s.start, s.end, values.clone()));
-                    kinds.push(Op::Insert);
-                    s.emitted = Some(values);
-                    s.changed = false;
+            // Changed sessions in (key, start) order, so the output does not
+            // depend on the map's order.
+            let mut changed: Vec<(&Key, &mut Session)> = self
+                .sessions
+                .iter_mut()
+                .flat_map(|(k, list)| list.iter_mut().filter(|s| s.changed).map(move |s| (k, s)))
+                .collect();
+            changed.sort_unstable_by(|a, b| (a.0, a.1.start).cmp(&(b.0, b.1.start)));
+            for (key, s) in changed {
+                let values = evaluate(&mut s.accs)?;
+                if let Some(old) = s.emitted.take() {
+                    rows.push((key.clone(), s.start, s.end, old));
+                    kinds.push(Op::Retract);
                 }
+                rows.push((key.clone(), s.start, s.end, values.clone()));
+                kinds.push(Op::Insert);
+                s.emitted = Some(values);
+                s.changed = false;
             }
         } else {
             rows.clear();
             kinds.clear();
         }
-        for (key, list) in self.sessions.iter_mut() {
-            let (closed, open): (Vec<Session>, Vec<Session>) = std::mem::take(list)
-                .into_iter()
-                .partition(|s| s.end <= watermark);
-            *list = open;
-            if !changes_mode {
-                for mut s in closed {
-                    let values = s
-                        .accs
-                        .iter_mut()
-                        .map(|a| Ok(a.evaluate()?))
-                        .collect::<Result<Vec<_>>>()?;
-                    rows.push((key.clone(), s.start, s.end, values));
+        if watermark >= self.earliest_end {
+            for (key, list) in self.sessions.iter_mut() {
+                // Ordered by end: the closed sessions are a prefix.
+                let closed = list.partition_point(|s| s.end <= watermark);
+                for mut s in list.drain(..closed) {
+                    if !changes_mode {
+                        rows.push((key.clone(), s.start, s.end, evaluate(&mut s.accs)?));
+                    }
                 }
             }
+            self.sessions.retain(|_, l| !l.is_empty());
+            self.earliest_end = self.earliest_end();
         }
-        self.sessions.retain(|_, l| !l.is_empty());
         if !changes_mode {
             // Final rows in (end, key, start) order, so the output does not
             // depend on how input was cut into cycles.

@@ -18,7 +18,7 @@ use sluice_sql::window_udf::tumble_start;
 use sluice_sql::{EmitMode, WindowKind};
 
 use super::changelog::output_batch;
-use super::expr::{eval, event_time_ms, overflow, time_column, PhysExpr};
+use super::expr::{eval, event_time_ms, overflow, time_column, time_values, PhysExpr};
 use super::groups::{AggregateFunctions, KeyCodec, KeyRows};
 use super::scope::{GroupedAggregates, ScopeSnapshot};
 use super::stateful::{no_such_port, Port, StatefulOperator};
@@ -149,13 +149,48 @@ impl WindowedGroupBy {
         values: Vec<ArrayRef>,
         len: usize,
     ) -> Result<Vec<ArrayRef>> {
+        self.columns_with(keys, values, |bound, name| {
+            let ms = match bound {
+                GroupSlot::WindowEnd => end,
+                _ => start,
+            };
+            time_column(ms, &self.time_type, len, name)
+        })
+    }
+
+    /// Assemble output columns as [`Self::columns`] does, with window bounds
+    /// that differ per row (sessions'): `starts[i]` and `ends[i]` are row
+    /// `i`'s, in milliseconds.
+    pub fn columns_per_row(
+        &self,
+        keys: Vec<ArrayRef>,
+        starts: &[i64],
+        ends: &[i64],
+        values: Vec<ArrayRef>,
+    ) -> Result<Vec<ArrayRef>> {
+        self.columns_with(keys, values, |bound, name| {
+            let ms = match bound {
+                GroupSlot::WindowEnd => ends,
+                _ => starts,
+            };
+            time_values(ms, &self.time_type, name)
+        })
+    }
+
+    /// GROUP BY entries in written order (a window bound's column made by
+    /// `bound(slot, column name)`), then aggregates.
+    fn columns_with(
+        &self,
+        keys: Vec<ArrayRef>,
+        values: Vec<ArrayRef>,
+        bound: impl Fn(&GroupSlot, &str) -> Result<ArrayRef>,
+    ) -> Result<Vec<ArrayRef>> {
         let mut cols = Vec::with_capacity(self.slots.len() + values.len() + 1);
         for (i, slot) in self.slots.iter().enumerate() {
             let name = self.schema.field(i).name();
             cols.push(match slot {
                 GroupSlot::Key(i) => std::sync::Arc::clone(&keys[*i]),
-                GroupSlot::WindowStart => time_column(start, &self.time_type, len, name)?,
-                GroupSlot::WindowEnd => time_column(end, &self.time_type, len, name)?,
+                GroupSlot::WindowStart | GroupSlot::WindowEnd => bound(slot, name)?,
             });
         }
         cols.extend(values);

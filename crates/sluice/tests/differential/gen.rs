@@ -37,15 +37,25 @@ fn raw_row() -> impl Strategy<Value = RawRow> {
     // Biased toward the edges: no clock movement, disorder of exactly the
     // delay (a row at the watermark) and rows 1-2 ms behind it.
     let step = prop_oneof![1 => Just(0i64), 4 => 0i64..5_000];
+    raw_row_of(0..5, step, 0.3)
+}
+
+/// Rows of keys in `keys`, the clock moving by `step` before each, a batch
+/// ending after a row with probability `cut`.
+fn raw_row_of(
+    keys: std::ops::Range<i64>,
+    step: impl Strategy<Value = i64>,
+    cut: f64,
+) -> impl Strategy<Value = RawRow> {
     let jitter = prop_oneof![1 => Just(100i64), 1 => Just(0), 3 => 0i64..=100];
     let too_old = prop_oneof![1 => 1i64..=2, 2 => 1i64..30_000];
     (
-        0i64..5,
+        keys,
         step,
         jitter,
         prop::option::weighted(0.12, too_old),
         prop::option::weighted(0.85, -10i64..40),
-        prop::bool::weighted(0.3),
+        prop::bool::weighted(cut),
     )
         .prop_map(
             |(key, step_ms, jitter_pct, too_old_ms, value, cut)| RawRow {
@@ -66,7 +76,23 @@ fn delay() -> impl Strategy<Value = i64> {
 /// Streams of 1..`max_rows` rows over a few minutes, with bounded disorder,
 /// some rows older than the watermark delay allows, and random batch sizes.
 pub fn stream(max_rows: usize) -> impl Strategy<Value = Stream> {
-    (delay(), prop::collection::vec(raw_row(), 1..max_rows)).prop_map(|(delay_ms, raws)| {
+    stream_of(delay(), raw_row(), max_rows)
+}
+
+/// Streams where a key's rows crowd together and arrive far out of order:
+/// two keys, the clock moving under 800 ms per row, a 5 s watermark delay
+/// and short batches. A later batch often fills the gap between two of a
+/// key's sessions, so sessions merge across batches (a bridge).
+pub fn crowded_stream(max_rows: usize) -> impl Strategy<Value = Stream> {
+    stream_of(Just(5_000i64), raw_row_of(0..2, 0i64..800, 0.4), max_rows)
+}
+
+fn stream_of(
+    delay: impl Strategy<Value = i64>,
+    row: impl Strategy<Value = RawRow>,
+    max_rows: usize,
+) -> impl Strategy<Value = Stream> {
+    (delay, prop::collection::vec(row, 1..max_rows)).prop_map(|(delay_ms, raws)| {
         let mut clock = BASE;
         let mut batches = Vec::new();
         let mut current = Vec::new();

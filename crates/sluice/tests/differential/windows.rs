@@ -8,7 +8,7 @@ use crate::common::{
     appended, block_on, complete, config, drain, event_rows, fold, interval, late_rows, open_tuned,
     push_all, select, source_ddl, Event, Row,
 };
-use crate::gen::{per_cycle, sessions, split_late, stream, Split, Stream};
+use crate::gen::{crowded_stream, per_cycle, sessions, split_late, stream, Split, Stream};
 use crate::oracle::{offsets, query, table};
 
 /// Every aggregate compared; first_value/last_value are order-dependent and left out.
@@ -18,6 +18,8 @@ use crate::oracle::{offsets, query, table};
 pub(crate) const AGGS: &str =
     "COUNT(*) AS n, SUM(value) AS s, MIN(value) AS mn, MAX(value) AS mx, \
                     AVG(value) AS av, COUNT(DISTINCT value) AS nd, \
+                    COUNT(DISTINCT CASE WHEN value > 10 THEN value END) AS nd_big, \
+                    COUNT(DISTINCT value) FILTER (WHERE value % 2 = 0) AS nd_even, \
                     SUM(value) FILTER (WHERE value % 2 = 0) AS even_sum, \
                     MIN(to_hex(value)) AS mn_text, \
                     MAX(to_hex(value)) FILTER (WHERE value % 3 = 0) AS mx_text";
@@ -323,6 +325,13 @@ proptest! {
     #[test]
     fn session_matches_batch(s in stream(60), pc in per_cycle(), gap in prop_oneof![Just(1_000i64), Just(3_000), Just(8_000)]) {
         block_on(check(&s, &Win::Session { gap, keyed: true }, pc))?;
+    }
+
+    /// Sessions that later rows bridge: several open sessions of a key
+    /// merge into one, in either emit mode.
+    #[test]
+    fn bridged_sessions_match_batch(s in crowded_stream(60), pc in per_cycle(), gap in prop_oneof![Just(300i64), Just(1_000)], keyed in any::<bool>()) {
+        block_on(check(&s, &Win::Session { gap, keyed }, pc))?;
     }
 
     #[test]
