@@ -23,6 +23,7 @@ use datafusion::physical_expr::GroupsAccumulatorAdapter;
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
+use super::distinct_family;
 use super::expr::{eval, eval_predicate, PhysExpr};
 use super::min_max_bytes::{self, MinMaxBytes};
 use super::named::{NamedGroups, NamedRow};
@@ -251,6 +252,9 @@ pub struct AggregateFunction {
     filter: Option<PhysExpr>,
     /// See [`min_max_bytes`].
     min_max_bytes: Option<bool>,
+    /// The `COUNT(DISTINCT ...)` family this function is a member of, and
+    /// its place in it (see [`distinct_family`]).
+    family: Option<(usize, usize)>,
 }
 
 /// `Some(keep_min)` if `expr` is `MIN` or `MAX` (without DISTINCT, which
@@ -284,6 +288,54 @@ pub type AggregateInputs = Vec<(Vec<ArrayRef>, Option<BooleanArray>)>;
 #[derive(Clone)]
 pub struct AggregateFunctions {
     funcs: Vec<AggregateFunction>,
+    /// Per `COUNT(DISTINCT ...)` family, its value type and member count.
+    families: Vec<(arrow::datatypes::DataType, usize)>,
+}
+
+/// Group the `COUNT(DISTINCT ...)` functions that count the same integer
+/// column (see [`distinct_family::counted_column`]) into families of two to
+/// [`distinct_family::MAX_MEMBERS`] members; returns each family's value
+/// type and size.
+fn plan_families(
+    funcs: &mut [AggregateFunction],
+    schema: &arrow::datatypes::Schema,
+) -> Vec<(arrow::datatypes::DataType, usize)> {
+    let mut by_column: Vec<((usize, arrow::datatypes::DataType), Vec<usize>)> = Vec::new();
+    for (i, f) in funcs.iter().enumerate() {
+        let [arg] = f.inputs.as_slice() else { continue };
+        if f.expr.fun().name() != "count" || !f.expr.is_distinct() {
+            continue;
+        }
+        let Ok(data_type) = arg.data_type(schema) else {
+            continue;
+        };
+        let Some(column) = distinct_family::counted_column(arg) else {
+            continue;
+        };
+        if !distinct_family::handles(&data_type) {
+            continue;
+        }
+        let key = (column, data_type);
+        match by_column.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(i),
+            None => by_column.push((key, vec![i])),
+        }
+    }
+    let mut families = Vec::new();
+    for ((_, data_type), members) in by_column {
+        for chunk in members.chunks(distinct_family::MAX_MEMBERS) {
+            if chunk.len() < 2 {
+                continue;
+            }
+            for (bit, i) in chunk.iter().enumerate() {
+                if let Some(f) = funcs.get_mut(*i) {
+                    f.family = Some((families.len(), bit));
+                }
+            }
+            families.push((data_type.clone(), chunk.len()));
+        }
+    }
+    families
 }
 
 impl AggregateFunctions {
@@ -325,9 +377,16 @@ impl AggregateFunctions {
                 expr: lowered.aggregate,
                 inputs,
                 filter: lowered.filter,
+                family: None,
             });
         }
-        Ok(Self { funcs })
+        let families = plan_families(&mut funcs, &physical_schema);
+        Ok(Self { funcs, families })
+    }
+
+    /// Per `COUNT(DISTINCT ...)` family, its value type and member count.
+    pub fn families(&self) -> &[(arrow::datatypes::DataType, usize)] {
+        &self.families
     }
 
     /// Evaluate every function's arguments (and FILTER) over a batch.
@@ -352,10 +411,30 @@ impl AggregateFunctions {
 
     /// Fresh grouped accumulators, one per function.
     pub fn accumulators(&self) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
+        // Each family's members, taken in order by its functions below.
+        let mut families = self
+            .families
+            .iter()
+            .map(|(data_type, count)| {
+                distinct_family::members(data_type, *count)
+                    .map(Vec::into_iter)
+                    .ok_or_else(|| {
+                        EngineError::Internal(format!(
+                            "COUNT(DISTINCT) family of {count} over {data_type}"
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
         self.funcs
             .iter()
             .map(|f| {
-                let acc: Box<dyn GroupsAccumulator> = if let Some(keep_min) = f.min_max_bytes {
+                let member = f
+                    .family
+                    .and_then(|(family, _)| families.get_mut(family))
+                    .and_then(Iterator::next);
+                let acc: Box<dyn GroupsAccumulator> = if let Some(member) = member {
+                    member
+                } else if let Some(keep_min) = f.min_max_bytes {
                     Box::new(MinMaxBytes::new(
                         keep_min,
                         f.expr.field().data_type().clone(),
@@ -486,6 +565,64 @@ mod tests {
     fn decoded(table: &GroupTable, codec: &KeyCodec, idx: &[usize]) -> Vec<i64> {
         let cols = table.decode(codec, idx).unwrap();
         cols[0].as_primitive::<Int64Type>().values().to_vec()
+    }
+
+    /// `COUNT(DISTINCT ...)` of one integer column, bare or under `CASE WHEN
+    /// p THEN col END`, form a family per column; a lone count, another
+    /// shape of argument, a non-integer column or another function stays
+    /// on its own.
+    #[test]
+    fn distinct_counts_of_one_column_form_a_family() {
+        use datafusion::common::DFSchema;
+        use datafusion::functions_aggregate::expr_fn::{count, count_distinct};
+        use datafusion::prelude::{col, lit, when};
+
+        use super::AggregateFunctions;
+
+        let schema = arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("bidder", DataType::Int64, true),
+            arrow::datatypes::Field::new("auction", DataType::Int32, true),
+            arrow::datatypes::Field::new("price", DataType::Int64, true),
+            arrow::datatypes::Field::new("url", DataType::Utf8, true),
+        ]);
+        let input = DFSchema::try_from(schema).unwrap();
+        let cheap = || col("price").lt(lit(10_000i64));
+        let case = |c: &str| when(cheap(), col(c)).end().unwrap();
+        let aggregates = vec![
+            count_distinct(col("bidder")),
+            count_distinct(case("bidder")),
+            count_distinct(when(cheap(), col("bidder")).otherwise(lit(0i64)).unwrap()),
+            count_distinct(col("auction")),
+            count_distinct(case("auction")),
+            count_distinct(case("bidder")),
+            count_distinct(col("price")),
+            count_distinct(col("url")),
+            count_distinct(case("url")),
+            count(col("bidder")),
+        ];
+        let names: Vec<String> = (0..aggregates.len()).map(|i| format!("a{i}")).collect();
+        let funcs = AggregateFunctions::lower(&aggregates, &input, &names).unwrap();
+        let families: Vec<_> = funcs.funcs.iter().map(|f| f.family).collect();
+        assert_eq!(
+            families,
+            [
+                Some((0, 0)),
+                Some((0, 1)),
+                None,
+                Some((1, 0)),
+                Some((1, 1)),
+                Some((0, 2)),
+                None,
+                None,
+                None,
+                None
+            ]
+        );
+        assert_eq!(
+            funcs.families(),
+            [(DataType::Int64, 3), (DataType::Int32, 2)]
+        );
+        assert_eq!(funcs.accumulators().unwrap().len(), aggregates.len());
     }
 
     /// Freezing shares the keys so far without copying them; lookups,

@@ -10,6 +10,7 @@ pub mod asof;
 pub mod changelog;
 pub mod changelog_over;
 pub mod distinct;
+pub mod distinct_family;
 pub mod expr;
 pub mod groups;
 pub mod join;

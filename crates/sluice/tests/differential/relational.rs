@@ -13,7 +13,9 @@ use crate::oracle::{query, table};
 
 const PER_KEY: &str = "SELECT key, COUNT(*) AS n, SUM(value) AS s, MIN(value) AS mn, \
                        MAX(value) AS mx, COUNT(value) AS nv, AVG(value) AS av, \
-                       COUNT(DISTINCT value) AS nd FROM src GROUP BY key";
+                       COUNT(DISTINCT value) AS nd, \
+                       COUNT(DISTINCT CASE WHEN value > 10 THEN value END) AS nd_big \
+                       FROM src GROUP BY key";
 const TOTAL: &str = "SELECT COUNT(*) AS n, SUM(value) AS s FROM src";
 
 async fn updating_aggregate(s: &Stream, per_cycle: usize) -> Result<(), TestCaseError> {
