@@ -54,8 +54,7 @@ use arrow::datatypes::{
 use datafusion::common::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::expressions::{CaseExpr, Column, Literal};
-use hashbrown::HashTable;
-use rustc_hash::FxBuildHasher;
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::expr::PhysExpr;
 
@@ -127,6 +126,8 @@ where
 {
     let shared = Arc::new(Mutex::new(Family::<T> {
         table: HashTable::new(),
+        hasher: DefaultHashBuilder::default(),
+        marks: Vec::new(),
         counts: vec![Vec::new(); count],
         parked: (0..count).map(|_| None).collect(),
         parked_groups: Vec::new(),
@@ -144,11 +145,12 @@ where
 }
 
 /// One (group, value) pair some member has seen; bit `i` of `mask` is set
-/// once member `i` has.
+/// once member `i` has. (16 bytes for a BIGINT: groups are numbered within
+/// a scope's segment, far below `u32::MAX`, which [`Family::group`] checks.)
 struct Entry<N> {
-    group: usize,
-    value: N,
+    group: u32,
     mask: u32,
+    value: N,
 }
 
 /// A member's input, waiting for the others' over the same rows.
@@ -160,16 +162,15 @@ struct Parked {
 /// What a family's members share.
 struct Family<T: ArrowPrimitiveType> {
     table: HashTable<Entry<T::Native>>,
+    hasher: DefaultHashBuilder,
+    /// Scratch: a folded batch's (group, members, value) marks.
+    marks: Vec<Entry<T::Native>>,
     /// Per member, its distinct count per group.
     counts: Vec<Vec<i64>>,
     /// Per member, its parked input (all over the rows of `parked_groups`).
     parked: Vec<Option<Parked>>,
     parked_groups: Vec<usize>,
     parked_total: usize,
-}
-
-fn hash_of<N: Hash>(group: usize, value: &N) -> u64 {
-    FxBuildHasher.hash_one((group, value))
 }
 
 fn internal(what: &str) -> DataFusionError {
@@ -185,21 +186,27 @@ where
         self.parked.iter().any(Option::is_some)
     }
 
+    /// A group index as an entry holds it.
+    fn group(group: usize) -> DfResult<u32> {
+        u32::try_from(group).map_err(|_| internal("a group index beyond u32"))
+    }
+
     /// Mark (group, value) seen by the members in `bits`; counts the
     /// members that had not seen it.
-    fn mark(&mut self, group: usize, value: T::Native, bits: u32) {
-        let hash = hash_of(group, &value);
+    fn mark(&mut self, group: u32, value: T::Native, bits: u32) {
+        let hasher = &self.hasher;
+        let hash = hasher.hash_one((group, value));
         let entry = self
             .table
             .entry(
                 hash,
                 |e| e.group == group && e.value == value,
-                |e| hash_of(e.group, &e.value),
+                |e| hasher.hash_one((e.group, e.value)),
             )
             .or_insert(Entry {
                 group,
-                value,
                 mask: 0,
+                value,
             })
             .into_mut();
         let mut new = bits & !entry.mask;
@@ -207,7 +214,8 @@ where
         while new != 0 {
             let bit = new.trailing_zeros() as usize;
             new &= new - 1;
-            if let Some(count) = self.counts.get_mut(bit).and_then(|c| c.get_mut(group)) {
+            let count = self.counts.get_mut(bit);
+            if let Some(count) = count.and_then(|c| c.get_mut(group as usize)) {
                 *count += 1;
             }
         }
@@ -242,6 +250,10 @@ where
             }
             inputs.push((1u32 << bit, values, p.filter.as_ref()));
         }
+        // First the marks, row by row (no table access), then the lookups
+        // in one tight loop, so the table's cache misses overlap.
+        let mut marks = std::mem::take(&mut self.marks);
+        marks.clear();
         for (row, &group) in groups.iter().enumerate() {
             // Members with a value at this row, as bits of `inputs`.
             let mut todo: u64 = 0;
@@ -251,27 +263,35 @@ where
                     todo |= 1 << j;
                 }
             }
+            if todo == 0 {
+                continue;
+            }
+            let group = Self::group(group)?;
             while todo != 0 {
                 let first = todo.trailing_zeros() as usize;
                 let Some((_, values, _)) = inputs.get(first) else {
                     break;
                 };
                 let value = values.value(row);
-                let mut bits = 0u32;
+                let mut mask = 0u32;
                 let mut rest = todo;
                 while rest != 0 {
                     let j = rest.trailing_zeros() as usize;
                     rest &= rest - 1;
                     if let Some((bit, v, _)) = inputs.get(j) {
                         if v.value(row) == value {
-                            bits |= bit;
+                            mask |= bit;
                             todo &= !(1 << j);
                         }
                     }
                 }
-                self.mark(group, value, bits);
+                marks.push(Entry { group, mask, value });
             }
         }
+        for m in &marks {
+            self.mark(m.group, m.value, m.mask);
+        }
+        self.marks = marks;
         self.parked_groups = groups;
         self.parked_groups.clear();
         Ok(())
@@ -392,7 +412,7 @@ where
         let bit = 1u32 << self.bit;
         for e in f.table.iter().filter(|e| e.mask & bit != 0) {
             let at = cursors
-                .get_mut(e.group)
+                .get_mut(e.group as usize)
                 .ok_or_else(|| internal("a value of a group beyond the counts"))?;
             let slot = values
                 .get_mut(*at)
@@ -433,11 +453,15 @@ where
                 c.resize(total_num_groups, 0);
             }
         }
+        if group_indices.len() > lists.len() {
+            return Err(internal("more group indices than states"));
+        }
         let offsets = lists.offsets();
         for (row, &group) in group_indices.iter().enumerate() {
             if lists.is_null(row) {
                 continue;
             }
+            let group = Family::<T>::group(group)?;
             let (start, end) = (offsets[row] as usize, offsets[row + 1] as usize);
             for i in start..end {
                 if inner.is_valid(i) {
