@@ -132,6 +132,7 @@ where
         parked: (0..count).map(|_| None).collect(),
         parked_groups: Vec::new(),
         parked_total: 0,
+        drained: 0,
     }));
     (0..count)
         .map(|bit| {
@@ -171,6 +172,11 @@ struct Family<T: ArrowPrimitiveType> {
     parked: Vec<Option<Parked>>,
     parked_groups: Vec<usize>,
     parked_total: usize,
+    /// Members whose counts were taken while their bits still mark
+    /// entries: the bits are cleared lazily, all at once when every member
+    /// has been drained (the usual case: a scope drains all its
+    /// accumulators together), or before anything is marked again.
+    drained: u32,
 }
 
 fn internal(what: &str) -> DataFusionError {
@@ -226,6 +232,7 @@ where
         if !self.any_parked() {
             return Ok(());
         }
+        self.purge_drained();
         let parked: Vec<(usize, Parked)> = self
             .parked
             .iter_mut()
@@ -299,11 +306,25 @@ where
 
     /// Forget member `bit`'s values (its counts were taken).
     fn clear_member(&mut self, bit: usize) {
-        let keep = !(1u32 << bit);
+        self.drained |= 1 << bit;
+        let all = u32::MAX >> (32 - self.counts.len().clamp(1, 32));
+        if self.drained & all == all {
+            self.table.clear();
+            self.drained = 0;
+        }
+    }
+
+    /// Clear the bits of drained members from the table, before new marks.
+    fn purge_drained(&mut self) {
+        if self.drained == 0 {
+            return;
+        }
+        let keep = !self.drained;
         self.table.retain(|e| {
             e.mask &= keep;
             e.mask != 0
         });
+        self.drained = 0;
     }
 }
 
@@ -410,7 +431,8 @@ where
         let mut cursors: Vec<usize> = offsets.iter().map(|o| *o as usize).collect();
         let mut values = vec![T::Native::default(); end as usize];
         let bit = 1u32 << self.bit;
-        for e in f.table.iter().filter(|e| e.mask & bit != 0) {
+        let live = bit & !f.drained;
+        for e in f.table.iter().filter(|e| e.mask & live != 0) {
             let at = cursors
                 .get_mut(e.group as usize)
                 .ok_or_else(|| internal("a value of a group beyond the counts"))?;
@@ -448,6 +470,7 @@ where
             .as_primitive_opt::<T>()
             .ok_or_else(|| internal("a state list of an unexpected type"))?;
         let mut f = self.folded()?;
+        f.purge_drained();
         if let Some(c) = f.counts.get_mut(self.bit) {
             if c.len() < total_num_groups {
                 c.resize(total_num_groups, 0);

@@ -157,7 +157,8 @@ fn run_case(seed: u64, data_type: &DataType) {
                 record(&mut model, m, &idx2, &inputs2[m]);
             }
         }
-        // A state taken and merged back: nothing is lost or counted twice.
+        // A state taken, and merged back or not: nothing is lost or
+        // counted twice, and a drained member starts from nothing.
         if rng.below(4) == 0 {
             let m = rng.below(k as u64) as usize;
             let state = family[m].state(EmitTo::All).unwrap();
@@ -166,8 +167,34 @@ fn run_case(seed: u64, data_type: &DataType) {
                 model[m],
                 "seed {seed}: state of {m}"
             );
-            let all: Vec<usize> = (0..state[0].len()).collect();
-            family[m].merge_batch(&state, &all, groups).unwrap();
+            if rng.below(2) == 0 {
+                let all: Vec<usize> = (0..state[0].len()).collect();
+                family[m].merge_batch(&state, &all, groups).unwrap();
+            } else {
+                // Drained: the member starts again from nothing.
+                model[m].clear();
+            }
+        }
+    }
+    // Sometimes every member is drained (the table is then cleared at
+    // once) and the family goes on with another batch.
+    if rng.below(3) == 0 {
+        for (m, acc) in family.iter_mut().enumerate() {
+            let counts = acc.evaluate(EmitTo::All).unwrap();
+            let counts = counts.as_primitive::<Int64Type>().values().to_vec();
+            // A member drained alone since its last update has no groups.
+            let expected = match counts.is_empty() && model[m].is_empty() {
+                true => vec![],
+                false => counts_of(&model, m, groups),
+            };
+            assert_eq!(counts, expected, "seed {seed}: drained member {m}");
+        }
+        model.iter_mut().for_each(BTreeSet::clear);
+        let rows = 1 + rng.below(30) as usize;
+        let (idx, inputs) = batch(&mut rng, k, rows, groups, stray);
+        for (m, input) in inputs.iter().enumerate() {
+            update(family[m].as_mut(), data_type, &idx, input, groups);
+            record(&mut model, m, &idx, input);
         }
     }
     // Each member's state merges into a second family's member.
