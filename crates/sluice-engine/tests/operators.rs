@@ -404,3 +404,28 @@ async fn stateful_operators_are_listed_in_part_order_and_check_their_ports() {
         "internal error: window aggregate has no input port 2"
     );
 }
+
+/// A session snapshot whose keys do not fit the query (keyed sessions
+/// restored into sessions over all rows, and back) is refused as damaged,
+/// not restored under made-up keys.
+#[tokio::test]
+async fn a_session_snapshot_with_keys_of_another_shape_is_refused() {
+    let w = "session(ts, INTERVAL '6' MILLISECOND)";
+    let keyed =
+        format!("CREATE STREAM x AS SELECT k, {w} AS w, COUNT(*) AS n FROM s GROUP BY k, {w}");
+    let global = format!("CREATE STREAM x AS SELECT {w} AS w, COUNT(*) AS n FROM s GROUP BY {w}");
+    for (from, to) in [(&keyed, &global), (&global, &keyed)] {
+        let mut original = compile(from).await;
+        run(&mut original, &[(1, 5, 1), (2, 7, 3)], 0);
+        let mut parts = Vec::new();
+        original.snapshot(&mut parts).unwrap();
+        let mut restored = compile(to).await;
+        let err = restored
+            .restore(&mut parts.into_iter().collect())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("damaged session snapshot"),
+            "{from} into {to}: {err}"
+        );
+    }
+}
