@@ -4,8 +4,10 @@
 //! The input is append-only, so a row pushed out of a partition's first N
 //! can never come back: each partition keeps at most N rows, sorted. Rows
 //! are compared by their `ORDER BY` keys in Arrow's row format (which
-//! encodes direction and null placement), then by the whole row, so equal
-//! keys are numbered in one deterministic order.
+//! encodes direction and null placement), then by the whole row, column by
+//! column ascending (see [`payload`]), so equal keys are numbered in one
+//! deterministic order. A row's bytes are made only when its key ranks it among the
+//! rows its partition still keeps.
 //!
 //! When rows are emitted depends on the [`TopNMode`] the planner proved:
 //! - `Windowed`: a partition's N rows are emitted once, when the watermark
@@ -24,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt64Array};
+use arrow::array::{Array, ArrayRef, Int64Array, UInt64Array};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
@@ -32,6 +34,7 @@ use sluice_sql::TopNMode;
 use smallvec::SmallVec;
 
 use self::partitions::{PartId, Partitions};
+use self::payload::{Encoder, PayloadCodec};
 use super::changelog::{output_batch, Op};
 use super::expr::{eval, event_time_ms, PhysExpr};
 use super::stateful::{no_such_port, Port, StatefulOperator};
@@ -62,9 +65,15 @@ impl Entry {
         scratch.clear();
         scratch.extend_from_slice(order);
         scratch.extend_from_slice(payload);
+        Self::from_joined(scratch, order.len(), time)
+    }
+
+    /// The entry whose sort key is the first `order_len` of `bytes` and
+    /// whose row is the rest.
+    fn from_joined(bytes: &[u8], order_len: usize, time: Option<i64>) -> Self {
         Self {
-            bytes: Arc::from(scratch.as_slice()),
-            order_len: order.len(),
+            bytes: Arc::from(bytes),
+            order_len,
             time,
         }
     }
@@ -84,7 +93,9 @@ impl Entry {
 /// that one lives inline in the partition.
 type Rows = SmallVec<[Entry; 1]>;
 
+mod legacy;
 mod partitions;
+mod payload;
 mod snapshot;
 
 /// One partition's state.
@@ -128,7 +139,7 @@ pub struct TopN {
     def: TopNDef,
     partition_rows: Option<RowConverter>,
     order_rows: RowConverter,
-    payload_rows: RowConverter,
+    payload: PayloadCodec,
     parts: Partitions<Partition>,
     /// Partitions with rows not yet emitted (`FirstByTime`) or changed
     /// since last emitted (`Changelog`), each once (its `dirty` flag).
@@ -149,16 +160,10 @@ pub struct TopN {
 /// Restored rows decoded at a time by [`TopN::check_restored_payloads`].
 const CHECK_CHUNK: usize = 8192;
 
-/// The type whose row encoding is `t`'s, with a top-level string type read
-/// as binary (see [`TopN::check_restored_payloads`]).
-fn binary_twin(t: &DataType) -> DataType {
-    match t {
-        DataType::Utf8 => DataType::Binary,
-        DataType::LargeUtf8 => DataType::LargeBinary,
-        DataType::Utf8View => DataType::BinaryView,
-        other => other.clone(),
-    }
-}
+/// The snapshot key naming how kept rows are encoded, and its value for
+/// [`payload`]'s encoding (a snapshot without it holds Arrow's row format).
+const PAYLOAD_KEY: &str = "payload";
+const PAYLOAD_COMPACT: &str = "compact";
 
 /// Whether a time is behind the watermark by more than `lag`. A NULL time
 /// is final only at the end of input.
@@ -180,18 +185,12 @@ impl TopN {
             )?)
         };
         let order_rows = RowConverter::new(def.order_fields.clone())?;
-        let payload_rows = RowConverter::new(
-            def.input
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect(),
-        )?;
+        let payload = PayloadCodec::new(Arc::clone(&def.input))?;
         Ok(Self {
             def,
             partition_rows,
             order_rows,
-            payload_rows,
+            payload,
             parts: Partitions::default(),
             dirty: Vec::new(),
             closing: BTreeMap::new(),
@@ -230,14 +229,15 @@ impl TopN {
         }
     }
 
-    /// Put the row (`order`, `payload`) in partition `key`'s sorted rows
-    /// if it ranks among the rows still to fill; nothing is allocated for a
-    /// row that does not.
+    /// Put row `row` of the batch `payload` encodes in partition `key`'s
+    /// sorted rows if it ranks among the rows still to fill; nothing is
+    /// encoded or allocated for a row whose sort key does not.
     fn insert(
         &mut self,
         key: &[u8],
         order: &[u8],
-        payload: &[u8],
+        payload: &Encoder<'_>,
+        row: usize,
         time: Option<i64>,
     ) -> Result<()> {
         let windowed = matches!(
@@ -265,10 +265,32 @@ impl TopN {
             self.closing.entry(t).or_default().push(id);
         }
         let cap = self.def.limit.saturating_sub(part.emitted);
-        let pos = part
+        // The rows whose keys rank before this one's, then those with its key.
+        let first = part.rows.partition_point(|e| e.order() < order);
+        if first >= cap {
+            return Ok(());
+        }
+        let ties = part
             .rows
-            .binary_search_by(|e| (e.order(), e.payload()).cmp(&(order, payload)))
-            .unwrap_or_else(|p| p);
+            .get(first..)
+            .unwrap_or_default()
+            .partition_point(|e| e.order() == order);
+        self.scratch.clear();
+        self.scratch.extend_from_slice(order);
+        payload.encode(row, &mut self.scratch)?;
+        let bytes = self.scratch.get(order.len()..).unwrap_or_default();
+        // Among equal keys, by the whole row (a binary search that may fail).
+        let (mut lo, mut hi) = (first, first + ties);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let kept = part.rows.get(mid).map(Entry::payload).unwrap_or_default();
+            if self.payload.compare(kept, bytes)? == std::cmp::Ordering::Greater {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let pos = lo;
         if pos >= cap {
             return Ok(());
         }
@@ -278,7 +300,7 @@ impl TopN {
             part.rows.truncate(cap.saturating_sub(1));
         }
         part.rows
-            .insert(pos, Entry::new(&mut self.scratch, order, payload, time));
+            .insert(pos, Entry::from_joined(&self.scratch, order.len(), time));
         if !windowed && !part.dirty {
             part.dirty = true;
             self.dirty.push(id);
@@ -291,19 +313,7 @@ impl TopN {
         if rows.is_empty() {
             return Ok(vec![]);
         }
-        // SAFETY: every kept row's payload was encoded by `payload_rows`
-        // from Arrow arrays, whose strings are valid UTF-8, or was restored
-        // from a snapshot and checked by `check_restored_payloads`.
-        let parser = unsafe { self.payload_rows.parser_skip_utf8_validation() };
-        // The rows are scattered over the heap and decoding reads each one
-        // once per column: copy them into one buffer first, so each is
-        // fetched from memory once (the decode was a third of q19's time).
-        let bytes = rows.iter().map(|(p, _, _)| p.len()).sum();
-        let mut packed = self.payload_rows.empty_rows(rows.len(), bytes);
-        for (p, _, _) in rows {
-            packed.push(parser.parse(p));
-        }
-        let mut columns = self.payload_rows.convert_rows(packed.iter())?;
+        let mut columns = self.payload.decode(rows.iter().map(|(p, _, _)| *p))?;
         columns.push(Arc::new(UInt64Array::from_iter_values(
             rows.iter().map(|(_, r, _)| *r),
         )));
@@ -312,56 +322,20 @@ impl TopN {
         Ok(vec![output_batch(&self.def.schema, columns, changes)?])
     }
 
-    /// Check every restored row's strings once, so that [`Self::output`]
-    /// may skip that check: a snapshot comes from disk. The rows are
-    /// decoded with string columns read as binary (the row format encodes
-    /// both alike) and each value is then checked, because arrow-row's own
-    /// check panics on invalid UTF-8 instead of returning an error.
+    /// Decode every restored row once, so that a damaged snapshot is
+    /// refused when it is restored rather than when its rows are emitted.
     fn check_restored_payloads(&self) -> Result<()> {
-        let fields = self.def.input.fields();
-        let twin = RowConverter::new(
-            fields
-                .iter()
-                .map(|f| SortField::new(binary_twin(f.data_type())))
-                .collect(),
-        )?;
-        let parser = twin.parser();
-        let check = |chunk: &mut Vec<&[u8]>| -> Result<()> {
-            let columns = twin.convert_rows(chunk.drain(..).map(|p| parser.parse(p)))?;
-            for (column, field) in columns.iter().zip(fields.iter()) {
-                let valid = match field.data_type() {
-                    DataType::Utf8 => arrow::array::StringArray::try_from_binary(
-                        column.as_binary::<i32>().clone(),
-                    )
-                    .map(drop),
-                    DataType::LargeUtf8 => arrow::array::LargeStringArray::try_from_binary(
-                        column.as_binary::<i64>().clone(),
-                    )
-                    .map(drop),
-                    DataType::Utf8View => {
-                        column.as_binary_view().clone().to_string_view().map(drop)
-                    }
-                    _ => Ok(()),
-                };
-                valid.map_err(|e| {
-                    EngineError::Internal(format!(
-                        "damaged top-n snapshot: column {} of a kept row: {e}",
-                        field.name()
-                    ))
-                })?;
-            }
-            Ok(())
-        };
         let mut chunk = Vec::with_capacity(CHECK_CHUNK);
         for (_, _, p) in self.parts.iter() {
             for e in p.rows.iter().chain(p.shown.iter()) {
                 chunk.push(e.payload());
                 if chunk.len() == CHECK_CHUNK {
-                    check(&mut chunk)?;
+                    self.payload.decode(chunk.iter().copied())?;
+                    chunk.clear();
                 }
             }
         }
-        check(&mut chunk)
+        self.payload.decode(chunk.iter().copied()).map(drop)
     }
 
     fn advance_windowed(&mut self, lag: i64) -> Result<Vec<RecordBatch>> {
@@ -488,7 +462,7 @@ impl StatefulOperator for TopN {
         let order = self
             .order_rows
             .convert_columns(&eval_all(&self.def.order)?)?;
-        let payload = self.payload_rows.convert_columns(batch.columns())?;
+        let payload = self.payload.encoder(batch.columns())?;
         let times = self.times(&batch)?;
         let lag = self.lag();
         let tracks_time = self.def.mode != TopNMode::Changelog;
@@ -502,7 +476,7 @@ impl StatefulOperator for TopN {
                 continue;
             }
             let key = partition.as_ref().map_or(&[][..], |p| p.row(i).data());
-            self.insert(key, order.row(i).data(), payload.row(i).data(), time)?;
+            self.insert(key, order.row(i).data(), &payload, i, time)?;
         }
         Ok(vec![])
     }
@@ -522,6 +496,7 @@ impl StatefulOperator for TopN {
         out.set("watermark", self.watermark);
         out.set("late", self.late);
         out.set("partitions", self.parts.len());
+        out.set(PAYLOAD_KEY, PAYLOAD_COMPACT);
         let batch = snapshot::snapshot_batch(&self.parts)?;
         if batch.num_rows() > 0 {
             out.push(&batch)?;
@@ -544,7 +519,15 @@ impl StatefulOperator for TopN {
                 self.parts.len()
             )));
         }
-        self.check_restored_payloads()?;
+        match snap.get_optional::<String>(PAYLOAD_KEY)?.as_deref() {
+            Some(PAYLOAD_COMPACT) => self.check_restored_payloads()?,
+            None => legacy::recode(&self.def.input, &self.payload, &mut self.parts)?,
+            Some(other) => {
+                return Err(EngineError::Internal(format!(
+                    "damaged top-n snapshot: kept rows in an unknown encoding {other:?}"
+                )))
+            }
+        }
         self.closing.clear();
         for (id, _, p) in self.parts.iter() {
             let pending = match self.def.mode {
