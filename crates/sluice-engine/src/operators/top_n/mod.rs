@@ -78,6 +78,12 @@ impl Entry {
         }
     }
 
+    /// Whether `other` holds the same row: the same allocation (a rank
+    /// unchanged since it was shown) or equal bytes.
+    fn same_row(&self, other: &Entry) -> bool {
+        Arc::ptr_eq(&self.bytes, &other.bytes) || self.payload() == other.payload()
+    }
+
     /// The `ORDER BY` key in row format.
     fn order(&self) -> &[u8] {
         self.bytes.get(..self.order_len).unwrap_or_default()
@@ -298,6 +304,10 @@ impl TopN {
         // grows (and an inline one never spills to the heap).
         if part.rows.len() >= cap {
             part.rows.truncate(cap.saturating_sub(1));
+        } else if part.rows.len() == part.rows.capacity() {
+            // Spilling to the heap: room for every row the partition may
+            // keep at once, instead of doubling through 2, 4, 8, 16.
+            part.rows.reserve_exact(cap - part.rows.len());
         }
         part.rows
             .insert(pos, Entry::from_joined(&self.scratch, order.len(), time));
@@ -421,7 +431,9 @@ impl TopN {
             p.dirty = false;
             for i in 0..p.rows.len().max(p.shown.len()) {
                 let (old, new) = (p.shown.get(i), p.rows.get(i));
-                if old.map(Entry::payload) == new.map(Entry::payload) {
+                if old.zip(new).is_some_and(|(o, n)| o.same_row(n))
+                    || (old.is_none() && new.is_none())
+                {
                     continue;
                 }
                 let rank = i as u64 + 1;
