@@ -3,9 +3,8 @@
 //! A kept row is stored as bytes so that a partition's rows fit one
 //! allocation each and compare cheaply. Arrow's row format was used for
 //! that before, but it is made for ordering: it splits every string into
-//! 32-byte blocks with a continuation byte each, so encoding every input
-//! row cost a tenth of q19's time, decoding the emitted rows a fifth, and
-//! a 90-byte URL took 132 bytes. The whole row needs no order (the `ORDER
+//! blocks with a continuation byte each, so encoding every input row cost
+//! a tenth of q19's time and decoding the emitted rows a fifth. The whole row needs no order (the `ORDER
 //! BY` key keeps Arrow's row format); it needs to be *canonical*, so that
 //! equal rows have equal bytes: the changelog compares a partition's rows
 //! with the ones it showed. Ties in the `ORDER BY` key are broken by the
