@@ -422,13 +422,12 @@ impl TopN {
     }
 
     fn advance_changes(&mut self) -> Result<Vec<RecordBatch>> {
-        let mut retracted: Vec<(Entry, u64)> = Vec::new();
-        let mut inserted: Vec<(Entry, u64)> = Vec::new();
-        for id in std::mem::take(&mut self.dirty) {
-            let Some(p) = self.parts.get_mut(id) else {
-                continue;
-            };
-            p.dirty = false;
+        let dirty = std::mem::take(&mut self.dirty);
+        // First the changes, read in place (no entry is cloned for the
+        // output), then the partitions' shown rows brought up to date.
+        let mut retracted: Vec<(&[u8], u64, Op)> = Vec::new();
+        let mut inserted: Vec<(&[u8], u64, Op)> = Vec::new();
+        for p in dirty.iter().filter_map(|id| self.parts.get(*id)) {
             for i in 0..p.rows.len().max(p.shown.len()) {
                 let (old, new) = (p.shown.get(i), p.rows.get(i));
                 if old.zip(new).is_some_and(|(o, n)| o.same_row(n))
@@ -438,20 +437,28 @@ impl TopN {
                 }
                 let rank = i as u64 + 1;
                 if let Some(o) = old {
-                    retracted.push((o.clone(), rank));
+                    retracted.push((o.payload(), rank, Op::Retract));
                 }
                 if let Some(n) = new {
-                    inserted.push((n.clone(), rank));
+                    inserted.push((n.payload(), rank, Op::Insert));
                 }
             }
-            p.shown.clone_from(&p.rows);
         }
-        let rows: Vec<(&[u8], u64, Op)> = retracted
-            .iter()
-            .map(|(e, r)| (e.payload(), *r, Op::Retract))
-            .chain(inserted.iter().map(|(e, r)| (e.payload(), *r, Op::Insert)))
-            .collect();
-        self.output(&rows)
+        retracted.append(&mut inserted);
+        let out = self.output(&retracted);
+        drop(retracted);
+        let Ok(out) = out else {
+            // Nothing was shown: the partitions stay dirty.
+            self.dirty = dirty;
+            return out;
+        };
+        for id in dirty {
+            if let Some(p) = self.parts.get_mut(id) {
+                p.dirty = false;
+                p.shown.clone_from(&p.rows);
+            }
+        }
+        Ok(out)
     }
 }
 
