@@ -430,9 +430,8 @@ impl TopN {
         for p in dirty.iter().filter_map(|id| self.parts.get(*id)) {
             for i in 0..p.rows.len().max(p.shown.len()) {
                 let (old, new) = (p.shown.get(i), p.rows.get(i));
-                if old.zip(new).is_some_and(|(o, n)| o.same_row(n))
-                    || (old.is_none() && new.is_none())
-                {
+                // At least one of the two exists below the longer length.
+                if old.zip(new).is_some_and(|(o, n)| o.same_row(n)) {
                     continue;
                 }
                 let rank = i as u64 + 1;

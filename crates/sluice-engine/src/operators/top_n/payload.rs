@@ -507,7 +507,11 @@ impl PayloadCodec {
                     }
                     Builder::Boolean(b) => {
                         if valid {
-                            b.append_value(c.take(1)? != [0]);
+                            b.append_value(match c.take(1)? {
+                                [0] => false,
+                                [1] => true,
+                                _ => return Err(damaged("a boolean that is neither 0 nor 1")),
+                            });
                         } else {
                             b.append_null();
                         }

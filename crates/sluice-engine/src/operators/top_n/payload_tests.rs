@@ -268,6 +268,13 @@ fn damaged_rows_are_errors() {
         flag[0] = 2;
         assert!(codec.decode(std::iter::once(flag.as_slice())).is_err());
     }
+    // A boolean is 0 or 1.
+    let booleans: Vec<(&str, ArrayRef)> = vec![("b", Arc::new(BooleanArray::from(vec![true])))];
+    let codec = codec_for(&booleans);
+    let mut row = encode_all(&codec, &[Arc::clone(&booleans[0].1)]).remove(0);
+    assert_eq!(row, [1, 1]);
+    row[1] = 2;
+    assert!(codec.decode(std::iter::once(row.as_slice())).is_err());
     // A string column alone: its bytes follow the flag and the length.
     let strings: Vec<(&str, ArrayRef)> = vec![("s", Arc::new(StringArray::from(vec!["abc"])))];
     let codec = codec_for(&strings);
