@@ -208,6 +208,20 @@ struct PauseRun {
     /// The longest pause since the start, the fill's checkpoints included
     /// (the first capture holds every key created before it).
     pause_max_all_ms: f64,
+    /// What checkpoints did while the throughput was measured.
+    full_speed: FullSpeedCheckpoints,
+}
+
+/// Checkpoints during the full-speed phase: the throughput measured there
+/// is "during checkpoints" only if tails ran through most of it.
+struct FullSpeedCheckpoints {
+    /// Checkpoints captured (their compute-thread pauses recorded).
+    started: u64,
+    /// Checkpoints that became durable.
+    committed: u64,
+    /// Interval ticks skipped because a tail was still in flight: with a
+    /// 1 s interval, about the seconds a tail ran beyond its own tick.
+    busy_ticks: u64,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -363,7 +377,8 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
         pauses.sample(&db.metrics());
     }
     // (2) Throughput: as fast as the pipeline takes batches.
-    let ingested = db.metrics().events_ingested;
+    let at_full_speed = db.metrics();
+    let ingested = at_full_speed.events_ingested;
     let started = Instant::now();
     let until = started + Duration::from_secs(secs);
     while Instant::now() < until {
@@ -376,6 +391,11 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
         (db.metrics().events_ingested - ingested) as f64 / started.elapsed().as_secs_f64();
     let after = db.metrics();
     pauses.sample(&after);
+    let full_speed = FullSpeedCheckpoints {
+        started: after.checkpoint_pauses - at_full_speed.checkpoint_pauses,
+        committed: after.checkpoints - at_full_speed.checkpoints,
+        busy_ticks: after.checkpoints_skipped - at_full_speed.checkpoints_skipped,
+    };
     db.abort().await?;
     drop(src);
     let mut latencies_ms = consumer
@@ -400,6 +420,7 @@ async fn pause_run(mb: u64, interval: &str) -> sluice::Result<PauseRun> {
         checkpoint_ms,
         pause_ms,
         pause_max_all_ms: after.checkpoint_pause_max_ns as f64 / 1e6,
+        full_speed,
     })
 }
 
@@ -416,8 +437,8 @@ async fn pause_table(sizes: &[u64]) -> sluice::Result<()> {
     println!();
     println!("Probe: 25 batches/s of 8192 rows (one probe row each) over the state, push -> subscriber; then full speed. checkpoint_interval 1s vs off, {rounds} alternating pair(s).");
     println!();
-    println!("| state | round | interval | checkpoints | last checkpoint | compute pause mean / max | probe p50 | probe p99 | probe max (stall) | rows/s at full speed | longest pause, fill included |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| state | round | interval | checkpoints | last checkpoint | compute pause mean / max | probe p50 | probe p99 | probe max (stall) | rows/s at full speed | longest pause, fill included | at full speed: started / committed / ticks a tail was in flight |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut summary = Vec::new();
     for &mb in sizes {
         let mut changes = Vec::new();
@@ -433,7 +454,7 @@ async fn pause_table(sizes: &[u64]) -> sluice::Result<()> {
                     format!(" ({change:+.1}%)")
                 };
                 println!(
-                    "| {mb} MB | {round} | {name} | {} | {:.0} ms | {:.1} / {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0}{delta} | {:.1} ms |",
+                    "| {mb} MB | {round} | {name} | {} | {:.0} ms | {:.1} / {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0}{delta} | {:.1} ms | {} / {} / {} |",
                     r.checkpoints,
                     r.checkpoint_ms,
                     r.pause_ms.0,
@@ -443,6 +464,9 @@ async fn pause_table(sizes: &[u64]) -> sluice::Result<()> {
                     r.latencies_ms.last().copied().unwrap_or(f64::NAN),
                     r.throughput,
                     r.pause_max_all_ms,
+                    r.full_speed.started,
+                    r.full_speed.committed,
+                    r.full_speed.busy_ticks,
                 );
             }
         }
