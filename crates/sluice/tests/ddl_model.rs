@@ -3,7 +3,13 @@
 //! VIEWS / SINKS) equals a model, refused statements (duplicate names,
 //! unknown inputs, drops of objects still read) change nothing and carry
 //! the exact code, and at the end every materialized view equals a batch
-//! oracle (DataFusion over the same input rows).
+//! oracle (DataFusion over the same input rows) and every sink's file holds
+//! exactly the rows its input passed after the sink was created.
+//!
+//! Among the refused statements is a sink the coordinator cannot open (its
+//! directory is a regular file): the defect that made this test, where
+//! the statement returned Ok and the whole pipeline halted. It is refused
+//! with the connector's code and the pipeline runs on.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +18,7 @@ use std::time::Duration;
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use sluice::arrow::array::{Array, Int64Array, StringArray};
 use sluice::arrow::datatypes::{DataType, Field, Schema};
 use sluice::arrow::record_batch::RecordBatch;
@@ -20,12 +27,18 @@ use sluice::Database;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// A regular file in the base directory, where an unopenable sink wants
+/// its directory.
+const BLOCKER: &str = "blocker";
+
 #[derive(Debug, Clone)]
 enum Op {
     Source(u8),
     Stream(u8, u8, i64),
     View(u8, u8),
     Sink(u8, u8),
+    /// A sink whose file cannot be created.
+    UnopenableSink(u8, u8),
     Drop(u8),
     Duplicate(u8),
     UnknownInput(u8),
@@ -40,6 +53,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (n.clone(), any::<u8>(), -2i64..6).prop_map(|(a, b, c)| Op::Stream(a, b, c)),
         2 => (n.clone(), any::<u8>()).prop_map(|(a, b)| Op::View(a, b)),
         2 => (n.clone(), any::<u8>()).prop_map(|(a, b)| Op::Sink(a, b)),
+        1 => (n.clone(), any::<u8>()).prop_map(|(a, b)| Op::UnopenableSink(a, b)),
         3 => any::<u8>().prop_map(Op::Drop),
         1 => any::<u8>().prop_map(Op::Duplicate),
         1 => n.clone().prop_map(Op::UnknownInput),
@@ -66,6 +80,8 @@ struct Obj {
     filters: Vec<i64>,
     /// Rows pushed to `root` before this object existed.
     rows_before: usize,
+    /// A sink's file (relative to the base directory).
+    path: Option<String>,
 }
 
 #[derive(Default)]
@@ -99,6 +115,7 @@ impl Model {
             root: parent.root.clone(),
             filters,
             rows_before: self.rows.get(&parent.root).map_or(0, Vec::len),
+            path: None,
         }
     }
 }
@@ -192,6 +209,7 @@ async fn run(ops: Vec<Op>) {
         .open()
         .await
         .unwrap();
+    std::fs::write(dir.path().join(BLOCKER), "a file, not a directory").unwrap();
     db.start().await.unwrap();
     let mut m = Model::default();
     let rel = [Kind::Source, Kind::Stream];
@@ -208,6 +226,7 @@ async fn run(ops: Vec<Op>) {
                         root: name.clone(),
                         filters: vec![],
                         rows_before: 0,
+                        path: None,
                     };
                     Expect::Ok(Some((name.clone(), o)))
                 };
@@ -252,14 +271,32 @@ async fn run(ops: Vec<Op>) {
                 };
                 let name = format!("k{n}");
                 m.sinks_made += 1;
+                let path = format!("out_{}.csv", m.sinks_made);
                 let e = if m.objects.contains_key(&name) {
                     Expect::Err("SLC-ENG-001")
                 } else {
-                    Expect::Ok(Some((name.clone(), m.derive(Kind::Sink, &from, None))))
+                    let mut o = m.derive(Kind::Sink, &from, None);
+                    o.path = Some(path.clone());
+                    Expect::Ok(Some((name.clone(), o)))
                 };
-                let path = format!("out_{}.csv", m.sinks_made);
                 let sql = format!(
                     "CREATE SINK {name} FROM {from} WITH (connector = 'file', path = '{path}', format = 'csv')"
+                );
+                (sql, e)
+            }
+            Op::UnopenableSink(n, i) => {
+                let Some(from) = m.pick(&rel, *i) else {
+                    continue;
+                };
+                let name = format!("k{n}");
+                // A name already taken is refused before the file is tried.
+                let e = if m.objects.contains_key(&name) {
+                    Expect::Err("SLC-ENG-001")
+                } else {
+                    Expect::Err("SLC-CONN-001")
+                };
+                let sql = format!(
+                    "CREATE SINK {name} FROM {from} WITH (connector = 'file', path = '{BLOCKER}/out.csv', format = 'csv')"
                 );
                 (sql, e)
             }
@@ -350,10 +387,41 @@ async fn run(ops: Vec<Op>) {
         eprintln!("COMPARED view {name} rows {}", rows.len());
     }
     db.shutdown().await.unwrap();
+    if let Some(halted) = db.status().await.and_then(|s| s.halted) {
+        panic!("the pipeline halted: {halted:?}");
+    }
+    // A sink's file holds the rows its input passed after it was created,
+    // each once (the file's order is the rows' order within each cycle).
+    for (name, o) in &m.objects {
+        let Some(path) = &o.path else {
+            continue;
+        };
+        let mut want: Vec<(i64, i64)> = m.rows.get(&o.root).cloned().unwrap_or_default()
+            [o.rows_before..]
+            .iter()
+            .copied()
+            .filter(|(_, v)| o.filters.iter().all(|f| v > f))
+            .collect();
+        let text = std::fs::read_to_string(dir.path().join(path)).unwrap_or_default();
+        let mut got: Vec<(i64, i64)> = text
+            .lines()
+            .filter(|l| *l != "k,v")
+            .map(|l| {
+                let (k, v) = l.split_once(',').unwrap_or_else(|| panic!("{path}: {l:?}"));
+                (k.parse().unwrap(), v.parse().unwrap())
+            })
+            .collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        assert_eq!(got, want, "sink {name} ({path})");
+        eprintln!("COMPARED sink {name} rows {}", want.len());
+    }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 24,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default() })]
 
     #[test]
     fn the_engine_catalog_follows_the_model_and_views_match_the_oracle(
