@@ -43,6 +43,7 @@ pub struct PipelineMetrics {
     output_queue_peak_bytes: AtomicU64,
     output_full: AtomicBool,
     intake_pauses: AtomicU64,
+    source_pressure_cycles: AtomicU64,
 }
 
 /// A checkpoint tail paces itself by how busy the cycles counted here keep
@@ -175,6 +176,11 @@ pub struct MetricsSnapshot {
     pub output_queue_peak_bytes: u64,
     /// Times source intake paused because an output was full.
     pub intake_pauses: u64,
+    /// Cycles that began with the source channel at its high-water mark
+    /// (readers and pushing callers waiting for room): the pipeline, not
+    /// its sources, set the pace of those cycles. A pipeline that keeps up
+    /// with its sources counts none.
+    pub source_pressure_cycles: u64,
 }
 
 impl MetricsSnapshot {
@@ -302,6 +308,11 @@ impl PipelineMetrics {
         *self.source_queue.lock() = Some(budget);
     }
 
+    /// Count a cycle that began with the source channel at high water.
+    pub fn note_source_pressure(&self) {
+        self.source_pressure_cycles.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Record the output queues as the coordinator saw them before a
     /// cycle; a pause is counted when they turn full.
     pub fn record_output_pressure(&self, queued_bytes: u64, full: bool) {
@@ -354,6 +365,7 @@ impl PipelineMetrics {
             output_queue_bytes: self.output_queue_bytes.load(Ordering::Relaxed),
             output_queue_peak_bytes: self.output_queue_peak_bytes.load(Ordering::Relaxed),
             intake_pauses: self.intake_pauses.load(Ordering::Relaxed),
+            source_pressure_cycles: self.source_pressure_cycles.load(Ordering::Relaxed),
         }
     }
 }

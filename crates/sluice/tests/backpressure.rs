@@ -136,6 +136,9 @@ async fn a_slow_sink_slows_the_sources_keeps_queues_bounded_and_loses_nothing() 
     // One 1,000-row Int64 batch is about 8 KiB: the queues held a few
     // batches, never the ~1 MB of the whole output.
     assert!(m.intake_pauses > 0, "{m:?}");
+    // While intake paused for the sink, the reader filled the source
+    // queue: the cycles after each pause began with it at high water.
+    assert!(m.source_pressure_cycles > 0, "{m:?}");
     assert!(
         m.output_queue_peak_bytes <= 2 * SINK_BUDGET,
         "sink queue peak {} B over its budget",

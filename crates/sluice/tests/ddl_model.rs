@@ -386,6 +386,9 @@ async fn run(ops: Vec<Op>) {
         assert_eq!(got, oracle(&rows, &o.filters).await, "view {name}");
         eprintln!("COMPARED view {name} rows {}", rows.len());
     }
+    // Each push waited for its rows to be taken in: the source queue never
+    // came near its 64 MiB high-water mark.
+    assert_eq!(db.metrics().source_pressure_cycles, 0);
     db.shutdown().await.unwrap();
     if let Some(halted) = db.status().await.and_then(|s| s.halted) {
         panic!("the pipeline halted: {halted:?}");

@@ -111,10 +111,11 @@ pub trait SourceIntake {
         false
     }
     /// Whether the source queue is at its high-water mark (readers and
-    /// pushing callers are waiting). Informational: the coordinator keeps
-    /// taking input then, since taking it is what relieves the queue; what
-    /// pauses intake is [`Self::external_output_pressure`] and
-    /// [`Self::intake_paused`].
+    /// pushing callers are waiting). The coordinator asks before each
+    /// cycle and counts the cycles that begin so (see
+    /// [`CycleExecution::note_source_pressure`]); it keeps taking input
+    /// then, since taking it is what relieves the queue. What pauses intake
+    /// is [`Self::external_output_pressure`] and [`Self::intake_paused`].
     fn is_backpressured(&self) -> bool {
         false
     }
@@ -145,6 +146,9 @@ pub trait CycleExecution {
     /// A cycle starts now (ended by [`Self::record_cycle`]): lets readers
     /// of the compute thread's busy time count a cycle still running.
     fn note_cycle_start(&self) {}
+    /// A cycle begins while [`SourceIntake::is_backpressured`]: the
+    /// pipeline is what limits the sources' pace.
+    fn note_source_pressure(&self) {}
     /// Record cycle metrics.
     fn record_cycle(&self, events_ingested: u64, batches: u64, elapsed_ns: u64);
     /// Record the three timed phases of a published cycle.

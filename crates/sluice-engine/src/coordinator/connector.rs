@@ -382,6 +382,10 @@ impl CycleExecution for ConnectorPipelineCallback {
         self.shared.metrics.note_cycle_start();
     }
 
+    fn note_source_pressure(&self) {
+        self.shared.metrics.note_source_pressure();
+    }
+
     fn record_cycle(&self, events_ingested: u64, batches: u64, elapsed_ns: u64) {
         self.shared
             .metrics

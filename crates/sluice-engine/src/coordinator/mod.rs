@@ -439,6 +439,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         tracing::trace!(events, batches = count, "cycle");
         let started = Instant::now();
         self.callback.note_cycle_start();
+        if self.callback.is_backpressured() {
+            self.callback.note_source_pressure();
+        }
         let watermark = self.callback.current_watermark();
         let outcome = match self.callback.execute_cycle(&batches, watermark).await {
             Ok(o) => o,
