@@ -105,6 +105,19 @@ pub enum StorageError {
         /// The authority's error.
         source: BoxedError,
     },
+    /// The store did not finish an operation before its deadline (a hung
+    /// or unreachable object store). What it was asked may or may not have
+    /// happened; a reservation's id is then burned, as every abandoned
+    /// attempt's is.
+    #[error("{store}: {operation} did not finish within {after:?}")]
+    TimedOut {
+        /// Where the store is.
+        store: String,
+        /// What was asked of it.
+        operation: &'static str,
+        /// How long it had.
+        after: std::time::Duration,
+    },
     /// Stored data is damaged or not what it claims to be.
     #[error("checkpoint {id}: {message}")]
     Corrupt {
@@ -134,6 +147,7 @@ impl StorageError {
             StorageError::ReservationContended { .. } => "SLC-STO-007",
             StorageError::Fenced { .. } => "SLC-STO-008",
             StorageError::Authority { .. } => "SLC-STO-009",
+            StorageError::TimedOut { .. } => "SLC-STO-010",
         }
     }
 }

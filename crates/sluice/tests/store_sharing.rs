@@ -329,3 +329,87 @@ async fn a_checkpoint_the_commit_authority_refuses_halts_the_pipeline() {
         let _ = db.abort().await;
     }
 }
+
+/// A store that stops answering while a checkpoint reserves its id: the
+/// `CHECKPOINT` is refused once `checkpoint_alignment_timeout` has passed
+/// (SLC-STO-010, naming the store and the operation), instead of holding
+/// the coordinator for as long as the store hangs, and the pipeline runs
+/// on: rows pushed after it come out, and once the store answers again
+/// the next checkpoint commits.
+#[tokio::test]
+async fn a_reservation_on_a_hung_store_gives_up_at_the_alignment_timeout() {
+    use sluice::object_store::throttle::{ThrottleConfig, ThrottledStore};
+    let store = Arc::new(ThrottledStore::new(
+        InMemory::new(),
+        ThrottleConfig::default(),
+    ));
+    let db = Database::builder()
+        .checkpoint_object_store(Arc::clone(&store) as Arc<dyn ObjectStore>)
+        .set("checkpoint_interval", "1h")
+        .unwrap()
+        .set("checkpoint_alignment_timeout", "1s")
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    db.execute(
+        "CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);
+         CREATE MATERIALIZED VIEW n AS SELECT COUNT(*) AS c FROM s",
+    )
+    .await
+    .unwrap();
+    bounded("start", db.start()).await.unwrap();
+    // Reserving lists the store first: listing now hangs for a minute.
+    store.config_mut(|c| c.wait_list_per_call = Duration::from_secs(60));
+    let asked = std::time::Instant::now();
+    let e = bounded("checkpoint", db.execute("CHECKPOINT"))
+        .await
+        .expect_err("a checkpoint on a hung store");
+    let took = asked.elapsed();
+    assert_eq!(e.code(), "SLC-STO-010", "{e}");
+    assert!(
+        e.to_string()
+            .contains("reserving a checkpoint id did not finish within"),
+        "{e}"
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+        "refused after {took:?}"
+    );
+    let rows = RecordBatch::try_new(
+        Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Int64, true),
+            arrow::datatypes::Field::new(
+                "ts",
+                arrow::datatypes::DataType::Timestamp(
+                    arrow::datatypes::TimeUnit::Millisecond,
+                    None,
+                ),
+                true,
+            ),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2, 3])),
+            Arc::new(arrow::array::TimestampMillisecondArray::from(vec![1, 2, 3])),
+        ],
+    )
+    .unwrap();
+    let s = db.source("s").await.unwrap();
+    s.push(rows).await.unwrap();
+    let counted = bounded("rows after the refusal", async {
+        loop {
+            let got = db.execute("SELECT c FROM n").await.unwrap();
+            if i64s(&got, "c") == [3] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    counted.await;
+    store.config_mut(|c| c.wait_list_per_call = Duration::ZERO);
+    let ok = bounded("checkpoint", db.execute("CHECKPOINT"))
+        .await
+        .unwrap();
+    assert_eq!(u64s(&ok, "id").len(), 1);
+    bounded("shutdown", db.shutdown()).await.unwrap();
+}

@@ -229,9 +229,11 @@ pub trait CheckpointLifecycle {
     fn checkpoint_delivery(&self) -> Option<Delivery>;
     /// How long sources may take to deliver their barriers.
     fn alignment_timeout(&self) -> std::time::Duration;
-    /// Durably reserve the attempt's id before any barrier is injected. An
-    /// error means no attempt exists (checkpointing off, store failure):
-    /// the checkpoint is not taken and nothing else changes.
+    /// Durably reserve the attempt's id before any barrier is injected,
+    /// giving up at `deadline` (the attempt's alignment deadline). An
+    /// error means no attempt exists (checkpointing off, store failure, a
+    /// store that did not answer in time): the checkpoint is not taken and
+    /// nothing else changes.
     fn reserve_checkpoint_attempt(
         &mut self,
         deadline: Instant,

@@ -170,14 +170,11 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             .map_or(std::time::Duration::from_secs(10), |c| c.alignment_timeout)
     }
 
-    async fn reserve_checkpoint_attempt(
-        &mut self,
-        _deadline: Instant,
-    ) -> Result<CheckpointAttempt> {
+    async fn reserve_checkpoint_attempt(&mut self, deadline: Instant) -> Result<CheckpointAttempt> {
         let Some(c) = &self.checkpoints else {
             return Err(EngineError::Checkpoint("checkpointing is off (open the database on a state directory and set checkpoint_interval or delivery)".into()));
         };
-        let id = c.store.reserve().await?;
+        let id = c.store.reserve_by(deadline).await?;
         Ok(CheckpointAttempt { id })
     }
 
