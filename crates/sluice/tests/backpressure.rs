@@ -13,6 +13,10 @@ use sluice_engine::fault::{arm, Fault, FaultAction, FaultSite, FaultTrigger};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+/// The tests of this file run one at a time: one of them measures the
+/// process's resident memory, which the others' would blur.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(LIMIT, f)
         .await
@@ -83,6 +87,7 @@ fn vm_kib(field: &str) -> u64 {
 /// pauses, and the file holds every row, in order, exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_sink_slows_the_sources_keeps_queues_bounded_and_loses_nothing() {
+    let _serial = SERIAL.lock().await;
     const ROWS: usize = 120_000;
     const SINK_BUDGET: u64 = 64 << 10;
     const SOURCE_BUDGET: u64 = 64 << 10;
@@ -136,9 +141,6 @@ async fn a_slow_sink_slows_the_sources_keeps_queues_bounded_and_loses_nothing() 
     // One 1,000-row Int64 batch is about 8 KiB: the queues held a few
     // batches, never the ~1 MB of the whole output.
     assert!(m.intake_pauses > 0, "{m:?}");
-    // While intake paused for the sink, the reader filled the source
-    // queue: the cycles after each pause began with it at high water.
-    assert!(m.source_pressure_cycles > 0, "{m:?}");
     assert!(
         m.output_queue_peak_bytes <= 2 * SINK_BUDGET,
         "sink queue peak {} B over its budget",
@@ -191,6 +193,7 @@ impl RssPeak {
 /// sink's queue alone would hold most of it), and every row arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_sink_keeps_resident_memory_flat_under_a_fast_source() {
+    let _serial = SERIAL.lock().await;
     const ROWS: usize = 80_000;
     const WIDTH: usize = 1_000;
     const BUDGET: &str = "65536";
@@ -260,6 +263,10 @@ async fn a_slow_sink_keeps_resident_memory_flat_under_a_fast_source() {
     }
     assert_eq!(n, ROWS as i64);
     assert!(m.intake_pauses > 0, "{m:?}");
+    // While intake paused for the sink, the reader queued its next batch
+    // (about 1 MB, over the 64 KiB budget's high-water mark on its own):
+    // the cycle after each pause began with the source queue at high water.
+    assert!(m.source_pressure_cycles > 0, "{m:?}");
     assert!(
         grew_mib < 24,
         "resident memory grew by {grew_mib} MiB for an 80 MB output behind 64 KiB budgets"
@@ -271,6 +278,7 @@ async fn a_slow_sink_keeps_resident_memory_flat_under_a_fast_source() {
 /// and its queue never held more than the bound plus one cycle's output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_subscriber_in_backpressure_mode_receives_every_row() {
+    let _serial = SERIAL.lock().await;
     const ROWS: usize = 100_000;
     let dir = tempfile::tempdir().unwrap();
     let tag = "lag_bp";
@@ -301,6 +309,7 @@ async fn a_lagging_subscriber_in_backpressure_mode_receives_every_row() {
 /// subscriber of the same stream receives every row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_subscriber_in_disconnect_mode_is_disconnected_with_the_lag_error() {
+    let _serial = SERIAL.lock().await;
     const ROWS: usize = 20_000;
     let dir = tempfile::tempdir().unwrap();
     for (tag, by_option) in [("lag_dc_api", false), ("lag_dc_set", true)] {
@@ -355,6 +364,7 @@ async fn a_lagging_subscriber_in_disconnect_mode_is_disconnected_with_the_lag_er
 /// subscriber then gets what its queue holds and the end of the stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_never_reads_does_not_block_checkpoint_control_or_shutdown() {
+    let _serial = SERIAL.lock().await;
     const ROWS: usize = 100_000;
     let dir = tempfile::tempdir().unwrap();
     for (tag, abort) in [("stuck_shutdown", false), ("stuck_abort", true)] {
@@ -405,6 +415,7 @@ async fn a_subscriber_that_never_reads_does_not_block_checkpoint_control_or_shut
 /// and no file appears.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_write_failing_on_the_last_batch_fails_the_run() {
+    let _serial = SERIAL.lock().await;
     const ROWS: usize = 5_000;
     let dir = tempfile::tempdir().unwrap();
     for (tag, checkpointed) in [("last_write_plain", false), ("last_write_cp", true)] {
@@ -452,4 +463,75 @@ async fn a_sink_write_failing_on_the_last_batch_fails_the_run() {
             assert!(!out.exists(), "{tag}: no file after a failed run");
         }
     }
+}
+
+/// A checkpoint requested while the reader has queued its whole file ahead
+/// of the pipeline: the barrier comes after those batches, and alignment
+/// runs them in cycles of the normal size (`max_batches_per_cycle`), not
+/// one cycle per batch. Before, alignment ran each queued batch as a cycle
+/// of its own, so a checkpoint paused output for many times longer than
+/// the queue took to run (checkpoints every 0.45 s at a 60 ms interval).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alignment_runs_the_queued_read_ahead_in_cycles_of_the_normal_size() {
+    let _serial = SERIAL.lock().await;
+    const ROWS: usize = 20_000;
+    const PER_BATCH: usize = 100;
+    const PER_CYCLE: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("ahead.csv");
+    write_input(&input, ROWS);
+    let db = Database::builder()
+        .state_dir(dir.path().join("state"))
+        .set("checkpoint_interval", "1h")
+        .unwrap()
+        .set("max_batches_per_cycle", &PER_CYCLE.to_string())
+        .unwrap()
+        // Room for the whole file: the reader finishes during the stall.
+        .set("channel_capacity", "1024")
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    db.execute(&format!(
+        "CREATE SOURCE ahead_src (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+           WITH (connector = 'file', path = '{}', format = 'csv', batch_size = '{PER_BATCH}');
+         CREATE MATERIALIZED VIEW ahead_n AS SELECT COUNT(*) AS n FROM ahead_src",
+        input.display(),
+    ))
+    .await
+    .unwrap();
+    // The first cycle stalls, so the reader queues the rest of the file
+    // and the CHECKPOINT is waiting when the cycle ends.
+    let _stall = arm(
+        "ahead_n",
+        Fault {
+            site: FaultSite::Stream,
+            action: FaultAction::Stall(Duration::from_millis(600)),
+            trigger: FaultTrigger::Batch(1),
+            once: true,
+        },
+    );
+    bounded(db.start()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let queued = db.metrics();
+    bounded(db.execute("CHECKPOINT")).await.unwrap();
+    bounded(db.run_to_completion()).await.unwrap();
+    let m = bounded(db.shutdown()).await.unwrap();
+    let batches = (ROWS / PER_BATCH) as u64;
+    assert_eq!(m.batches, batches, "{m:?}");
+    // The stalled cycle took what was ready then (at most one cycle's
+    // worth); everything after it, the source's end included, was queued
+    // ahead of the barrier and ran during alignment.
+    let normal = batches.div_ceil(PER_CYCLE as u64);
+    assert!(
+        m.cycles <= normal + 4,
+        "{} cycles for {batches} batches at {PER_CYCLE} per cycle (the source queue held \
+         {} B when CHECKPOINT was asked)",
+        m.cycles,
+        queued.source_queue_bytes
+    );
+    assert!(
+        queued.source_queue_bytes >= 150 * (PER_BATCH as u64) * 16,
+        "the file was not queued ahead: {queued:?}"
+    );
 }
