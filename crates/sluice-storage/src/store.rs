@@ -147,25 +147,6 @@ impl CheckpointStore {
     /// written before the write that failed), which nothing else would ever
     /// reclaim.
     pub async fn reserve(&self) -> Result<u64> {
-        self.reserve_inner().await
-    }
-
-    /// [`Self::reserve`], given up at `deadline` with
-    /// [`StorageError::TimedOut`]: the coordinator holds its barrier for a
-    /// reservation, so a hung store must not hold it for longer than the
-    /// checkpoint's alignment timeout.
-    pub async fn reserve_by(&self, deadline: std::time::Instant) -> Result<u64> {
-        let after = deadline.saturating_duration_since(std::time::Instant::now());
-        tokio::time::timeout_at(deadline.into(), self.reserve_inner())
-            .await
-            .map_err(|_| StorageError::TimedOut {
-                store: self.backend.describe(),
-                operation: "reserving a checkpoint id",
-                after,
-            })?
-    }
-
-    async fn reserve_inner(&self) -> Result<u64> {
         self.ensure_leased()?;
         let committed = self.committed_ids().await?;
         let (mut last, mut key) = self.largest_id(&committed).await?;
@@ -274,6 +255,21 @@ impl CheckpointStore {
             }
         }
         Ok(())
+    }
+
+    /// [`Self::reserve`], given up at `deadline` with
+    /// [`StorageError::TimedOut`]: the coordinator holds its barrier for a
+    /// reservation, so a hung store must not hold it for longer than the
+    /// checkpoint's alignment timeout.
+    pub async fn reserve_by(&self, deadline: std::time::Instant) -> Result<u64> {
+        let after = deadline.saturating_duration_since(std::time::Instant::now());
+        tokio::time::timeout_at(deadline.into(), self.reserve())
+            .await
+            .map_err(|_| StorageError::TimedOut {
+                store: self.backend.describe(),
+                operation: "reserving a checkpoint id",
+                after,
+            })?
     }
 
     /// Write one blob of checkpoint `id`.
