@@ -9,7 +9,7 @@ use std::time::Duration;
 use sluice::arrow::array::{Array, AsArray};
 use sluice::arrow::datatypes::Int64Type;
 use sluice::{Database, OnLag, SubscribeOptions, Subscription};
-use sluice_engine::fault::{arm, Fault, FaultAction, FaultSite, FaultTrigger};
+use sluice_engine::fault::{arm, Fault, FaultAction, FaultGuard, FaultSite, FaultTrigger};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -25,11 +25,36 @@ async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
 
 /// `id,ts` rows 1..=n.
 fn write_input(path: &Path, n: usize) {
-    let mut s = String::from("id,ts\n");
+    write_rows(path, n, None);
+}
+
+/// `id,ts` rows 1..=n, with a `pad` column of `pad` when given.
+fn write_rows(path: &Path, n: usize, pad: Option<&str>) {
+    let mut s = String::from(if pad.is_some() {
+        "id,ts,pad\n"
+    } else {
+        "id,ts\n"
+    });
     for i in 1..=n {
-        s.push_str(&format!("{i},{}\n", i * 10));
+        match pad {
+            Some(p) => s.push_str(&format!("{i},{},{p}\n", i * 10)),
+            None => s.push_str(&format!("{i},{}\n", i * 10)),
+        }
     }
     std::fs::write(path, s).unwrap();
+}
+
+/// Every write of sink `name` stalls for `ms` while the guard lives.
+fn stall_sink_writes(name: &str, ms: u64) -> FaultGuard {
+    arm(
+        name,
+        Fault {
+            site: FaultSite::SinkWrite,
+            action: FaultAction::Stall(Duration::from_millis(ms)),
+            trigger: FaultTrigger::Batch(1),
+            once: false,
+        },
+    )
 }
 
 /// A file source `<tag>_src` of `rows` rows in batches of 1,000, a
@@ -110,15 +135,7 @@ async fn a_slow_sink_slows_the_sources_keeps_queues_bounded_and_loses_nothing() 
     ))
     .await
     .unwrap();
-    let _slow = arm(
-        &format!("{tag}_out"),
-        Fault {
-            site: FaultSite::SinkWrite,
-            action: FaultAction::Stall(Duration::from_millis(10)),
-            trigger: FaultTrigger::Batch(1),
-            once: false,
-        },
-    );
+    let _slow = stall_sink_writes(&format!("{tag}_out"), 10);
     let rss_before = vm_kib("VmRSS:");
     let m = bounded(async {
         db.run_to_completion().await?;
@@ -199,15 +216,7 @@ async fn a_slow_sink_keeps_resident_memory_flat_under_a_fast_source() {
     const BUDGET: &str = "65536";
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("wide.csv");
-    {
-        let pad = "x".repeat(WIDTH);
-        let mut s = String::with_capacity(ROWS * (WIDTH + 16));
-        s.push_str("id,ts,pad\n");
-        for i in 1..=ROWS {
-            s.push_str(&format!("{i},{},{pad}\n", i * 10));
-        }
-        std::fs::write(&input, s).unwrap();
-    }
+    write_rows(&input, ROWS, Some(&"x".repeat(WIDTH)));
     let out = dir.path().join("wide_out.csv");
     let db = Database::builder()
         .set("sink_queue_bytes", BUDGET)
@@ -227,15 +236,7 @@ async fn a_slow_sink_keeps_resident_memory_flat_under_a_fast_source() {
     ))
     .await
     .unwrap();
-    let _slow = arm(
-        "wide_out",
-        Fault {
-            site: FaultSite::SinkWrite,
-            action: FaultAction::Stall(Duration::from_millis(50)),
-            trigger: FaultTrigger::Batch(1),
-            once: false,
-        },
-    );
+    let _slow = stall_sink_writes("wide_out", 50);
     let before = vm_kib("VmRSS:");
     let peak = RssPeak::start();
     let m = bounded(async {
