@@ -2,11 +2,13 @@
 //! the durable manifest, two-phase sink commit, and recovery.
 //!
 //! Capture runs on the compute thread and only takes a consistent snapshot
-//! (operator state as shared Arrow batches, sealed sink epochs, source
-//! positions). Encoding, the blob writes, the manifest and pruning run as
-//! a tracked tail on the checkpoint worker (see [`super::tails`]); once the
-//! tail reports the manifest durable, [`CheckpointLifecycle::complete_checkpoint_tail`]
-//! commits the sinks' sealed epochs on the compute thread, which owns them.
+//! (operator state as shared Arrow batches, source positions) and queues
+//! each sink's seal on its writer. Encoding, the blob writes, awaiting the
+//! seals, the manifest, the sinks' epoch commits and pruning run as a
+//! tracked tail on the checkpoint worker (see [`super::tails`]); once the
+//! tail reports, [`CheckpointLifecycle::complete_checkpoint_tail`] records
+//! the outcome (a sink that could not commit after the manifest became
+//! durable faults the pipeline).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -24,7 +26,17 @@ use super::connector::ConnectorPipelineCallback;
 use super::tails::{TailJob, TailResult};
 use crate::error::{EngineError, Result};
 use crate::options::Delivery;
+use crate::output::sink::{SealedEpoch, SinkCommitter};
 use crate::state::StatePart;
+
+/// What a capture hands the tail.
+struct Captured {
+    /// The manifest without its blobs and sinks (the tail fills them in).
+    manifest: Manifest,
+    parts: Vec<(String, StatePart)>,
+    seals: Vec<SealedEpoch>,
+    committers: Vec<SinkCommitter>,
+}
 
 fn view_blob(name: &str) -> String {
     format!("view/{name}")
@@ -89,12 +101,12 @@ impl ConnectorPipelineCallback {
     }
 
     /// The consistent snapshot, on the compute thread: nothing is encoded
-    /// or written here.
+    /// or written here, and no sink is waited for.
     fn capture(
         &mut self,
         attempt: CheckpointAttempt,
         mut offsets: FxHashMap<String, SourceCheckpoint>,
-    ) -> Result<(Manifest, Vec<(String, StatePart)>)> {
+    ) -> Result<Captured> {
         let mut blobs = Vec::new();
         for s in self.streams.iter_mut() {
             let mut parts = Vec::new();
@@ -119,17 +131,11 @@ impl ConnectorPipelineCallback {
         for (name, bytes) in self.shared.subscriptions.snapshot_history(attempt.id)? {
             blobs.push((format!("subscription/{name}"), bytes));
         }
-        let mut sinks = BTreeMap::new();
+        let mut seals = Vec::new();
         for sink in self.sinks.iter_mut() {
-            let name = sink.name().to_string();
-            let sealed = crate::panic::contain(
-                || format!("sealing the epoch of sink '{name}'"),
-                || sink.pre_commit(),
-            )??;
-            if let Some(cp) = sealed {
-                sinks.insert(name, cp);
-            }
+            seals.extend(sink.seal()?);
         }
+        let committers = self.sinks.iter().filter_map(|s| s.committer()).collect();
         let fingerprint = self
             .checkpoints
             .as_ref()
@@ -144,10 +150,15 @@ impl ConnectorPipelineCallback {
             pipeline: fingerprint,
             watermark: self.watermark,
             sources,
-            sinks,
+            sinks: BTreeMap::new(),
             blobs: Vec::new(),
         };
-        Ok((manifest, blobs))
+        Ok(Captured {
+            manifest,
+            parts: blobs,
+            seals,
+            committers,
+        })
     }
 }
 
@@ -222,7 +233,7 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
                 }
             }
         }
-        let (manifest, parts) = match self.capture(attempt, offsets) {
+        let captured = match self.capture(attempt, offsets) {
             Ok(c) => c,
             Err(e) => return BarrierOutcome::Failed(Arc::new(e.context("capturing state"))),
         };
@@ -234,8 +245,10 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             id: attempt.id,
             started: attempt_started,
             store: c.store.clone(),
-            manifest,
-            parts,
+            manifest: captured.manifest,
+            parts: captured.parts,
+            seals: captured.seals,
+            committers: captured.committers,
             retain: c.retain,
             pacer: crate::state::pace::Pacer::new(
                 c.tail_share,
@@ -270,7 +283,7 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
                 attempt.id
             ))));
         };
-        let (state_bytes, created_ms) = match done.result {
+        let (state_bytes, created_ms, sink_commit_failed) = match done.result {
             TailResult::Failed(e) => {
                 let e = e.into_error();
                 tracing::warn!(checkpoint = attempt.id, code = e.code(), error = %e, "checkpoint tail failed");
@@ -283,31 +296,25 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
                 ))))
             }
             // Durable although cancelled (the fence only stops a tail
-            // before its manifest, so this is a defence): recovery
-            // re-commits the sealed epochs from the manifest.
+            // before its manifest, so this is a defence): recovery takes
+            // over from the manifest.
             TailResult::Durable { .. } if done.cancelled => {
                 return BarrierOutcome::Aborted(Arc::new(EngineError::Checkpoint(format!(
-                    "checkpoint {} became durable after recovery took over; its sink epochs are left to recovery",
+                    "checkpoint {} became durable after recovery took over; recovery takes over from it",
                     attempt.id
                 ))))
             }
             TailResult::Durable {
                 state_bytes,
                 created_ms,
-            } => (state_bytes, created_ms),
+                sink_commit_failed,
+            } => (state_bytes, created_ms, sink_commit_failed),
         };
-        // Durable from here on: the sinks' sealed epochs must become visible.
-        // A sink that cannot commit now is a continuation fault; the
-        // checkpoint itself stays committed and recovery re-commits it.
-        for i in 0..self.sinks.len() {
-            let sink = &mut self.sinks[i];
-            let name = sink.name().to_string();
-            let committed = crate::panic::contain(|| format!("sink '{name}'"), || sink.commit())
-                .and_then(|r| r);
-            if let Err(e) = committed {
-                self.record_checkpoint_continuation_fault(attempt, e.context("committing"));
-                break;
-            }
+        // Durable: a sink that could not commit its sealed epochs is a
+        // continuation fault; the checkpoint itself stays committed and
+        // recovery re-commits them.
+        if let Some(e) = sink_commit_failed {
+            self.record_checkpoint_continuation_fault(attempt, e);
         }
         let report = CheckpointReport {
             id: attempt.id,

@@ -3,21 +3,27 @@
 //! # Architecture
 //!
 //! ```text
-//!  compute thread (coordinator)               tail worker (own runtime)
-//!  ───────────────────────────                ─────────────────────────
+//!  compute thread (coordinator)     tail worker (own runtime)    sink writers
+//!  ───────────────────────────      ─────────────────────────    ────────────
 //!  barriers aligned
-//!  capture: what changed since the last
-//!    capture, as shared Arrow batches or
-//!    deferred parts (state::layers); sink
-//!    epochs sealed, manifest drafted  ── spawn ──▶ build deferred parts,
-//!  cycles keep running                         encode parts (Arrow IPC)
-//!    ⋮                                         write blobs (fsync each)
-//!    ⋮                                         gate: cancelled? → stop here
-//!    ⋮                                         commit the manifest (durable)
-//!    ⋮                                         prune old checkpoints
-//!  next_checkpoint_tail() ◀── durable ──────── │
-//!  sink epochs commit,                         task ends: slot free again
-//!  subscription cut published
+//!  capture: what changed since the
+//!    last capture, as shared Arrow
+//!    batches or deferred parts
+//!    (state::layers); sink seals
+//!    queued ─────────────────────────────────────────────────▶ seal after the
+//!    (not awaited); manifest                                  queued writes
+//!    drafted ─────────── spawn ──▶ build deferred parts,           │
+//!  cycles keep running             encode parts (Arrow IPC)         │
+//!    ⋮                             write blobs (fsync each)         │
+//!    ⋮                             await the seals ◀── records ─────┘
+//!    ⋮                             gate: cancelled? → stop here
+//!    ⋮                             commit the manifest (durable)
+//!    ⋮                             commit sink epochs ───────▶ publish sealed
+//!    ⋮                                  ◀──────────── done ── epochs
+//!    ⋮                             prune old checkpoints
+//!  next_checkpoint_tail() ◀── durable ─┘
+//!  subscription cut published;
+//!  a failed sink commit faults
 //! ```
 //!
 //! One tail is in flight at a time ([`MAX_IN_FLIGHT`]): a sink's `commit`
@@ -29,10 +35,18 @@
 //! only ever sees one writer: reservation, blob writes, the manifest and
 //! pruning never overlap.
 //!
+//! The compute thread never waits for a sink at a checkpoint: a seal is a
+//! job on the sink's writer that the tail awaits before the manifest (so
+//! a slow sink delays the checkpoint, not the pipeline), and the epoch
+//! commits run on the writers too, queued by the tail once the manifest
+//! is durable. A checkpoint is reported done only after its sinks answered
+//! their commits, so a manual `CHECKPOINT` still returns with the output
+//! visible.
+//!
 //! Cancellation ([`CheckpointTails::cancel`]) is a fence at the manifest:
-//! a tail that has not begun its manifest write never commits, and the
-//! coordinator commits none of its sink epochs (their staged files are
-//! discarded). Only a fault (recovery takes over) or a discarding shutdown
+//! a tail that has not begun its manifest write never commits, and none
+//! of its sink epochs are committed (the coordinator discards their staged
+//! files). Only a fault (recovery takes over) or a discarding shutdown
 //! cancels. A tail already past the fence, like any tail in flight at a
 //! halt, is not cancelled: it finishes and is completed as usual (its sink
 //! epochs commit) before the sinks are aborted, since its checkpoint was
@@ -50,6 +64,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::error::EngineError;
+use crate::output::sink::{SealedEpoch, SinkCommitter};
 use crate::state::pace::{self, Pacer};
 use crate::state::StatePart;
 
@@ -76,6 +91,15 @@ pub enum TailError {
         /// The store's error.
         source: StorageError,
     },
+    /// A sink could not seal its epoch (a write of it failed, or the
+    /// seal's fsync did).
+    #[error("sealing the epoch of sink '{sink}': {source}")]
+    Seal {
+        /// The sink.
+        sink: String,
+        /// Why (its message names the sink).
+        source: EngineError,
+    },
     /// The manifest could not be written.
     #[error("writing the manifest: {source}")]
     Manifest {
@@ -97,7 +121,7 @@ impl TailError {
     /// The stable code: the store's own for storage failures.
     pub fn code(&self) -> &'static str {
         match self {
-            TailError::Encode { source, .. } => source.code(),
+            TailError::Encode { source, .. } | TailError::Seal { source, .. } => source.code(),
             TailError::WriteBlob { source, .. } | TailError::Manifest { source } => source.code(),
             TailError::Stopped(_) | TailError::Worker(_) | TailError::Busy => "SLC-ENG-009",
         }
@@ -111,6 +135,7 @@ impl TailError {
             TailError::Encode { name, source } => {
                 source.context(format!("encoding state '{name}'"))
             }
+            TailError::Seal { source, .. } => source.context("sealing sink epochs"),
             TailError::WriteBlob { name, source } => {
                 EngineError::from(source).context(format!("writing state '{name}'"))
             }
@@ -139,6 +164,10 @@ pub enum TailResult {
         state_bytes: u64,
         /// The manifest's creation time (ms since the epoch).
         created_ms: i64,
+        /// The first sink that could not commit its sealed epochs (the
+        /// later ones were not asked): the checkpoint stays committed, and
+        /// the pipeline faults so that recovery re-commits them.
+        sink_commit_failed: Option<EngineError>,
     },
     /// Nothing was committed.
     Failed(TailError),
@@ -170,6 +199,10 @@ pub struct TailJob {
     pub manifest: Manifest,
     /// Captured state, by blob name.
     pub parts: Vec<(String, StatePart)>,
+    /// The sinks' epochs sealed at capture, awaited before the manifest.
+    pub seals: Vec<SealedEpoch>,
+    /// The sinks whose sealed epochs commit once the manifest is durable.
+    pub committers: Vec<SinkCommitter>,
     /// Committed checkpoints to keep when pruning afterwards.
     pub retain: usize,
     /// How the tail paces its work while the pipeline is busy.
@@ -216,9 +249,15 @@ impl Gate {
     }
 }
 
-/// `Some((state_bytes, created_ms))` once the manifest is durable; `None`
-/// when cancelled before it.
-type Durability = Result<Option<(u64, i64)>, TailError>;
+/// What a tail reports once the manifest is durable.
+struct Written {
+    state_bytes: u64,
+    created_ms: i64,
+    sink_commit_failed: Option<EngineError>,
+}
+
+/// `Some` once the manifest is durable; `None` when cancelled before it.
+type Durability = Result<Option<Written>, TailError>;
 
 struct InFlight {
     id: u64,
@@ -340,9 +379,10 @@ impl CheckpointTails {
         let received = rx.await;
         t.durable = None;
         let result = match received {
-            Ok(Ok(Some((state_bytes, created_ms)))) => TailResult::Durable {
-                state_bytes,
-                created_ms,
+            Ok(Ok(Some(w))) => TailResult::Durable {
+                state_bytes: w.state_bytes,
+                created_ms: w.created_ms,
+                sink_commit_failed: w.sink_commit_failed,
             },
             Ok(Ok(None)) => TailResult::Cancelled,
             Ok(Err(e)) => TailResult::Failed(e),
@@ -397,13 +437,16 @@ impl CheckpointTails {
     }
 }
 
-/// The tail itself: build and encode, write, commit, prune, report durability.
+/// The tail itself: build and encode, write, await the sinks' seals,
+/// commit the manifest, then the sinks' epochs, prune, report durability.
 async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>) {
     let TailJob {
         id,
         store,
         mut manifest,
         parts,
+        seals,
+        committers,
         retain,
         mut pacer,
         ..
@@ -440,6 +483,14 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
             );
             manifest.blobs.push(blob);
         }
+        // Awaited last: a slow sink's queue drains while the state is written.
+        for seal in seals {
+            let sink = seal.sink.clone();
+            match seal.recorded().await {
+                Ok(recorded) => manifest.sinks.insert(sink, recorded),
+                Err(source) => return Err(TailError::Seal { sink, source }),
+            };
+        }
         if !gate.begin_commit() {
             return Ok(None);
         }
@@ -447,7 +498,20 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
             .commit(&manifest)
             .await
             .map_err(|source| TailError::Manifest { source })?;
-        Ok(Some((manifest.state_bytes(), manifest.created_ms)))
+        // Durable: the sinks' sealed epochs must become visible. A sink
+        // that cannot commit stops the round (recovery re-commits them all).
+        let mut sink_commit_failed = None;
+        for c in &committers {
+            if let Err(e) = c.commit().await {
+                sink_commit_failed = Some(e.context("committing"));
+                break;
+            }
+        }
+        Ok(Some(Written {
+            state_bytes: manifest.state_bytes(),
+            created_ms: manifest.created_ms,
+            sink_commit_failed,
+        }))
     }
     .await;
     // Pruned before durability is reported, so that when a checkpoint is

@@ -1,5 +1,6 @@
 //! Where cycle results go: materialized views, subscriptions and sinks.
 
+pub(crate) mod epoch_ledger;
 pub mod mv;
 pub mod sink;
 pub mod sink_writer;

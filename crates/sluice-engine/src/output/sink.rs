@@ -9,18 +9,20 @@
 //!
 //! The filter runs on the compute thread; encoding and writing run on the
 //! sink's writer thread ([`super::sink_writer`]), in order, behind a queue
-//! bounded by `sink_queue_bytes`. Pre-commit, commit, close and abort wait
-//! for every write queued before them, so epochs mean what they meant when
-//! writes ran on the compute thread.
+//! bounded by `sink_queue_bytes`. Seal, commit, close and abort run after
+//! every write queued before them, so epochs mean what they meant when
+//! writes ran on the compute thread. A checkpoint seals without waiting
+//! (the tail awaits the answer) and its tail commits ([`SinkCommitter`]),
+//! so the compute thread never waits for a sink at a checkpoint.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use sluice_connectors::{EpochFileSink, EpochRecord, FileSinkWriter};
-use sluice_storage::{SinkCheckpoint, SinkEpochRecord};
+use sluice_storage::SinkCheckpoint;
 use tokio::sync::Notify;
 
-use super::sink_writer::{SinkWorker, Writer};
+use super::epoch_ledger::{from_record, EpochLedger};
+use super::sink_writer::{Answer, JobQueue, SinkWorker, Writer};
 
 use crate::catalog::{SinkConnector, SinkDef};
 use crate::error::{EngineError, Result};
@@ -50,34 +52,62 @@ pub struct SinkRuntime {
     queue_bytes: u64,
     /// Woken when the writer drains (shared with the coordinator).
     relief: Option<Arc<Notify>>,
-    /// Sealed epochs not yet committed.
-    pending: Vec<EpochRecord>,
-    /// Final length before the first pending epoch.
-    committed_len: u64,
+}
+
+/// A sink's epoch, sealed at a checkpoint's capture: the answer the
+/// checkpoint tail awaits before its manifest.
+pub struct SealedEpoch {
+    /// The sink's name (the manifest's key).
+    pub sink: String,
+    answer: Answer<SinkCheckpoint>,
+}
+
+impl SealedEpoch {
+    /// What the manifest records for the sink, once the writer sealed it
+    /// (after every row queued before the barrier). A write of this epoch
+    /// that failed fails the seal: nothing of it is ever sealed.
+    pub async fn recorded(self) -> Result<SinkCheckpoint> {
+        self.answer.wait().await
+    }
+}
+
+/// Commits a sink's sealed epochs from a checkpoint tail, once the
+/// checkpoint that recorded them is durable.
+#[derive(Clone)]
+pub struct SinkCommitter {
+    name: String,
+    queue: JobQueue,
+}
+
+impl SinkCommitter {
+    /// The sink's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Make the sealed epochs visible; waits (without blocking a thread)
+    /// for the writer to run every job queued before. An error names the
+    /// sink; the epochs stay pending (recovery re-commits them).
+    pub async fn commit(&self) -> Result<()> {
+        let name = self.name.clone();
+        self.queue
+            .submit(move |w| {
+                crate::fault::hit(crate::fault::FaultSite::SinkCommit, &name, 0)
+                    .map_err(|e| sink_err(&name, e))?;
+                match w {
+                    Some(Writer::Epoch(l)) => l.commit().map_err(|e| sink_err(&name, e)),
+                    _ => Ok(()),
+                }
+            })?
+            .wait()
+            .await
+    }
 }
 
 /// `e`, naming sink `name`; its code (a connector's I/O or format code)
 /// is kept.
 fn sink_err(name: &str, e: impl Into<EngineError>) -> EngineError {
     e.into().context(format!("sink '{name}'"))
-}
-
-fn to_record(r: &EpochRecord) -> SinkEpochRecord {
-    SinkEpochRecord {
-        epoch: r.epoch,
-        staged: r.staged.as_ref().map(|p| p.display().to_string()),
-        staged_len: r.staged_len,
-        final_len_before: r.final_len_before,
-    }
-}
-
-fn from_record(r: &SinkEpochRecord) -> EpochRecord {
-    EpochRecord {
-        epoch: r.epoch,
-        staged: r.staged.as_ref().map(PathBuf::from),
-        staged_len: r.staged_len,
-        final_len_before: r.final_len_before,
-    }
 }
 
 impl SinkRuntime {
@@ -91,8 +121,6 @@ impl SinkRuntime {
             epochs: false,
             queue_bytes: 64 << 20,
             relief: None,
-            pending: Vec::new(),
-            committed_len: 0,
         })
     }
 
@@ -127,13 +155,13 @@ impl SinkRuntime {
             (SinkMode::Atomic, _) => Writer::Atomic(
                 FileSinkWriter::create(path, *format, schema).map_err(|e| self.err(e))?,
             ),
-            (m, None) => Writer::Epoch(
+            (m, None) => Writer::Epoch(EpochLedger::new(
                 EpochFileSink::create(path, *format, schema, m == SinkMode::Direct)
                     .map_err(|e| self.err(e))?,
-            ),
+            )),
             (m, Some(cp)) => {
                 let sealed: Vec<EpochRecord> = cp.epochs.iter().map(from_record).collect();
-                Writer::Epoch(
+                Writer::Epoch(EpochLedger::new(
                     EpochFileSink::recover(
                         path,
                         *format,
@@ -144,12 +172,9 @@ impl SinkRuntime {
                         cp.next_epoch,
                     )
                     .map_err(|e| self.err(e))?,
-                )
+                ))
             }
         };
-        if let Writer::Epoch(e) = &writer {
-            self.committed_len = e.sealed_len();
-        }
         self.epochs = matches!(writer, Writer::Epoch(_));
         self.worker = Some(SinkWorker::spawn(
             &self.def.name,
@@ -222,55 +247,35 @@ impl SinkRuntime {
         Ok(total as u64)
     }
 
-    /// Seal the open epoch for a checkpoint; the returned record goes into
-    /// the manifest. None for a sink without epochs.
-    pub fn pre_commit(&mut self) -> Result<Option<SinkCheckpoint>> {
+    /// Seal the open epoch for a checkpoint's capture, without waiting:
+    /// the writer seals it after every row queued before, and the tail
+    /// awaits what the manifest records. None for a sink without epochs.
+    pub fn seal(&mut self) -> Result<Option<SealedEpoch>> {
         if !self.epochs {
             return Ok(None);
         }
-        // A failed write of this epoch fails its pre-commit (checked after
-        // every queued write ran): nothing of it is ever sealed.
-        self.flush()?;
         let name = self.def.name.clone();
-        let sealed = self.worker()?.call(move |w| match w {
-            Some(Writer::Epoch(w)) => {
-                let record = w.pre_commit().map_err(|e| sink_err(&name, e))?;
-                Ok(Some((record, w.epoch())))
-            }
-            _ => Ok(None),
-        });
-        let Some((record, next_epoch)) = sealed? else {
-            return Ok(None);
-        };
-        self.pending.push(record);
-        Ok(Some(SinkCheckpoint {
-            committed_len: self.committed_len,
-            next_epoch,
-            epochs: self.pending.iter().map(to_record).collect(),
+        let answer = self.worker()?.queue().submit_unpoisoned(move |w| match w {
+            Some(Writer::Epoch(l)) => l.seal().map_err(|e| sink_err(&name, e)),
+            _ => Err(sink_err(
+                &name,
+                EngineError::Internal("the sink has no epochs to seal".into()),
+            )),
+        })?;
+        Ok(Some(SealedEpoch {
+            sink: self.def.name.clone(),
+            answer,
         }))
     }
 
-    /// The checkpoint is durable: make its sealed epochs visible.
-    pub fn commit(&mut self) -> Result<()> {
-        crate::fault::hit(crate::fault::FaultSite::SinkCommit, &self.def.name, 0)
-            .map_err(|e| self.err(e))?;
-        if !self.epochs {
-            return Ok(());
-        }
-        let pending = self.pending.clone();
-        let name = self.def.name.clone();
-        let sealed_len = self.worker()?.call(move |w| match w {
-            Some(Writer::Epoch(w)) => {
-                w.commit(&pending).map_err(|e| sink_err(&name, e))?;
-                Ok(Some(w.sealed_len()))
-            }
-            _ => Ok(None),
-        })?;
-        if let Some(len) = sealed_len {
-            self.committed_len = len;
-            self.pending.clear();
-        }
-        Ok(())
+    /// What a checkpoint tail commits this sink's sealed epochs with;
+    /// None for a sink without epochs (or not open).
+    pub fn committer(&self) -> Option<SinkCommitter> {
+        let worker = self.worker.as_ref().filter(|_| self.epochs)?;
+        Some(SinkCommitter {
+            name: self.def.name.clone(),
+            queue: worker.queue().clone(),
+        })
     }
 
     /// Whether sealed epochs await commit, or the open epoch holds rows.
@@ -278,14 +283,11 @@ impl SinkRuntime {
         if !self.epochs || self.worker.is_none() {
             return false;
         }
-        if !self.pending.is_empty() {
-            return true;
-        }
-        let open = self
+        let unsettled = self
             .worker()
-            .and_then(|w| w.call(|w| Ok(matches!(w, Some(Writer::Epoch(e)) if e.has_open_rows()))));
+            .and_then(|w| w.call(|w| Ok(matches!(w, Some(Writer::Epoch(l)) if l.is_unsettled()))));
         // A writer that cannot answer cannot be settled either.
-        open.unwrap_or(true)
+        unsettled.unwrap_or(true)
     }
 
     /// Clean shutdown: publish an atomic file. Epoch sinks are settled by
@@ -320,27 +322,19 @@ impl SinkRuntime {
     /// The checkpoint that sealed the pending epochs will never become
     /// durable (its tail was cancelled before its manifest): remove their
     /// staged files, which no checkpoint refers to. Runs on the writer
-    /// thread after every queued write, like [`Self::commit`]. Called
-    /// before [`Self::abort`]; an epoch whose manifest may be durable is
-    /// never discarded (recovery re-commits it).
+    /// thread after every queued job (the seal included). Called before
+    /// [`Self::abort`]; an epoch whose manifest may be durable is never
+    /// discarded (recovery re-commits it).
     pub fn discard_sealed(&mut self) -> Result<()> {
-        if self.pending.is_empty() {
+        if !self.epochs || self.worker.is_none() {
             return Ok(());
         }
-        let pending = std::mem::take(&mut self.pending);
         let name = self.def.name.clone();
-        self.worker()?.call(move |_| {
-            for p in pending.into_iter().filter_map(|r| r.staged) {
-                match std::fs::remove_file(&p) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(source) => {
-                        let e = sluice_connectors::ConnectorError::Io { path: p, source };
-                        return Err(sink_err(&name, e).context("removing a staged epoch"));
-                    }
-                }
-            }
-            Ok(())
+        self.worker()?.call(move |w| match w {
+            Some(Writer::Epoch(l)) => l
+                .discard()
+                .map_err(|e| sink_err(&name, e).context("removing a staged epoch")),
+            _ => Ok(()),
         })
     }
 

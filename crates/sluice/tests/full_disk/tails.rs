@@ -3,7 +3,8 @@
 //! holds the tail's blob writes on command, so each test acts while a tail
 //! is in flight: cycles keep running, a shutdown settles the tail before
 //! it tears the sinks down, and a fault cancels it (its manifest is never
-//! written and no sink commit is made for it). Push sources cannot run
+//! written and no sink commit is made for it), and a stalled sink delays
+//! its checkpoint, not the compute thread. Push sources cannot run
 //! exactly-once, so the tests that push run at-least-once (a failed cycle
 //! faults there too, with checkpointing on); the shutdown test runs the
 //! file pipeline exactly-once.
@@ -63,24 +64,29 @@ fn batch(from: i64, to: i64) -> RecordBatch {
     .unwrap()
 }
 
-/// Wait until the pipeline took in `rows` rows.
-async fn ingested(db: &Database, rows: u64) {
-    bounded("ingesting", async {
-        while db.metrics().events_ingested < rows {
+/// Wait until `cond` holds.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    bounded(what, async {
+        while !cond() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
     .await;
 }
 
+/// Wait until the pipeline took in `rows` rows.
+async fn ingested(db: &Database, rows: u64) {
+    until("ingesting", || db.metrics().events_ingested >= rows).await;
+}
+
 /// Wait until the tail's first blob write is held by the store.
 async fn tail_held(store: &FaultyStore) {
-    bounded("the tail reaching the store", async {
-        while store.held_puts() == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    until("the tail reaching the store", || store.held_puts() > 0).await;
+}
+
+/// What the sink `out_<tag>` of [`open`] holds.
+fn out(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("out.csv")).unwrap()
 }
 
 /// `k,v` lines of rows `from..to`, after the header.
@@ -90,6 +96,33 @@ fn csv(from: i64, to: i64) -> String {
         s.push_str(&format!("{k},{}\n", k * 10));
     }
     s
+}
+
+/// A manual checkpoint, answered in the background.
+fn spawn_checkpoint(
+    db: &Arc<Database>,
+) -> tokio::task::JoinHandle<Result<sluice::CheckpointReport, sluice::Error>> {
+    let db = Arc::clone(db);
+    tokio::spawn(async move { db.checkpoint().await })
+}
+
+/// The keys a subscriber receives, until it has `n` of them.
+async fn keys(sub: &mut sluice::Subscription, n: usize, what: &str) -> Vec<i64> {
+    let mut seen = Vec::new();
+    bounded(what, async {
+        while seen.len() < n {
+            let b = sub.next().await.unwrap().unwrap();
+            let k = b
+                .data
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            seen.extend(k.values().iter().copied());
+        }
+    })
+    .await;
+    seen
 }
 
 #[tokio::test]
@@ -103,28 +136,12 @@ async fn cycles_run_while_a_checkpoint_tail_is_in_flight() {
     ingested(&db, 10).await;
     store.hold_puts("checkpoints/");
     let db = Arc::new(db);
-    let cp = tokio::spawn({
-        let db = Arc::clone(&db);
-        async move { db.checkpoint().await }
-    });
+    let cp = spawn_checkpoint(&db);
     tail_held(&store).await;
     // The tail cannot write: yet the next rows go through a cycle and
     // reach the subscriber.
     src.push(batch(10, 15)).await.unwrap();
-    let mut seen = Vec::new();
-    bounded("rows during the tail", async {
-        while seen.len() < 15 {
-            let b = sub.next().await.unwrap().unwrap();
-            let k = b
-                .data
-                .column(0)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap();
-            seen.extend(k.values().iter().copied());
-        }
-    })
-    .await;
+    let seen = keys(&mut sub, 15, "rows during the tail").await;
     assert_eq!(seen, (0..15).collect::<Vec<_>>());
     assert_eq!(store.held_puts(), 1, "the tail is still held");
     assert!(!cp.is_finished(), "the checkpoint waits for its tail");
@@ -139,10 +156,7 @@ async fn cycles_run_while_a_checkpoint_tail_is_in_flight() {
     assert_eq!(report.id, 1);
     assert_eq!(committed(&db).await, vec![1]);
     bounded("shutdown", db.shutdown()).await.unwrap();
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("out.csv")).unwrap(),
-        csv(0, 15)
-    );
+    assert_eq!(out(dir.path()), csv(0, 15));
 }
 
 #[tokio::test]
@@ -196,10 +210,7 @@ async fn a_fault_cancels_a_checkpoint_tail_in_flight_and_commits_nothing_of_it()
     src.push(batch(0, 20)).await.unwrap();
     ingested(&db, 20).await;
     store.hold_puts("checkpoints/");
-    let cp = tokio::spawn({
-        let db = Arc::clone(&db);
-        async move { db.checkpoint().await }
-    });
+    let cp = spawn_checkpoint(&db);
     tail_held(&store).await;
     // Counts the sink's commits (a stall of nothing, every time).
     let commits = arm(
@@ -240,4 +251,85 @@ async fn a_fault_cancels_a_checkpoint_tail_in_flight_and_commits_nothing_of_it()
     assert_eq!(db.metrics().checkpoints, 0);
     let _ = bounded("abort", db.abort()).await;
     assert_eq!(commits.fired(), 0);
+}
+
+/// A sink whose writer is stalled delays its checkpoint, not the pipeline:
+/// the capture queues the sink's seal without waiting for it (the tail
+/// awaits it before the manifest), cycles keep running, and the checkpoint
+/// commits exactly the rows before its barrier once the writer catches up.
+#[tokio::test]
+async fn a_stalled_sink_delays_its_checkpoint_not_the_compute_thread() {
+    const STALL: Duration = Duration::from_secs(2);
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _mem) = faulty();
+    let db = Arc::new(open(dir.path(), "stalled", &store).await);
+    let src = db.source("p").await.unwrap();
+    let mut sub = db.subscribe("pass_stalled").await.unwrap();
+    let _stall = arm(
+        "out_stalled",
+        Fault {
+            site: FaultSite::SinkWrite,
+            action: FaultAction::Stall(STALL),
+            trigger: FaultTrigger::Batch(1),
+            once: true,
+        },
+    );
+    src.push(batch(0, 20)).await.unwrap();
+    ingested(&db, 20).await;
+    // The sink's writer now sleeps in its first write; the checkpoint's
+    // capture must not wait for it.
+    let cp = spawn_checkpoint(&db);
+    until("the capture", || db.metrics().checkpoint_pauses > 0).await;
+    src.push(batch(20, 25)).await.unwrap();
+    let seen = keys(&mut sub, 25, "rows during the stall").await;
+    assert_eq!(seen, (0..25).collect::<Vec<_>>());
+    let report = bounded("checkpoint", cp).await.unwrap().unwrap();
+    assert_eq!(report.id, 1);
+    let pause = Duration::from_nanos(db.metrics().checkpoint_pause_max_ns);
+    assert!(
+        pause < STALL / 2,
+        "the compute thread waited {pause:?} for a sink stalled {STALL:?}"
+    );
+    // The rows before the barrier are durable when the manual checkpoint
+    // returns (at-least-once appends as it goes: later rows may follow).
+    let so_far = out(dir.path());
+    assert!(so_far.starts_with(&csv(0, 20)), "{so_far}");
+    bounded("shutdown", db.shutdown()).await.unwrap();
+    assert_eq!(out(dir.path()), csv(0, 25));
+}
+
+/// A sink slow to commit its epochs delays its checkpoint's answer, not the
+/// pipeline: the tail asks the sink's writer to commit once the manifest is
+/// durable, cycles keep running meanwhile, and the manual checkpoint
+/// returns only after the commit answered.
+#[tokio::test]
+async fn a_slow_sink_commit_runs_off_the_compute_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _mem) = faulty();
+    let db = Arc::new(open(dir.path(), "slow_commit", &store).await);
+    let src = db.source("p").await.unwrap();
+    let mut sub = db.subscribe("pass_slow_commit").await.unwrap();
+    let commit = arm(
+        "out_slow_commit",
+        Fault {
+            site: FaultSite::SinkCommit,
+            action: FaultAction::Stall(Duration::from_secs(2)),
+            trigger: FaultTrigger::Batch(1),
+            once: true,
+        },
+    );
+    src.push(batch(0, 20)).await.unwrap();
+    ingested(&db, 20).await;
+    let cp = spawn_checkpoint(&db);
+    until("the commit", || commit.fired() > 0).await;
+    // The commit sleeps on the sink's writer: these rows still go through.
+    src.push(batch(20, 25)).await.unwrap();
+    let seen = keys(&mut sub, 25, "rows during the commit").await;
+    assert_eq!(seen, (0..25).collect::<Vec<_>>());
+    assert!(!cp.is_finished(), "the checkpoint answers after its commit");
+    let report = bounded("checkpoint", cp).await.unwrap().unwrap();
+    assert_eq!(report.id, 1);
+    assert_eq!(committed(&db).await, vec![1]);
+    bounded("shutdown", db.shutdown()).await.unwrap();
+    assert_eq!(out(dir.path()), csv(0, 25));
 }
