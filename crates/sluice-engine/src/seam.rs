@@ -100,6 +100,8 @@ pub struct CheckpointConfig {
     pub interval: Option<std::time::Duration>,
     /// Alignment timeout.
     pub alignment_timeout: std::time::Duration,
+    /// How long an attempt may take until its manifest is durable.
+    pub timeout: std::time::Duration,
     /// Committed checkpoints kept.
     pub retain: usize,
     /// Percent of the time a tail may work while the pipeline is busy.

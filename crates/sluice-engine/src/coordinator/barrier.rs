@@ -47,7 +47,10 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     /// alignment (and so the stall of aligned sources) many times longer.
     pub(super) async fn run_checkpoint(&mut self, flags: u64) -> crate::Result<Checkpointed> {
         let started = Instant::now();
-        let deadline = started + self.callback.alignment_timeout();
+        // The whole attempt must be durable by `attempt_deadline`; its
+        // reservation and alignment must end by `deadline`.
+        let attempt_deadline = started + self.callback.checkpoint_timeout();
+        let deadline = attempt_deadline.min(started + self.callback.alignment_timeout());
         let attempt = match self.callback.reserve_checkpoint_attempt(deadline).await {
             Ok(a) => a,
             Err(e) => {
@@ -153,7 +156,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             Err(e) => BarrierOutcome::Failed(Arc::new(e.context("cutting subscription logs"))),
             Ok(()) => {
                 self.callback
-                    .checkpoint_with_barrier(offsets, attempt, started, deadline, flags, None)
+                    .checkpoint_with_barrier(
+                        offsets,
+                        attempt,
+                        started,
+                        attempt_deadline,
+                        flags,
+                        None,
+                    )
                     .await
             }
         };

@@ -229,6 +229,11 @@ pub trait CheckpointLifecycle {
     fn checkpoint_delivery(&self) -> Option<Delivery>;
     /// How long sources may take to deliver their barriers.
     fn alignment_timeout(&self) -> std::time::Duration;
+    /// How long an attempt may take from its start until its manifest is
+    /// durable: the coordinator passes the start plus this as the
+    /// `deadline` of [`Self::checkpoint_with_barrier`] (and aligns by
+    /// then at the latest).
+    fn checkpoint_timeout(&self) -> std::time::Duration;
     /// Durably reserve the attempt's id before any barrier is injected,
     /// giving up at `deadline` (the attempt's alignment deadline). An
     /// error means no attempt exists (checkpointing off, store failure, a
@@ -243,8 +248,13 @@ pub trait CheckpointLifecycle {
     fn inject_source_barriers(&mut self, attempt: CheckpointAttempt) -> Vec<Arc<str>>;
     /// All sources aligned: capture, persist, commit. `Committed`: the
     /// manifest is durable (a sink that could not commit afterwards is left
-    /// for [`RuntimeControl::take_pipeline_failure`]); `Aborted`: nothing
-    /// was captured; `Failed`: the attempt failed before it was durable.
+    /// for [`RuntimeControl::take_pipeline_failure`]); `Tailing`: captured,
+    /// its tail makes it durable (see [`Self::next_checkpoint_tail`]);
+    /// `Aborted`: nothing was captured; `Failed`: the attempt failed
+    /// before it was durable. An attempt whose manifest is not durable by
+    /// `deadline` fails (its tail stops before the manifest). `flags` say
+    /// who asked ([`super::FLAG_MANUAL`], [`super::FLAG_SHUTDOWN`]; 0 for
+    /// a periodic checkpoint).
     fn checkpoint_with_barrier(
         &mut self,
         source_checkpoints: FxHashMap<String, sluice_storage::SourceCheckpoint>,

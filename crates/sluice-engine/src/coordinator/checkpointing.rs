@@ -23,7 +23,8 @@ use super::callback::{
     CheckpointReport, CycleError,
 };
 use super::connector::ConnectorPipelineCallback;
-use super::tails::{TailJob, TailResult};
+use super::tails::{TailError, TailJob, TailResult};
+use super::FLAG_SHUTDOWN;
 use crate::error::{EngineError, Result};
 use crate::options::Delivery;
 use crate::output::sink::{SealedEpoch, SinkCommitter};
@@ -181,6 +182,12 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             .map_or(std::time::Duration::from_secs(10), |c| c.alignment_timeout)
     }
 
+    fn checkpoint_timeout(&self) -> std::time::Duration {
+        self.checkpoints
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(600), |c| c.timeout)
+    }
+
     async fn reserve_checkpoint_attempt(&mut self, deadline: Instant) -> Result<CheckpointAttempt> {
         let Some(c) = &self.checkpoints else {
             return Err(EngineError::Checkpoint("checkpointing is off (open the database on a state directory and set checkpoint_interval or delivery)".into()));
@@ -205,8 +212,8 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         source_checkpoints: FxHashMap<String, SourceCheckpoint>,
         attempt: CheckpointAttempt,
         attempt_started: Instant,
-        _deadline: Instant,
-        _flags: u64,
+        deadline: Instant,
+        flags: u64,
         assignment_fence: Option<CheckpointAssignmentFence>,
     ) -> BarrierOutcome {
         if let Some(f) = assignment_fence {
@@ -241,9 +248,23 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             let off = EngineError::Checkpoint("checkpointing is off".into());
             return BarrierOutcome::Failed(Arc::new(off));
         };
+        if Instant::now() >= deadline {
+            let late = TailError::TimedOut {
+                limit: deadline.saturating_duration_since(attempt_started),
+            };
+            return BarrierOutcome::Failed(Arc::new(late.into_error()));
+        }
+        // Nobody runs cycles after a shutdown checkpoint: its tail never
+        // rests (a busy pipeline's share does not apply).
+        let share = if flags & FLAG_SHUTDOWN != 0 {
+            100
+        } else {
+            c.tail_share
+        };
         let job = TailJob {
             id: attempt.id,
             started: attempt_started,
+            deadline,
             store: c.store.clone(),
             manifest: captured.manifest,
             parts: captured.parts,
@@ -251,7 +272,7 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             committers: captured.committers,
             retain: c.retain,
             pacer: crate::state::pace::Pacer::new(
-                c.tail_share,
+                share,
                 Arc::clone(&self.shared.metrics) as Arc<dyn crate::state::pace::PaceHost>,
             ),
         };

@@ -112,6 +112,14 @@ pub enum TailError {
     /// The tail worker could not be started.
     #[error("cannot start the checkpoint worker: {0}")]
     Worker(std::io::Error),
+    /// The manifest was not durable by the attempt's deadline
+    /// (`checkpoint_timeout` after it started): a blob write or a sink's
+    /// seal took too long. Nothing was committed.
+    #[error("the checkpoint did not reach its manifest within checkpoint_timeout ({limit:?}): a state write or a sink's seal took longer")]
+    TimedOut {
+        /// The attempt's time limit.
+        limit: std::time::Duration,
+    },
     /// A tail was spawned while another was in flight (a bug).
     #[error("a checkpoint tail is already in flight")]
     Busy,
@@ -123,7 +131,10 @@ impl TailError {
         match self {
             TailError::Encode { source, .. } | TailError::Seal { source, .. } => source.code(),
             TailError::WriteBlob { source, .. } | TailError::Manifest { source } => source.code(),
-            TailError::Stopped(_) | TailError::Worker(_) | TailError::Busy => "SLC-ENG-009",
+            TailError::Stopped(_)
+            | TailError::Worker(_)
+            | TailError::Busy
+            | TailError::TimedOut { .. } => "SLC-ENG-009",
         }
     }
 
@@ -142,9 +153,10 @@ impl TailError {
             TailError::Manifest { source } => {
                 EngineError::from(source).context("writing the manifest")
             }
-            e @ (TailError::Stopped(_) | TailError::Worker(_) | TailError::Busy) => {
-                EngineError::Checkpoint(e.to_string())
-            }
+            e @ (TailError::Stopped(_)
+            | TailError::Worker(_)
+            | TailError::Busy
+            | TailError::TimedOut { .. }) => EngineError::Checkpoint(e.to_string()),
         }
     }
 }
@@ -193,6 +205,8 @@ pub struct TailJob {
     pub id: u64,
     /// When the attempt started.
     pub started: Instant,
+    /// The manifest must be durable by then, or the attempt fails.
+    pub deadline: Instant,
     /// Where it goes.
     pub store: CheckpointStore,
     /// The manifest without its blob list (filled in by the tail).
@@ -442,6 +456,8 @@ impl CheckpointTails {
 async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>) {
     let TailJob {
         id,
+        started: attempt_started,
+        deadline,
         store,
         mut manifest,
         parts,
@@ -453,43 +469,56 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
     } = job;
     pacer.begin();
     let written = async {
-        for (name, part) in parts {
-            if gate.is_cancelled() {
-                return Ok(None);
-            }
-            let started = Instant::now();
-            let (bytes, rested) = pace::paced(&mut pacer, || part.encode());
-            let bytes = bytes.map_err(|source| TailError::Encode {
-                name: name.clone(),
-                source,
-            })?;
-            let encoded = started.elapsed();
-            let size = bytes.len();
-            let blob = store
-                .write_blob_paced(id, &name, bytes, &mut || pacer.point())
-                .await
-                .map_err(|source| TailError::WriteBlob {
+        // Everything before the manifest, bounded by the attempt's deadline.
+        let prepared = async {
+            for (name, part) in parts {
+                if gate.is_cancelled() {
+                    return Ok(false);
+                }
+                let started = Instant::now();
+                let (bytes, rested) = pace::paced(&mut pacer, || part.encode());
+                let bytes = bytes.map_err(|source| TailError::Encode {
                     name: name.clone(),
                     source,
                 })?;
-            tracing::debug!(
-                checkpoint = id,
-                part = %name,
-                bytes = size,
-                encode_ms = encoded.as_millis() as u64,
-                rested_ms = rested.as_millis() as u64,
-                write_ms = (started.elapsed() - encoded).as_millis() as u64,
-                "checkpoint part written"
-            );
-            manifest.blobs.push(blob);
-        }
-        // Awaited last: a slow sink's queue drains while the state is written.
-        for seal in seals {
-            let sink = seal.sink.clone();
-            match seal.recorded().await {
-                Ok(recorded) => manifest.sinks.insert(sink, recorded),
-                Err(source) => return Err(TailError::Seal { sink, source }),
-            };
+                let encoded = started.elapsed();
+                let size = bytes.len();
+                let blob = store
+                    .write_blob_paced(id, &name, bytes, &mut || pacer.point())
+                    .await
+                    .map_err(|source| TailError::WriteBlob {
+                        name: name.clone(),
+                        source,
+                    })?;
+                tracing::debug!(
+                    checkpoint = id,
+                    part = %name,
+                    bytes = size,
+                    encode_ms = encoded.as_millis() as u64,
+                    rested_ms = rested.as_millis() as u64,
+                    write_ms = (started.elapsed() - encoded).as_millis() as u64,
+                    "checkpoint part written"
+                );
+                manifest.blobs.push(blob);
+            }
+            // Awaited last: a slow sink's queue drains while the state is written.
+            for seal in seals {
+                let sink = seal.sink.clone();
+                match seal.recorded().await {
+                    Ok(recorded) => manifest.sinks.insert(sink, recorded),
+                    Err(source) => return Err(TailError::Seal { sink, source }),
+                };
+            }
+            Ok(true)
+        };
+        match tokio::time::timeout_at(deadline.into(), prepared).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return Ok(None),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                let limit = deadline.saturating_duration_since(attempt_started);
+                return Err(TailError::TimedOut { limit });
+            }
         }
         if !gate.begin_commit() {
             return Ok(None);

@@ -39,6 +39,11 @@ pub struct PipelineOptions {
     pub checkpoint_tail_share: u8,
     /// How long sources may take to align on a checkpoint barrier before the attempt is abandoned.
     pub checkpoint_alignment_timeout: Duration,
+    /// How long a checkpoint attempt may take from its start until its
+    /// manifest is durable (alignment, capture, the tail's writes and the
+    /// sinks' seals); past it the attempt fails and the previous
+    /// checkpoint stays the newest.
+    pub checkpoint_timeout: Duration,
     /// How long an object store's lease lasts without renewal (renewed
     /// every third of it): how long a pipeline killed on another host
     /// keeps its store from the next one.
@@ -87,6 +92,7 @@ impl Default for PipelineOptions {
             checkpoint_retain: 3,
             checkpoint_tail_share: DEFAULT_TAIL_SHARE,
             checkpoint_alignment_timeout: Duration::from_secs(10),
+            checkpoint_timeout: Duration::from_secs(600),
             checkpoint_store_lease: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(5),
             watermark_max_drift: None,
@@ -119,6 +125,7 @@ pub const PIPELINE_OPTIONS: &[&str] = &[
     "checkpoint_retain",
     "checkpoint_tail_share",
     "checkpoint_alignment_timeout",
+    "checkpoint_timeout",
     "checkpoint_store_lease",
     "idle_timeout",
     "watermark_max_drift",
@@ -159,6 +166,7 @@ impl PipelineOptions {
             "checkpoint_alignment_timeout" => {
                 self.checkpoint_alignment_timeout = spec.required_duration(value)?
             }
+            "checkpoint_timeout" => self.checkpoint_timeout = spec.required_duration(value)?,
             "checkpoint_store_lease" => {
                 self.checkpoint_store_lease = spec.required_duration(value)?
             }

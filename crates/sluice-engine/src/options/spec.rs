@@ -98,6 +98,7 @@ pub const PIPELINE_OPTION_SPECS: &[OptionSpec] = &[
         Duration::from_millis(10),
         DAY,
     ),
+    duration("checkpoint_timeout", Duration::from_millis(10), DAY),
     // A lease is renewed every third of it: below a second the renewals
     // alone would keep an object store busy.
     duration(

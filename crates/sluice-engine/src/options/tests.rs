@@ -71,6 +71,7 @@ fn table() -> Vec<Row> {
     };
     let (ci_ok, ci_bad) = durations_10ms(true);
     let (cat_ok, cat_bad) = durations_10ms(false);
+    let (ct_ok, ct_bad) = durations_10ms(false);
     let (retain_ok, retain_bad) = counts("10000", "10001", "3");
     let (share_ok, share_bad) = counts("100", "101", "25");
     let (batch_ok, batch_bad) = counts("1048576", "1048577", "8192");
@@ -120,6 +121,7 @@ fn table() -> Vec<Row> {
         ("checkpoint_retain", retain_ok, retain_bad),
         ("checkpoint_tail_share", share_ok, share_bad),
         ("checkpoint_alignment_timeout", cat_ok, cat_bad),
+        ("checkpoint_timeout", ct_ok, ct_bad),
         (
             "checkpoint_store_lease",
             vec!["1s", "1001ms", "30s", "1h", " 10s "],

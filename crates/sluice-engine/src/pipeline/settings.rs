@@ -49,6 +49,7 @@ pub fn option_timing(name: &str) -> &'static [OptionTiming] {
         | "checkpoint_retain"
         | "checkpoint_tail_share"
         | "checkpoint_alignment_timeout"
+        | "checkpoint_timeout"
         | "checkpoint_store_lease"
         | "subscription_history"
         | "subscription_history_bytes" => &[Start],

@@ -87,6 +87,7 @@ impl Pipeline {
             store,
             interval: o.checkpoint_interval,
             alignment_timeout: o.checkpoint_alignment_timeout,
+            timeout: o.checkpoint_timeout,
             retain: o.checkpoint_retain,
             tail_share: o.checkpoint_tail_share,
             delivery,

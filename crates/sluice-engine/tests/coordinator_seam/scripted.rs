@@ -243,6 +243,9 @@ impl CheckpointLifecycle for ScriptedCallback {
         let timeout = self.script().alignment_timeout;
         timeout.unwrap_or(Duration::from_secs(10))
     }
+    fn checkpoint_timeout(&self) -> Duration {
+        Duration::from_secs(600)
+    }
     fn checkpoint_delivery(&self) -> Option<Delivery> {
         let s = self.script();
         if s.fault_on_checkpoint_failure {

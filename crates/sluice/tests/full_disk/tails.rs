@@ -27,16 +27,27 @@ use crate::common::{bounded, committed, faulty, Fixture};
 /// before its manifest), at-least-once, on `store`; only manual and shutdown
 /// checkpoints.
 async fn open(dir: &std::path::Path, tag: &str, store: &FaultyStore) -> Database {
-    let db = Database::builder()
+    open_with(dir, tag, store, &[]).await
+}
+
+/// [`open`], with options `set` too.
+async fn open_with(
+    dir: &std::path::Path,
+    tag: &str,
+    store: &FaultyStore,
+    set: &[(&str, &str)],
+) -> Database {
+    let mut b = Database::builder()
         .base_dir(dir)
         .checkpoint_object_store(Arc::new(store.clone()) as Arc<dyn ObjectStore>)
         .set("delivery", "at_least_once")
         .unwrap()
         .set("checkpoint_interval", "1h")
-        .unwrap()
-        .open()
-        .await
         .unwrap();
+    for (k, v) in set {
+        b = b.set(k, v).unwrap();
+    }
+    let db = b.open().await.unwrap();
     db.execute(&format!(
         "CREATE SOURCE p (k BIGINT, v BIGINT);
          CREATE STREAM pass_{tag} AS SELECT k, v FROM p;
@@ -332,4 +343,63 @@ async fn a_slow_sink_commit_runs_off_the_compute_thread() {
     assert_eq!(committed(&db).await, vec![1]);
     bounded("shutdown", db.shutdown()).await.unwrap();
     assert_eq!(out(dir.path()), csv(0, 25));
+}
+
+/// A checkpoint whose manifest is not durable by `checkpoint_timeout` after
+/// it started fails with that limit named, whether a sink's seal or a state
+/// write holds it; nothing of it is committed, the pipeline carries on
+/// (at-least-once), and the next checkpoint commits everything, the epoch
+/// the failed one sealed included.
+#[tokio::test]
+async fn a_checkpoint_past_its_timeout_fails_and_the_next_one_commits_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _mem) = faulty();
+    let set = [("checkpoint_timeout", "300ms")];
+    let db = Arc::new(open_with(dir.path(), "late", &store, &set).await);
+    let src = db.source("p").await.unwrap();
+    let _stall = arm(
+        "out_late",
+        Fault {
+            site: FaultSite::SinkWrite,
+            action: FaultAction::Stall(Duration::from_secs(2)),
+            trigger: FaultTrigger::Batch(1),
+            once: true,
+        },
+    );
+    let timed_out = "SLC-ENG-009: checkpoint failed: the checkpoint did not reach its manifest \
+                     within checkpoint_timeout (300ms): a state write or a sink's seal took longer";
+    // The sink's seal waits behind its stalled write.
+    src.push(batch(0, 20)).await.unwrap();
+    ingested(&db, 20).await;
+    let e = bounded("the sealed checkpoint", db.checkpoint())
+        .await
+        .unwrap_err();
+    assert_eq!(format!("{}: {e}", e.code()), timed_out);
+    // A state write that does not return.
+    src.push(batch(20, 30)).await.unwrap();
+    ingested(&db, 30).await;
+    store.hold_puts("checkpoints/");
+    let e = bounded("the held checkpoint", db.checkpoint())
+        .await
+        .unwrap_err();
+    assert_eq!(format!("{}: {e}", e.code()), timed_out);
+    store.release_puts();
+    let m = db.metrics();
+    assert_eq!((m.checkpoints, m.checkpoints_failed), (0, 2));
+    assert_eq!(committed(&db).await, Vec::<u64>::new());
+    // Both failed attempts' ids stay burned. Once the sink caught up
+    // (at-least-once appends as it goes), the next checkpoint commits.
+    src.push(batch(30, 35)).await.unwrap();
+    until("the sink catching up", || {
+        std::fs::read_to_string(dir.path().join("out.csv")).is_ok_and(|s| s == csv(0, 35))
+    })
+    .await;
+    let report = bounded("the next checkpoint", db.checkpoint())
+        .await
+        .unwrap();
+    assert_eq!(report.id, 3);
+    assert_eq!(committed(&db).await, vec![3]);
+    assert_eq!(out(dir.path()), csv(0, 35));
+    bounded("shutdown", db.shutdown()).await.unwrap();
+    assert_eq!(out(dir.path()), csv(0, 35));
 }

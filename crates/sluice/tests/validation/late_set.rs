@@ -98,6 +98,7 @@ fn expected(name: &str, stage: Stage) -> Outcome {
             | "checkpoint_retain"
             | "checkpoint_tail_share"
             | "checkpoint_alignment_timeout"
+            | "checkpoint_timeout"
             | "checkpoint_store_lease"
             | "subscription_history"
             | "subscription_history_bytes",
@@ -110,6 +111,7 @@ fn expected(name: &str, stage: Stage) -> Outcome {
             | "checkpoint_retain"
             | "checkpoint_tail_share"
             | "checkpoint_alignment_timeout"
+            | "checkpoint_timeout"
             | "checkpoint_store_lease"
             | "subscription_history"
             | "subscription_history_bytes",
