@@ -24,7 +24,7 @@ use super::callback::{
 };
 use super::connector::ConnectorPipelineCallback;
 use super::tails::{TailError, TailJob, TailResult};
-use super::FLAG_SHUTDOWN;
+use super::{FLAG_MANUAL, FLAG_SHUTDOWN};
 use crate::error::{EngineError, Result};
 use crate::options::Delivery;
 use crate::output::sink::{SealedEpoch, SinkCommitter};
@@ -37,6 +37,17 @@ struct Captured {
     parts: Vec<(String, StatePart)>,
     seals: Vec<SealedEpoch>,
     committers: Vec<SinkCommitter>,
+}
+
+/// Who asked for a checkpoint, from its flags (for logs).
+fn checkpoint_kind(flags: u64) -> &'static str {
+    if flags & FLAG_SHUTDOWN != 0 {
+        "shutdown"
+    } else if flags & FLAG_MANUAL != 0 {
+        "manual"
+    } else {
+        "periodic"
+    }
 }
 
 fn view_blob(name: &str) -> String {
@@ -261,6 +272,11 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         } else {
             c.tail_share
         };
+        tracing::debug!(
+            checkpoint = attempt.id,
+            kind = checkpoint_kind(flags),
+            "checkpoint captured"
+        );
         let job = TailJob {
             id: attempt.id,
             started: attempt_started,
@@ -395,17 +411,27 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         &mut self,
         attempt: CheckpointAttempt,
         reason: &EngineError,
-        _flags: u64,
-        _assignment_fence: Option<CheckpointAssignmentFence>,
+        flags: u64,
+        assignment_fence: Option<CheckpointAssignmentFence>,
     ) -> Result<()> {
+        // Abandoned before capture: no sink sealed an epoch for it, so
+        // there is nothing to roll back; only the barriers are withdrawn.
         for s in self.sources.values() {
             s.control.withdraw();
         }
         tracing::warn!(
             checkpoint = attempt.id,
+            kind = checkpoint_kind(flags),
             %reason,
             "checkpoint attempt abandoned"
         );
+        if let Some(f) = assignment_fence {
+            self.shared.metrics.note_checkpoint_abandoned();
+            return Err(EngineError::Checkpoint(format!(
+                "assignment fence {} given, but this pipeline is not clustered",
+                f.generation
+            )));
+        }
         self.shared.metrics.note_checkpoint_abandoned();
         Ok(())
     }

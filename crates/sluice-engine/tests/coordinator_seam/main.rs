@@ -12,5 +12,6 @@ mod scripted;
 mod alignment;
 mod checkpoint_failures;
 mod control;
+mod fences;
 mod halts;
 mod shutdown;
