@@ -15,7 +15,7 @@ use sluice_engine::metrics::{MetricsSnapshot, PipelineMetrics};
 use sluice_engine::operators::Operator;
 use sluice_engine::options::PipelineOptions;
 use sluice_engine::output::subscription::{ResumeFrom, SubscribeOptions, Subscription};
-use sluice_engine::pipeline::{run_supervised, Pipeline};
+use sluice_engine::pipeline::Pipeline;
 use sluice_engine::sources::PushSource;
 use sluice_sql::{Statement, StreamPlanner};
 use sluice_storage::object_store::ObjectStore;
@@ -32,6 +32,7 @@ mod lookup;
 mod outputs;
 mod process;
 mod seal;
+mod supervisor;
 pub use cluster::{CatalogFingerprints, ClusterInfo, ClusterMember};
 pub use outputs::SinkOutput;
 pub use process::{HandlerFactory, ProcessWorkerStats};
@@ -57,6 +58,8 @@ struct Inner {
     base_dir: Option<PathBuf>,
     /// What `SHOW CLUSTER` asks (see [`DatabaseBuilder::cluster_info`]).
     cluster: Option<Arc<dyn ClusterInfo>>,
+    /// Restarts the pipeline after a fault (see `supervisor`).
+    supervision: supervisor::Supervision,
     _lock: Option<std::fs::File>,
 }
 
@@ -159,6 +162,7 @@ impl DatabaseBuilder {
                 workers: parking_lot::Mutex::default(),
                 base_dir,
                 cluster: self.cluster,
+                supervision: Default::default(),
                 _lock: lock,
             }),
         })
@@ -322,7 +326,10 @@ impl Database {
     ///
     /// With checkpointing on, this is where the delivery guarantee is
     /// admitted (every source and sink must support it) and where the
-    /// pipeline resumes from its newest valid checkpoint.
+    /// pipeline resumes from its newest valid checkpoint. From here on the
+    /// pipeline is supervised: a fault restarts it from its last committed
+    /// checkpoint while `restart_budget` lasts (see
+    /// [`run_to_completion`](Self::run_to_completion)).
     pub async fn start(&self) -> Result<()> {
         let mut p = self.inner.pipeline.lock().await;
         if p.is_started() {
@@ -334,7 +341,10 @@ impl Database {
             Some(_) => self.leased_checkpoint_store(p.options()).await?,
             None => None,
         };
-        p.start(store).await
+        p.start(store).await?;
+        drop(p);
+        self.supervise();
+        Ok(())
     }
 
     /// Take a checkpoint now (checkpointing must be on and the pipeline started).
@@ -373,10 +383,7 @@ impl Database {
         {
             return Err(Error::Catalog("the pipeline has no sources to run".into()));
         }
-        run_supervised(&self.inner.pipeline, |o| async move {
-            self.leased_checkpoint_store(&o).await
-        })
-        .await?;
+        self.supervised_end().await?;
         Ok(self.metrics())
     }
 

@@ -53,7 +53,7 @@ mod start;
 
 pub use functions::HandlerFactory;
 pub use lifecycle::Lifecycle;
-pub use recovery::{run_supervised, RestartPolicy};
+pub use recovery::{after_end, run_supervised, AfterEnd, RestartPolicy};
 pub use settings::{option_timing, OptionTiming};
 
 /// The coordinator of a pipeline and the sender its sources feed.

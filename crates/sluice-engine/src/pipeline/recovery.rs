@@ -16,10 +16,11 @@
 //!
 //! A fault (`SLC-ENG-008`) means the pipeline's state may be inconsistent
 //! with its inputs, and the checkpoint is the last consistent point; a
-//! halt is deterministic and is never retried. Before, only `sluice run`
-//! recovered, by reopening the whole database; an embedding program got
-//! the fault and nothing else. The rebuild is possible because the
-//! [`Pipeline`] records every object the coordinator was given.
+//! halt is deterministic and is never retried. The rebuild is possible
+//! because the [`Pipeline`] records every object the coordinator was
+//! given. The `sluice` crate's `Database` supervises every started
+//! pipeline with [`after_end`] in a background task, so an embedding
+//! program recovers whether or not it waits in `run_to_completion`.
 //!
 //! A restart needs checkpointing on and replayable sources only (a push
 //! source's pushed batches since the checkpoint are gone). It ends the
@@ -121,9 +122,64 @@ impl Pipeline {
     }
 }
 
+/// What a supervisor does once a pipeline's coordinator ended.
+#[derive(Debug)]
+pub enum AfterEnd {
+    /// A fault was recovered from: a new coordinator runs from the last
+    /// committed checkpoint; wait for it in turn.
+    Restarted,
+    /// The pipeline's end stands: finished or shut down (`Ok`), or the
+    /// error that is not recovered from.
+    Ended(Result<()>),
+}
+
+/// The pipeline's coordinator ended with `ended` (what
+/// [`wait_finished`] said): after a fault, restart it from its last
+/// committed checkpoint while its restart budget lasts (see the module
+/// docs). `store` resolves where checkpoints go from the options.
+pub async fn after_end<F, Fut>(pipeline: &Mutex<Pipeline>, ended: Result<()>, store: F) -> AfterEnd
+where
+    F: Fn(PipelineOptions) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<CheckpointStore>>>,
+{
+    let fault = match ended {
+        Err(e @ EngineError::Fault { .. }) => e,
+        other => return AfterEnd::Ended(other),
+    };
+    let delay = {
+        let mut p = pipeline.lock().await;
+        let policy = p.restart_policy();
+        if p.restarts >= policy.budget {
+            return AfterEnd::Ended(Err(fault));
+        }
+        if let Some(why) = p.unrestartable() {
+            tracing::debug!(%why, "a fault that cannot be recovered in process");
+            return AfterEnd::Ended(Err(fault));
+        }
+        p.restarts += 1;
+        let attempt = p.restarts;
+        let delay = policy.delay(attempt);
+        tracing::warn!(error = %fault, attempt, ?delay, "recovering from the last checkpoint");
+        delay
+    };
+    tokio::time::sleep(delay).await;
+    let mut p = pipeline.lock().await;
+    // Shut down while waiting: the fault stands.
+    if !p.lifecycle.is_running() {
+        return AfterEnd::Ended(Err(fault));
+    }
+    let restarted = async {
+        let s = store(p.options().clone()).await?;
+        p.restart(s).await
+    };
+    match restarted.await {
+        Ok(()) => AfterEnd::Restarted,
+        Err(e) => AfterEnd::Ended(Err(e)),
+    }
+}
+
 /// Wait until the pipeline finishes; after a fault, restart it from its
-/// last committed checkpoint while its restart budget lasts (see the
-/// module docs). `store` resolves where checkpoints go from the options.
+/// last committed checkpoint while its restart budget lasts ([`after_end`]).
 /// Returns the first error that is not recovered from.
 pub async fn run_supervised<F, Fut>(pipeline: &Mutex<Pipeline>, store: F) -> Result<()>
 where
@@ -134,35 +190,11 @@ where
         let Some(rx) = pipeline.lock().await.status_receiver() else {
             return Ok(());
         };
-        let fault = match wait_finished(rx).await {
-            Ok(()) => return Ok(()),
-            Err(e @ EngineError::Fault { .. }) => e,
-            Err(e) => return Err(e),
-        };
-        let attempt = {
-            let mut p = pipeline.lock().await;
-            let policy = p.restart_policy();
-            if p.restarts >= policy.budget {
-                return Err(fault);
-            }
-            if let Some(why) = p.unrestartable() {
-                tracing::debug!(%why, "a fault that cannot be recovered in process");
-                return Err(fault);
-            }
-            p.restarts += 1;
-            let attempt = p.restarts;
-            let delay = policy.delay(attempt);
-            tracing::warn!(error = %fault, attempt, ?delay, "recovering from the last checkpoint");
-            delay
-        };
-        tokio::time::sleep(attempt).await;
-        let mut p = pipeline.lock().await;
-        // Shut down while waiting: the fault stands.
-        if !p.lifecycle.is_running() {
-            return Err(fault);
+        let ended = wait_finished(rx).await;
+        match after_end(pipeline, ended, &store).await {
+            AfterEnd::Restarted => continue,
+            AfterEnd::Ended(r) => return r,
         }
-        let s = store(p.options().clone()).await?;
-        p.restart(s).await?;
     }
 }
 

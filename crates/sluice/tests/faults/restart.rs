@@ -82,3 +82,44 @@ async fn a_recurring_fault_is_reported_once_the_budget_is_spent() {
         assert!(hidden_files(&p.dir.join("out")).is_empty(), "{mode:?}");
     }
 }
+
+/// A program that only starts the pipeline (and never waits in
+/// `run_to_completion`) gets the same recovery: the database supervises
+/// every started pipeline, restarts it after the transient fault, and the
+/// shutdown publishes exactly the clean output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_pipeline_recovers_in_process_without_run_to_completion() {
+    let root = tempfile::tempdir().unwrap();
+    let clean = root.path().join("clean.csv");
+    write_input(&clean, ROWS, None, None);
+    let (q_ref, w_ref) = reference(root.path(), "restart_started_ref", &clean).await;
+    let mut p = Pipeline::new(root.path(), "restart_started", Mode::ExactlyOnce);
+    with_budget(&mut p, 2);
+    std::fs::copy(&clean, &p.input).unwrap();
+    let fault = arm(
+        &p.stream(),
+        Fault {
+            site: FaultSite::Stream,
+            action: FaultAction::Fail,
+            trigger: FaultTrigger::Row(AT as u64),
+            once: true,
+        },
+    );
+    let db = p.open().await;
+    db.start().await.unwrap();
+    bounded(async {
+        loop {
+            let finished = db.status().await.is_some_and(|s| s.finished);
+            if finished && db.restarts().await == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    bounded(db.shutdown()).await.unwrap();
+    assert_eq!(fault.fired(), 1);
+    assert_delivered(Mode::ExactlyOnce, &read(&p.q_file()), &q_ref, "q");
+    assert_delivered(Mode::ExactlyOnce, &read(&p.w_file()), &w_ref, "w");
+    assert!(hidden_files(&p.dir.join("out")).is_empty());
+}

@@ -1,0 +1,104 @@
+//! Every started pipeline is supervised: a fault restarts it from its last
+//! committed checkpoint while `restart_budget` lasts, whether the program
+//! waits in [`Database::run_to_completion`] or started it with
+//! [`Database::start`] and went on pushing, subscribing and checkpointing.
+//!
+//! ```text
+//!  start() ──spawn (once)──▶ supervisor task (holds the database weakly)
+//!                              loop: wait for the coordinator to end
+//!                                    fault + budget → restart, loop again
+//!                                    otherwise → record the end, stop
+//!  run_to_completion() ─────▶ waits for the recorded end
+//! ```
+//!
+//! The task holds only a weak reference between restarts, so dropping the
+//! last [`Database`] still shuts the pipeline down (the coordinator's
+//! status then ends the wait and the task finds nobody to supervise).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use sluice_engine::coordinator::wait_finished;
+use sluice_engine::pipeline::{after_end, AfterEnd};
+use tokio::sync::watch;
+
+use super::{Database, Inner};
+use crate::Result;
+
+/// The supervisor of one database's pipeline.
+pub(super) struct Supervision {
+    /// Whether the supervisor was started.
+    started: AtomicBool,
+    /// Becomes true when the supervisor ended.
+    ended: watch::Sender<bool>,
+    /// How it ended, until the first waiter takes it.
+    result: parking_lot::Mutex<Option<Result<()>>>,
+}
+
+impl Default for Supervision {
+    fn default() -> Self {
+        Self {
+            started: AtomicBool::new(false),
+            ended: watch::channel(false).0,
+            result: parking_lot::Mutex::new(None),
+        }
+    }
+}
+
+impl Database {
+    /// Start supervising the pipeline (once; later calls do nothing).
+    pub(super) fn supervise(&self) {
+        if self.inner.supervision.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let result = supervise(&weak).await;
+            if let Some(inner) = weak.upgrade() {
+                *inner.supervision.result.lock() = Some(result);
+                inner.supervision.ended.send_replace(true);
+            }
+        });
+    }
+
+    /// Wait until the supervisor ended: `Ok` when the pipeline finished or
+    /// was shut down, else the error not recovered from (the first caller
+    /// gets it as it was; later ones get what the pipeline's status says).
+    pub(super) async fn supervised_end(&self) -> Result<()> {
+        let mut ended = self.inner.supervision.ended.subscribe();
+        // The sender lives as long as `self`: this only ends when it ended.
+        let _ = ended.wait_for(|e| *e).await;
+        let taken = self.inner.supervision.result.lock().take();
+        match taken {
+            Some(r) => r,
+            None => match self.inner.pipeline.lock().await.status_receiver() {
+                Some(rx) => wait_finished(rx).await,
+                None => Ok(()),
+            },
+        }
+    }
+}
+
+/// The supervisor's loop; see the module docs.
+async fn supervise(weak: &Weak<Inner>) -> Result<()> {
+    loop {
+        let Some(inner) = weak.upgrade() else {
+            return Ok(());
+        };
+        let status = inner.pipeline.lock().await.status_receiver();
+        drop(inner);
+        let Some(status) = status else {
+            return Ok(());
+        };
+        let ended = wait_finished(status).await;
+        let Some(inner) = weak.upgrade() else {
+            return ended;
+        };
+        let db = &Database { inner };
+        let store = |o| async move { db.leased_checkpoint_store(&o).await };
+        match after_end(&db.inner.pipeline, ended, store).await {
+            AfterEnd::Restarted => continue,
+            AfterEnd::Ended(r) => return r,
+        }
+    }
+}
