@@ -22,6 +22,7 @@ use crate::error::EngineError;
 use crate::options::Delivery;
 use crate::output::mv::MaterializedView;
 use crate::output::sink::SinkRuntime;
+use crate::output::subscription::DeliveryEnd;
 
 pub use crate::seam::{
     BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointConfig,
@@ -189,8 +190,10 @@ pub trait OutputPublication {
     fn publish_barrier(&mut self, _attempt: CheckpointAttempt) -> Result<(), EngineError> {
         Ok(())
     }
-    /// End provisional subscription delivery.
-    fn invalidate_subscriptions(&self, _reason: &str) {}
+    /// End every subscription: cleanly at a shutdown (`None`); with the
+    /// halt or fault that stopped the pipeline otherwise, which the
+    /// subscribers' reads then report.
+    fn invalidate_subscriptions(&self, _ended_by: Option<DeliveryEnd>) {}
     /// Close every sink (publishing what each made visible at close).
     /// Every sink is attempted; the error is the first sink's failure (the
     /// others are logged).

@@ -24,6 +24,7 @@ use crate::metrics::PipelineMetrics;
 use crate::operators::expr::event_time_ms;
 use crate::options::Delivery;
 use crate::output::sink::{SinkMode, SinkRuntime};
+use crate::output::subscription::DeliveryEnd;
 use crate::output::subscription::SubscriptionRegistry;
 use crate::seam::CheckpointConfig;
 use crate::sources::{spawn_reader, SourceBarrierControl, SourceSender};
@@ -503,9 +504,9 @@ impl OutputPublication for ConnectorPipelineCallback {
         self.shared.subscriptions.publish_cut(attempt.id)
     }
 
-    fn invalidate_subscriptions(&self, reason: &str) {
-        tracing::info!(reason, "closing subscriptions");
-        self.shared.subscriptions.close_all();
+    fn invalidate_subscriptions(&self, ended_by: Option<DeliveryEnd>) {
+        tracing::info!(?ended_by, "closing subscriptions");
+        self.shared.subscriptions.close_all(ended_by);
     }
 
     async fn close_sinks(&mut self) -> Result<(), EngineError> {

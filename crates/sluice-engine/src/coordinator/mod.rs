@@ -28,6 +28,7 @@ use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::EngineError;
+use crate::output::subscription::DeliveryEnd;
 use crate::seam::{disposition, Disposition};
 pub use crate::seam::{CheckpointConfig, CoordinatorDeath, PipelineStatus};
 use crate::sources::{SourceEvent, SourceMessage};
@@ -353,7 +354,11 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         if !fault || !self.callback.cancel_checkpoint_tails_for_recovery() {
             self.finish_tails_before_stop();
         }
-        self.callback.invalidate_subscriptions(&cause.to_string());
+        self.callback.invalidate_subscriptions(Some(if fault {
+            DeliveryEnd::Faulted(std::sync::Arc::clone(&cause))
+        } else {
+            DeliveryEnd::Halted(std::sync::Arc::clone(&cause))
+        }));
         if let Err(e) = self.callback.abort_sinks() {
             tracing::error!(error = %e, "discarding sink output failed");
         }
@@ -512,7 +517,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         } else {
             self.callback.close_sinks().await
         };
-        self.callback.invalidate_subscriptions("shutdown");
+        self.callback.invalidate_subscriptions(None);
         self.status.send_modify(|s| s.stopped = true);
         result.and(closed)
     }

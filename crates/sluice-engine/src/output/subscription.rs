@@ -15,6 +15,11 @@
 //! - `Disconnect`: the subscriber is dropped and its next read reports that
 //!   it lagged, so a slow consumer never slows the pipeline.
 //!
+//! A subscription ends cleanly (`Ok(None)`) when its stream is dropped or
+//! the pipeline shuts down; when the pipeline halts or faults, its reads
+//! report that error (with its cause's code) instead, so a consumer can
+//! tell a finished stream from a failed one.
+//!
 //! ```text
 //!  coordinator ─ publish ─► [queue: batches + bytes] ─► Subscription::next
 //!       ▲                        │ full?                       │ (ticket drop)
@@ -22,7 +27,7 @@
 //! ```
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, StringArray};
@@ -117,21 +122,47 @@ struct Queued {
     _ticket: BudgetTicket,
 }
 
+/// Why the pipeline stopped delivering, as every subscriber is told.
+#[derive(Debug, Clone)]
+pub enum DeliveryEnd {
+    /// The pipeline halted for good because of this.
+    Halted(Arc<EngineError>),
+    /// A consistency fault stopped intake (recovery replays from the last
+    /// committed checkpoint).
+    Faulted(Arc<EngineError>),
+}
+
+/// Why one subscription ended other than cleanly; read by every later
+/// `next()` once its queue is empty.
+#[derive(Debug, Clone)]
+enum EndReason {
+    Lagged,
+    Stopped(DeliveryEnd),
+}
+
+type EndSlot = Arc<Mutex<Option<EndReason>>>;
+
 /// The consuming end of a subscription.
 pub struct Subscription {
     rx: mpsc::UnboundedReceiver<Queued>,
-    lagged: Arc<AtomicBool>,
+    end: EndSlot,
     schema: SchemaRef,
 }
 
 impl Subscription {
     /// The next batch; `Ok(None)` once the stream is dropped or the pipeline
-    /// shut down, an error if this subscriber fell too far behind.
+    /// shut down. An error, from then on, if this subscriber fell too far
+    /// behind (`SubscriberLagged`) or the pipeline halted or faulted (that
+    /// error, with its cause's code), after every batch delivered before.
     pub async fn next(&mut self) -> Result<Option<ChangeBatch>> {
         match self.rx.recv().await {
             Some(q) => Ok(Some(q.batch)),
-            None if self.lagged.load(Ordering::Acquire) => Err(EngineError::SubscriberLagged),
-            None => Ok(None),
+            None => match self.end.lock().clone() {
+                Some(EndReason::Lagged) => Err(EngineError::SubscriberLagged),
+                Some(EndReason::Stopped(DeliveryEnd::Halted(c))) => Err(EngineError::halted(c)),
+                Some(EndReason::Stopped(DeliveryEnd::Faulted(c))) => Err(EngineError::fault(c)),
+                None => Ok(None),
+            },
         }
     }
 
@@ -148,7 +179,7 @@ impl Subscription {
 
 struct Subscriber {
     tx: mpsc::UnboundedSender<Queued>,
-    lagged: Arc<AtomicBool>,
+    end: EndSlot,
     /// Receives only output of committed checkpoints, tagged with the epoch.
     committed: bool,
     on_lag: OnLag,
@@ -229,7 +260,7 @@ impl Topic {
             }
             if s.on_lag == OnLag::Disconnect && s.is_full() {
                 tracing::warn!(stream = name, "subscriber lagged; disconnecting it");
-                s.lagged.store(true, Ordering::Release);
+                *s.end.lock() = Some(EndReason::Lagged);
                 return false;
             }
             // A backpressure subscriber always gets the batch; a full queue
@@ -290,7 +321,7 @@ impl SubscriptionRegistry {
         let (tx, rx) = mpsc::unbounded_channel();
         let subscriber = Subscriber {
             tx,
-            lagged: Arc::new(AtomicBool::new(false)),
+            end: Arc::new(Mutex::new(None)),
             committed,
             on_lag: options.on_lag,
             buffer: (options.buffer.max(1) + extra) as u64,
@@ -325,7 +356,7 @@ impl SubscriptionRegistry {
         options: SubscribeOptions,
     ) -> Subscription {
         let (subscriber, rx) = self.subscriber(options, 0, false);
-        let lagged = Arc::clone(&subscriber.lagged);
+        let end = Arc::clone(&subscriber.end);
         let mut topics = self.topics.lock();
         let topic = topics
             .entry(name.to_string())
@@ -333,7 +364,7 @@ impl SubscriptionRegistry {
         topic.subscribers.push(subscriber);
         Subscription {
             rx,
-            lagged,
+            end,
             schema: data_schema,
         }
     }
@@ -471,11 +502,11 @@ impl SubscriptionRegistry {
                     .map_err(|()| EngineError::Internal("resume backlog lost".into()))?;
             }
         }
-        let lagged = Arc::clone(&subscriber.lagged);
+        let end = Arc::clone(&subscriber.end);
         topic.subscribers.push(subscriber);
         Ok(Subscription {
             rx,
-            lagged,
+            end,
             schema: data_schema,
         })
     }
@@ -543,9 +574,18 @@ impl SubscriptionRegistry {
         self.topics.lock().remove(name);
     }
 
-    /// End all subscriptions (shutdown).
-    pub fn close_all(&self) {
-        self.topics.lock().clear();
+    /// End all subscriptions: cleanly at a shutdown (`None`), else with
+    /// the reason every subscriber's reads report.
+    pub fn close_all(&self, reason: Option<DeliveryEnd>) {
+        let mut topics = self.topics.lock();
+        if let Some(reason) = reason {
+            for s in topics.values().flat_map(|t| t.subscribers.iter()) {
+                s.end
+                    .lock()
+                    .get_or_insert_with(|| EndReason::Stopped(reason.clone()));
+            }
+        }
+        topics.clear();
     }
 }
 

@@ -87,3 +87,45 @@ async fn a_disconnect_subscriber_gets_its_queue_then_the_lag_error() {
          subscription_buffer_bytes) and was disconnected"
     );
 }
+
+/// A halt or fault ends every subscription with that error (after the
+/// batches delivered before it, and on every later read); a shutdown ends
+/// them cleanly.
+#[tokio::test]
+async fn a_halt_or_fault_ends_each_subscription_with_it_and_a_shutdown_cleanly() {
+    let cause = || Arc::new(EngineError::Injected("boom".into()));
+    let ends: [(Option<DeliveryEnd>, Option<&str>); 3] = [
+        (
+            Some(DeliveryEnd::Halted(cause())),
+            Some("pipeline halted: boom"),
+        ),
+        (
+            Some(DeliveryEnd::Faulted(cause())),
+            Some("pipeline fault (recover from the last checkpoint): boom"),
+        ),
+        (None, None),
+    ];
+    for (end, want) in ends {
+        let r = SubscriptionRegistry::default();
+        let mut subs: Vec<Subscription> = (0..2)
+            .map(|_| r.subscribe("s", schema(), false, 8))
+            .collect();
+        r.publish("s", &[batch(1)]).unwrap();
+        r.close_all(end);
+        for sub in &mut subs {
+            assert!(
+                sub.next().await.unwrap().is_some(),
+                "delivered before the end"
+            );
+            for _ in 0..2 {
+                match (sub.next().await, want) {
+                    (Err(e), Some(w)) => {
+                        assert_eq!((e.to_string().as_str(), e.code()), (w, "SLC-ENG-017"))
+                    }
+                    (Ok(None), None) => {}
+                    (other, _) => panic!("{want:?}: {:?}", other.map(|b| b.is_some())),
+                }
+            }
+        }
+    }
+}

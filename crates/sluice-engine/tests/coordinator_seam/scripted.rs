@@ -14,6 +14,7 @@ use sluice_engine::coordinator::{
     RuntimeControl, SourceIntake,
 };
 use sluice_engine::options::Delivery;
+use sluice_engine::output::subscription::DeliveryEnd;
 use sluice_engine::EngineError;
 use sluice_storage::SourceCheckpoint;
 
@@ -183,7 +184,11 @@ impl OutputPublication for ScriptedCallback {
         let fail = self.script().fail_publish.clone();
         fail.map_or(Ok(()), |e| Err(EngineError::Injected(e)))
     }
-    fn invalidate_subscriptions(&self, reason: &str) {
+    fn invalidate_subscriptions(&self, ended_by: Option<DeliveryEnd>) {
+        let reason = match ended_by {
+            None => "shutdown".to_string(),
+            Some(DeliveryEnd::Halted(c) | DeliveryEnd::Faulted(c)) => c.to_string(),
+        };
         self.note(format!("invalidate: {reason}"));
     }
     async fn close_sinks(&mut self) -> Result<(), EngineError> {

@@ -244,11 +244,24 @@ async fn a_fault_cancels_a_checkpoint_tail_in_flight_and_commits_nothing_of_it()
         },
     );
     src.push(batch(20, 25)).await.unwrap();
-    // Subscriptions close when intake stops, after the tail was cancelled.
-    bounded("the fault", async {
-        while sub.next().await.unwrap().is_some() {}
+    // Subscriptions end when intake stops, after the tail was cancelled,
+    // with the fault that stopped it (not as if the stream had finished).
+    let end = bounded("the fault", async {
+        loop {
+            match sub.next().await {
+                Ok(Some(_)) => continue,
+                other => break other,
+            }
+        }
     })
     .await;
+    let fault = end.unwrap_err();
+    assert!(matches!(fault, sluice::Error::Fault { .. }), "{fault:?}");
+    assert_eq!(
+        fault.to_string(),
+        "pipeline fault (recover from the last checkpoint): stream 'pass_cancel': \
+         injected fault at stream 'pass_cancel' (batch 1, row 5, trip 1)"
+    );
     store.release_puts();
     let err = bounded("checkpoint", cp).await.unwrap().unwrap_err();
     assert_eq!(err.code(), "SLC-ENG-009", "{err}");
