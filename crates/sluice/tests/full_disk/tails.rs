@@ -416,3 +416,47 @@ async fn a_checkpoint_past_its_timeout_fails_and_the_next_one_commits_everything
     bounded("shutdown", db.shutdown()).await.unwrap();
     assert_eq!(out(dir.path()), csv(0, 35));
 }
+
+/// One tail at a time: while a tail is held, periodic checkpoints that come
+/// due are skipped (counted, nothing else written), a manual one waits for
+/// the slot, and once the store answers both commit in order.
+#[tokio::test]
+async fn one_tail_at_a_time_periodic_ones_are_skipped_and_a_manual_one_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _mem) = faulty();
+    let set = [("checkpoint_interval", "20ms")];
+    let db = Arc::new(open_with(dir.path(), "bound", &store, &set).await);
+    let src = db.source("p").await.unwrap();
+    store.hold_puts("checkpoints/");
+    src.push(batch(0, 10)).await.unwrap();
+    tail_held(&store).await;
+    // Keep the pipeline changing, so every tick has something to capture.
+    for i in 0..10 {
+        src.push(batch(10 + i, 11 + i)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    until("skipped periodic checkpoints", || {
+        db.metrics().checkpoints_skipped >= 3
+    })
+    .await;
+    let cp = spawn_checkpoint(&db);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !cp.is_finished(),
+        "the manual checkpoint waits for the slot"
+    );
+    assert_eq!(store.held_puts(), 1, "one tail writes");
+    let m = db.metrics();
+    assert_eq!((m.checkpoints, m.checkpoint_pauses), (0, 1));
+    store.release_puts();
+    let report = bounded("checkpoint", cp).await.unwrap().unwrap();
+    let ids = committed(&db).await;
+    assert_eq!(ids.last(), Some(&report.id), "{ids:?}");
+    assert_eq!(
+        ids.first(),
+        Some(&1),
+        "the held tail committed first: {ids:?}"
+    );
+    bounded("shutdown", db.shutdown()).await.unwrap();
+    assert_eq!(out(dir.path()), csv(0, 20));
+}
