@@ -170,13 +170,14 @@ pub trait OutputPublication {
     fn push_to_streams(&self, _results: &BatchMap) -> Result<(), CycleError> {
         Ok(())
     }
-    /// Write results to sinks, within `deadline` when given. An error
+    /// Hand results to the sinks (each sink writes on its own thread, so
+    /// this does not wait for the writes: a write that fails later is
+    /// taken with [`RuntimeControl::take_pipeline_failure`]). An error
     /// ([`CycleError::Output`]) names the sink and keeps the connector's
     /// code; the cycle failed and no sink output of it may become visible.
     fn write_to_sinks(
         &mut self,
         results: &BatchMap,
-        deadline: Option<Instant>,
     ) -> impl Future<Output = Result<(), CycleError>> + Send;
     /// Cut every subscription log at the aligned checkpoint. An error fails
     /// the attempt before capture.

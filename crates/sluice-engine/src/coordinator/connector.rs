@@ -446,19 +446,9 @@ impl OutputPublication for ConnectorPipelineCallback {
         Ok(())
     }
 
-    async fn write_to_sinks(
-        &mut self,
-        results: &BatchMap,
-        deadline: Option<Instant>,
-    ) -> Result<(), CycleError> {
+    async fn write_to_sinks(&mut self, results: &BatchMap) -> Result<(), CycleError> {
         let wm = self.watermark;
         for sink in self.sinks.iter_mut() {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(CycleError::Output(EngineError::Checkpoint(format!(
-                    "deadline passed while writing sink '{}'",
-                    sink.name()
-                ))));
-            }
             // Pushed rows can arrive before `start`: open the sink for them
             // in the mode known so far (atomic unless checkpointing is on).
             let mode = self.sink_mode;

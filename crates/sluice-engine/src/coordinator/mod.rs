@@ -466,7 +466,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             return;
         }
         let stored = Instant::now();
-        if let Err(e) = self.callback.write_to_sinks(&outcome.results, None).await {
+        if let Err(e) = self.callback.write_to_sinks(&outcome.results).await {
             self.settle(e);
             return;
         }

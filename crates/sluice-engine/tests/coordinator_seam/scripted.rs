@@ -167,7 +167,7 @@ impl CycleExecution for ScriptedCallback {
 }
 
 impl OutputPublication for ScriptedCallback {
-    async fn write_to_sinks(&mut self, _: &BatchMap, _: Option<Instant>) -> Result<(), CycleError> {
+    async fn write_to_sinks(&mut self, _: &BatchMap) -> Result<(), CycleError> {
         self.note("sinks.write".into());
         Ok(())
     }
