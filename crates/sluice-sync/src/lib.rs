@@ -11,10 +11,14 @@
 //! * [`ReaderGate`]: what a source reader thread does next — answer a
 //!   checkpoint barrier, stop, or read — and the hold that watermark
 //!   alignment puts on it.
+//! * [`ManifestFence`]: a checkpoint tail's manifest write against its
+//!   cancellation by recovery; exactly one of them wins.
 //!
 //! Run the model: `RUSTFLAGS="--cfg loom" cargo test -p sluice-sync --release`.
 
+pub mod manifest_fence;
 mod primitives;
 pub mod reader_gate;
 
+pub use manifest_fence::ManifestFence;
 pub use reader_gate::{ReaderGate, Step};

@@ -1,4 +1,5 @@
-//! Every interleaving of the reader gate's handshake, explored by loom.
+//! Every interleaving of the reader gate's handshake and of the checkpoint
+//! tail's manifest fence, explored by loom.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p sluice-sync --release`
 //! (scripts/test.sh does, in its own target directory). Without
@@ -13,7 +14,7 @@
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use sluice_sync::{ReaderGate, Step};
+use sluice_sync::{ManifestFence, ReaderGate, Step};
 
 /// Explore `reader` on its own thread against `coordinator` on this one,
 /// sharing a gate (held from the start when `held`) and a flag the two may
@@ -143,4 +144,34 @@ fn a_hold_and_release_never_strand_the_reader() {
             gate.hold(false);
         },
     );
+}
+
+/// A tail reaching its manifest races a cancel by recovery: exactly one
+/// wins, and each side sees the same outcome (a won cancel is seen by the
+/// tail as cancelled; a manifest begun is never cancelled afterwards).
+#[test]
+fn a_manifest_write_and_a_cancel_never_both_win() {
+    loom::model(|| {
+        let fence = Arc::new(ManifestFence::new());
+        let tail = {
+            let fence = Arc::clone(&fence);
+            thread::spawn(move || {
+                let cancelled_before = fence.is_cancelled();
+                let wrote = fence.begin_manifest();
+                if cancelled_before {
+                    assert!(!wrote, "a tail that saw its cancel wrote its manifest");
+                }
+                wrote
+            })
+        };
+        let cancelled = fence.cancel();
+        let wrote = tail.join().expect("the tail thread");
+        assert!(
+            cancelled != wrote,
+            "cancelled {cancelled}, manifest {wrote}"
+        );
+        assert_eq!(fence.is_cancelled(), cancelled);
+        // Whatever happened, a later cancel stops nothing.
+        assert!(!fence.cancel());
+    });
 }

@@ -43,7 +43,8 @@
 //! their commits, so a manual `CHECKPOINT` still returns with the output
 //! visible.
 //!
-//! Cancellation ([`CheckpointTails::cancel`]) is a fence at the manifest:
+//! Cancellation ([`CheckpointTails::cancel`]) is a fence at the manifest
+//! ([`ManifestFence`], model-checked with loom in `sluice-sync`):
 //! a tail that has not begun its manifest write never commits, and none
 //! of its sink epochs are committed (the coordinator discards their staged
 //! files). Only a fault (recovery takes over) or a discarding shutdown
@@ -57,8 +58,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Mutex;
 use sluice_storage::{CheckpointStore, Manifest, StorageError};
+use sluice_sync::ManifestFence;
 use thiserror::Error;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -223,46 +224,6 @@ pub struct TailJob {
     pub pacer: Pacer,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum GateState {
-    #[default]
-    Writing,
-    Committing,
-    Cancelled,
-}
-
-/// The fence between cancellation and the manifest write.
-#[derive(Debug, Default)]
-struct Gate(Mutex<GateState>);
-
-impl Gate {
-    /// The tail is about to write its manifest: false if cancelled.
-    fn begin_commit(&self) -> bool {
-        let mut g = self.0.lock();
-        if *g == GateState::Cancelled {
-            return false;
-        }
-        *g = GateState::Committing;
-        true
-    }
-
-    fn is_cancelled(&self) -> bool {
-        *self.0.lock() == GateState::Cancelled
-    }
-
-    /// True when this call stopped a tail that had not begun its manifest.
-    fn cancel(&self) -> bool {
-        let mut g = self.0.lock();
-        match *g {
-            GateState::Writing => {
-                *g = GateState::Cancelled;
-                true
-            }
-            GateState::Committing | GateState::Cancelled => false,
-        }
-    }
-}
-
 /// What a tail reports once the manifest is durable.
 struct Written {
     state_bytes: u64,
@@ -276,7 +237,7 @@ type Durability = Result<Option<Written>, TailError>;
 struct InFlight {
     id: u64,
     started: Instant,
-    gate: Arc<Gate>,
+    gate: Arc<ManifestFence>,
     cancelled: bool,
     /// Resolves once durability is known (before pruning).
     durable: Option<oneshot::Receiver<Durability>>,
@@ -366,7 +327,7 @@ impl CheckpointTails {
         if self.in_flight() >= MAX_IN_FLIGHT {
             return Err(TailError::Busy);
         }
-        let gate = Arc::new(Gate::default());
+        let gate = Arc::new(ManifestFence::new());
         let (tx, rx) = oneshot::channel();
         let (id, started) = (job.id, job.started);
         let task = self.runtime()?.spawn(run(job, Arc::clone(&gate), tx));
@@ -453,7 +414,7 @@ impl CheckpointTails {
 
 /// The tail itself: build and encode, write, await the sinks' seals,
 /// commit the manifest, then the sinks' epochs, prune, report durability.
-async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>) {
+async fn run(job: TailJob, gate: Arc<ManifestFence>, durable: oneshot::Sender<Durability>) {
     let TailJob {
         id,
         started: attempt_started,
@@ -520,7 +481,7 @@ async fn run(job: TailJob, gate: Arc<Gate>, durable: oneshot::Sender<Durability>
                 return Err(TailError::TimedOut { limit });
             }
         }
-        if !gate.begin_commit() {
+        if !gate.begin_manifest() {
             return Ok(None);
         }
         store
