@@ -48,11 +48,19 @@ impl Default for Supervision {
 impl Database {
     /// Start supervising the pipeline (once; later calls do nothing).
     pub(super) fn supervise(&self) {
+        // Outside a tokio runtime nothing runs in the background: then
+        // `run_to_completion` supervises in its caller instead.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(
+                "no tokio runtime: the pipeline is supervised only in run_to_completion"
+            );
+            return;
+        };
         if self.inner.supervision.started.swap(true, Ordering::AcqRel) {
             return;
         }
         let weak = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             let result = supervise(&weak).await;
             if let Some(inner) = weak.upgrade() {
                 *inner.supervision.result.lock() = Some(result);
@@ -65,6 +73,9 @@ impl Database {
     /// was shut down, else the error not recovered from (the first caller
     /// gets it as it was; later ones get what the pipeline's status says).
     pub(super) async fn supervised_end(&self) -> Result<()> {
+        if !self.inner.supervision.started.load(Ordering::Acquire) {
+            return supervise(&Arc::downgrade(&self.inner)).await;
+        }
         let mut ended = self.inner.supervision.ended.subscribe();
         // The sender lives as long as `self`: this only ends when it ended.
         let _ = ended.wait_for(|e| *e).await;
