@@ -3,12 +3,38 @@
 //! checkpoint, and its output is that of a run without the fault; a fault
 //! that recurs is reported once the budget is spent.
 
-use sluice_engine::fault::{arm, Fault, FaultAction, FaultSite, FaultTrigger};
+use std::path::Path;
+
+use sluice_engine::fault::{arm, Fault, FaultAction, FaultGuard, FaultSite, FaultTrigger};
 
 use crate::common::*;
 
 const ROWS: usize = 20_000;
 const AT: usize = 15_000;
+
+/// Pipeline `tag` in `mode` over a copy of `clean`, with a restart budget
+/// of 2 and a transient `action` (once) at row `AT` of its stream.
+fn transient(
+    root: &Path,
+    tag: &str,
+    mode: Mode,
+    clean: &Path,
+    action: FaultAction,
+) -> (Pipeline, FaultGuard) {
+    let mut p = Pipeline::new(root, tag, mode);
+    with_budget(&mut p, 2);
+    std::fs::copy(clean, &p.input).unwrap();
+    let fault = arm(
+        &p.stream(),
+        Fault {
+            site: FaultSite::Stream,
+            action,
+            trigger: FaultTrigger::Row(AT as u64),
+            once: true,
+        },
+    );
+    (p, fault)
+}
 
 fn with_budget(p: &mut Pipeline, budget: u32) {
     p.extra = vec![
@@ -29,22 +55,8 @@ async fn a_transient_fault_recovers_in_process_and_the_output_is_the_clean_one()
     let (q_ref, w_ref) = reference(root.path(), "restart_once_ref", &clean).await;
     for action in [FaultAction::Fail, FaultAction::Panic] {
         for mode in [Mode::AtLeastOnce, Mode::ExactlyOnce] {
-            let mut p = Pipeline::new(
-                root.path(),
-                &format!("restart_once_{action:?}_{mode:?}"),
-                mode,
-            );
-            with_budget(&mut p, 2);
-            std::fs::copy(&clean, &p.input).unwrap();
-            let fault = arm(
-                &p.stream(),
-                Fault {
-                    site: FaultSite::Stream,
-                    action,
-                    trigger: FaultTrigger::Row(AT as u64),
-                    once: true,
-                },
-            );
+            let tag = format!("restart_once_{action:?}_{mode:?}");
+            let (p, fault) = transient(root.path(), &tag, mode, &clean, action);
             let db = p.open().await;
             run_db(&db)
                 .await
@@ -93,17 +105,12 @@ async fn a_started_pipeline_recovers_in_process_without_run_to_completion() {
     let clean = root.path().join("clean.csv");
     write_input(&clean, ROWS, None, None);
     let (q_ref, w_ref) = reference(root.path(), "restart_started_ref", &clean).await;
-    let mut p = Pipeline::new(root.path(), "restart_started", Mode::ExactlyOnce);
-    with_budget(&mut p, 2);
-    std::fs::copy(&clean, &p.input).unwrap();
-    let fault = arm(
-        &p.stream(),
-        Fault {
-            site: FaultSite::Stream,
-            action: FaultAction::Fail,
-            trigger: FaultTrigger::Row(AT as u64),
-            once: true,
-        },
+    let (p, fault) = transient(
+        root.path(),
+        "restart_started",
+        Mode::ExactlyOnce,
+        &clean,
+        FaultAction::Fail,
     );
     let db = p.open().await;
     db.start().await.unwrap();
