@@ -59,7 +59,7 @@ struct Inner {
     /// What `SHOW CLUSTER` asks (see [`DatabaseBuilder::cluster_info`]).
     cluster: Option<Arc<dyn ClusterInfo>>,
     /// Restarts the pipeline after a fault (see `supervisor`).
-    supervision: supervisor::Supervision,
+    supervision: Arc<supervisor::Supervision>,
     _lock: Option<std::fs::File>,
 }
 
@@ -450,6 +450,9 @@ impl Database {
         let stopped = self.inner.pipeline.lock().await.stop(discard).await;
         // After the final checkpoint, whatever the shutdown returned.
         self.release_checkpoint_lease().await;
+        // Once this returns, nothing in the background holds the database:
+        // dropping it releases the state directory for the next open.
+        self.supervisor_ended().await;
         stopped?;
         Ok(self.inner.metrics.snapshot())
     }

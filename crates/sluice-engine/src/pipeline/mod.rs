@@ -87,6 +87,9 @@ pub struct Pipeline {
     subscriptions: Arc<SubscriptionRegistry>,
     /// See [`Pipeline::set_exits_after_stop`].
     exits_after_stop: bool,
+    /// Becomes true when the pipeline is stopped: a restart waiting out its
+    /// backoff gives up at once instead of holding the stop's caller.
+    closed: tokio::sync::watch::Sender<bool>,
 }
 
 impl Pipeline {
@@ -109,6 +112,7 @@ impl Pipeline {
             base_dir,
             metrics: Arc::new(PipelineMetrics::new()),
             subscriptions: Arc::new(SubscriptionRegistry::default()),
+            closed: tokio::sync::watch::channel(false).0,
         }
     }
 
@@ -317,6 +321,7 @@ impl Pipeline {
     /// output), end subscriptions and stop; the pipeline is closed after.
     pub async fn stop(&mut self, discard: bool) -> Result<()> {
         self.lifecycle = Lifecycle::Closed;
+        self.closed.send_replace(true);
         self.teardown(discard, self.exits_after_stop).await
     }
 

@@ -146,7 +146,7 @@ where
         Err(e @ EngineError::Fault { .. }) => e,
         other => return AfterEnd::Ended(other),
     };
-    let delay = {
+    let (delay, mut closed) = {
         let mut p = pipeline.lock().await;
         let policy = p.restart_policy();
         if p.restarts >= policy.budget {
@@ -160,9 +160,14 @@ where
         let attempt = p.restarts;
         let delay = policy.delay(attempt);
         tracing::warn!(error = %fault, attempt, ?delay, "recovering from the last checkpoint");
-        delay
+        (delay, p.closed.subscribe())
     };
-    tokio::time::sleep(delay).await;
+    // A stop during the backoff ends the wait: the check below finds the
+    // pipeline closed.
+    tokio::select! {
+        () = tokio::time::sleep(delay) => {}
+        _ = closed.wait_for(|c| *c) => {}
+    }
     let mut p = pipeline.lock().await;
     // Shut down while waiting: the fault stands.
     if !p.lifecycle.is_running() {

@@ -60,13 +60,27 @@ impl Database {
             return;
         }
         let weak = Arc::downgrade(&self.inner);
+        // The end is recorded through the supervision alone, after
+        // `supervise` dropped every strong reference it took: a waiter
+        // that wakes and drops the last `Database` must find the state
+        // directory's lock released, ready for the next open.
+        let supervision = Arc::clone(&self.inner.supervision);
         runtime.spawn(async move {
             let result = supervise(&weak).await;
-            if let Some(inner) = weak.upgrade() {
-                *inner.supervision.result.lock() = Some(result);
-                inner.supervision.ended.send_replace(true);
-            }
+            drop(weak);
+            *supervision.result.lock() = Some(result);
+            supervision.ended.send_replace(true);
         });
+    }
+
+    /// Wait until the supervisor ended, if it was started, leaving how it
+    /// ended to [`Self::supervised_end`]. Only after a stop, which ends
+    /// the pipeline and any restart's backoff, so this does not wait long.
+    pub(super) async fn supervisor_ended(&self) {
+        if self.inner.supervision.started.load(Ordering::Acquire) {
+            let mut ended = self.inner.supervision.ended.subscribe();
+            let _ = ended.wait_for(|e| *e).await;
+        }
     }
 
     /// Wait until the supervisor ended: `Ok` when the pipeline finished or

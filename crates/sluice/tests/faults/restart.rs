@@ -130,3 +130,48 @@ async fn a_started_pipeline_recovers_in_process_without_run_to_completion() {
     assert_delivered(Mode::ExactlyOnce, &read(&p.w_file()), &w_ref, "w");
     assert!(hidden_files(&p.dir.join("out")).is_empty());
 }
+
+/// Once `shutdown` or `abort` returns, nothing in the background holds the
+/// database: dropping it frees the state directory, and the next open of
+/// the same directory succeeds at once, after a run that finished, after
+/// one that faulted for good, and after a stop during a restart's backoff
+/// (which the stop cuts short instead of waiting it out). CI once failed
+/// with "state directory ... is in use" because the supervisor still held
+/// the database for a moment after `run_to_completion` returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_database_frees_its_state_directory_at_once() {
+    let root = tempfile::tempdir().unwrap();
+    for (case, zero_at) in [("finished", None), ("faulted", Some(500))] {
+        let p = Pipeline::new(root.path(), &format!("free_{case}"), Mode::ExactlyOnce);
+        write_input(&p.input, 1_000, zero_at, None);
+        for round in 0..20 {
+            let db = p.open().await;
+            let ran = run_db(&db).await;
+            assert_eq!(ran.is_ok(), zero_at.is_none(), "{case} {round}: {ran:?}");
+            drop(db);
+        }
+    }
+
+    let mut p = Pipeline::new(root.path(), "free_backoff", Mode::ExactlyOnce);
+    p.extra = vec![
+        ("restart_budget".into(), "3".into()),
+        ("restart_backoff".into(), "60s".into()),
+    ];
+    write_input(&p.input, 1_000, Some(500), None);
+    let db = p.open().await;
+    db.start().await.unwrap();
+    bounded(async {
+        while db.restarts().await == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // The supervisor now waits out its backoff; the stop ends that wait.
+    let stop = tokio::time::timeout(std::time::Duration::from_secs(10), db.abort())
+        .await
+        .expect("a stop does not wait out a restart's backoff");
+    assert!(stop.is_err(), "the fault stands: {stop:?}");
+    assert_eq!(db.restarts().await, 1);
+    drop(db);
+    drop(p.open().await);
+}
