@@ -212,7 +212,7 @@ pub enum ClusterError {
     /// failed to commit or roll back its epoch).
     #[error(
         "SLC-CLU-020: node '{node}' could not apply the {decision} of checkpoint \
-         attempt {id}: {reason}"
+         attempt {id}: {source}"
     )]
     PipelineFailed {
         /// The node.
@@ -221,8 +221,9 @@ pub enum ClusterError {
         id: u64,
         /// `commit` or `abort`.
         decision: &'static str,
-        /// What the pipeline reported.
-        reason: String,
+        /// What the pipeline reported, with its own source and code.
+        #[source]
+        source: crate::checkpoint::PipelineError,
     },
     /// A leader tried to record the end of a run that was already recorded.
     #[error(

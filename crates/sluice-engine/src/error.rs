@@ -103,6 +103,15 @@ pub enum EngineError {
     /// A checkpoint did not complete.
     #[error("checkpoint failed: {0}")]
     Checkpoint(String),
+    /// A checkpoint did not complete for a typed reason of the checkpoint
+    /// machinery itself (its tail timed out, stopped, or its worker could
+    /// not start), kept with its own source chain.
+    #[error("checkpoint failed: {source}")]
+    CheckpointFailed {
+        /// The machinery's error (e.g. the coordinator's `TailError`).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Checkpoint storage failed.
     #[error(transparent)]
     Storage(#[from] sluice_storage::StorageError),
@@ -189,7 +198,7 @@ impl EngineError {
             EngineError::Context { cause, .. } | EngineError::Shared(cause) => cause.code(),
             EngineError::NotRunning => "SLC-ENG-006",
             EngineError::Internal(_) => "SLC-ENG-007",
-            EngineError::Checkpoint(_) => "SLC-ENG-009",
+            EngineError::Checkpoint(_) | EngineError::CheckpointFailed { .. } => "SLC-ENG-009",
             EngineError::Storage(e) => e.code(),
             EngineError::Process(_) => "SLC-ENG-010",
             EngineError::Sealed(_) => "SLC-ENG-011",

@@ -37,6 +37,9 @@ fn every_engine_error() -> Vec<EngineError> {
         EngineError::Injected("injected".into()),
         EngineError::SubscriberLagged,
         EngineError::Checkpoint("alignment timed out".into()),
+        EngineError::CheckpointFailed {
+            source: Box::new(std::io::Error::other("tail worker gone")),
+        },
         EngineError::Storage(sluice_storage::StorageError::Io {
             path: "state".into(),
             source: io(),
@@ -81,6 +84,7 @@ fn variant(e: &EngineError) -> &'static str {
         EngineError::Injected(_) => "Injected",
         EngineError::SubscriberLagged => "SubscriberLagged",
         EngineError::Checkpoint(_) => "Checkpoint",
+        EngineError::CheckpointFailed { .. } => "CheckpointFailed",
         EngineError::Storage(_) => "Storage",
         EngineError::NotRunning => "NotRunning",
         EngineError::Sealed(_) => "Sealed",

@@ -220,7 +220,10 @@ impl<P: CheckpointPipeline> CheckpointFollower<P> {
             tokio::time::timeout_at(deadline, self.pipeline.capture(&prepare.value, &vnodes)).await;
         let answer = match captured {
             Ok(Ok(part)) => Answer::Ack { part },
-            Ok(Err(reason)) => Answer::Nack { reason },
+            // The reason travels to the leader as text.
+            Ok(Err(e)) => Answer::Nack {
+                reason: e.to_string(),
+            },
             Err(_) => Answer::Nack {
                 reason: "the capture did not finish by the deadline".to_string(),
             },
@@ -261,11 +264,11 @@ impl<P: CheckpointPipeline> CheckpointFollower<P> {
                 reason: "the decision was already delivered".to_string(),
             });
         }
-        let failed = |decision: &'static str, reason: String| ClusterError::PipelineFailed {
+        let failed = |decision: &'static str, source| ClusterError::PipelineFailed {
             node: self.session.node().to_string(),
             id,
             decision,
-            reason,
+            source,
         };
         match decision.value.decision {
             Decision::Commit { parts } => {

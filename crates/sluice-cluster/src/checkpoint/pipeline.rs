@@ -28,6 +28,12 @@ use std::future::Future;
 
 use super::record::{CheckpointPrepare, PartRef};
 
+/// Why a pipeline refused or could not apply a step of a round. It keeps
+/// its source (and, for the engine's errors, their stable code) up to the
+/// follower; only a nack's reason is sent on as text, because it crosses
+/// the network to the leader through etcd.
+pub type PipelineError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// A node's pipeline, driven through checkpoint rounds by a
 /// [`CheckpointFollower`](super::follower::CheckpointFollower).
 pub trait CheckpointPipeline: Send {
@@ -36,23 +42,27 @@ pub trait CheckpointPipeline: Send {
     ///
     /// `Ok(part)` means the part is durable where `part` says: the follower
     /// acks with it, and the part becomes part of the checkpoint if the
-    /// attempt commits. `Err(reason)` refuses the attempt (the spec's
-    /// `cancel_source_barrier_attempt`): the follower nacks with `reason`
+    /// attempt commits. `Err(e)` refuses the attempt (the spec's
+    /// `cancel_source_barrier_attempt`): the follower nacks with `e`'s text
     /// and the leader aborts the round. A capture still running at the
     /// Prepare's deadline is dropped and nacked.
     fn capture(
         &mut self,
         prepare: &CheckpointPrepare,
         vnodes: &[u32],
-    ) -> impl Future<Output = Result<PartRef, String>> + Send;
+    ) -> impl Future<Output = Result<PartRef, PipelineError>> + Send;
 
     /// Attempt `id` committed with every owning node's part in `parts`:
     /// transactional sinks commit that epoch. Called once per answered
     /// attempt that committed.
     ///
-    /// `Err(reason)` means the pipeline could not apply the commit; the
-    /// follower reports it as `SLC-CLU-020` (the decision itself stands).
-    fn committed(&mut self, id: u64, parts: &BTreeMap<String, PartRef>) -> Result<(), String>;
+    /// `Err(e)` means the pipeline could not apply the commit; the
+    /// follower reports it as `SLC-CLU-020` with `e` as its source (the decision itself stands).
+    fn committed(
+        &mut self,
+        id: u64,
+        parts: &BTreeMap<String, PartRef>,
+    ) -> Result<(), PipelineError>;
 
     /// Attempt `id` was aborted (a nack, a missed deadline, a fenced
     /// commit, or the authoritative abort of an orphan by a new leader —
@@ -60,7 +70,7 @@ pub trait CheckpointPipeline: Send {
     /// that epoch before the next attempt. Called once per answered
     /// attempt that aborted.
     ///
-    /// `Err(reason)` means local state could not be resolved exactly; the
-    /// follower reports it as `SLC-CLU-020`.
-    fn aborted(&mut self, id: u64, reason: &str) -> Result<(), String>;
+    /// `Err(e)` means local state could not be resolved exactly; the
+    /// follower reports it as `SLC-CLU-020` with `e` as its source.
+    fn aborted(&mut self, id: u64, reason: &str) -> Result<(), PipelineError>;
 }

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use sluice_cluster::assignment::publish;
 use sluice_cluster::checkpoint::{
     checkpoint_assignment_for_admission, last_committed_id, read_answers, CheckpointFollower,
-    CheckpointLeader, CheckpointPipeline, CheckpointPrepare, PartRef, RoundOutcome,
+    CheckpointLeader, CheckpointPipeline, CheckpointPrepare, PartRef, PipelineError, RoundOutcome,
 };
 use sluice_cluster::{AssignmentView, ClusterError, Session, VnodeCount};
 use tokio::task::JoinHandle;
@@ -40,6 +40,8 @@ struct Recorder {
     node: String,
     events: Arc<Mutex<Vec<Event>>>,
     refuse: BTreeSet<u64>,
+    /// Commits that fail with an I/O error (a sink that cannot commit).
+    fail_commit: BTreeSet<u64>,
 }
 
 impl CheckpointPipeline for Recorder {
@@ -47,25 +49,33 @@ impl CheckpointPipeline for Recorder {
         &mut self,
         prepare: &CheckpointPrepare,
         vnodes: &[u32],
-    ) -> impl Future<Output = Result<PartRef, String>> + Send {
+    ) -> impl Future<Output = Result<PartRef, PipelineError>> + Send {
         let id = prepare.id;
         assert!(!vnodes.is_empty(), "capture is only asked of owners");
         self.events.lock().push(Event::Captured(id));
         let result = if self.refuse.contains(&id) {
-            Err("disk full".to_string())
+            Err("disk full".into())
         } else {
             Ok(part_of(&self.node, id))
         };
         std::future::ready(result)
     }
 
-    fn committed(&mut self, id: u64, parts: &BTreeMap<String, PartRef>) -> Result<(), String> {
+    fn committed(
+        &mut self,
+        id: u64,
+        parts: &BTreeMap<String, PartRef>,
+    ) -> Result<(), PipelineError> {
         assert_eq!(parts.get(&self.node), Some(&part_of(&self.node, id)));
+        if self.fail_commit.contains(&id) {
+            let e = std::io::Error::new(std::io::ErrorKind::StorageFull, "sink volume full");
+            return Err(e.into());
+        }
         self.events.lock().push(Event::Committed(id));
         Ok(())
     }
 
-    fn aborted(&mut self, id: u64, _reason: &str) -> Result<(), String> {
+    fn aborted(&mut self, id: u64, _reason: &str) -> Result<(), PipelineError> {
         self.events.lock().push(Event::Aborted(id));
         Ok(())
     }
@@ -75,21 +85,32 @@ impl CheckpointPipeline for Recorder {
 struct Follower {
     events: Arc<Mutex<Vec<Event>>>,
     errors: Arc<Mutex<Vec<String>>>,
+    /// Per `SLC-CLU-020` error: the I/O error kind of its source, if the
+    /// pipeline's error reached it as one.
+    failed_sources: Arc<Mutex<Vec<Option<std::io::ErrorKind>>>>,
     task: JoinHandle<()>,
 }
 
 impl Follower {
     fn start(session: &Arc<Session>, refuse: &[u64]) -> Self {
+        Self::start_failing(session, refuse, &[])
+    }
+
+    /// As `start`, and the commits of `fail_commit` fail.
+    fn start_failing(session: &Arc<Session>, refuse: &[u64], fail_commit: &[u64]) -> Self {
         let events = Arc::new(Mutex::new(Vec::new()));
         let errors = Arc::new(Mutex::new(Vec::new()));
+        let failed_sources = Arc::new(Mutex::new(Vec::new()));
         let pipeline = Recorder {
             node: session.node().to_string(),
             events: Arc::clone(&events),
             refuse: refuse.iter().copied().collect(),
+            fail_commit: fail_commit.iter().copied().collect(),
         };
         let view = AssignmentView::start(session);
         let mut follower = CheckpointFollower::start(Arc::clone(session), view, pipeline, GRACE);
         let seen_errors = Arc::clone(&errors);
+        let seen_sources = Arc::clone(&failed_sources);
         let task = tokio::spawn(async move {
             loop {
                 let until = Instant::now() + Duration::from_millis(200);
@@ -97,6 +118,12 @@ impl Follower {
                     Ok(_) => {}
                     Err(e) => {
                         let lost = matches!(e, ClusterError::LeaseLost { .. });
+                        if matches!(e, ClusterError::PipelineFailed { .. }) {
+                            let kind = std::error::Error::source(&e)
+                                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                                .map(std::io::Error::kind);
+                            seen_sources.lock().push(kind);
+                        }
                         seen_errors.lock().push(e.to_string());
                         if lost {
                             return;
@@ -108,6 +135,7 @@ impl Follower {
         Self {
             events,
             errors,
+            failed_sources,
             task,
         }
     }
@@ -182,6 +210,44 @@ async fn three_rounds_commit_and_every_follower_hears_each_once_in_order() {
             assert_eq!(*f.events.lock(), expected, "{name}");
             assert!(f.errors.lock().is_empty(), "{name}: {:?}", f.errors.lock());
         }
+    })
+    .await;
+}
+
+/// A pipeline that cannot apply a commit (its sink's volume is full) is
+/// reported as `SLC-CLU-020` naming the node and attempt, with the
+/// pipeline's own error as its typed source (not flattened to text); the
+/// decision stands and the next round's commit is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_the_pipeline_cannot_apply_keeps_its_typed_source() {
+    bounded(async {
+        let etcd = etcd().await;
+        let c = Cluster::start(&etcd, "roles-commit-fails", 2).await;
+        let ok = Follower::start(&c.sessions[0], &[]);
+        let failing = Follower::start_failing(&c.sessions[1], &[], &[1]);
+        let (mut leader, _) = CheckpointLeader::take_over(Arc::clone(&c.elections[0]), 1)
+            .await
+            .expect("n1 takes over");
+        for round in 1..=2u64 {
+            match leader.run_round(due(10)).await.expect("round") {
+                RoundOutcome::Committed { id, .. } => assert_eq!(id, round),
+                other => panic!("round {round} did not commit: {other:?}"),
+            }
+        }
+        eventually("both commits reach n1", SEEN, || ok.committed() == [1, 2]).await;
+        eventually("commit 2 reaches n2", SEEN, || failing.committed() == [2]).await;
+        let errors = failing.errors.lock().clone();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(
+            errors[0],
+            "SLC-CLU-020: node 'n2' could not apply the commit of checkpoint attempt 1: \
+             sink volume full"
+        );
+        assert_eq!(
+            *failing.failed_sources.lock(),
+            [Some(std::io::ErrorKind::StorageFull)]
+        );
+        assert!(ok.errors.lock().is_empty(), "{:?}", ok.errors.lock());
     })
     .await;
 }

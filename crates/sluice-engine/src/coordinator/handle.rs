@@ -102,7 +102,10 @@ impl CoordinatorHandle {
                         | EngineError::Halted { .. }
                         | EngineError::NotRunning
                         | EngineError::CoordinatorPanicked(_)
-                ) || matches!(e.root(), EngineError::Checkpoint(_));
+                ) || matches!(
+                    e.root(),
+                    EngineError::Checkpoint(_) | EngineError::CheckpointFailed { .. }
+                );
                 if says {
                     e
                 } else {

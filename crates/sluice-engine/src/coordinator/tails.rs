@@ -112,7 +112,7 @@ pub enum TailError {
     Stopped(String),
     /// The tail worker could not be started.
     #[error("cannot start the checkpoint worker: {0}")]
-    Worker(std::io::Error),
+    Worker(#[source] std::io::Error),
     /// The manifest was not durable by the attempt's deadline
     /// (`checkpoint_timeout` after it started): a blob write or a sink's
     /// seal took too long. Nothing was committed.
@@ -157,7 +157,9 @@ impl TailError {
             e @ (TailError::Stopped(_)
             | TailError::Worker(_)
             | TailError::Busy
-            | TailError::TimedOut { .. }) => EngineError::Checkpoint(e.to_string()),
+            | TailError::TimedOut { .. }) => EngineError::CheckpointFailed {
+                source: Box::new(e),
+            },
         }
     }
 }
