@@ -14,10 +14,6 @@ use crate::progress::{ProgressSlot, REFRESH};
 use crate::signals::{Signal, Signals};
 use crate::RunArgs;
 
-/// How many times a consistency fault is recovered from in one run, unless
-/// `--set restart_budget=N` says otherwise.
-const MAX_RECOVERIES: u32 = 3;
-
 /// Backoff before the first recovery, unless `--set restart_backoff=...`.
 const RECOVERY_BACKOFF: &str = "10ms";
 
@@ -34,7 +30,8 @@ pub enum RunEnd {
 /// down, so a halted pipeline discards its sink output. A consistency fault
 /// (for example a checkpoint that failed under exactly-once delivery) is
 /// recovered from inside the database, which restarts from its last
-/// committed checkpoint up to `restart_budget` times (3 unless set).
+/// committed checkpoint up to `restart_budget` times (3, the database's
+/// default, unless set).
 /// SIGINT and SIGTERM stop the run cleanly at any point; a second one
 /// aborts at once.
 pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliError> {
@@ -110,13 +107,12 @@ pub(crate) fn read_script(args: &RunArgs) -> Result<String, CliError> {
         .map_err(|e| CliError::io(format!("cannot read {}", args.file.display()), e))
 }
 
-/// The database as `args` describe it: base directory, restart budget,
+/// The database as `args` describe it: base directory, restart backoff,
 /// state directory or store, and every `--set`.
 pub(crate) fn builder(args: &RunArgs) -> Result<DatabaseBuilder, CliError> {
     let options = parse_sets(&args.set)?;
     let mut builder = Database::builder()
         .base_dir(script_dir(&args.file))
-        .set("restart_budget", &MAX_RECOVERIES.to_string())?
         .set("restart_backoff", RECOVERY_BACKOFF)?;
     if let Some(dir) = &args.state_dir {
         builder = builder.state_dir(dir);

@@ -66,7 +66,8 @@ pub struct PipelineOptions {
     /// Most source batches folded into one execution cycle.
     pub max_batches_per_cycle: usize,
     /// Restarts from the last committed checkpoint after a fault, in the
-    /// pipeline's life (0: the first fault is reported).
+    /// pipeline's life (0: the first fault is reported). 3 by default, so
+    /// an embedding program recovers as `sluice run` does.
     pub restart_budget: usize,
     /// Wait before the first restart after a fault; doubled for each later one.
     pub restart_backoff: Duration,
@@ -102,7 +103,7 @@ impl Default for PipelineOptions {
             subscription_history: 16,
             subscription_history_bytes: 64 << 20,
             max_batches_per_cycle: 64,
-            restart_budget: 0,
+            restart_budget: 3,
             restart_backoff: Duration::from_millis(100),
             source_queue_bytes: 64 << 20,
             sink_queue_bytes: 64 << 20,

@@ -67,7 +67,9 @@ impl Pipeline {
             mode,
             input: dir.join("in.csv"),
             dir,
-            extra: Vec::new(),
+            // A fault ends the run and the next run recovers by reopening
+            // (in-process restarts are `restart.rs`'s, which set a budget).
+            extra: vec![("restart_budget".into(), "0".into())],
         }
     }
     pub fn source(&self) -> String {
