@@ -223,7 +223,7 @@ pub enum ClusterError {
         decision: &'static str,
         /// What the pipeline reported, with its own source and code.
         #[source]
-        source: crate::checkpoint::PipelineError,
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// A leader tried to record the end of a run that was already recorded.
     #[error(

@@ -13,12 +13,17 @@
 //!   alignment puts on it.
 //! * [`ManifestFence`]: a checkpoint tail's manifest write against its
 //!   cancellation by recovery; exactly one of them wins.
+//! * [`ByteBudget`] and [`Relief`]: backpressure. A producer waiting for
+//!   room in a queue's byte budget against the consumer's releases, and a
+//!   coordinator paused on a full output against that output draining.
 //!
 //! Run the model: `RUSTFLAGS="--cfg loom" cargo test -p sluice-sync --release`.
 
+pub mod byte_budget;
 pub mod manifest_fence;
 mod primitives;
 pub mod reader_gate;
 
+pub use byte_budget::{BudgetTicket, ByteBudget, Relief, HIGH_WATER_PERCENT};
 pub use manifest_fence::ManifestFence;
 pub use reader_gate::{ReaderGate, Step};

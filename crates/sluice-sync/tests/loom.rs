@@ -1,5 +1,7 @@
-//! Every interleaving of the reader gate's handshake and of the checkpoint
-//! tail's manifest fence, explored by loom.
+//! Every interleaving of the reader gate's handshake, of the checkpoint
+//! tail's manifest fence and of the backpressure handshakes (a producer
+//! waiting on a byte budget, a coordinator paused on a full output),
+//! explored by loom.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p sluice-sync --release`
 //! (scripts/test.sh does, in its own target directory). Without
@@ -11,10 +13,11 @@
 //! (never read while held) and that it gets there.
 #![cfg(loom)]
 
+use loom::future::block_on;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use sluice_sync::{ManifestFence, ReaderGate, Step};
+use sluice_sync::{ByteBudget, ManifestFence, ReaderGate, Relief, Step};
 
 /// Explore `reader` on its own thread against `coordinator` on this one,
 /// sharing a gate (held from the start when `held`) and a flag the two may
@@ -173,5 +176,72 @@ fn a_manifest_write_and_a_cancel_never_both_win() {
         assert_eq!(fence.is_cancelled(), cancelled);
         // Whatever happened, a later cancel stops nothing.
         assert!(!fence.cancel());
+    });
+}
+
+/// A producer waiting for room in a full budget races the consumer
+/// releasing the batch that fills it: the release always lets it through
+/// (a lost wake-up leaves it waiting forever, which loom reports).
+#[test]
+fn a_waiting_producer_is_never_missed_by_a_release() {
+    loom::model(|| {
+        let budget = ByteBudget::new(100);
+        let queued = budget.charge(100);
+        let consumer = thread::spawn(move || drop(queued));
+        assert!(block_on(budget.admit()), "admitted, not closed");
+        consumer.join().expect("the consumer thread");
+        assert_eq!(budget.queued(), 0);
+    });
+}
+
+/// Two producers wait on one full budget; one release lets both through.
+#[test]
+fn one_release_lets_every_waiting_producer_through() {
+    loom::model(|| {
+        let budget = ByteBudget::new(100);
+        let queued = budget.charge(100);
+        let other = {
+            let budget = std::sync::Arc::clone(&budget);
+            thread::spawn(move || assert!(block_on(budget.admit())))
+        };
+        let consumer = thread::spawn(move || drop(queued));
+        assert!(block_on(budget.admit()));
+        other.join().expect("the other producer");
+        consumer.join().expect("the consumer thread");
+    });
+}
+
+/// A producer waiting on a budget whose consumer is gone is let through by
+/// the close, and told so.
+#[test]
+fn a_close_lets_a_waiting_producer_through() {
+    loom::model(|| {
+        let budget = ByteBudget::new(100);
+        let _held = budget.charge(100);
+        let closer = {
+            let budget = std::sync::Arc::clone(&budget);
+            thread::spawn(move || budget.close())
+        };
+        assert!(!block_on(budget.admit()), "closed, not admitted");
+        closer.join().expect("the closing thread");
+    });
+}
+
+/// The coordinator found an output over its high-water mark and pauses
+/// until relieved, while the output's consumer releases the batch: the
+/// coordinator always wakes and then sees room (a release between its
+/// check and its wait leaves a permit).
+#[test]
+fn a_paused_coordinator_never_misses_its_output_draining() {
+    loom::model(|| {
+        let relief = Relief::new();
+        let output = ByteBudget::with_relief(100, Some(std::sync::Arc::clone(&relief)));
+        let queued = output.charge(90);
+        let consumer = thread::spawn(move || drop(queued));
+        while output.is_over_high_water() {
+            block_on(relief.notified());
+        }
+        consumer.join().expect("the consumer thread");
+        assert_eq!(output.queued(), 0);
     });
 }

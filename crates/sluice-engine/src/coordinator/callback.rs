@@ -128,7 +128,7 @@ pub trait SourceIntake {
     }
     /// Woken when an output drains, so a paused coordinator re-checks the
     /// pressure. None: it re-checks on every idle tick.
-    fn output_pressure_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+    fn output_pressure_wake(&self) -> Option<Arc<crate::budget::Relief>> {
         None
     }
 }

@@ -318,7 +318,7 @@ impl SourceIntake for ConnectorPipelineCallback {
         }
     }
 
-    fn output_pressure_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+    fn output_pressure_wake(&self) -> Option<Arc<crate::budget::Relief>> {
         Some(self.shared.subscriptions.relief())
     }
 

@@ -19,11 +19,11 @@ use std::sync::Arc;
 
 use sluice_connectors::{EpochFileSink, EpochRecord, FileSinkWriter};
 use sluice_storage::SinkCheckpoint;
-use tokio::sync::Notify;
 
 use super::epoch_ledger::{from_record, EpochLedger};
 use super::sink_writer::{Answer, JobQueue, SinkWorker, Writer};
 
+use crate::budget::Relief;
 use crate::catalog::{SinkConnector, SinkDef};
 use crate::error::{EngineError, Result};
 use crate::operators::{CycleInputs, Operator};
@@ -51,7 +51,7 @@ pub struct SinkRuntime {
     /// Bytes queued for the writer before source intake pauses (at 80%).
     queue_bytes: u64,
     /// Woken when the writer drains (shared with the coordinator).
-    relief: Option<Arc<Notify>>,
+    relief: Option<Arc<Relief>>,
 }
 
 /// A sink's epoch, sealed at a checkpoint's capture: the answer the
@@ -131,7 +131,7 @@ impl SinkRuntime {
     }
 
     /// Wake `relief` whenever the writer drains or fails; before `begin`.
-    pub fn set_relief(&mut self, relief: Arc<Notify>) {
+    pub fn set_relief(&mut self, relief: Arc<Relief>) {
         self.relief = Some(relief);
     }
 

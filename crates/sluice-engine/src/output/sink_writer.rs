@@ -48,10 +48,10 @@ use std::thread::JoinHandle;
 use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
 use sluice_connectors::FileSinkWriter;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 
 use super::epoch_ledger::EpochLedger;
-use crate::budget::{BudgetTicket, ByteBudget};
+use crate::budget::{BudgetTicket, ByteBudget, Relief};
 use crate::error::{EngineError, Result};
 
 /// The open output of a sink.
@@ -95,7 +95,7 @@ struct Shared {
     failure: Mutex<Option<Arc<EngineError>>>,
     /// Whether the coordinator took the failure already.
     reported: std::sync::atomic::AtomicBool,
-    relief: Option<Arc<Notify>>,
+    relief: Option<Arc<Relief>>,
 }
 
 fn gone(name: &str) -> EngineError {
@@ -176,7 +176,7 @@ impl SinkWorker {
         name: &str,
         writer: Writer,
         queue_bytes: u64,
-        relief: Option<Arc<Notify>>,
+        relief: Option<Arc<Relief>>,
     ) -> Result<Self> {
         let (tx, rx) = std_mpsc::channel::<Job>();
         let shared = Arc::new(Shared {
@@ -302,7 +302,7 @@ fn run(jobs: std_mpsc::Receiver<Job>, mut writer: Option<Writer>, shared: &Share
                     tracing::error!(sink = %name, error = %f, "sink write failed");
                     *shared.failure.lock() = Some(f);
                     if let Some(r) = &shared.relief {
-                        r.notify_one();
+                        r.notify();
                     }
                 }
             }

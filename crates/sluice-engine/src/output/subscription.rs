@@ -23,7 +23,7 @@
 //! ```text
 //!  coordinator ─ publish ─► [queue: batches + bytes] ─► Subscription::next
 //!       ▲                        │ full?                       │ (ticket drop)
-//!       └── pressure() ◄─────────┘        relief (Notify) ◄────┘
+//!       └── pressure() ◄─────────┘        relief (Relief) ◄────┘
 //! ```
 
 use std::collections::{HashMap, VecDeque};
@@ -34,9 +34,9 @@ use arrow::array::{Array, AsArray, StringArray};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
-use crate::budget::{BudgetTicket, ByteBudget};
+use crate::budget::{BudgetTicket, ByteBudget, Relief};
 use crate::error::{EngineError, Result};
 use crate::operators::changelog::RETRACT;
 
@@ -285,7 +285,7 @@ pub enum ResumeFrom {
 pub struct SubscriptionRegistry {
     topics: Mutex<HashMap<String, Topic>>,
     /// Woken whenever a subscriber takes a batch.
-    relief: Arc<Notify>,
+    relief: Arc<Relief>,
     /// Committed epochs retained per stream; 0 while checkpointing is off.
     history_epochs: std::sync::atomic::AtomicUsize,
     /// Bytes of committed output retained per stream.
@@ -295,7 +295,7 @@ pub struct SubscriptionRegistry {
 impl SubscriptionRegistry {
     /// Woken whenever a subscriber takes a batch (a paused coordinator
     /// waits on it; sinks' writers wake it too).
-    pub fn relief(&self) -> Arc<Notify> {
+    pub fn relief(&self) -> Arc<Relief> {
         Arc::clone(&self.relief)
     }
 
