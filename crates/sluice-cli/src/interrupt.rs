@@ -50,6 +50,8 @@ impl Resume {
 pub async fn stop(db: &Database, signal: Signal, signals: &Signals, resume: Resume) {
     let sinks = db.sink_outputs().await;
     let delivery = db.checkpoint_delivery().await;
+    // A signal while the script was still being declared: nothing ran.
+    let started = db.status().await.is_some();
     let stopped = match delivery {
         None => db.abort().await,
         Some(_) => db.shutdown().await,
@@ -66,6 +68,10 @@ pub async fn stop(db: &Database, signal: Signal, signals: &Signals, resume: Resu
     };
     if let Err(e) = &stopped {
         signals.say(&format!("error[{}]: {e}", e.code()));
+    }
+    if !started {
+        signals.say(&report_before_start(signal, delivery, resume));
+        return;
     }
     signals.say(&report(
         signal,
@@ -113,6 +119,24 @@ pub fn report(
         (Some(Delivery::AtLeastOnce), false) => format!(
             "{name}: stopped without a final checkpoint; the output delivered so far \
              stays in {sinks} (at_least_once); {how} from {at} (rows after it may repeat)"
+        ),
+    }
+}
+
+/// The line for a signal that came before the pipeline started (while the
+/// script was being declared): nothing was read, no output was written,
+/// and any earlier run's checkpoints and output are as they were.
+pub fn report_before_start(signal: Signal, delivery: Option<Delivery>, resume: Resume) -> String {
+    let name = signal.name();
+    match delivery {
+        None => format!(
+            "{name}: stopped before the pipeline started; nothing was read and no sink file \
+             was written; a rerun starts over"
+        ),
+        Some(_) => format!(
+            "{name}: stopped before the pipeline started; nothing was read and no sink \
+             output was written; {}",
+            resume.how()
         ),
     }
 }
@@ -180,6 +204,22 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_signal_before_the_start_says_nothing_ran_in_every_mode() {
+        assert_eq!(
+            report_before_start(Signal::Terminate, None, Resume::StateDir),
+            "SIGTERM: stopped before the pipeline started; nothing was read and no sink file \
+             was written; a rerun starts over"
+        );
+        for delivery in [Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
+            assert_eq!(
+                report_before_start(Signal::Interrupt, Some(delivery), Resume::Store),
+                "SIGINT: stopped before the pipeline started; nothing was read and no sink \
+                 output was written; rerun with the same --state to resume"
+            );
         }
     }
 
