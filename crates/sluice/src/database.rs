@@ -185,7 +185,8 @@ fn lock_state_dir(dir: &Path) -> Result<std::fs::File> {
         .map_err(|e| Error::Option(format!("state directory {}: {e}", dir.display())))?;
     file.try_lock().map_err(|_| {
         Error::Option(format!(
-            "state directory {} is in use by another process",
+            "state directory {} is in use by another open database (in this process or \
+             another); shut that one down and drop it first",
             dir.display()
         ))
     })?;

@@ -413,3 +413,29 @@ async fn a_reservation_on_a_hung_store_gives_up_at_the_alignment_timeout() {
     assert_eq!(u64s(&ok, "id").len(), 1);
     bounded("shutdown", db.shutdown()).await.unwrap();
 }
+
+/// A state directory takes one open database at a time, whether the other
+/// is in this process or another: the second open is refused by name and
+/// code, and once the first is shut down and dropped the directory opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_directory_in_use_is_refused_until_its_database_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let first = bounded("open", Database::open(&state)).await.unwrap();
+    let refused = bounded("second open", Database::open(&state))
+        .await
+        .err()
+        .expect("a second open of the same state directory is refused");
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "invalid option: state directory {} is in use by another open database (in this \
+             process or another); shut that one down and drop it first",
+            state.display()
+        )
+    );
+    assert_eq!(refused.code(), "SLC-ENG-003");
+    bounded("shutdown", first.shutdown()).await.unwrap();
+    drop(first);
+    bounded("reopen", Database::open(&state)).await.unwrap();
+}
