@@ -64,12 +64,11 @@ impl Database {
         // `supervise` dropped every strong reference it took: a waiter
         // that wakes and drops the last `Database` must find the state
         // directory's lock released, ready for the next open.
-        let supervision = Arc::clone(&self.inner.supervision);
+        let end = EndOnDrop(Arc::clone(&self.inner.supervision));
         runtime.spawn(async move {
             let result = supervise(&weak).await;
             drop(weak);
-            *supervision.result.lock() = Some(result);
-            supervision.ended.send_replace(true);
+            *end.0.result.lock() = Some(result);
         });
     }
 
@@ -101,6 +100,17 @@ impl Database {
                 None => Ok(()),
             },
         }
+    }
+}
+
+/// Marks the supervisor ended when its task ends, also when the task is
+/// dropped unfinished (its runtime shut down): a later stop, from another
+/// runtime, must not wait for a supervisor that will never run again.
+struct EndOnDrop(Arc<Supervision>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.ended.send_replace(true);
     }
 }
 

@@ -175,3 +175,31 @@ async fn a_stopped_database_frees_its_state_directory_at_once() {
     drop(db);
     drop(p.open().await);
 }
+
+/// The runtime that started a pipeline (and so its supervisor) shuts down
+/// while the pipeline runs on; a stop from another runtime still returns
+/// and frees the state directory instead of waiting for a supervisor that
+/// will never run again.
+#[test]
+fn a_stop_from_another_runtime_does_not_wait_for_a_dropped_supervisor() {
+    let root = tempfile::tempdir().unwrap();
+    let p = Pipeline::new(root.path(), "other_runtime", Mode::ExactlyOnce);
+    // Long enough that the pipeline is still running at the stop.
+    write_input(&p.input, 200_000, None, None);
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let db = first.block_on(async {
+        let db = p.open().await;
+        db.start().await.unwrap();
+        db
+    });
+    drop(first);
+    let second = tokio::runtime::Runtime::new().unwrap();
+    second.block_on(async {
+        tokio::time::timeout(std::time::Duration::from_secs(30), db.abort())
+            .await
+            .expect("the stop returns")
+            .ok();
+        drop(db);
+        drop(p.open().await);
+    });
+}
