@@ -53,7 +53,7 @@ mod start;
 
 pub use functions::HandlerFactory;
 pub use lifecycle::Lifecycle;
-pub use recovery::{after_end, run_supervised, AfterEnd, RestartPolicy};
+pub use recovery::{after_end, AfterEnd, RestartPolicy};
 pub use settings::{option_timing, OptionTiming};
 
 /// The coordinator of a pipeline and the sender its sources feed.
@@ -144,7 +144,7 @@ impl Pipeline {
             .collect()
     }
 
-    /// Restarts after a fault so far (see [`run_supervised`]).
+    /// Restarts after a fault so far (see [`after_end`]).
     pub fn restarts(&self) -> u32 {
         self.restarts
     }

@@ -4,8 +4,8 @@
 //! # Architecture
 //!
 //! ```text
-//!   run_supervised ──wait_finished──▶ Ok ─────────────▶ done
-//!        ▲                 │ Fault, budget left, restartable
+//!   supervisor ──wait_finished──▶ Ok ─────────────▶ done
+//!        ▲                 │ after_end: Fault, budget left, restartable
 //!        │                 ▼
 //!        │          sleep(backoff · 2^(n-1), at most 1 min)
 //!        │                 ▼
@@ -35,7 +35,7 @@ use tokio::sync::Mutex;
 
 use super::start::latest_matching;
 use super::Pipeline;
-use crate::coordinator::{wait_finished, ControlMsg};
+use crate::coordinator::ControlMsg;
 use crate::error::{EngineError, Result};
 use crate::options::PipelineOptions;
 use crate::output::sink::SinkRuntime;
@@ -134,7 +134,7 @@ pub enum AfterEnd {
 }
 
 /// The pipeline's coordinator ended with `ended` (what
-/// [`wait_finished`] said): after a fault, restart it from its last
+/// [`wait_finished`](crate::coordinator::wait_finished) said): after a fault, restart it from its last
 /// committed checkpoint while its restart budget lasts (see the module
 /// docs). `store` resolves where checkpoints go from the options.
 pub async fn after_end<F, Fut>(pipeline: &Mutex<Pipeline>, ended: Result<()>, store: F) -> AfterEnd
@@ -180,26 +180,6 @@ where
     match restarted.await {
         Ok(()) => AfterEnd::Restarted,
         Err(e) => AfterEnd::Ended(Err(e)),
-    }
-}
-
-/// Wait until the pipeline finishes; after a fault, restart it from its
-/// last committed checkpoint while its restart budget lasts ([`after_end`]).
-/// Returns the first error that is not recovered from.
-pub async fn run_supervised<F, Fut>(pipeline: &Mutex<Pipeline>, store: F) -> Result<()>
-where
-    F: Fn(PipelineOptions) -> Fut,
-    Fut: std::future::Future<Output = Result<Option<CheckpointStore>>>,
-{
-    loop {
-        let Some(rx) = pipeline.lock().await.status_receiver() else {
-            return Ok(());
-        };
-        let ended = wait_finished(rx).await;
-        match after_end(pipeline, ended, &store).await {
-            AfterEnd::Restarted => continue,
-            AfterEnd::Ended(r) => return r,
-        }
     }
 }
 
