@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sluice::{Database, Error, MetricsSnapshot};
+use sluice_engine::fault::{arm, Fault, FaultAction, FaultGuard, FaultSite, FaultTrigger};
 
 /// Longest any single run may take before the test fails as hung.
 pub const RUN_LIMIT: Duration = Duration::from_secs(120);
@@ -200,4 +201,17 @@ pub fn hidden_files(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// A transient fault: `action` once, at row `row` of stream `stream`.
+pub fn once_at_row(stream: &str, action: FaultAction, row: u64) -> FaultGuard {
+    arm(
+        stream,
+        Fault {
+            site: FaultSite::Stream,
+            action,
+            trigger: FaultTrigger::Row(row),
+            once: true,
+        },
+    )
 }

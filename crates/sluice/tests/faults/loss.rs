@@ -2,7 +2,7 @@
 //! replays from the last checkpoint), without them it halts.
 
 use sluice::Error;
-use sluice_engine::fault::{arm, Fault, FaultAction, FaultSite, FaultTrigger};
+use sluice_engine::fault::FaultAction;
 
 use crate::common::*;
 
@@ -81,15 +81,7 @@ async fn a_transient_failure_replays_and_loses_nothing() {
         for mode in [Mode::AtLeastOnce, Mode::ExactlyOnce] {
             let p = Pipeline::new(root.path(), &format!("loss_once_{action:?}_{mode:?}"), mode);
             std::fs::copy(&clean, &p.input).unwrap();
-            let fault = arm(
-                &p.stream(),
-                Fault {
-                    site: FaultSite::Stream,
-                    action,
-                    trigger: FaultTrigger::Row(AT as u64),
-                    once: true,
-                },
-            );
+            let fault = once_at_row(&p.stream(), action, AT as u64);
             let e = p
                 .run_once()
                 .await

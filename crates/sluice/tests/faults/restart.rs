@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use sluice_engine::fault::{arm, Fault, FaultAction, FaultGuard, FaultSite, FaultTrigger};
+use sluice_engine::fault::{FaultAction, FaultGuard};
 
 use crate::common::*;
 
@@ -24,15 +24,7 @@ fn transient(
     let mut p = Pipeline::new(root, tag, mode);
     with_budget(&mut p, 2);
     std::fs::copy(clean, &p.input).unwrap();
-    let fault = arm(
-        &p.stream(),
-        Fault {
-            site: FaultSite::Stream,
-            action,
-            trigger: FaultTrigger::Row(AT as u64),
-            once: true,
-        },
-    );
+    let fault = once_at_row(&p.stream(), action, AT as u64);
     (p, fault)
 }
 

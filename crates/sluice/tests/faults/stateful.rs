@@ -9,9 +9,9 @@
 use std::path::Path;
 
 use sluice::Database;
-use sluice_engine::fault::{arm, Fault, FaultAction, FaultSite, FaultTrigger};
+use sluice_engine::fault::FaultAction;
 
-use crate::common::bounded;
+use crate::common::{bounded, once_at_row};
 
 const ROWS: usize = 20_000;
 const AT: u64 = 13_000;
@@ -92,17 +92,7 @@ async fn views(db: &Database) -> Vec<String> {
 
 async fn run(dir: &Path, input: &Path, fault: bool) -> (Vec<String>, u32) {
     let db = open(dir, input).await;
-    let armed = fault.then(|| {
-        arm(
-            "f",
-            Fault {
-                site: FaultSite::Stream,
-                action: FaultAction::Fail,
-                trigger: FaultTrigger::Row(AT),
-                once: true,
-            },
-        )
-    });
+    let armed = fault.then(|| once_at_row("f", FaultAction::Fail, AT));
     bounded(db.run_to_completion()).await.unwrap();
     let seen = views(&db).await;
     let restarts = db.restarts().await;
