@@ -73,11 +73,13 @@ impl Database {
     }
 
     /// Wait until the supervisor ended, if it was started, leaving how it
-    /// ended to [`Self::supervised_end`]. Only after a stop, which ends
-    /// the pipeline and any restart's backoff, so this does not wait long.
+    /// ended to [`Self::supervised_end`]. After a stop (which ends the
+    /// pipeline and any restart's backoff) this does not wait long.
     pub(super) async fn supervisor_ended(&self) {
         if self.inner.supervision.started.load(Ordering::Acquire) {
             let mut ended = self.inner.supervision.ended.subscribe();
+            // The sender lives as long as `self`, and the task marks its
+            // end even when dropped: this only returns once it ended.
             let _ = ended.wait_for(|e| *e).await;
         }
     }
@@ -89,9 +91,7 @@ impl Database {
         if !self.inner.supervision.started.load(Ordering::Acquire) {
             return supervise(&Arc::downgrade(&self.inner)).await;
         }
-        let mut ended = self.inner.supervision.ended.subscribe();
-        // The sender lives as long as `self`: this only ends when it ended.
-        let _ = ended.wait_for(|e| *e).await;
+        self.supervisor_ended().await;
         let taken = self.inner.supervision.result.lock().take();
         match taken {
             Some(r) => r,
