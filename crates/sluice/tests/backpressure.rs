@@ -203,32 +203,53 @@ impl RssPeak {
     }
 }
 
-/// Memory stays flat under a slow sink: 80 MB of wide rows pass a sink
-/// that takes 50 ms per 1,000-row batch (about 1 MB), with 64 KiB budgets
-/// on the source and sink queues. Resident memory sampled through the run
-/// rises by far less than the output (with the default 64 MiB budgets the
-/// sink's queue alone would hold most of it), and every row arrives.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_sink_keeps_resident_memory_flat_under_a_fast_source() {
-    let _serial = SERIAL.lock().await;
-    const ROWS: usize = 80_000;
-    const WIDTH: usize = 1_000;
-    const BUDGET: &str = "65536";
+/// What one run of `wide_slow_sink` saw.
+struct WideRun {
+    /// Resident memory before the run started (KiB).
+    before: u64,
+    /// The largest resident memory sampled during the run (KiB).
+    peak: u64,
+    metrics: sluice::MetricsSnapshot,
+}
+
+impl WideRun {
+    fn grew_mib(&self) -> u64 {
+        self.peak.saturating_sub(self.before) / 1024
+    }
+}
+
+/// `rows` rows with a `width`-byte pad, read in batches of `batch` rows,
+/// through a pass-through stream into a file sink whose every write
+/// stalls `stall_ms`, with the options `set`. Samples resident memory
+/// through the run and checks the file holds every row, in order, once.
+async fn wide_slow_sink(
+    rows: usize,
+    width: usize,
+    batch: usize,
+    stall_ms: u64,
+    set: &[(&str, &str)],
+) -> WideRun {
+    use std::io::{BufRead, Write};
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("wide.csv");
-    write_rows(&input, ROWS, Some(&"x".repeat(WIDTH)));
+    // Streamed to disk: the test must not hold the input in memory.
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&input).unwrap());
+    writeln!(w, "id,ts,pad").unwrap();
+    let pad = "x".repeat(width);
+    for i in 1..=rows {
+        writeln!(w, "{i},{},{pad}", i * 10).unwrap();
+    }
+    w.into_inner().unwrap().sync_all().unwrap();
+    drop(pad);
     let out = dir.path().join("wide_out.csv");
-    let db = Database::builder()
-        .set("sink_queue_bytes", BUDGET)
-        .unwrap()
-        .set("source_queue_bytes", BUDGET)
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
+    let mut b = Database::builder();
+    for (k, v) in set {
+        b = b.set(k, v).unwrap();
+    }
+    let db = b.open().await.unwrap();
     db.execute(&format!(
         "CREATE SOURCE wide_src (id BIGINT, ts TIMESTAMP, pad VARCHAR, WATERMARK FOR ts AS ts)
-           WITH (connector = 'file', path = '{}', format = 'csv', batch_size = '1000');
+           WITH (connector = 'file', path = '{}', format = 'csv', batch_size = '{batch}');
          CREATE STREAM wide_q AS SELECT id, pad FROM wide_src;
          CREATE SINK wide_out FROM wide_q WITH (connector = 'file', path = '{}', format = 'csv')",
         input.display(),
@@ -236,33 +257,56 @@ async fn a_slow_sink_keeps_resident_memory_flat_under_a_fast_source() {
     ))
     .await
     .unwrap();
-    let _slow = stall_sink_writes("wide_out", 50);
+    let _slow = stall_sink_writes("wide_out", stall_ms);
     let before = vm_kib("VmRSS:");
     let peak = RssPeak::start();
-    let m = bounded(async {
+    let metrics = bounded(async {
         db.run_to_completion().await?;
         db.shutdown().await
     })
     .await
     .unwrap();
     let peak = peak.finish();
-    let grew_mib = peak.saturating_sub(before) / 1024;
-    eprintln!(
-        "wide slow sink: VmRSS {before} kB, peak {peak} kB (+{grew_mib} MiB); \
-         output queue peak {} B, source queue peak {} B",
-        m.output_queue_peak_bytes, m.source_queue_peak_bytes
-    );
-    let text = std::fs::read_to_string(&out).unwrap();
-    let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("id,pad"));
+    let mut lines = std::io::BufReader::new(std::fs::File::open(&out).unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "id,pad");
     let mut n = 0i64;
     for line in lines {
+        let line = line.unwrap();
         n += 1;
         let (id, pad) = line.split_once(',').unwrap();
         assert_eq!(id.parse::<i64>().unwrap(), n);
-        assert_eq!(pad.len(), WIDTH);
+        assert_eq!(pad.len(), width);
     }
-    assert_eq!(n, ROWS as i64);
+    assert_eq!(n, rows as i64);
+    WideRun {
+        before,
+        peak,
+        metrics,
+    }
+}
+
+/// Memory stays flat under a slow sink: 80 MB of wide rows pass a sink
+/// that takes 50 ms per 1,000-row batch (about 1 MB), with 64 KiB budgets
+/// on the source and sink queues. Resident memory sampled through the run
+/// rises by far less than the output, and every row arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_sink_keeps_resident_memory_flat_under_a_fast_source() {
+    let _serial = SERIAL.lock().await;
+    const BUDGET: &str = "65536";
+    let run = wide_slow_sink(
+        80_000,
+        1_000,
+        1_000,
+        50,
+        &[("sink_queue_bytes", BUDGET), ("source_queue_bytes", BUDGET)],
+    )
+    .await;
+    let (m, grew_mib) = (&run.metrics, run.grew_mib());
+    eprintln!(
+        "wide slow sink: VmRSS {} kB, peak {} kB (+{grew_mib} MiB); \
+         output queue peak {} B, source queue peak {} B",
+        run.before, run.peak, m.output_queue_peak_bytes, m.source_queue_peak_bytes
+    );
     assert!(m.intake_pauses > 0, "{m:?}");
     // While intake paused for the sink, the reader queued its next batch
     // (about 1 MB, over the 64 KiB budget's high-water mark on its own):
@@ -271,6 +315,49 @@ async fn a_slow_sink_keeps_resident_memory_flat_under_a_fast_source() {
     assert!(
         grew_mib < 24,
         "resident memory grew by {grew_mib} MiB for an 80 MB output behind 64 KiB budgets"
+    );
+}
+
+/// The same with the default budgets (64 MiB for the source queue and
+/// 64 MiB for the sink's): 480 MB of rows pass a sink that takes 10 ms per
+/// 250-row batch (about 1 MB). The queues fill to their budgets and stay
+/// there, so resident memory rises by about the two budgets and no more,
+/// a third of the output; every row arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_sink_keeps_resident_memory_within_the_default_budgets() {
+    let _serial = SERIAL.lock().await;
+    const OUTPUT_MB: usize = 480;
+    let run = wide_slow_sink(OUTPUT_MB * 250, 4_000, 250, 10, &[]).await;
+    let (m, grew_mib) = (&run.metrics, run.grew_mib());
+    eprintln!(
+        "default budgets, slow sink: VmRSS {} kB, peak {} kB (+{grew_mib} MiB); \
+         output queue peak {} B, source queue peak {} B",
+        run.before, run.peak, m.output_queue_peak_bytes, m.source_queue_peak_bytes
+    );
+    const BUDGET: u64 = 64 << 20;
+    assert!(
+        m.intake_pauses > 0,
+        "the sink never held intake back: {m:?}"
+    );
+    // The source queue stops at its budget plus the one batch that crossed
+    // it (about 1 MB of strings, 2 MB with the builder's spare capacity);
+    // the sink's at its budget plus the one cycle that crossed it, and a
+    // cycle takes at most what the source queue holds.
+    assert!(
+        m.source_queue_peak_bytes <= BUDGET + (2 << 20),
+        "source queue peak {} B over its 64 MiB budget",
+        m.source_queue_peak_bytes
+    );
+    assert!(
+        m.output_queue_peak_bytes <= BUDGET + m.source_queue_peak_bytes,
+        "sink queue peak {} B over its 64 MiB budget and one cycle",
+        m.output_queue_peak_bytes
+    );
+    // The two budgets (128 MiB) and the batches in flight between them;
+    // without backpressure the sink's queue would hold most of the output.
+    assert!(
+        grew_mib < 160,
+        "resident memory grew by {grew_mib} MiB for a {OUTPUT_MB} MB output behind 64 MiB budgets"
     );
 }
 
