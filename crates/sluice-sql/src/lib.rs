@@ -29,6 +29,7 @@ pub mod parser;
 pub mod plan;
 pub mod planner;
 pub mod simplify;
+pub mod split_part;
 mod temporal;
 pub mod to_char;
 mod top_n;

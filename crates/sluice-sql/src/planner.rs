@@ -37,6 +37,7 @@ impl StreamPlanner {
         ctx.register_udf(crate::asof::marker_udf());
         ctx.register_udf(crate::temporal::marker_udf());
         ctx.register_udf(crate::to_char::to_char_udf());
+        ctx.register_udf(crate::split_part::split_part_udf());
         crate::checked::register_aggregates(&ctx);
         for name in catalog.relation_names() {
             if let Some((schema, _)) = catalog.relation(&name) {
