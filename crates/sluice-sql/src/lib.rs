@@ -12,6 +12,7 @@
 //! `tumble`, `hop`, `session` (plus `tumble_end`, `hop_end`, `session_end`),
 //! also written as Flink's window table-valued functions (`TABLE(TUMBLE(...))`).
 
+mod accelerated;
 pub mod accumulators;
 mod asof;
 pub mod ast;

@@ -29,11 +29,11 @@ use arrow::array::{
     Array, ArrayRef, AsArray, GenericStringArray, GenericStringBuilder, OffsetSizeTrait,
 };
 use arrow::datatypes::DataType;
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::ScalarValue;
 use datafusion::functions::string::split_part::SplitPartFunc;
-use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
-};
+use datafusion::logical_expr::{ColumnarValue, ScalarUDF};
+
+use crate::accelerated::{Accelerated, FastPath};
 
 /// The first this many bytes of a value are scanned by a plain loop; the
 /// rest by `memchr`, whose per-call setup pays off over long runs.
@@ -41,46 +41,27 @@ const SHORT: usize = 64;
 
 /// The `split_part` a Sluice session plans with.
 pub fn split_part_udf() -> ScalarUDF {
-    ScalarUDF::new_from_impl(SplitPart::default())
+    SplitPart::udf()
 }
 
 /// DataFusion's `split_part` with a faster path for a constant one-byte
 /// delimiter and a constant positive position (see the module docs).
-#[derive(Debug, Default, PartialEq, Eq, Hash)]
-struct SplitPart {
-    inner: SplitPartFunc,
-}
+type SplitPart = Accelerated<OneByteDelimiter>;
 
-impl ScalarUDFImpl for SplitPart {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
+/// A string column, a constant one-byte delimiter and a constant
+/// positive position.
+struct OneByteDelimiter;
 
-    fn aliases(&self) -> &[String] {
-        self.inner.aliases()
-    }
+impl FastPath for OneByteDelimiter {
+    type Inner = SplitPartFunc;
 
-    fn signature(&self) -> &Signature {
-        self.inner.signature()
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        self.inner.return_type(arg_types)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        if let [ColumnarValue::Array(values), ColumnarValue::Scalar(delimiter), ColumnarValue::Scalar(ScalarValue::Int64(Some(position)))] =
-            args.args.as_slice()
-        {
-            if let Some(out) = fast_path(values, delimiter, *position) {
-                return Ok(ColumnarValue::Array(out));
+    fn compute(args: &[ColumnarValue]) -> Option<ArrayRef> {
+        match args {
+            [ColumnarValue::Array(values), ColumnarValue::Scalar(delimiter), ColumnarValue::Scalar(ScalarValue::Int64(Some(position)))] => {
+                fast_path(values, delimiter, *position)
             }
+            _ => None,
         }
-        self.inner.invoke_with_args(args)
-    }
-
-    fn documentation(&self) -> Option<&Documentation> {
-        self.inner.documentation()
     }
 }
 

@@ -31,54 +31,34 @@ use arrow::datatypes::{
 use arrow::temporal_conversions::as_datetime;
 use chrono::format::{Item, Numeric, Pad, StrftimeItems};
 use chrono::{Datelike, NaiveDateTime, Timelike};
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::ScalarValue;
 use datafusion::functions::datetime::to_char::ToCharFunc;
-use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
-};
+use datafusion::logical_expr::{ColumnarValue, ScalarUDF};
+
+use crate::accelerated::{Accelerated, FastPath};
 
 /// The `to_char` (alias `date_format`) a Sluice session plans with.
 pub fn to_char_udf() -> ScalarUDF {
-    ScalarUDF::new_from_impl(ToChar::default())
+    ToChar::udf()
 }
 
 /// DataFusion's `to_char` with a faster path for constant formats over
 /// timestamp columns (see the module documentation).
-#[derive(Debug, Default, PartialEq, Eq, Hash)]
-struct ToChar {
-    inner: ToCharFunc,
-}
+type ToChar = Accelerated<ConstantFormat>;
 
-impl ScalarUDFImpl for ToChar {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
+/// A timestamp column and a constant format.
+struct ConstantFormat;
 
-    fn aliases(&self) -> &[String] {
-        self.inner.aliases()
-    }
+impl FastPath for ConstantFormat {
+    type Inner = ToCharFunc;
 
-    fn signature(&self) -> &Signature {
-        self.inner.signature()
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        self.inner.return_type(arg_types)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        if let [ColumnarValue::Array(values), ColumnarValue::Scalar(ScalarValue::Utf8(Some(format)))] =
-            args.args.as_slice()
-        {
-            if let Some(out) = format_timestamps(values, format) {
-                return Ok(ColumnarValue::Array(out));
+    fn compute(args: &[ColumnarValue]) -> Option<ArrayRef> {
+        match args {
+            [ColumnarValue::Array(values), ColumnarValue::Scalar(ScalarValue::Utf8(Some(format)))] => {
+                format_timestamps(values, format)
             }
+            _ => None,
         }
-        self.inner.invoke_with_args(args)
-    }
-
-    fn documentation(&self) -> Option<&Documentation> {
-        self.inner.documentation()
     }
 }
 
