@@ -2,6 +2,7 @@
 //! newest valid checkpoint, list and prune.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +46,10 @@ pub struct CheckpointStore {
     /// Who records commits, when a manifest alone does not make a
     /// checkpoint (a cluster; see [`CommitAuthority`]).
     authority: Option<Arc<dyn CommitAuthority>>,
+    /// The id this store reserved before its newest one (0: none yet).
+    /// Markers below it are removed at the next reservation; see
+    /// [`Self::reserve`] for why not every marker below the newest.
+    previous_reserved: Arc<AtomicU64>,
 }
 
 const ATTEMPTS: &str = "attempts";
@@ -97,6 +102,7 @@ impl CheckpointStore {
             backend: Arc::from(backend),
             lease: None,
             authority: None,
+            previous_reserved: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -131,13 +137,21 @@ impl CheckpointStore {
     /// use is `u64::MAX` this is [`StorageError::IdsExhausted`], never a
     /// wrap to 0.
     ///
-    /// The marker `attempts/<id>` is made with a conditional create, so two
-    /// reservations on one store never get the same id: one that finds its
-    /// marker taken moves on to the next id, and one that finds a larger id
-    /// in use after creating its marker (its listing was stale) gives the
+    /// The marker `attempts/<id>` is made with a conditional create: one
+    /// reservation that finds its marker taken lists the store again and
+    /// moves above the largest id in use, and one that finds a larger id in
+    /// use after creating its marker (its listing was stale) gives the
     /// marker back and moves above that id; either waits a random, growing
     /// time first (see `reserve_backoff`). After [`RESERVE_TRIES`] ids this
     /// is [`StorageError::ReservationContended`].
+    ///
+    /// Two reservers on one store (which the store's lease or the state
+    /// directory's lock refuses; the tests run them without one) get
+    /// distinct ids as long as a listing sees the markers that live through
+    /// it. A listing is not a snapshot: on a local directory, one stalled
+    /// while another reserver completes two reservations can miss every
+    /// marker above its own, and the id it then keeps may already have been
+    /// handed out and its marker removed. Only the lease rules that out.
     ///
     /// The store has one writer (the pipeline's checkpoint coordinator,
     /// guarded by the store's lease or the state directory's lock), whose
@@ -165,7 +179,14 @@ impl CheckpointStore {
             let marker = attempt_key(id);
             if !self.backend.create(&marker, Bytes::new()).await? {
                 tracing::debug!(checkpoint = id, "attempt id taken by another reservation");
+                // Listed again rather than trying `id + 1` after the
+                // backoff: by then the others may have moved far above
+                // `id` and removed the markers just above it.
                 (last, key) = (id, marker);
+                let (top, top_key) = self.largest_id(&self.committed_ids().await?).await?;
+                if top > last {
+                    (last, key) = (top, top_key);
+                }
                 continue;
             }
             let (top, top_key) = self.largest_id(&self.committed_ids().await?).await?;
@@ -176,16 +197,23 @@ impl CheckpointStore {
                 (last, key) = (top, top_key);
                 continue;
             }
-            // The new marker alone now holds the largest id, so the markers
-            // of earlier attempts say nothing more. Without this, every
-            // attempt that fails while no checkpoint commits (a disk that
-            // stays full) would leave one more object behind.
+            // Markers below this store's previous reservation say nothing
+            // more: without removing them, every attempt that fails while no
+            // checkpoint commits (a disk that stays full) would leave one
+            // more object behind. The two newest of this store's own stay,
+            // and those of other reservers on the store are removed only
+            // below this store's previous id: a marker removed as soon as a
+            // larger one exists let a reserver whose two listings both
+            // missed the short-lived newest markers (a directory listed
+            // while others create and delete in it) create the removed id
+            // again and hand it out twice.
+            let floor = self.previous_reserved.swap(id, Ordering::SeqCst);
             for older in self.backend.list(ATTEMPTS).await? {
                 if older
                     .rsplit('/')
                     .next()
                     .and_then(parse_id)
-                    .is_some_and(|a| a < id)
+                    .is_some_and(|a| a < floor)
                 {
                     self.backend.delete(&older).await?;
                 }
@@ -563,15 +591,20 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
-    async fn only_the_newest_attempt_marker_is_kept() {
+    async fn only_the_two_newest_attempt_markers_are_kept() {
         let dir = tempfile::tempdir().unwrap();
         let store = CheckpointStore::new(Box::new(LocalBackend::new(dir.path()).unwrap()));
         for want in 1..=4 {
             assert_eq!(store.reserve().await.unwrap(), want);
         }
+        let mut markers = store.backend.list(ATTEMPTS).await.unwrap();
+        markers.sort();
         assert_eq!(
-            store.backend.list(ATTEMPTS).await.unwrap(),
-            vec![format!("{ATTEMPTS}/{:020}", 4)]
+            markers,
+            vec![
+                format!("{ATTEMPTS}/{:020}", 3),
+                format!("{ATTEMPTS}/{:020}", 4)
+            ]
         );
     }
 
