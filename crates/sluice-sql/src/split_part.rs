@@ -1,4 +1,4 @@
-//! `split_part(string, delimiter, n)` that walks short strings byte by byte.
+//! `split_part(string, delimiter, n)` that walks the start of each value byte by byte.
 //!
 //! DataFusion's `split_part` finds each delimiter with a `memchr::memmem`
 //! finder: one SIMD search per field up to the `n`th. On the short values
