@@ -237,31 +237,7 @@ impl Backend for LocalBackend {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        let start = self.root.join(prefix);
-        let mut stack = vec![start];
-        while let Some(dir) = stack.pop() {
-            let entries = match std::fs::read_dir(&dir) {
-                Ok(e) => e,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io(&dir, e)),
-            };
-            for entry in entries {
-                let entry = entry.map_err(|e| io(&dir, e))?;
-                let p = entry.path();
-                let name = entry.file_name();
-                if name.to_string_lossy().starts_with('.') {
-                    continue;
-                }
-                if p.is_dir() {
-                    stack.push(p);
-                } else if let Ok(rel) = p.strip_prefix(&self.root) {
-                    out.push(rel.to_string_lossy().replace('\\', "/"));
-                }
-            }
-        }
-        out.sort();
-        Ok(out)
+        list_names(&self.root, prefix, |name| name.starts_with('.'))
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
@@ -284,6 +260,43 @@ impl Backend for LocalBackend {
     }
 }
 
+/// The files under `root/prefix`, recursively, as `/`-separated keys
+/// relative to `root`, sorted; names for which `hidden` holds are left
+/// out (temporary files).
+///
+/// Names come from the directory alone, with no `stat` per file: a file
+/// removed while the directory is read may still be listed, but one that
+/// stays is never left out. `object_store`'s local listing stats every
+/// entry and drops those removed in between, so a reader descheduled
+/// between the two steps could miss every attempt marker above its own
+/// while another reserver replaced them with newer ones, and hand out an
+/// id twice (`reserve_tests`, 2 runs in 154 with both cores busy).
+fn list_names(root: &Path, prefix: &str, hidden: impl Fn(&str) -> bool) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.join(prefix)];
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&dir, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| io(&dir, e))?;
+            let p = entry.path();
+            if hidden(&entry.file_name().to_string_lossy()) {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(rel) = p.strip_prefix(root) {
+                out.push(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// Any `object_store` store (S3, GCS, Azure, local files, memory). Clones
 /// share the store.
 #[derive(Clone)]
@@ -291,6 +304,9 @@ pub struct ObjectStoreBackend {
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
     url: String,
+    /// For a `file://` URL, its directory: listed by names (see
+    /// [`list_names`]) rather than through `object_store`.
+    local_dir: Option<PathBuf>,
 }
 
 impl ObjectStoreBackend {
@@ -300,6 +316,7 @@ impl ObjectStoreBackend {
             store,
             prefix,
             url: url.into(),
+            local_dir: None,
         }
     }
 
@@ -322,7 +339,11 @@ impl ObjectStoreBackend {
                 url: url.into(),
                 message: e.to_string(),
             })?;
-        Ok(Self::new(Arc::from(store), prefix, url))
+        let mut backend = Self::new(Arc::from(store), prefix, url);
+        if parsed.scheme() == "file" {
+            backend.local_dir = parsed.to_file_path().ok();
+        }
+        Ok(backend)
     }
 
     /// Take the store's lease (see [`crate::StoreLease`]): one pipeline
@@ -395,6 +416,12 @@ impl Backend for ObjectStoreBackend {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        if let Some(dir) = &self.local_dir {
+            // `object_store` stages a file as `name#N` before it appears.
+            return list_names(dir, prefix, |name| {
+                name.starts_with('.') || name.contains('#')
+            });
+        }
         let base = self.path(prefix);
         let metas: Vec<_> = self
             .store

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Barrier};
 
-use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
@@ -84,16 +83,11 @@ fn concurrent_reservations_on_one_local_directory_never_share_an_id() {
 #[test]
 fn concurrent_reservations_on_one_file_url_never_share_an_id() {
     for _ in 0..2 {
+        // As a `checkpoint_store = 'file:///...'` URL opens it.
         let dir = tempfile::tempdir().unwrap();
-        let shared: Arc<dyn ObjectStore> =
-            Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
-        let ids = reserve_concurrently(|| {
-            Box::new(ObjectStoreBackend::new(
-                Arc::clone(&shared),
-                ObjectPath::default(),
-                "file:///",
-            ))
-        });
+        let url = url::Url::from_directory_path(dir.path()).unwrap();
+        let ids =
+            reserve_concurrently(|| Box::new(ObjectStoreBackend::from_url(url.as_str()).unwrap()));
         assert_unique(&ids);
     }
 }

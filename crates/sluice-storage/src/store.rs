@@ -148,10 +148,12 @@ impl CheckpointStore {
     /// Two reservers on one store (which the store's lease or the state
     /// directory's lock refuses; the tests run them without one) get
     /// distinct ids as long as a listing sees the markers that live through
-    /// it. A listing is not a snapshot: on a local directory, one stalled
-    /// while another reserver completes two reservations can miss every
-    /// marker above its own, and the id it then keeps may already have been
-    /// handed out and its marker removed. Only the lease rules that out.
+    /// it. A listing is not a snapshot: a local directory is listed by
+    /// names alone (a `stat` per entry, as `object_store` does, dropped
+    /// every marker removed after the directory was read, and a reserver
+    /// stalled in between handed out an id twice, 2 runs in 154 under
+    /// load), but one stalled between two reads of a large directory can
+    /// still miss every marker above its own. Only the lease rules that out.
     ///
     /// The store has one writer (the pipeline's checkpoint coordinator,
     /// guarded by the store's lease or the state directory's lock), whose
