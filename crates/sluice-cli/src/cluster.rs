@@ -23,7 +23,11 @@
 //! ```
 //!
 //! Vnode-placed execution (keyed state split across nodes) is not part of
-//! this mode yet: the leader runs every vnode.
+//! this mode yet: the leader runs, and in the assignment table owns, every
+//! vnode (`Placement::Leader`). It starts the pipeline once its own table
+//! is written, and each checkpoint is admitted under that table's
+//! generation (`LeaderCommitRecord::admit`): a checkpoint taken under an
+//! older table never commits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -32,6 +36,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use clap::{Args, Subcommand};
 use sluice::{ClusterInfo, ClusterMember, Database, Delivery, StorageError};
+use sluice_cluster::assignment::Placement;
 use sluice_cluster::catalog_seal::SealedCatalog;
 use sluice_cluster::standby::{self, Turn};
 use sluice_cluster::status::{self, ClusterStatus, Finished, Progress};
@@ -304,6 +309,8 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
         },
     );
     config.lease_ttl = lease_ttl;
+    // Active–standby: the leader runs, and owns, every vnode.
+    config.placement = Placement::Leader;
     let mut node = tokio::select! {
         biased;
         signal = signals.first() => {
@@ -438,7 +445,7 @@ async fn serve(
             let ran = tokio::select! {
                 biased;
                 () = standby::lost_leadership(node, term) => None,
-                r = lead(node, db, progress, signals, leading) => Some(r),
+                r = lead(node, db, term, progress, signals, leading) => Some(r),
             };
             match ran {
                 None => {
@@ -504,11 +511,16 @@ async fn deposed(db: &Database, node: &ClusterNode, term: u64) -> CliError {
 async fn lead(
     node: &ClusterNode,
     db: &Database,
+    term: u64,
     progress: &ProgressSlot,
     signals: &Signals,
     leading: &AtomicBool,
 ) -> Result<f64, CliError> {
     leading.store(true, Ordering::Release);
+    // Checkpoints are admitted under this leader's own assignment table
+    // (every vnode on this node): start once the driver has written it.
+    let table = standby::wait_for_own_assignment(node, term).await?;
+    tracing::info!(generation = table.generation(), "this leader's assignment");
     start_leading(db).await?;
     let report = async {
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
@@ -589,7 +601,11 @@ mod tests {
 
     #[async_trait]
     impl sluice::CommitAuthority for SlowOnce {
-        async fn record_commit(&self, _id: u64) -> Result<(), StorageError> {
+        async fn record_commit(
+            &self,
+            _id: u64,
+            _generation: Option<u64>,
+        ) -> Result<(), StorageError> {
             Ok(())
         }
 

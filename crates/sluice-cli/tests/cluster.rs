@@ -172,6 +172,21 @@ fn manifests(state: &Path) -> Vec<u64> {
     ids
 }
 
+/// The assignment generation each manifest in a `file://` store at
+/// `state` was admitted under, by checkpoint id.
+fn manifest_generations(state: &Path) -> BTreeMap<u64, Option<u64>> {
+    let dirs = std::fs::read_dir(state.join("checkpoints")).unwrap();
+    dirs.flatten()
+        .filter_map(|e| {
+            let text = std::fs::read_to_string(e.path().join("MANIFEST")).ok()?;
+            // A checksum line, then the JSON body.
+            let body = text.split_once('\n').map_or("", |(_, b)| b);
+            let json: serde_json::Value = serde_json::from_str(body).unwrap();
+            Some((json["id"].as_u64()?, json["assignment_generation"].as_u64()))
+        })
+        .collect()
+}
+
 /// Wait until the cluster has a leader that is one of `alive`.
 fn leader_among(etcd: &EtcdServer, cluster: &str, alive: &BTreeMap<String, Run>) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -399,7 +414,11 @@ fn a_node_with_another_script_is_refused_naming_the_objects() {
     .wait(WATCHDOG);
     assert!(status.success(), "{stderr}");
     let shown = std::fs::read_to_string(base.path().join("status.out")).unwrap();
-    assert!(shown.contains("| n1   | leader |"), "{shown}");
+    // The leader runs, and owns, every vnode.
+    assert!(
+        shown.contains("| n1   | leader | false   | 256    |"),
+        "{shown}"
+    );
     assert!(!shown.contains("n2"), "a refused node never joins: {shown}");
     assert!(!shown.contains("n3"), "a refused node never joins: {shown}");
     assert!(shown.contains("cluster seal: leader n1 (term "), "{shown}");
@@ -458,6 +477,19 @@ fn a_paused_leader_is_fenced_and_publishes_nothing() {
     assert!(
         kept.iter().all(|id| recorded.contains(id)),
         "kept {kept:?}, recorded {recorded:?}"
+    );
+    // Each was admitted under its leader's own assignment table (every
+    // vnode on the leader); the finishing leader's table is the last one.
+    let generations = manifest_generations(&dir.join("state"));
+    let newest = cluster_status(&etcd, "pause").generation;
+    assert!(
+        generations.values().all(|g| g.is_some_and(|g| g <= newest)),
+        "{generations:?}, newest {newest}"
+    );
+    assert_eq!(
+        generations.values().max(),
+        Some(&Some(newest)),
+        "{generations:?}"
     );
 }
 

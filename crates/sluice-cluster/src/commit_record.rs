@@ -30,10 +30,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use etcd_client::{Client, DeleteOptions, GetOptions, PutOptions, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, TxnOp};
 use parking_lot::Mutex;
 use sluice_storage::{CommitAuthority, StorageError};
 
+use crate::checkpoint::checkpoint_assignment_for_admission;
+use crate::checkpoint::mod_revision_at;
 use crate::error::ClusterError;
 use crate::keys::ClusterKeys;
 use crate::leader::{Election, Guarded};
@@ -107,20 +109,33 @@ impl LeaderCommitRecord {
 
 #[async_trait]
 impl CommitAuthority for LeaderCommitRecord {
-    async fn record_commit(&self, id: u64) -> Result<(), StorageError> {
+    async fn record_commit(&self, id: u64, generation: Option<u64>) -> Result<(), StorageError> {
         let (election, term) = self.leader(id)?;
         let key = self.keys.checkpoint_record(STORED, id);
         let value = format!("{{\"term\":{term},\"node\":\"{}\"}}", self.node);
         let put = TxnOp::put(key, value, None::<PutOptions>);
-        match election.guarded_txn(term, vec![], vec![put], vec![]).await {
+        // The assignment the attempt was admitted under must still hold.
+        let compares = match generation {
+            Some(g) => vec![Compare::mod_revision(
+                self.keys.assignment(),
+                CompareOp::Equal,
+                i64::try_from(g).unwrap_or(i64::MAX),
+            )],
+            None => vec![],
+        };
+        let read = vec![TxnOp::get(self.keys.assignment(), None)];
+        match election.guarded_txn(term, compares, vec![put], read).await {
             Ok(Guarded::Committed { .. }) => Ok(()),
-            // No compare of the caller's can fail; the guard's own failure
-            // is `NotLeader`.
-            Ok(Guarded::CompareFailed { .. }) => Err(StorageError::Fenced {
+            // Only the generation compare is the caller's; the guard's own
+            // failure is `NotLeader`.
+            Ok(Guarded::CompareFailed { response }) => Err(StorageError::Fenced {
                 id,
-                source: Box::new(ClusterError::NotLeader {
+                source: Box::new(ClusterError::AssignmentFenceMoved {
+                    action: "commit record",
+                    id,
                     node: self.node.clone(),
-                    term,
+                    expected: generation.unwrap_or(0),
+                    current: mod_revision_at(&response, 1),
                 }),
             }),
             Err(e @ ClusterError::NotLeader { .. }) => Err(StorageError::Fenced {
@@ -129,6 +144,43 @@ impl CommitAuthority for LeaderCommitRecord {
             }),
             Err(e) => Err(Self::authority(format!("recording checkpoint {id}"), e)),
         }
+    }
+
+    fn may_originate(&self) -> bool {
+        let leading = self.leading.lock().clone();
+        leading.is_some_and(|(election, term)| election.term() == Some(term))
+    }
+
+    async fn admit(&self) -> Result<Option<u64>, StorageError> {
+        let (election, term) = self.leader(0)?;
+        let fence = checkpoint_assignment_for_admission(election.session())
+            .await
+            .map_err(|e| Self::authority("admitting a checkpoint".into(), e))?;
+        let table = fence.assignment();
+        let generation = fence.generation();
+        let owned = table.owned_vnodes(&self.node).len();
+        let reason = if table.term() != term {
+            format!(
+                "the table was placed in term {}, not this leader's term {term} \
+                 (its own table is not written yet)",
+                table.term()
+            )
+        } else if u32::try_from(owned).ok() != Some(table.vnode_count()) {
+            format!(
+                "it owns {owned} of {} vnodes; this leader runs every vnode",
+                table.vnode_count()
+            )
+        } else {
+            return Ok(Some(generation));
+        };
+        Err(StorageError::Authority {
+            what: "admitting a checkpoint".into(),
+            source: Box::new(ClusterError::AdmissionRefused {
+                node: self.node.clone(),
+                generation,
+                reason,
+            }),
+        })
     }
 
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {

@@ -236,6 +236,20 @@ pub enum ClusterError {
         /// The node that tried.
         node: String,
     },
+    /// A checkpoint cannot be admitted: the node does not own every vnode
+    /// it would capture at the current assignment generation.
+    #[error(
+        "SLC-CLU-022: node '{node}' cannot admit a checkpoint at assignment generation \
+         {generation}: {reason}"
+    )]
+    AdmissionRefused {
+        /// The node that asked.
+        node: String,
+        /// The generation it read.
+        generation: u64,
+        /// What the table says instead.
+        reason: String,
+    },
 }
 
 impl ClusterError {
@@ -263,6 +277,7 @@ impl ClusterError {
             Self::DecisionOverdue { .. } => "SLC-CLU-019",
             Self::PipelineFailed { .. } => "SLC-CLU-020",
             Self::AlreadyFinished { .. } => "SLC-CLU-021",
+            Self::AdmissionRefused { .. } => "SLC-CLU-022",
         }
     }
 

@@ -79,9 +79,14 @@
 //! `sluice run --cluster` uses the control plane for active–standby runs
 //! (`standby.rs`: the leader runs the whole pipeline, a standby takes over
 //! from the shared store's last checkpoint; `status.rs`: `SHOW CLUSTER`).
-//! The streaming coordinator does not use it yet
-//! (`PipelineCallback::is_leader` is still hard-wired for a single node).
-//! The next slices:
+//! There the assignment places every vnode on the leader
+//! ([`assignment::Placement::Leader`]), and the streaming coordinator asks
+//! the leader's [`LeaderCommitRecord`] through its cluster seam
+//! (`ClusterCoordination` in `sluice-engine`): `is_leader` (only the
+//! leader of the current term starts checkpoints) and
+//! `checkpoint_assignment_for_admission` (an attempt is admitted under the
+//! generation of the leader's own table, recorded in its manifest; its
+//! commit record compares that generation in etcd). The next slices:
 //!
 //! 1. The leader's checkpoint protocol over etcd (`checkpoint/`: its etcd
 //!    side and the leader / follower drivers exist; wiring them into the

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::assignment::{Assignment, AssignmentDriver, AssignmentView};
+use crate::assignment::{Assignment, AssignmentDriver, AssignmentView, Placement};
 use crate::catalog_seal::{self, SealOutcome, SealedCatalog};
 use crate::error::Result;
 use crate::leader::{Election, LeaderState};
@@ -31,6 +31,8 @@ pub struct NodeConfig {
     pub lease_ttl: Duration,
     /// The node's startup catalog.
     pub catalog: SealedCatalog,
+    /// Whom the leader places vnodes on.
+    pub placement: Placement,
 }
 
 impl NodeConfig {
@@ -42,6 +44,7 @@ impl NodeConfig {
             node: node.to_string(),
             lease_ttl: DEFAULT_LEASE_TTL,
             catalog,
+            placement: Placement::default(),
         }
     }
 }
@@ -87,6 +90,7 @@ impl ClusterNode {
             members.clone(),
             view.clone(),
             config.catalog.vnode_count,
+            config.placement,
         );
         Ok(Self {
             session,

@@ -31,6 +31,7 @@
 
 use etcd_client::{Compare, CompareOp, PutOptions, TxnOp, TxnOpResponse};
 
+use crate::assignment::Assignment;
 use crate::error::{ClusterError, Result};
 use crate::leader::{Election, Guarded, LeaderState};
 use crate::node::ClusterNode;
@@ -47,6 +48,32 @@ pub enum Turn {
     },
     /// The run was finished by another node: nothing is left to do.
     Finished(Finished),
+}
+
+/// Wait until the assignment table is this leader's own: written in
+/// `term`, with every vnode on this node ([`Placement::Leader`]). Its
+/// checkpoints are admitted under that table's generation, so the pipeline
+/// starts only once it exists. Ends with an error if the table is
+/// unreadable or its watch ended; the caller stops it when leadership is
+/// lost meanwhile.
+///
+/// [`Placement::Leader`]: crate::assignment::Placement::Leader
+pub async fn wait_for_own_assignment(node: &ClusterNode, term: u64) -> Result<Assignment> {
+    let mut view = node.assignment_view();
+    loop {
+        if let Some(a) = view.current()? {
+            let all = a.owned_vnodes(node.node_id()).len();
+            if a.term() == term && u32::try_from(all).ok() == Some(a.vnode_count()) {
+                return Ok(a);
+            }
+        }
+        if !view.changed().await {
+            return Err(ClusterError::NotLeader {
+                node: node.node_id().to_string(),
+                term,
+            });
+        }
+    }
 }
 
 /// Wait until this node leads or the run has been finished. Ends with

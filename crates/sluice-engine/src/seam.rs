@@ -49,12 +49,39 @@ pub struct CheckpointAttempt {
     pub id: u64,
 }
 
-/// Cluster assignment fence of an attempt. Single-node pipelines have none;
-/// passing one is refused until cluster execution exists.
+/// Cluster assignment fence of an attempt: the generation of the vnode
+/// assignment its capture belongs to. Single-node pipelines have none; a
+/// clustered one records it in the manifest, and the commit counts only
+/// while that generation still holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointAssignmentFence {
     /// Assignment generation.
     pub generation: u64,
+}
+
+/// The answer to `checkpoint_assignment_for_admission`: under which
+/// assignment a new attempt may capture, or why it may not.
+#[derive(Debug, Clone)]
+pub enum CheckpointAssignmentAdmission {
+    /// No cluster: the attempt captures everything, with no fence.
+    Unfenced,
+    /// The attempt captures what this node owns at the fence's generation.
+    Fenced(CheckpointAssignmentFence),
+    /// The attempt may not go on (this node no longer owns what it would
+    /// capture, or the assignment cannot be read); it is abandoned before
+    /// any barrier.
+    Refused(Arc<EngineError>),
+}
+
+impl CheckpointAssignmentAdmission {
+    /// The fence to pass on, or the refusal.
+    pub fn fence(self) -> Result<Option<CheckpointAssignmentFence>, Arc<EngineError>> {
+        match self {
+            Self::Unfenced => Ok(None),
+            Self::Fenced(f) => Ok(Some(f)),
+            Self::Refused(e) => Err(e),
+        }
+    }
 }
 
 /// Checkpoint flag: triggered by hand (`CHECKPOINT`, `Database::checkpoint`).

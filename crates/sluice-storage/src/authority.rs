@@ -50,7 +50,29 @@ pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
     /// exist for readers of the records. Any other `Err`: the
     /// outcome is unknown (the record may have been written); the store
     /// keeps the manifest and reports the checkpoint as failed.
-    async fn record_commit(&self, id: u64) -> Result<()>;
+    ///
+    /// `generation` is what [`Self::admit`] gave the attempt (the
+    /// manifest's `assignment_generation`): an authority that handed one
+    /// out records the commit only while that generation still holds, and
+    /// refuses it as `Fenced` otherwise.
+    async fn record_commit(&self, id: u64, generation: Option<u64>) -> Result<()>;
+
+    /// Whether this writer may originate a checkpoint now (in a cluster:
+    /// it leads). `false`: the pipeline starts no checkpoint, and one asked
+    /// for by hand is refused by name. Default: always (one host).
+    fn may_originate(&self) -> bool {
+        true
+    }
+
+    /// Admit a new checkpoint attempt: the assignment generation it is
+    /// taken under. `Ok(None)`: there is no assignment (one host). `Ok(Some(g))`:
+    /// this writer owns what it captures at generation `g`, which goes into
+    /// the manifest and back to [`Self::record_commit`]. `Err`: the attempt
+    /// is abandoned before any barrier (`Fenced`: this writer may not
+    /// checkpoint under the current assignment).
+    async fn admit(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
 
     /// The recorded ids, ascending. `Ok(None)` when the authority has never
     /// recorded one: the store was written without it so far (by a

@@ -70,6 +70,11 @@ pub struct Manifest {
     pub sinks: BTreeMap<String, SinkCheckpoint>,
     /// State blobs.
     pub blobs: Vec<BlobRef>,
+    /// The cluster assignment generation the checkpoint was admitted under
+    /// (see [`crate::CommitAuthority::admit`]); `None` outside a cluster.
+    /// Its commit is recorded only while that generation still holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment_generation: Option<u64>,
 }
 
 impl Manifest {

@@ -115,6 +115,11 @@ impl CheckpointStore {
         self
     }
 
+    /// The commit authority, if commits are recorded by one (a cluster).
+    pub fn authority(&self) -> Option<&Arc<dyn CommitAuthority>> {
+        self.authority.as_ref()
+    }
+
     /// This store, written under `lease`: from now on a reservation or a
     /// commit fails with [`StorageError::LeaseLost`] once a renewal found
     /// the lease gone or taken over by another pipeline.
@@ -366,7 +371,9 @@ impl CheckpointStore {
         // before anything was recorded may already have resumed from it,
         // and removing it under that writer would lose its checkpoint.
         // Unknown, the record may exist.
-        authority.record_commit(manifest.id).await
+        authority
+            .record_commit(manifest.id, manifest.assignment_generation)
+            .await
     }
 
     /// Ids with a manifest, ascending; with a commit authority, only those
@@ -520,6 +527,7 @@ pub(crate) mod tests {
             sources: BTreeMap::new(),
             sinks: BTreeMap::new(),
             blobs,
+            assignment_generation: None,
         }
     }
 

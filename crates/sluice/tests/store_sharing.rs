@@ -238,6 +238,7 @@ async fn a_checkpoint_of_another_fingerprint_version_is_refused() {
             sources: BTreeMap::new(),
             sinks: BTreeMap::new(),
             blobs: vec![],
+            assignment_generation: None,
         })
         .await
         .unwrap();
@@ -265,7 +266,7 @@ struct Deposable {
 
 #[async_trait::async_trait]
 impl CommitAuthority for Deposable {
-    async fn record_commit(&self, id: u64) -> Result<(), StorageError> {
+    async fn record_commit(&self, id: u64, _generation: Option<u64>) -> Result<(), StorageError> {
         if self.deposed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StorageError::Fenced {
                 id,

@@ -19,6 +19,18 @@ use crate::vnodes::VnodeCount;
 /// How long to wait before retrying a write etcd did not answer.
 const RETRY: Duration = Duration::from_millis(100);
 
+/// Whom the leader places vnodes on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// Every live member, by rendezvous hashing (vnode-placed execution).
+    #[default]
+    Members,
+    /// The leader alone (active–standby: the leader runs every vnode and
+    /// the standbys own none until one of them leads). A member joining or
+    /// leaving does not change the table; a new leader does.
+    Leader,
+}
+
 /// The running driver; stops when dropped.
 #[derive(Debug)]
 pub struct AssignmentDriver {
@@ -32,8 +44,9 @@ impl AssignmentDriver {
         members: watch::Receiver<BTreeSet<String>>,
         view: AssignmentView,
         count: VnodeCount,
+        placement: Placement,
     ) -> Self {
-        let task = tokio::spawn(drive(election, members, view, count));
+        let task = tokio::spawn(drive(election, members, view, count, placement));
         Self { task }
     }
 }
@@ -49,12 +62,19 @@ async fn drive(
     mut members: watch::Receiver<BTreeSet<String>>,
     mut view: AssignmentView,
     count: VnodeCount,
+    placement: Placement,
 ) {
     let mut leader = election.state();
     // The table this node last wrote: the view may lag behind it.
     let mut written: Option<Assignment> = None;
     loop {
-        let live: Vec<String> = members.borrow_and_update().iter().cloned().collect();
+        let live: Vec<String> = match placement {
+            Placement::Members => members.borrow_and_update().iter().cloned().collect(),
+            Placement::Leader => {
+                members.borrow_and_update();
+                vec![election.session().node().to_string()]
+            }
+        };
         leader.borrow_and_update();
         if let (Some(term), false) = (election.term(), live.is_empty()) {
             let seen = view.current().unwrap_or(None);

@@ -12,6 +12,8 @@
 //! table through a watch ([`view`]); the leader's [`driver`] reacts to
 //! membership changes by writing a new table placed by rendezvous hashing
 //! (`vnodes.rs`), so only the vnodes of a leaver, or a joiner's share, move.
+//! In active–standby mode ([`Placement::Leader`]) the table places every
+//! vnode on the leader, which runs them all.
 //!
 //! ```text
 //!  live members (watch) ──► driver (leader only) ──► publish: txn
@@ -26,7 +28,7 @@ pub mod publish;
 pub mod table;
 pub mod view;
 
-pub use driver::AssignmentDriver;
+pub use driver::{AssignmentDriver, Placement};
 pub use publish::publish;
 pub use table::Assignment;
 pub use view::AssignmentView;

@@ -92,5 +92,6 @@ pub use record::{
 pub use reserve::{
     read_attempt_counter, reserve_after, reserve_checkpoint_attempt, AttemptCounter,
 };
+pub(crate) use txn::mod_revision_at;
 pub use txn::now_ms;
 pub use wait::{wait_for_answers, wait_for_decision};

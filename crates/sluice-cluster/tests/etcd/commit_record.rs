@@ -23,6 +23,7 @@ fn manifest(id: u64, blobs: Vec<sluice_storage::BlobRef>) -> Manifest {
         sources: BTreeMap::new(),
         sinks: BTreeMap::new(),
         blobs,
+        assignment_generation: None,
     }
 }
 
@@ -83,7 +84,10 @@ async fn a_leader_deposed_before_its_manifest_commits_nothing() {
     let (s1, s2) = (store(dir.path(), &r1), store(dir.path(), &r2));
 
     // Nothing is recorded by a node that does not lead.
-    let e = r2.record_commit(9).await.expect_err("n2 does not lead");
+    let e = r2
+        .record_commit(9, None)
+        .await
+        .expect_err("n2 does not lead");
     assert_eq!(e.code(), "SLC-STO-008", "{e}");
     assert_eq!(r2.committed().await.expect("read"), None);
 
@@ -159,7 +163,10 @@ async fn a_leader_deposed_before_its_manifest_commits_nothing() {
 
     // A node that stood down records nothing any more.
     r2.stand_down();
-    let e = r2.record_commit(third + 1).await.expect_err("stood down");
+    let e = r2
+        .record_commit(third + 1, None)
+        .await
+        .expect_err("stood down");
     assert_eq!(e.code(), "SLC-STO-008", "{e}");
 }
 
@@ -174,11 +181,11 @@ async fn a_paused_etcd_makes_the_record_unknown_not_refused() {
     let record = record(&etcd, "n1").await;
     let term = lead(&n1).await;
     record.lead(Arc::clone(n1.election()), term);
-    record.record_commit(1).await.expect("recorded");
+    record.record_commit(1, None).await.expect("recorded");
 
     etcd.pause().expect("pause etcd");
     let limit = sluice_cluster::client::CALL_TIMEOUT + Duration::from_secs(3);
-    let e = tokio::time::timeout(limit, record.record_commit(2))
+    let e = tokio::time::timeout(limit, record.record_commit(2, None))
         .await
         .expect("the record fails in time")
         .expect_err("a paused etcd records nothing");

@@ -2,6 +2,7 @@
 //! `sluice_cluster::testing::EtcdServer`; they fail if `etcd` is missing).
 //! Leases are 1 s so failover tests finish in a few seconds.
 
+mod admission;
 mod assignment;
 mod catalog;
 mod checkpoint;
@@ -57,6 +58,19 @@ pub async fn start_node(etcd: &EtcdServer, cluster: &str, node: &str) -> Cluster
     try_start_node(etcd, cluster, node, standard_catalog())
         .await
         .expect("node starts")
+}
+
+/// Start node `node` with a 1 s lease, placing vnodes by `placement`.
+pub async fn start_placed(
+    etcd: &EtcdServer,
+    cluster: &str,
+    node: &str,
+    placement: sluice_cluster::assignment::Placement,
+) -> ClusterNode {
+    let mut config = NodeConfig::new(etcd.endpoints(), cluster, node, standard_catalog());
+    config.lease_ttl = TTL;
+    config.placement = placement;
+    ClusterNode::start(config).await.expect("node starts")
 }
 
 /// Start a node, returning the error.

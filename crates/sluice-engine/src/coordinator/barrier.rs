@@ -18,8 +18,8 @@ use sluice_storage::StorageError;
 use tokio::sync::mpsc;
 
 use super::{
-    BarrierOutcome, CheckpointAttempt, CheckpointReport, CycleError, PipelineCallback,
-    StreamingCoordinator, FLAG_SHUTDOWN,
+    BarrierOutcome, CheckpointAssignmentFence, CheckpointAttempt, CheckpointReport, CycleError,
+    PipelineCallback, StreamingCoordinator, FLAG_SHUTDOWN,
 };
 use crate::error::EngineError;
 use crate::sources::{SourceEvent, SourceMessage};
@@ -51,6 +51,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         // reservation and alignment must end by `deadline`.
         let attempt_deadline = started + self.callback.checkpoint_timeout();
         let deadline = attempt_deadline.min(started + self.callback.alignment_timeout());
+        if !self.callback.is_leader() {
+            // Only the leader originates checkpoints; nothing was reserved.
+            let e = EngineError::Checkpoint(
+                "this node is not the cluster leader: only the leader starts checkpoints".into(),
+            );
+            self.callback.record_checkpoint_admission_failure(&e);
+            return Err(e);
+        }
         let attempt = match self.callback.reserve_checkpoint_attempt(deadline).await {
             Ok(a) => a,
             Err(e) => {
@@ -59,6 +67,28 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 return Err(e);
             }
         };
+        // The cluster admits the attempt before any barrier: the assignment
+        // it captures under, then its Prepare. A refusal burns the id.
+        let fence = match self
+            .callback
+            .checkpoint_assignment_for_admission(deadline)
+            .await
+            .fence()
+        {
+            Ok(f) => f,
+            Err(e) => {
+                let reason = EngineError::Shared(e).context("admitting the checkpoint");
+                return Err(self.abandon(attempt, flags, None, reason).await);
+            }
+        };
+        if let Err(e) = self
+            .callback
+            .publish_checkpoint_prepare(attempt, started, deadline, flags, fence)
+            .await
+        {
+            let reason = e.context("publishing the checkpoint prepare");
+            return Err(self.abandon(attempt, flags, fence, reason).await);
+        }
         // The compute thread ran no cycle while admitting the attempt.
         let admission = started.elapsed();
         let mut waiting: FxHashSet<Arc<str>> = self
@@ -137,18 +167,18 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     self.held.extend(held);
                     let reason =
                         EngineError::Checkpoint("the pipeline stopped during alignment".into());
-                    return Err(self.abandon(attempt, flags, reason).await);
+                    return Err(self.abandon(attempt, flags, fence, reason).await);
                 }
             }
             if closed {
                 self.held.extend(held);
                 let reason = EngineError::Checkpoint("source input closed".into());
-                return Err(self.abandon(attempt, flags, reason).await);
+                return Err(self.abandon(attempt, flags, fence, reason).await);
             }
             if timed_out || (!waiting.is_empty() && Instant::now() >= deadline) {
                 self.held.extend(held);
                 let reason = timed_out_error(&waiting);
-                return Err(self.abandon(attempt, flags, reason).await);
+                return Err(self.abandon(attempt, flags, fence, reason).await);
             }
         }
         let capture_started = Instant::now();
@@ -162,7 +192,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         started,
                         attempt_deadline,
                         flags,
-                        None,
+                        fence,
                     )
                     .await
             }
@@ -381,6 +411,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         &mut self,
         attempt: CheckpointAttempt,
         flags: u64,
+        fence: Option<CheckpointAssignmentFence>,
         reason: EngineError,
     ) -> EngineError {
         if let Err(e) = self
@@ -392,7 +423,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         }
         if let Err(e) = self
             .callback
-            .abandon_checkpoint_attempt(attempt, &reason, flags, None)
+            .abandon_checkpoint_attempt(attempt, &reason, flags, fence)
             .await
         {
             return self.checkpoint_failed(attempt, Arc::new(e));

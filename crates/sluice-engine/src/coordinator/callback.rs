@@ -25,8 +25,9 @@ use crate::output::sink::SinkRuntime;
 use crate::output::subscription::DeliveryEnd;
 
 pub use crate::seam::{
-    BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointConfig,
-    CheckpointReport, CycleError, CycleOutcome, FLAG_MANUAL, FLAG_SHUTDOWN,
+    BarrierOutcome, BatchMap, CheckpointAssignmentAdmission, CheckpointAssignmentFence,
+    CheckpointAttempt, CheckpointConfig, CheckpointReport, CycleError, CycleOutcome, FLAG_MANUAL,
+    FLAG_SHUTDOWN,
 };
 
 /// A runtime DDL change, applied between cycles.
@@ -368,6 +369,55 @@ pub trait CheckpointLifecycle {
     fn note_checkpoint_skipped(&self) {}
 }
 
+/// The cluster half of checkpoint admission: who may originate an
+/// attempt, under which assignment it captures, and the Prepare that
+/// announces it. Every method has the single-node answer as its default
+/// (this node leads, captures everything unfenced, announces nothing).
+///
+/// The coordinator calls them in this order, each only if the one before
+/// succeeded, so no barrier is injected for an attempt the cluster has
+/// not admitted:
+///
+/// ```text
+///  is_leader ─► reserve_checkpoint_attempt ─► checkpoint_assignment_for_admission
+///    (false: no attempt)    (id burned from here)     │ Refused: abandon
+///                                                     ▼
+///             inject_source_barriers ◄─ publish_checkpoint_prepare (Err: abandon)
+/// ```
+pub trait ClusterCoordination {
+    /// `true` if this node is the cluster leader, or in single-node mode:
+    /// only then does the coordinator originate checkpoints. `false`:
+    /// periodic checkpoints are not started and one asked for by hand is
+    /// refused by name.
+    fn is_leader(&self) -> bool {
+        true
+    }
+    /// Capture the exact assignment certificate for the reserved attempt,
+    /// by `deadline`. `Unfenced`: single node. `Fenced`: the fence goes to
+    /// [`CheckpointLifecycle::checkpoint_with_barrier`] (and to
+    /// [`CheckpointLifecycle::abandon_checkpoint_attempt`] if the attempt
+    /// fails). `Refused`: the attempt is abandoned before any barrier.
+    fn checkpoint_assignment_for_admission(
+        &mut self,
+        _deadline: Instant,
+    ) -> impl Future<Output = CheckpointAssignmentAdmission> + Send {
+        async { CheckpointAssignmentAdmission::Unfenced }
+    }
+    /// Durably publish the attempt's certified Prepare before any source
+    /// barrier is injected. `Ok`: the cluster knows the attempt; barriers
+    /// follow. An error abandons the attempt (its id stays burned).
+    fn publish_checkpoint_prepare(
+        &mut self,
+        _attempt: CheckpointAttempt,
+        _attempt_started: Instant,
+        _deadline: Instant,
+        _flags: u64,
+        _assignment_fence: Option<CheckpointAssignmentFence>,
+    ) -> impl Future<Output = Result<(), EngineError>> + Send {
+        async { Ok(()) }
+    }
+}
+
 /// The whole seam: every role together.
 pub trait PipelineCallback:
     SourceIntake
@@ -375,6 +425,7 @@ pub trait PipelineCallback:
     + OutputPublication
     + RuntimeControl
     + CheckpointLifecycle
+    + ClusterCoordination
     + Send
     + 'static
 {
@@ -386,6 +437,7 @@ impl<T> PipelineCallback for T where
         + OutputPublication
         + RuntimeControl
         + CheckpointLifecycle
+        + ClusterCoordination
         + Send
         + 'static
 {

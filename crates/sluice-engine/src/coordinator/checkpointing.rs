@@ -19,8 +19,8 @@ use rustc_hash::FxHashMap;
 use sluice_storage::{LoadedCheckpoint, Manifest, SourceCheckpoint};
 
 use super::callback::{
-    BarrierOutcome, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
-    CheckpointReport, CycleError,
+    BarrierOutcome, CheckpointAssignmentAdmission, CheckpointAssignmentFence, CheckpointAttempt,
+    CheckpointLifecycle, CheckpointReport, ClusterCoordination, CycleError,
 };
 use super::connector::ConnectorPipelineCallback;
 use super::tails::{TailError, TailJob, TailResult};
@@ -164,6 +164,7 @@ impl ConnectorPipelineCallback {
             sources,
             sinks: BTreeMap::new(),
             blobs: Vec::new(),
+            assignment_generation: None,
         };
         Ok(Captured {
             manifest,
@@ -171,6 +172,55 @@ impl ConnectorPipelineCallback {
             seals,
             committers,
         })
+    }
+}
+
+impl ConnectorPipelineCallback {
+    /// The store's commit authority: a cluster's, when there is one.
+    fn authority(&self) -> Option<&Arc<dyn sluice_storage::CommitAuthority>> {
+        self.checkpoints.as_ref().and_then(|c| c.store.authority())
+    }
+
+    /// A fence comes only from a commit authority's admission: refused by
+    /// name on a pipeline without one.
+    fn accept_fence(&self, fence: Option<CheckpointAssignmentFence>) -> Result<()> {
+        match fence {
+            Some(f) if self.authority().is_none() => Err(EngineError::Checkpoint(format!(
+                "assignment fence {} given, but this pipeline is not clustered",
+                f.generation
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A cluster speaks through the store's commit authority: it says who
+/// leads and under which assignment generation an attempt captures. The
+/// Prepare keeps its single-node default: in an active–standby cluster
+/// the leader owns every vnode, so no follower waits for one.
+impl ClusterCoordination for ConnectorPipelineCallback {
+    fn is_leader(&self) -> bool {
+        self.authority().is_none_or(|a| a.may_originate())
+    }
+
+    async fn checkpoint_assignment_for_admission(
+        &mut self,
+        deadline: Instant,
+    ) -> CheckpointAssignmentAdmission {
+        let Some(authority) = self.authority().cloned() else {
+            return CheckpointAssignmentAdmission::Unfenced;
+        };
+        let admitted = tokio::time::timeout_at(deadline.into(), authority.admit()).await;
+        match admitted {
+            Ok(Ok(None)) => CheckpointAssignmentAdmission::Unfenced,
+            Ok(Ok(Some(generation))) => {
+                CheckpointAssignmentAdmission::Fenced(CheckpointAssignmentFence { generation })
+            }
+            Ok(Err(e)) => CheckpointAssignmentAdmission::Refused(Arc::new(e.into())),
+            Err(_) => CheckpointAssignmentAdmission::Refused(Arc::new(EngineError::Checkpoint(
+                "the commit authority did not admit the attempt by its alignment deadline".into(),
+            ))),
+        }
     }
 }
 
@@ -227,11 +277,8 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         flags: u64,
         assignment_fence: Option<CheckpointAssignmentFence>,
     ) -> BarrierOutcome {
-        if let Some(f) = assignment_fence {
-            return BarrierOutcome::Aborted(Arc::new(EngineError::Checkpoint(format!(
-                "assignment fence {} given, but this pipeline is not clustered",
-                f.generation
-            ))));
+        if let Err(e) = self.accept_fence(assignment_fence) {
+            return BarrierOutcome::Aborted(Arc::new(e));
         }
         for s in self.sources.values() {
             s.control.withdraw();
@@ -251,10 +298,12 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
                 }
             }
         }
-        let captured = match self.capture(attempt, offsets) {
+        let mut captured = match self.capture(attempt, offsets) {
             Ok(c) => c,
             Err(e) => return BarrierOutcome::Failed(Arc::new(e.context("capturing state"))),
         };
+        // The commit counts only while the admitted generation holds.
+        captured.manifest.assignment_generation = assignment_fence.map(|f| f.generation);
         let Some(c) = &self.checkpoints else {
             let off = EngineError::Checkpoint("checkpointing is off".into());
             return BarrierOutcome::Failed(Arc::new(off));
@@ -425,15 +474,8 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             %reason,
             "checkpoint attempt abandoned"
         );
-        if let Some(f) = assignment_fence {
-            self.shared.metrics.note_checkpoint_abandoned();
-            return Err(EngineError::Checkpoint(format!(
-                "assignment fence {} given, but this pipeline is not clustered",
-                f.generation
-            )));
-        }
         self.shared.metrics.note_checkpoint_abandoned();
-        Ok(())
+        self.accept_fence(assignment_fence)
     }
 
     async fn cancel_source_barrier_attempt(

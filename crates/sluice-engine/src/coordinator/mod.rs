@@ -33,9 +33,10 @@ use crate::seam::{disposition, Disposition};
 pub use crate::seam::{CheckpointConfig, CoordinatorDeath, PipelineStatus};
 use crate::sources::{SourceEvent, SourceMessage};
 pub use callback::{
-    BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
-    CheckpointReport, ControlMsg, CycleError, CycleExecution, CycleOutcome, ExternalOutputPressure,
-    OutputPublication, PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
+    BarrierOutcome, BatchMap, CheckpointAssignmentAdmission, CheckpointAssignmentFence,
+    CheckpointAttempt, CheckpointLifecycle, CheckpointReport, ClusterCoordination, ControlMsg,
+    CycleError, CycleExecution, CycleOutcome, ExternalOutputPressure, OutputPublication,
+    PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
 };
 pub use connector::{ConnectorPipelineCallback, SharedOutputs};
 pub use handle::{wait_finished, CoordinatorHandle};
@@ -259,7 +260,10 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 // At the tail bound the checkpoint is skipped: the previous
                 // one is still being written, and the next tick takes it.
                 if self.cycles_since_checkpoint > 0 {
-                    if self.callback.checkpoint_tails_in_flight()
+                    if !self.callback.is_leader() {
+                        // A follower (or a deposed leader) originates nothing.
+                        tracing::debug!("periodic checkpoint skipped: this node does not lead");
+                    } else if self.callback.checkpoint_tails_in_flight()
                         >= self.callback.max_checkpoint_tails()
                     {
                         tracing::debug!("periodic checkpoint skipped: a checkpoint tail is in flight");

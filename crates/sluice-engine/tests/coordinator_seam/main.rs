@@ -11,6 +11,7 @@ mod scripted;
 
 mod alignment;
 mod checkpoint_failures;
+mod cluster_admission;
 mod control;
 mod fences;
 mod halts;

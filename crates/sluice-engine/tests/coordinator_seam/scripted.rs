@@ -9,9 +9,9 @@ use arrow::array::{Array, Int64Array};
 use arrow::record_batch::RecordBatch;
 use rustc_hash::FxHashMap;
 use sluice_engine::coordinator::{
-    BarrierOutcome, BatchMap, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
-    CheckpointReport, ControlMsg, CycleError, CycleExecution, CycleOutcome, OutputPublication,
-    RuntimeControl, SourceIntake,
+    BarrierOutcome, BatchMap, CheckpointAssignmentAdmission, CheckpointAssignmentFence,
+    CheckpointAttempt, CheckpointLifecycle, CheckpointReport, ClusterCoordination, ControlMsg,
+    CycleError, CycleExecution, CycleOutcome, OutputPublication, RuntimeControl, SourceIntake,
 };
 use sluice_engine::options::Delivery;
 use sluice_engine::output::subscription::DeliveryEnd;
@@ -62,6 +62,13 @@ pub(crate) struct Script {
     pub(crate) fault: Option<String>,
     /// `apply_control` refuses every message with this.
     pub(crate) fail_control: Option<String>,
+    /// `is_leader` answers false.
+    pub(crate) not_leader: bool,
+    /// `checkpoint_assignment_for_admission`: fenced at this generation,
+    /// or refused with this reason (unset: unfenced).
+    pub(crate) admission: Option<Result<u64, String>>,
+    /// `publish_checkpoint_prepare` fails with this.
+    pub(crate) fail_prepare: Option<String>,
 }
 
 pub(crate) struct ScriptedCallback {
@@ -240,6 +247,48 @@ impl RuntimeControl for ScriptedCallback {
     }
 }
 
+impl ClusterCoordination for ScriptedCallback {
+    fn is_leader(&self) -> bool {
+        !self.script().not_leader
+    }
+    async fn checkpoint_assignment_for_admission(
+        &mut self,
+        _: Instant,
+    ) -> CheckpointAssignmentAdmission {
+        let admission = self.script().admission.clone();
+        match admission {
+            None => CheckpointAssignmentAdmission::Unfenced,
+            Some(Ok(generation)) => {
+                self.note(format!("admit g{generation}"));
+                CheckpointAssignmentAdmission::Fenced(CheckpointAssignmentFence { generation })
+            }
+            Some(Err(e)) => {
+                self.note(format!("admission refused: {e}"));
+                CheckpointAssignmentAdmission::Refused(Arc::new(EngineError::Injected(e)))
+            }
+        }
+    }
+    async fn publish_checkpoint_prepare(
+        &mut self,
+        attempt: CheckpointAttempt,
+        _: Instant,
+        _: Instant,
+        flags: u64,
+        fence: Option<CheckpointAssignmentFence>,
+    ) -> Result<(), EngineError> {
+        if let Some(e) = self.script().fail_prepare.clone() {
+            self.note(format!("prepare {} failed: {e}", attempt.id));
+            return Err(EngineError::Injected(e));
+        }
+        // Unfenced (single node), the Prepare is a no-op, as in production.
+        if let Some(f) = fence {
+            let (id, g) = (attempt.id, f.generation);
+            self.note(format!("prepare {id} flags={flags} g{g}"));
+        }
+        Ok(())
+    }
+}
+
 impl CheckpointLifecycle for ScriptedCallback {
     fn checkpoint_interval(&self) -> Option<Duration> {
         self.script().interval
@@ -288,7 +337,7 @@ impl CheckpointLifecycle for ScriptedCallback {
         started: Instant,
         _: Instant,
         flags: u64,
-        _: Option<CheckpointAssignmentFence>,
+        fence: Option<CheckpointAssignmentFence>,
     ) -> BarrierOutcome {
         let mut o: Vec<String> = offsets
             .iter()
@@ -296,7 +345,8 @@ impl CheckpointLifecycle for ScriptedCallback {
             .collect();
         o.sort();
         let (id, o) = (attempt.id, o.concat());
-        self.note(format!("capture {id} flags={flags}{o}"));
+        let fenced = fence.map_or(String::new(), |f| format!(" g{}", f.generation));
+        self.note(format!("capture {id} flags={flags}{fenced}{o}"));
         let scripted = self.script().captures.pop_front();
         match scripted {
             Some(Capture::Fail(reason)) => {
@@ -319,10 +369,14 @@ impl CheckpointLifecycle for ScriptedCallback {
         attempt: CheckpointAttempt,
         reason: &EngineError,
         flags: u64,
-        _: Option<CheckpointAssignmentFence>,
+        fence: Option<CheckpointAssignmentFence>,
     ) -> Result<(), EngineError> {
         let reason = checkpoint_reason(reason);
-        self.note(format!("abandon {} flags={flags}: {reason}", attempt.id));
+        let fenced = fence.map_or(String::new(), |f| format!(" g{}", f.generation));
+        self.note(format!(
+            "abandon {} flags={flags}{fenced}: {reason}",
+            attempt.id
+        ));
         Ok(())
     }
     fn record_checkpoint_failure(&mut self, id: u64, reason: &EngineError) {
