@@ -2,12 +2,16 @@
 //! cluster leader's etcd record does: only while it says this node leads
 //! does the pipeline start a checkpoint; each attempt is admitted under
 //! the assignment generation it names, which comes back with the commit;
-//! a refused admission burns the id and stops nothing.
+//! a refused admission burns the id and stops nothing; and a node that
+//! does not lead folds no input into state.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arrow::array::{Int64Array, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use arrow::record_batch::RecordBatch;
 use sluice::{CommitAuthority, Database, StorageError};
 
 /// A scripted authority: who leads, the generation it admits at (0:
@@ -51,16 +55,13 @@ impl CommitAuthority for Scripted {
     }
 }
 
-async fn checkpoint(db: &Database) -> sluice::Result<Vec<arrow::record_batch::RecordBatch>> {
+async fn checkpoint(db: &Database) -> sluice::Result<Vec<RecordBatch>> {
     tokio::time::timeout(Duration::from_secs(60), db.execute("CHECKPOINT"))
         .await
         .expect("in time")
 }
 
-#[tokio::test]
-async fn only_a_leader_checkpoints_each_under_its_admitted_generation() {
-    let authority = Arc::new(Scripted::default());
-    authority.generation.store(5, Ordering::SeqCst);
+async fn open(authority: &Arc<Scripted>) -> Database {
     let db = Database::builder()
         .set("checkpoint_store", "memory:///")
         .unwrap()
@@ -68,14 +69,56 @@ async fn only_a_leader_checkpoints_each_under_its_admitted_generation() {
         .unwrap()
         .set("delivery", "at_least_once")
         .unwrap()
-        .commit_authority(Arc::clone(&authority) as Arc<dyn CommitAuthority>)
+        .commit_authority(Arc::clone(authority) as Arc<dyn CommitAuthority>)
         .open()
         .await
         .unwrap();
-    db.execute("CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)")
-        .await
-        .unwrap();
+    db.execute(
+        "CREATE SOURCE s (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);
+         CREATE MATERIALIZED VIEW n AS SELECT COUNT(*) AS c FROM s",
+    )
+    .await
+    .unwrap();
     db.start().await.unwrap();
+    db
+}
+
+/// The view's count, once it equals `want` (or the last one seen after
+/// `within`).
+async fn count(db: &Database, want: i64, within: Duration) -> i64 {
+    let until = std::time::Instant::now() + within;
+    loop {
+        let got = db.execute("SELECT c FROM n").await.unwrap();
+        let c = got
+            .iter()
+            .filter_map(|b| b.column_by_name("c"))
+            .filter_map(|c| c.as_any().downcast_ref::<Int64Array>())
+            .flat_map(|c| c.values().to_vec())
+            .next()
+            .unwrap_or(0);
+        if c == want || std::time::Instant::now() > until {
+            return c;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn push(db: &Database, keys: Vec<i64>) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]));
+    let ts = TimestampMillisecondArray::from(keys.clone());
+    let rows =
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(keys)), Arc::new(ts)]).unwrap();
+    db.source("s").await.unwrap().push(rows).await.unwrap();
+}
+
+#[tokio::test]
+async fn only_a_leader_checkpoints_each_under_its_admitted_generation() {
+    let authority = Arc::new(Scripted::default());
+    authority.generation.store(5, Ordering::SeqCst);
+    let db = open(&authority).await;
     checkpoint(&db).await.expect("admitted at 5");
 
     // Not the leader: refused by name; nothing is reserved or recorded.
@@ -106,5 +149,22 @@ async fn only_a_leader_checkpoints_each_under_its_admitted_generation() {
     let recorded = authority.recorded.lock().unwrap().clone();
     // The refused attempt's id was reserved, then burned.
     assert_eq!(recorded, vec![(1, Some(5)), (3, Some(6))]);
+    db.abort().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_node_that_does_not_lead_folds_no_input() {
+    let authority = Arc::new(Scripted::default());
+    authority.generation.store(1, Ordering::SeqCst);
+    let db = open(&authority).await;
+    push(&db, vec![1, 2]).await;
+    assert_eq!(count(&db, 2, Duration::from_secs(30)).await, 2);
+    // Deposed: rows pushed now wait, whatever time passes.
+    authority.not_leader.store(true, Ordering::SeqCst);
+    push(&db, vec![3, 4, 5]).await;
+    assert_eq!(count(&db, 5, Duration::from_millis(500)).await, 2);
+    // Leading again (the next idle tick re-checks): they are folded in.
+    authority.not_leader.store(false, Ordering::SeqCst);
+    assert_eq!(count(&db, 5, Duration::from_secs(30)).await, 5);
     db.abort().await.unwrap();
 }

@@ -108,7 +108,8 @@ pub trait SourceIntake {
     fn tick_idle_watermark(&mut self) {}
     /// Whether source input must not be folded into state now (a stronger
     /// fence than backpressure: held input waits too). The coordinator
-    /// checks it before each cycle; a single-node pipeline never sets it.
+    /// checks it before each cycle; a single-node pipeline never sets it,
+    /// a clustered one while this node does not lead.
     fn intake_paused(&self) -> bool {
         false
     }

@@ -177,7 +177,7 @@ impl ConnectorPipelineCallback {
 
 impl ConnectorPipelineCallback {
     /// The store's commit authority: a cluster's, when there is one.
-    fn authority(&self) -> Option<&Arc<dyn sluice_storage::CommitAuthority>> {
+    pub(super) fn authority(&self) -> Option<&Arc<dyn sluice_storage::CommitAuthority>> {
         self.checkpoints.as_ref().and_then(|c| c.store.authority())
     }
 

@@ -195,6 +195,12 @@ impl ConnectorPipelineCallback {
 }
 
 impl SourceIntake for ConnectorPipelineCallback {
+    /// In a cluster, a node that does not lead (a standby, or a leader
+    /// deposed while it runs) folds no input into state: its sinks will
+    /// never publish it, and the leader's run owns the sources.
+    fn intake_paused(&self) -> bool {
+        self.authority().is_some_and(|a| !a.may_originate())
+    }
     fn filter_late_rows(
         &self,
         source_name: &str,

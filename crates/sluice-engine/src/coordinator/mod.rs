@@ -289,6 +289,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             }, if paused => {}
             msg = self.source_rx.recv(), if !self.stopped_intake && !paused => {
                 if let Some(first) = msg {
+                    if self.callback.intake_paused() {
+                        // The fence went up while this step waited: the
+                        // message waits with the held input.
+                        self.held.push_back(first);
+                        return Step::Continue;
+                    }
                     let batch = self.gather(first);
                     self.process(batch).await;
                     yield_to_timers().await;
