@@ -445,7 +445,7 @@ async fn serve(
             let ran = tokio::select! {
                 biased;
                 () = standby::lost_leadership(node, term) => None,
-                r = lead(node, db, term, progress, signals, leading) => Some(r),
+                r = lead(node, db, term, commits, progress, signals, leading) => Some(r),
             };
             match ran {
                 None => {
@@ -512,6 +512,7 @@ async fn lead(
     node: &ClusterNode,
     db: &Database,
     term: u64,
+    commits: &LeaderCommitRecord,
     progress: &ProgressSlot,
     signals: &Signals,
     leading: &AtomicBool,
@@ -521,6 +522,14 @@ async fn lead(
     // (every vnode on this node): start once the driver has written it.
     let table = standby::wait_for_own_assignment(node, term).await?;
     tracing::info!(generation = table.generation(), "this leader's assignment");
+    // An attempt the previous leader left undecided never counts.
+    let orphans = commits.take_over().await?;
+    if !orphans.is_empty() {
+        tracing::info!(
+            ?orphans,
+            "aborted the previous leader's undecided checkpoints"
+        );
+    }
     start_leading(db).await?;
     let report = async {
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
@@ -604,7 +613,8 @@ mod tests {
         async fn record_commit(
             &self,
             _id: u64,
-            _generation: Option<u64>,
+            _: Option<u64>,
+            _: &sluice::BlobRef,
         ) -> Result<(), StorageError> {
             Ok(())
         }

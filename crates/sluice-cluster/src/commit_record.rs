@@ -1,56 +1,72 @@
-//! The leader's record of committed checkpoints in etcd: the
-//! [`CommitAuthority`] of a cluster's checkpoint store.
+//! The leader's checkpoint protocol for an active–standby pipeline: the
+//! [`CommitAuthority`] of a cluster's checkpoint store, speaking the
+//! protocol of [`crate::checkpoint`] with the leader as the one owner.
 //!
 //! A leader paused between its last check of the store's lease and its
 //! manifest write wakes up and completes that write after a standby took
 //! over; the store cannot refuse it, because object stores have no
-//! fencing tokens. etcd can: the checkpoint counts only once its id is
-//! recorded under `/sluice/C/checkpoints/stored/<id>` by a transaction that
-//! compares the leader key's create revision (the leader's term). A
-//! deposed leader's record is refused by etcd itself, its pipeline
-//! halts, and its sinks commit nothing; the new leader reads only
-//! recorded checkpoints.
+//! fencing tokens. etcd can: a checkpoint counts only once etcd holds a
+//! commit decision for it, written by a transaction that compares the
+//! leader's term and the assignment generation the attempt was admitted
+//! under. A deposed leader's decision is refused by etcd itself, its
+//! pipeline halts, and its sinks commit nothing; the new leader first
+//! aborts every attempt left undecided ([`LeaderCommitRecord::take_over`]),
+//! and reads only committed checkpoints.
 //!
 //! ```text
-//!  leader (term T)            store                  etcd
-//!   manifest ID ────────────► checkpoints/ID/…
-//!   record_commit(ID) ──[leader create rev = T]──►  checkpoints/stored/ID
+//!  leader (term T)              store                   etcd
+//!   admit ─────────────────────────────────────────────► assignment (gen G, every vnode on T's leader)
+//!   reserve id ───────────────► checkpoints/ID (marker)
+//!   prepare(ID, G) ───────────────────────────[T]──────► attempts/ID, prepare/ID
+//!   barriers, capture, blobs, manifest ───────► checkpoints/ID/…
+//!   record_commit(ID, G, manifest)
+//!     ack (own answer) ───────────────────[prepare, G, lease]──► answers/ID/N
+//!     commit ─────────────────────[T, G, ack, committed]──► decisions/ID, committed=ID
 //!        ├ committed: the checkpoint exists, sinks commit its epochs
-//!        └ NotLeader: Fenced, sinks commit nothing, readers skip the manifest
-//!  any node: committed() = ids under checkpoints/stored/
+//!        └ refused (deposed, G moved, aborted by a new leader): Fenced
+//!  any node: committed() = ids with a commit decision
 //! ```
 //!
-//! One record exists per node process: the database is built before the
-//! node joins (its catalog is sealed from it), so the record learns its
-//! term when the node wins an election ([`LeaderCommitRecord::lead`]).
-//! Until then, and after [`LeaderCommitRecord::stand_down`], every record
-//! is refused.
+//! The ids are the store's: it reserves each one durably and never reuses
+//! it, and etcd records the same id (`reserve_given`), so an attempt has
+//! one name on both sides. One record exists per node process: the
+//! database is built before the node joins (its catalog is sealed from
+//! it), so the record learns its term when the node wins an election
+//! ([`LeaderCommitRecord::lead`]). Until then, and after
+//! [`LeaderCommitRecord::stand_down`], everything is refused.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, TxnOp};
+use etcd_client::{Client, DeleteOptions, GetOptions, TxnOp};
 use parking_lot::Mutex;
-use sluice_storage::{CommitAuthority, StorageError};
+use sluice_storage::{BlobRef, CommitAuthority, StorageError};
 
-use crate::checkpoint::checkpoint_assignment_for_admission;
-use crate::checkpoint::mod_revision_at;
+use crate::checkpoint::record::{decode_kv, Answer, Decision, DecisionRecord, PartRef, Stored};
+use crate::checkpoint::{
+    answer_checkpoint, checkpoint_assignment_for_admission, commit_attempt,
+    publish_checkpoint_prepare, read_answers, require_prepare, reserve_given,
+    CheckpointAssignmentFence, CheckpointLeader,
+};
 use crate::error::ClusterError;
 use crate::keys::ClusterKeys;
 use crate::leader::{Election, Guarded};
 
-/// The checkpoint kind under `/sluice/C/checkpoints/` that records the
-/// active leader's committed store checkpoints.
-pub const STORED: &str = "stored";
+/// How many ids below the newest commit survive [`CheckpointLeader`]'s
+/// pruning; the store's own retention decides what this record forgets
+/// ([`CommitAuthority::forget_below`]), so nothing is pruned by the take-over.
+const KEEP: u64 = u64::MAX;
 
-/// The leader's commit record for one node process; see the module docs.
+/// The leader's checkpoint record for one node process; see the module docs.
 pub struct LeaderCommitRecord {
     client: Client,
     keys: ClusterKeys,
     node: String,
     /// The election and the term this node leads at, while it leads.
     leading: Mutex<Option<(Arc<Election>, u64)>>,
+    /// The assignment the last attempt was admitted under.
+    admitted: Mutex<Option<CheckpointAssignmentFence>>,
 }
 
 impl std::fmt::Debug for LeaderCommitRecord {
@@ -72,18 +88,41 @@ impl LeaderCommitRecord {
             keys,
             node: node.to_string(),
             leading: Mutex::new(None),
+            admitted: Mutex::new(None),
         }
     }
 
-    /// This node leads at `term` through `election`: its records are
+    /// This node leads at `term` through `election`: its writes are
     /// fenced by that term from now on.
     pub fn lead(&self, election: Arc<Election>, term: u64) {
+        *self.admitted.lock() = None;
         *self.leading.lock() = Some((election, term));
     }
 
-    /// This node no longer leads: every record is refused.
+    /// Abort every attempt an earlier leader left undecided (returned, by
+    /// id): a manifest it wrote but never committed then never counts, even
+    /// if it wakes up and tries. Call after [`Self::lead`], before the
+    /// pipeline starts.
+    pub async fn take_over(&self) -> Result<Vec<u64>, ClusterError> {
+        let (election, _) = self
+            .leading
+            .lock()
+            .clone()
+            .ok_or_else(|| self.not_leader(0))?;
+        let (_, orphans) = CheckpointLeader::take_over(election, KEEP).await?;
+        Ok(orphans)
+    }
+
+    /// This node no longer leads: everything is refused.
     pub fn stand_down(&self) {
         *self.leading.lock() = None;
+    }
+
+    fn not_leader(&self, term: u64) -> ClusterError {
+        ClusterError::NotLeader {
+            node: self.node.clone(),
+            term,
+        }
     }
 
     fn leader(&self, id: u64) -> Result<(Arc<Election>, u64), StorageError> {
@@ -92,10 +131,7 @@ impl LeaderCommitRecord {
             .clone()
             .ok_or_else(|| StorageError::Fenced {
                 id,
-                source: Box::new(ClusterError::NotLeader {
-                    node: self.node.clone(),
-                    term: 0,
-                }),
+                source: Box::new(self.not_leader(0)),
             })
     }
 
@@ -105,47 +141,45 @@ impl LeaderCommitRecord {
             source: Box::new(e),
         }
     }
+
+    /// A refusal that proves this writer may not commit `id` is `Fenced`;
+    /// anything else leaves the outcome unknown.
+    fn refusal(id: u64, what: String, e: ClusterError) -> StorageError {
+        match e {
+            ClusterError::NotLeader { .. }
+            | ClusterError::AssignmentFenceMoved { .. }
+            | ClusterError::CheckpointRefused { .. }
+            | ClusterError::AnswerRefused { .. } => StorageError::Fenced {
+                id,
+                source: Box::new(e),
+            },
+            e => Self::authority(what, e),
+        }
+    }
+
+    /// Why this leader may not checkpoint under `fence`, if it may not.
+    fn not_its_own(&self, fence: &CheckpointAssignmentFence, term: u64) -> Option<String> {
+        let table = fence.assignment();
+        let owned = table.owned_vnodes(&self.node).len();
+        if table.term() != term {
+            Some(format!(
+                "the table was placed in term {}, not this leader's term {term} \
+                 (its own table is not written yet)",
+                table.term()
+            ))
+        } else if u32::try_from(owned).ok() != Some(table.vnode_count()) {
+            Some(format!(
+                "it owns {owned} of {} vnodes; this leader runs every vnode",
+                table.vnode_count()
+            ))
+        } else {
+            None
+        }
+    }
 }
 
 #[async_trait]
 impl CommitAuthority for LeaderCommitRecord {
-    async fn record_commit(&self, id: u64, generation: Option<u64>) -> Result<(), StorageError> {
-        let (election, term) = self.leader(id)?;
-        let key = self.keys.checkpoint_record(STORED, id);
-        let value = format!("{{\"term\":{term},\"node\":\"{}\"}}", self.node);
-        let put = TxnOp::put(key, value, None::<PutOptions>);
-        // The assignment the attempt was admitted under must still hold.
-        let compares = match generation {
-            Some(g) => vec![Compare::mod_revision(
-                self.keys.assignment(),
-                CompareOp::Equal,
-                i64::try_from(g).unwrap_or(i64::MAX),
-            )],
-            None => vec![],
-        };
-        let read = vec![TxnOp::get(self.keys.assignment(), None)];
-        match election.guarded_txn(term, compares, vec![put], read).await {
-            Ok(Guarded::Committed { .. }) => Ok(()),
-            // Only the generation compare is the caller's; the guard's own
-            // failure is `NotLeader`.
-            Ok(Guarded::CompareFailed { response }) => Err(StorageError::Fenced {
-                id,
-                source: Box::new(ClusterError::AssignmentFenceMoved {
-                    action: "commit record",
-                    id,
-                    node: self.node.clone(),
-                    expected: generation.unwrap_or(0),
-                    current: mod_revision_at(&response, 1),
-                }),
-            }),
-            Err(e @ ClusterError::NotLeader { .. }) => Err(StorageError::Fenced {
-                id,
-                source: Box::new(e),
-            }),
-            Err(e) => Err(Self::authority(format!("recording checkpoint {id}"), e)),
-        }
-    }
-
     fn may_originate(&self) -> bool {
         let leading = self.leading.lock().clone();
         leading.is_some_and(|(election, term)| election.term() == Some(term))
@@ -156,41 +190,109 @@ impl CommitAuthority for LeaderCommitRecord {
         let fence = checkpoint_assignment_for_admission(election.session())
             .await
             .map_err(|e| Self::authority("admitting a checkpoint".into(), e))?;
-        let table = fence.assignment();
         let generation = fence.generation();
-        let owned = table.owned_vnodes(&self.node).len();
-        let reason = if table.term() != term {
-            format!(
-                "the table was placed in term {}, not this leader's term {term} \
-                 (its own table is not written yet)",
-                table.term()
-            )
-        } else if u32::try_from(owned).ok() != Some(table.vnode_count()) {
-            format!(
-                "it owns {owned} of {} vnodes; this leader runs every vnode",
-                table.vnode_count()
-            )
-        } else {
-            return Ok(Some(generation));
-        };
-        Err(StorageError::Authority {
-            what: "admitting a checkpoint".into(),
-            source: Box::new(ClusterError::AdmissionRefused {
+        if let Some(reason) = self.not_its_own(&fence, term) {
+            return Err(Self::authority(
+                "admitting a checkpoint".into(),
+                ClusterError::AdmissionRefused {
+                    node: self.node.clone(),
+                    generation,
+                    reason,
+                },
+            ));
+        }
+        *self.admitted.lock() = Some(fence);
+        Ok(Some(generation))
+    }
+
+    async fn prepare(
+        &self,
+        id: u64,
+        generation: Option<u64>,
+        deadline_ms: u64,
+    ) -> Result<(), StorageError> {
+        let (election, term) = self.leader(id)?;
+        let admitted = self.admitted.lock().clone();
+        let Some(fence) = admitted.filter(|f| Some(f.generation()) == generation) else {
+            let e = ClusterError::CheckpointRefused {
+                action: "prepare",
+                id,
                 node: self.node.clone(),
-                generation,
-                reason,
-            }),
-        })
+                reason: format!("it was not admitted at generation {generation:?}"),
+            };
+            return Err(StorageError::Fenced {
+                id,
+                source: Box::new(e),
+            });
+        };
+        let what = || format!("publishing the Prepare of checkpoint {id}");
+        let attempt = reserve_given(&election, term, id)
+            .await
+            .map_err(|e| Self::refusal(id, what(), e))?;
+        publish_checkpoint_prepare(&election, attempt, &fence, deadline_ms)
+            .await
+            .map_err(|e| Self::refusal(id, what(), e))?;
+        Ok(())
+    }
+
+    async fn record_commit(
+        &self,
+        id: u64,
+        generation: Option<u64>,
+        manifest: &BlobRef,
+    ) -> Result<(), StorageError> {
+        let (election, term) = self.leader(id)?;
+        let session = election.session();
+        let what = || format!("committing checkpoint {id}");
+        let prepare = require_prepare(session, id)
+            .await
+            .map_err(|e| Self::refusal(id, what(), e))?;
+        if Some(prepare.value.generation) != generation {
+            let e = ClusterError::AssignmentFenceMoved {
+                action: "commit record",
+                id,
+                node: self.node.clone(),
+                expected: generation.unwrap_or(0),
+                current: prepare.value.generation,
+            };
+            return Err(Self::refusal(id, what(), e));
+        }
+        // The leader is the one owner: it answers its own Prepare.
+        let part = PartRef {
+            object_key: manifest.key.clone(),
+            size: manifest.len.to_string(),
+            crc: format!("{:08x}", manifest.crc32),
+        };
+        answer_checkpoint(session, &prepare, Answer::Ack { part })
+            .await
+            .map_err(|e| Self::refusal(id, what(), e))?;
+        let answers = read_answers(session, id)
+            .await
+            .map_err(|e| Self::authority(what(), e))?;
+        let decided = commit_attempt(&election, term, &prepare, &answers)
+            .await
+            .map_err(|e| Self::refusal(id, what(), e))?;
+        match decided.record.decision {
+            Decision::Commit { .. } => Ok(()),
+            // A new leader aborted it first.
+            Decision::Abort { reason } => Err(Self::refusal(
+                id,
+                what(),
+                ClusterError::CheckpointRefused {
+                    action: "commit",
+                    id,
+                    node: self.node.clone(),
+                    reason: format!("it was aborted: {reason}"),
+                },
+            )),
+        }
     }
 
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {
-        let dir = self.keys.checkpoint_dir(STORED);
+        let dir = self.keys.checkpoint_dir("decisions");
         let mut client = self.client.clone();
         let got = client
-            .get(
-                dir.clone(),
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            )
+            .get(dir.clone(), Some(GetOptions::new().with_prefix()))
             .await
             .map_err(|e| {
                 Self::authority(
@@ -198,26 +300,33 @@ impl CommitAuthority for LeaderCommitRecord {
                     ClusterError::etcd(format!("reading {dir}"), e),
                 )
             })?;
-        let ids: BTreeSet<u64> = got
-            .kvs()
-            .iter()
-            .filter_map(|kv| kv.key_str().ok())
-            .filter_map(|k| k.strip_prefix(dir.as_str()))
-            .filter_map(|id| id.parse().ok())
-            .collect();
+        let mut ids = BTreeSet::new();
+        for kv in got.kvs() {
+            let decision: Stored<DecisionRecord> = decode_kv(kv)
+                .map_err(|e| Self::authority("reading the committed checkpoints".into(), e))?;
+            if matches!(decision.value.decision, Decision::Commit { .. }) {
+                ids.insert(decision.value.id);
+            }
+        }
         Ok((!ids.is_empty()).then_some(ids))
     }
 
     async fn forget_below(&self, id: u64) -> Result<(), StorageError> {
         let (election, term) = self.leader(id)?;
-        let from = self.keys.checkpoint_record(STORED, 0);
-        let to = self.keys.checkpoint_record(STORED, id);
-        let delete = TxnOp::delete(from, Some(DeleteOptions::new().with_range(to)));
-        match election
-            .guarded_txn(term, vec![], vec![delete], vec![])
-            .await
-        {
-            Ok(_) => Ok(()),
+        let deletes = ["attempts", "prepare", "answers", "decisions"]
+            .into_iter()
+            .map(|kind| {
+                let from = self.keys.checkpoint_dir(kind);
+                let to = self.keys.checkpoint_record(kind, id);
+                TxnOp::delete(from, Some(DeleteOptions::new().with_range(to)))
+            })
+            .collect();
+        match election.guarded_txn(term, vec![], deletes, vec![]).await {
+            Ok(Guarded::Committed { .. }) => Ok(()),
+            Ok(Guarded::CompareFailed { .. }) => Err(Self::authority(
+                format!("forgetting checkpoints below {id}"),
+                self.not_leader(term),
+            )),
             Err(e) => Err(Self::authority(
                 format!("forgetting checkpoints below {id}"),
                 e,

@@ -25,8 +25,6 @@
 //!   answers/ID/N      ack{part} | nack{reason}                    N's lease (or pruned)
 //!   decisions/ID      commit{parts} | abort{reason}               until pruned
 //!   committed         newest committed id                         permanent, only forward
-//!   stored/ID         {term, node}: the active leader's           until pruned with the
-//!                     committed store checkpoint (commit_record)  store's checkpoints
 //! ```
 //!
 //! Each node holds one [`Session`]: an etcd client and a lease renewed every
@@ -86,7 +84,11 @@
 //! leader of the current term starts checkpoints) and
 //! `checkpoint_assignment_for_admission` (an attempt is admitted under the
 //! generation of the leader's own table, recorded in its manifest; its
-//! commit record compares that generation in etcd). The next slices:
+//! commit record compares that generation in etcd). The record speaks
+//! the whole checkpoint protocol below with the leader as the one owner
+//! (`commit_record.rs`): the store's id is reserved in etcd, the Prepare
+//! is published before any barrier, the leader acks its own manifest and
+//! commits the decision. The next slices:
 //!
 //! 1. The leader's checkpoint protocol over etcd (`checkpoint/`: its etcd
 //!    side and the leader / follower drivers exist; wiring them into the

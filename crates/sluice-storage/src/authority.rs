@@ -37,6 +37,7 @@ use std::collections::BTreeSet;
 use async_trait::async_trait;
 
 use crate::error::Result;
+use crate::manifest::BlobRef;
 
 /// The record of which checkpoints of a store are committed. Like a
 /// ripgrep `Sink`, each method's result tells the store what to do next.
@@ -54,8 +55,14 @@ pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
     /// `generation` is what [`Self::admit`] gave the attempt (the
     /// manifest's `assignment_generation`): an authority that handed one
     /// out records the commit only while that generation still holds, and
-    /// refuses it as `Fenced` otherwise.
-    async fn record_commit(&self, id: u64, generation: Option<u64>) -> Result<()>;
+    /// refuses it as `Fenced` otherwise. `manifest` is the durable
+    /// manifest's key, length and checksum: the part the writer commits.
+    async fn record_commit(
+        &self,
+        id: u64,
+        generation: Option<u64>,
+        manifest: &BlobRef,
+    ) -> Result<()>;
 
     /// Whether this writer may originate a checkpoint now (in a cluster:
     /// it leads). `false`: the pipeline starts no checkpoint, and one asked
@@ -72,6 +79,15 @@ pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
     /// checkpoint under the current assignment).
     async fn admit(&self) -> Result<Option<u64>> {
         Ok(None)
+    }
+
+    /// Announce attempt `id`, admitted at `generation`, before any barrier
+    /// is injected (in a cluster: the certified Prepare, with answers due
+    /// by `deadline_ms`, Unix milliseconds). `Ok`: the attempt may capture.
+    /// `Err`: it is abandoned (`Fenced`: this writer may not take it).
+    /// Default: nothing to announce (one host).
+    async fn prepare(&self, _id: u64, _generation: Option<u64>, _deadline_ms: u64) -> Result<()> {
+        Ok(())
     }
 
     /// The recorded ids, ascending. `Ok(None)` when the authority has never

@@ -61,7 +61,7 @@ impl Fake {
 
 #[async_trait]
 impl CommitAuthority for Fake {
-    async fn record_commit(&self, id: u64, _generation: Option<u64>) -> Result<()> {
+    async fn record_commit(&self, id: u64, _: Option<u64>, _: &crate::BlobRef) -> Result<()> {
         let answer = *self.answer.locked();
         match answer {
             Answer::Record => {

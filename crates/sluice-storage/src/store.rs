@@ -352,8 +352,10 @@ impl CheckpointStore {
             id: manifest.id,
             message: format!("cannot encode manifest: {e}"),
         })?;
-        let mut bytes = format!("{:08x}\n", crc32fast::hash(&body)).into_bytes();
+        let crc32 = crc32fast::hash(&body);
+        let mut bytes = format!("{crc32:08x}\n").into_bytes();
         bytes.extend_from_slice(&body);
+        let bytes_len = bytes.len();
         let put = self
             .backend
             .put(&manifest_key(manifest.id), Bytes::from(bytes))
@@ -371,8 +373,14 @@ impl CheckpointStore {
         // before anything was recorded may already have resumed from it,
         // and removing it under that writer would lose its checkpoint.
         // Unknown, the record may exist.
+        let part = BlobRef {
+            name: "MANIFEST".into(),
+            key: manifest_key(manifest.id),
+            len: u64::try_from(bytes_len).unwrap_or(u64::MAX),
+            crc32,
+        };
         authority
-            .record_commit(manifest.id, manifest.assignment_generation)
+            .record_commit(manifest.id, manifest.assignment_generation, &part)
             .await
     }
 

@@ -25,7 +25,12 @@ struct Scripted {
 
 #[async_trait::async_trait]
 impl CommitAuthority for Scripted {
-    async fn record_commit(&self, id: u64, generation: Option<u64>) -> Result<(), StorageError> {
+    async fn record_commit(
+        &self,
+        id: u64,
+        generation: Option<u64>,
+        _: &sluice::BlobRef,
+    ) -> Result<(), StorageError> {
         self.recorded.lock().unwrap().push((id, generation));
         Ok(())
     }

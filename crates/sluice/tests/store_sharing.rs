@@ -266,7 +266,12 @@ struct Deposable {
 
 #[async_trait::async_trait]
 impl CommitAuthority for Deposable {
-    async fn record_commit(&self, id: u64, _generation: Option<u64>) -> Result<(), StorageError> {
+    async fn record_commit(
+        &self,
+        id: u64,
+        _: Option<u64>,
+        _: &sluice::BlobRef,
+    ) -> Result<(), StorageError> {
         if self.deposed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StorageError::Fenced {
                 id,

@@ -90,8 +90,7 @@ pub use record::{
     Decision, DecisionRecord, PartRef, Stored,
 };
 pub use reserve::{
-    read_attempt_counter, reserve_after, reserve_checkpoint_attempt, AttemptCounter,
+    read_attempt_counter, reserve_after, reserve_checkpoint_attempt, reserve_given, AttemptCounter,
 };
-pub(crate) use txn::mod_revision_at;
 pub use txn::now_ms;
 pub use wait::{wait_for_answers, wait_for_decision};

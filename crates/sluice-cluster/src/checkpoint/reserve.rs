@@ -66,18 +66,61 @@ pub async fn reserve_after(
     term: u64,
     counter: AttemptCounter,
 ) -> Result<CheckpointAttempt> {
-    let session = election.session();
-    let node = session.node().to_string();
-    let counter_key = session.keys().checkpoint_counter();
     let id = counter
         .last
         .checked_add(1)
         .ok_or_else(|| ClusterError::CheckpointRefused {
             action: "reservation",
             id: counter.last,
-            node: node.clone(),
+            node: election.session().node().to_string(),
             reason: "attempt ids are exhausted".to_string(),
         })?;
+    reserve_at(election, term, counter, id).await
+}
+
+/// Reserve `id`, an id the caller already holds durably (a checkpoint
+/// store's, which it never hands out twice), as leader of `term`. It must
+/// be above every id reserved so far: the counter moves up to it, so etcd
+/// and the store name each attempt by the same id. Re-reads a counter that
+/// moved under it, as [`reserve_checkpoint_attempt`] does.
+pub async fn reserve_given(election: &Election, term: u64, id: u64) -> Result<CheckpointAttempt> {
+    let mut last_error = None;
+    for _ in 0..RESERVE_TRIES {
+        let counter = read_attempt_counter(election.session()).await?;
+        if counter.last >= id {
+            return Err(ClusterError::CheckpointRefused {
+                action: "reservation",
+                id,
+                node: election.session().node().to_string(),
+                reason: format!(
+                    "attempt {} is already reserved in etcd: the checkpoint store's ids \
+                     must grow past it (was the store replaced under this cluster?)",
+                    counter.last
+                ),
+            });
+        }
+        match reserve_at(election, term, counter, id).await {
+            Err(e @ ClusterError::AttemptCounterMoved { .. }) => last_error = Some(e),
+            other => return other,
+        }
+    }
+    Err(last_error.unwrap_or_else(|| ClusterError::NotLeader {
+        node: election.session().node().to_string(),
+        term,
+    }))
+}
+
+/// Reserve `id` (above `counter.last`), only if the counter is still at
+/// `counter` and this node still leads `term`.
+async fn reserve_at(
+    election: &Election,
+    term: u64,
+    counter: AttemptCounter,
+    id: u64,
+) -> Result<CheckpointAttempt> {
+    let session = election.session();
+    let node = session.node().to_string();
+    let counter_key = session.keys().checkpoint_counter();
     let attempt_key = session.keys().checkpoint_record("attempts", id);
     let record = AttemptRecord {
         format: RECORD_FORMAT,

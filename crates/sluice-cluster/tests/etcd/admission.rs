@@ -10,7 +10,7 @@ use std::time::Duration;
 use sluice_cluster::assignment::{publish, Placement};
 use sluice_cluster::standby::{self, Turn};
 use sluice_cluster::{ClusterKeys, ClusterNode, LeaderCommitRecord, VnodeCount};
-use sluice_storage::{CommitAuthority, StorageError};
+use sluice_storage::{BlobRef, CommitAuthority, StorageError};
 
 use super::{etcd, eventually, start_placed};
 
@@ -50,6 +50,20 @@ async fn own_table(node: &ClusterNode, term: u64) -> u64 {
     table.generation()
 }
 
+/// A manifest reference for records made without a store.
+fn part(id: u64) -> BlobRef {
+    BlobRef {
+        name: "MANIFEST".into(),
+        key: format!("checkpoints/{id:020}/MANIFEST"),
+        len: 1,
+        crc32: 0,
+    }
+}
+
+fn deadline() -> u64 {
+    sluice_cluster::checkpoint::now_ms() + 60_000
+}
+
 /// The refusal's whole message chain.
 fn chain(e: &StorageError) -> String {
     let mut out = e.to_string();
@@ -84,10 +98,25 @@ async fn a_leader_admits_under_its_own_table_and_commits_only_while_it_holds() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(n1.generation(), g1);
     assert!(n2.owned_vnodes().is_empty());
-    r1.record_commit(1, Some(g1)).await.expect("recorded at g1");
+    // Not admitted at that generation: no Prepare.
+    let e = r1
+        .prepare(1, Some(g1 + 100), deadline())
+        .await
+        .expect_err("not admitted");
+    assert!(
+        chain(&e).contains("it was not admitted at generation"),
+        "{}",
+        chain(&e)
+    );
+    r1.prepare(1, Some(g1), deadline()).await.expect("prepared");
+    r1.record_commit(1, Some(g1), &part(1))
+        .await
+        .expect("recorded at g1");
 
     // The table moves (here: rewritten by hand over both members): a
     // commit admitted at g1 is refused, however its manifest got written.
+    assert_eq!(r1.admit().await.expect("admitted"), Some(g1));
+    r1.prepare(2, Some(g1), deadline()).await.expect("prepared");
     let moved = publish(
         n1.election(),
         term1,
@@ -97,16 +126,33 @@ async fn a_leader_admits_under_its_own_table_and_commits_only_while_it_holds() {
     )
     .await
     .expect("rewritten");
-    let e = r1.record_commit(2, Some(g1)).await.expect_err("g1 moved");
+    let e = r1
+        .record_commit(2, Some(g1), &part(2))
+        .await
+        .expect_err("g1 moved");
     assert_eq!(e.code(), "SLC-STO-008", "{}", chain(&e));
-    assert!(chain(&e).contains("SLC-CLU-014"), "{}", chain(&e));
+    assert!(chain(&e).contains("generation"), "{}", chain(&e));
     let recorded = r1.committed().await.expect("read").expect("some");
     assert_eq!(recorded.into_iter().collect::<Vec<_>>(), vec![1]);
     // The leader's driver puts every vnode back on it, at a new generation.
     let g2 = own_table(&n1, term1).await;
     assert!(g2 > moved.generation());
     assert_eq!(r1.admit().await.expect("admitted"), Some(g2));
-    r1.record_commit(3, Some(g2)).await.expect("recorded at g2");
+    // Ids only grow: one at or below the last reserved is refused.
+    let e = r1
+        .prepare(2, Some(g2), deadline())
+        .await
+        .expect_err("id 2 is taken");
+    assert_eq!(e.code(), "SLC-STO-008", "{}", chain(&e));
+    assert!(
+        chain(&e).contains("attempt 2 is already reserved in etcd"),
+        "{}",
+        chain(&e)
+    );
+    r1.prepare(3, Some(g2), deadline()).await.expect("prepared");
+    r1.record_commit(3, Some(g2), &part(3))
+        .await
+        .expect("recorded at g2");
 
     // Deposed (its lease lapses): it originates nothing, and its admission
     // is refused once the new leader's table is written.

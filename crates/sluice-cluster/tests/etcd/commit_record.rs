@@ -1,18 +1,40 @@
 //! The leader's commit record fences the checkpoint store: a leader
 //! deposed between its blob writes and its manifest (paused past its lease,
 //! as SIGSTOP does) commits nothing, and the new leader reads only the
-//! checkpoints a leader recorded while it led.
+//! checkpoints a leader committed in etcd while it led. Every attempt goes
+//! through the protocol: admission, the Prepare, the leader's own ack and
+//! the commit decision.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use sluice_cluster::assignment::Placement;
+use sluice_cluster::checkpoint::now_ms;
 use sluice_cluster::standby::{self, Turn};
 use sluice_cluster::{ClusterKeys, ClusterNode, LeaderCommitRecord};
-use sluice_storage::{CheckpointStore, CommitAuthority, LocalBackend, Manifest};
+use sluice_storage::{BlobRef, CheckpointStore, CommitAuthority, LocalBackend, Manifest};
 
-use super::{etcd, start_node};
+use super::{etcd, start_placed};
+
+async fn start_node(
+    etcd: &sluice_cluster::testing::EtcdServer,
+    cluster: &str,
+    node: &str,
+) -> ClusterNode {
+    start_placed(etcd, cluster, node, Placement::Leader).await
+}
+
+/// A manifest reference for records made without a store.
+fn part(id: u64) -> BlobRef {
+    BlobRef {
+        name: "MANIFEST".into(),
+        key: format!("checkpoints/{id:020}/MANIFEST"),
+        len: 1,
+        crc32: 0,
+    }
+}
 
 fn manifest(id: u64, blobs: Vec<sluice_storage::BlobRef>) -> Manifest {
     Manifest {
@@ -27,15 +49,37 @@ fn manifest(id: u64, blobs: Vec<sluice_storage::BlobRef>) -> Manifest {
     }
 }
 
-async fn lead(node: &ClusterNode) -> u64 {
-    match tokio::time::timeout(Duration::from_secs(10), standby::wait_for_turn(node))
+/// `node` leads, with its own assignment table written, and `record`
+/// speaks for it.
+async fn lead(node: &ClusterNode, record: &LeaderCommitRecord) -> u64 {
+    let limit = Duration::from_secs(10);
+    let term = match tokio::time::timeout(limit, standby::wait_for_turn(node))
         .await
         .expect("the node gets its turn")
         .expect("turn")
     {
         Turn::Lead { term } => term,
         other => panic!("{}: {other:?}", node.node_id()),
-    }
+    };
+    let own = standby::wait_for_own_assignment(node, term);
+    tokio::time::timeout(limit, own)
+        .await
+        .expect("in time")
+        .expect("table");
+    record.lead(Arc::clone(node.election()), term);
+    record.take_over().await.expect("took over");
+    term
+}
+
+/// Admit and prepare attempt `id` as `record`'s leader: its generation.
+async fn prepare(record: &LeaderCommitRecord, id: u64) -> Option<u64> {
+    let generation = record.admit().await.expect("admitted");
+    let deadline = now_ms() + 60_000;
+    record
+        .prepare(id, generation, deadline)
+        .await
+        .expect("prepared");
+    generation
 }
 
 async fn record(etcd: &sluice_cluster::testing::EtcdServer, node: &str) -> Arc<LeaderCommitRecord> {
@@ -54,14 +98,22 @@ fn store(dir: &std::path::Path, record: &Arc<LeaderCommitRecord>) -> CheckpointS
         .with_authority(Arc::clone(record) as Arc<dyn CommitAuthority>)
 }
 
-/// Reserve a checkpoint id and write its one blob (`state`).
-async fn write_state(store: &CheckpointStore, state: &'static [u8]) -> (u64, Manifest) {
+/// Reserve a checkpoint id, admit and prepare it through `record`, and
+/// write its one blob (`state`).
+async fn write_state(
+    store: &CheckpointStore,
+    record: &LeaderCommitRecord,
+    state: &'static [u8],
+) -> (u64, Manifest) {
     let id = store.reserve().await.expect("reserve");
+    let generation = prepare(record, id).await;
     let blob = store
         .write_blob(id, "op", Bytes::from_static(state))
         .await
         .expect("blob");
-    (id, manifest(id, vec![blob]))
+    let mut m = manifest(id, vec![blob]);
+    m.assignment_generation = generation;
+    (id, m)
 }
 
 async fn ids(store: &CheckpointStore) -> Vec<u64> {
@@ -85,15 +137,14 @@ async fn a_leader_deposed_before_its_manifest_commits_nothing() {
 
     // Nothing is recorded by a node that does not lead.
     let e = r2
-        .record_commit(9, None)
+        .record_commit(9, Some(1), &part(9))
         .await
         .expect_err("n2 does not lead");
     assert_eq!(e.code(), "SLC-STO-008", "{e}");
     assert_eq!(r2.committed().await.expect("read"), None);
 
-    let term1 = lead(&n1).await;
-    r1.lead(Arc::clone(n1.election()), term1);
-    let (first, m) = write_state(&s1, b"one").await;
+    let term1 = lead(&n1, &r1).await;
+    let (first, m) = write_state(&s1, &r1, b"one").await;
     s1.commit(&m).await.expect("commit");
     assert_eq!(
         r2.committed().await.expect("read"),
@@ -102,11 +153,11 @@ async fn a_leader_deposed_before_its_manifest_commits_nothing() {
 
     // n1 writes the state of its next checkpoint, then stops answering
     // (its lease lapses, as a paused process's does) before its manifest.
-    let (second, stale) = write_state(&s1, b"two").await;
+    let (second, stale) = write_state(&s1, &r1, b"two").await;
     n1.session().stop_keep_alive();
-    let term2 = lead(&n2).await;
+    // The new leader aborts n1's undecided attempt as it takes over.
+    let term2 = lead(&n2, &r2).await;
     assert!(term2 > term1);
-    r2.lead(Arc::clone(n2.election()), term2);
     let resumed = s2
         .latest_valid()
         .await
@@ -139,7 +190,7 @@ async fn a_leader_deposed_before_its_manifest_commits_nothing() {
     );
 
     // n2 goes on: its checkpoints follow n1's last committed one.
-    let (third, m) = write_state(&s2, b"three").await;
+    let (third, m) = write_state(&s2, &r2, b"three").await;
     assert!(third > second);
     s2.commit(&m).await.expect("commit");
     assert_eq!(ids(&s2).await, vec![first, third]);
@@ -164,7 +215,7 @@ async fn a_leader_deposed_before_its_manifest_commits_nothing() {
     // A node that stood down records nothing any more.
     r2.stand_down();
     let e = r2
-        .record_commit(third + 1, None)
+        .record_commit(third + 1, m.assignment_generation, &part(third + 1))
         .await
         .expect_err("stood down");
     assert_eq!(e.code(), "SLC-STO-008", "{e}");
@@ -179,13 +230,17 @@ async fn a_paused_etcd_makes_the_record_unknown_not_refused() {
     let etcd = etcd().await;
     let n1 = start_node(&etcd, "cr", "n1").await;
     let record = record(&etcd, "n1").await;
-    let term = lead(&n1).await;
-    record.lead(Arc::clone(n1.election()), term);
-    record.record_commit(1, None).await.expect("recorded");
+    lead(&n1, &record).await;
+    let generation = prepare(&record, 1).await;
+    record
+        .record_commit(1, generation, &part(1))
+        .await
+        .expect("recorded");
+    prepare(&record, 2).await;
 
     etcd.pause().expect("pause etcd");
     let limit = sluice_cluster::client::CALL_TIMEOUT + Duration::from_secs(3);
-    let e = tokio::time::timeout(limit, record.record_commit(2, None))
+    let e = tokio::time::timeout(limit, record.record_commit(2, generation, &part(2)))
         .await
         .expect("the record fails in time")
         .expect_err("a paused etcd records nothing");

@@ -195,9 +195,8 @@ impl ConnectorPipelineCallback {
 }
 
 /// A cluster speaks through the store's commit authority: it says who
-/// leads and under which assignment generation an attempt captures. The
-/// Prepare keeps its single-node default: in an active–standby cluster
-/// the leader owns every vnode, so no follower waits for one.
+/// leads, under which assignment generation an attempt captures, and
+/// publishes the attempt's Prepare.
 impl ClusterCoordination for ConnectorPipelineCallback {
     fn is_leader(&self) -> bool {
         self.authority().is_none_or(|a| a.may_originate())
@@ -220,6 +219,33 @@ impl ClusterCoordination for ConnectorPipelineCallback {
             Err(_) => CheckpointAssignmentAdmission::Refused(Arc::new(EngineError::Checkpoint(
                 "the commit authority did not admit the attempt by its alignment deadline".into(),
             ))),
+        }
+    }
+
+    async fn publish_checkpoint_prepare(
+        &mut self,
+        attempt: CheckpointAttempt,
+        _attempt_started: Instant,
+        deadline: Instant,
+        _flags: u64,
+        assignment_fence: Option<CheckpointAssignmentFence>,
+    ) -> Result<()> {
+        let Some(authority) = self.authority().cloned() else {
+            return self.accept_fence(assignment_fence);
+        };
+        // Answers are due by the attempt's deadline, in wall-clock time.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let deadline_ms = std::time::SystemTime::now()
+            .checked_add(left)
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let generation = assignment_fence.map(|f| f.generation);
+        let prepared = authority.prepare(attempt.id, generation, deadline_ms);
+        match tokio::time::timeout_at(deadline.into(), prepared).await {
+            Ok(r) => r.map_err(EngineError::from),
+            Err(_) => Err(EngineError::Checkpoint(
+                "the commit authority did not publish the Prepare by the alignment deadline".into(),
+            )),
         }
     }
 }
