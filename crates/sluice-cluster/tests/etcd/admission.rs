@@ -10,9 +10,9 @@ use std::time::Duration;
 use sluice_cluster::assignment::{publish, Placement};
 use sluice_cluster::standby::{self, Turn};
 use sluice_cluster::{ClusterKeys, ClusterNode, LeaderCommitRecord, VnodeCount};
-use sluice_storage::{BlobRef, CommitAuthority, StorageError};
+use sluice_storage::{CommitAuthority, StorageError};
 
-use super::{etcd, eventually, start_placed};
+use super::{etcd, eventually, part, start_placed};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -48,16 +48,6 @@ async fn own_table(node: &ClusterNode, term: u64) -> u64 {
         .expect("table");
     assert_eq!(table.owned_vnodes(node.node_id()).len(), 256);
     table.generation()
-}
-
-/// A manifest reference for records made without a store.
-fn part(id: u64) -> BlobRef {
-    BlobRef {
-        name: "MANIFEST".into(),
-        key: format!("checkpoints/{id:020}/MANIFEST"),
-        len: 1,
-        crc32: 0,
-    }
 }
 
 fn deadline() -> u64 {

@@ -14,9 +14,9 @@ use sluice_cluster::assignment::Placement;
 use sluice_cluster::checkpoint::now_ms;
 use sluice_cluster::standby::{self, Turn};
 use sluice_cluster::{ClusterKeys, ClusterNode, LeaderCommitRecord};
-use sluice_storage::{BlobRef, CheckpointStore, CommitAuthority, LocalBackend, Manifest};
+use sluice_storage::{CheckpointStore, CommitAuthority, LocalBackend, Manifest};
 
-use super::{etcd, start_placed};
+use super::{etcd, part, start_placed};
 
 async fn start_node(
     etcd: &sluice_cluster::testing::EtcdServer,
@@ -24,16 +24,6 @@ async fn start_node(
     node: &str,
 ) -> ClusterNode {
     start_placed(etcd, cluster, node, Placement::Leader).await
-}
-
-/// A manifest reference for records made without a store.
-fn part(id: u64) -> BlobRef {
-    BlobRef {
-        name: "MANIFEST".into(),
-        key: format!("checkpoints/{id:020}/MANIFEST"),
-        len: 1,
-        crc32: 0,
-    }
 }
 
 fn manifest(id: u64, blobs: Vec<sluice_storage::BlobRef>) -> Manifest {

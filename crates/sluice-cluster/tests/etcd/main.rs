@@ -73,6 +73,16 @@ pub async fn start_placed(
     ClusterNode::start(config).await.expect("node starts")
 }
 
+/// A manifest reference for commit records made without a store.
+pub fn part(id: u64) -> sluice_storage::BlobRef {
+    sluice_storage::BlobRef {
+        name: "MANIFEST".into(),
+        key: format!("checkpoints/{id:020}/MANIFEST"),
+        len: 1,
+        crc32: 0,
+    }
+}
+
 /// Start a node, returning the error.
 pub async fn try_start_node(
     etcd: &EtcdServer,
