@@ -8,7 +8,10 @@ All nodes run on this machine, so the figures are per-core efficiency (events
 per CPU second of every node together), the etcd control-plane bytes per
 event (etcd's own gRPC byte counters, all nodes together; no data crosses
 between nodes in active-standby), and failover: from the leader's SIGKILL to
-the first progress report of the node that took over.
+the first progress report of the node that took over. Checkpoint duration
+is from the attempt's start to its durable commit (on a cluster: etcd
+admission, Prepare, the leader's ack and the commit decision included), read
+from the engine's debug log line for each committed checkpoint.
 
     benches/cluster/cluster_bench.py --sluice target/release/sluice \
         [--events 2000000] [--write BENCHMARKS.md]
@@ -35,6 +38,14 @@ from markdown_section import write_section  # noqa: E402
 
 SUMMARY = re.compile(
     r"sluice: (\d+) rows in, (\d+) rows out, \d+ late rows dropped, ([\d.]+)s, ([\d.]+)s CPU")
+COMMITTED = re.compile(r"checkpoint committed.*duration_ms=(\d+)")
+# Only the line of each committed checkpoint, besides warnings.
+LOG_ENV = dict(os.environ, RUST_LOG="warn,sluice_engine::coordinator::checkpointing=debug")
+
+
+def durations(text):
+    """Milliseconds of every committed checkpoint in a log."""
+    return [int(m.group(1)) for m in COMMITTED.finditer(text)]
 
 
 def free_port():
@@ -108,9 +119,10 @@ def run_single(sluice, work, query, events, rate=None):
     out = subprocess.run(
         [sluice, "run", "--state", f"file://{d}/state", "--set", "delivery=exactly_once",
          "--set", "checkpoint_interval=1s", "pipeline.sql"],
-        cwd=d, capture_output=True, text=True, check=True).stdout
-    m = SUMMARY.search(out)
+        cwd=d, capture_output=True, text=True, check=True, env=LOG_ENV)
+    m = SUMMARY.search(out.stdout)
     return {"wall": float(m.group(3)), "cpu": float(m.group(4)),
+            "checkpoints": durations(out.stderr),
             "output": open(os.path.join(d, "out", f"{query}.csv")).read()}
 
 
@@ -120,7 +132,7 @@ def start_node(sluice, d, etcd, cluster, node):
         [sluice, "run", "--cluster", f"etcd={etcd.endpoint}", "--cluster-id", cluster,
          "--node-id", node, "--lease-ttl", "1s", "--state", f"file://{d}/state",
          "--set", "checkpoint_interval=1s", "pipeline.sql"],
-        cwd=d, stdout=log, stderr=subprocess.STDOUT)
+        cwd=d, stdout=log, stderr=subprocess.STDOUT, env=LOG_ENV)
     return proc, log
 
 
@@ -187,11 +199,15 @@ def run_cluster(sluice, work, etcd, query, events, nodes, kill_at=None, rate=Non
         sample()
         time.sleep(0.05)
     wall = time.time() - started
+    checkpoints = []
     for name, (p, log) in procs.items():
         log.close()
         if p.returncode != 0:
             raise RuntimeError(f"node {name} failed: {open(log.name).read()}")
-    return {"wall": wall, "cpu": sum(cpu.values()),
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".out"):
+            checkpoints += durations(open(os.path.join(d, name)).read())
+    return {"wall": wall, "cpu": sum(cpu.values()), "checkpoints": checkpoints,
             "control_bytes": etcd.grpc_bytes() - before,
             "failover": failover,
             "output": open(os.path.join(d, "out", f"{query}.csv")).read()}
@@ -230,17 +246,20 @@ def main():
         f"`benches/cluster/cluster_bench.py --events {args.events}` "
         f"({os.cpu_count()} cores; every node on this machine; output equal to "
         "the single-node run in every row; the paced row: to a paced single-node run)", "",
-        "| query | run | wall s | CPU s (all nodes) | M events / CPU s | etcd bytes / event | failover s |",
-        "|---|---|---:|---:|---:|---:|---:|"]
+        "| query | run | wall s | CPU s (all nodes) | M events / CPU s | etcd bytes / event "
+        "| failover s | checkpoints | checkpoint ms (median / max) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for query, what, r, _ in rows:
         per_cpu = args.events / r["cpu"] / 1e6 if r["cpu"] else 0.0
         control = r.get("control_bytes")
         control = "-" if control is None else f"{control / args.events:.3f}"
         failover = r.get("failover")
         failover = "-" if failover is None else f"{failover:.2f}"
+        cps = sorted(r["checkpoints"])
+        spread = f"{cps[len(cps) // 2]} / {cps[-1]}" if cps else "-"
         lines.append(
             f"| {query} | {what} | {r['wall']:.2f} | {r['cpu']:.2f} | {per_cpu:.2f} | "
-            f"{control} | {failover} |")
+            f"{control} | {failover} | {len(cps)} | {spread} |")
     table = "\n".join(lines)
     print(table)
     if args.write:

@@ -438,6 +438,7 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         tracing::debug!(
             id = report.id,
             bytes = report.state_bytes,
+            duration_ms = report.duration.as_millis(),
             "checkpoint committed"
         );
         BarrierOutcome::Committed(report)
