@@ -45,18 +45,13 @@ use sluice_storage::{BlobRef, CommitAuthority, StorageError};
 
 use crate::checkpoint::record::{decode_kv, Answer, Decision, DecisionRecord, PartRef, Stored};
 use crate::checkpoint::{
-    answer_checkpoint, checkpoint_assignment_for_admission, commit_attempt,
-    publish_checkpoint_prepare, read_answers, require_prepare, reserve_given,
-    CheckpointAssignmentFence, CheckpointLeader,
+    abort_orphaned_attempts, answer_checkpoint, checkpoint_assignment_for_admission,
+    commit_attempt, publish_checkpoint_prepare, read_answers, require_prepare, reserve_given,
+    CheckpointAssignmentFence,
 };
 use crate::error::ClusterError;
 use crate::keys::ClusterKeys;
 use crate::leader::{Election, Guarded};
-
-/// How many ids below the newest commit survive [`CheckpointLeader`]'s
-/// pruning; the store's own retention decides what this record forgets
-/// ([`CommitAuthority::forget_below`]), so nothing is pruned by the take-over.
-const KEEP: u64 = u64::MAX;
 
 /// The leader's checkpoint record for one node process; see the module docs.
 pub struct LeaderCommitRecord {
@@ -104,13 +99,12 @@ impl LeaderCommitRecord {
     /// if it wakes up and tries. Call after [`Self::lead`], before the
     /// pipeline starts.
     pub async fn take_over(&self) -> Result<Vec<u64>, ClusterError> {
-        let (election, _) = self
+        let (election, term) = self
             .leading
             .lock()
             .clone()
             .ok_or_else(|| self.not_leader(0))?;
-        let (_, orphans) = CheckpointLeader::take_over(election, KEEP).await?;
-        Ok(orphans)
+        abort_orphaned_attempts(&election, term).await
     }
 
     /// This node no longer leads: everything is refused.
@@ -156,26 +150,6 @@ impl LeaderCommitRecord {
             e => Self::authority(what, e),
         }
     }
-
-    /// Why this leader may not checkpoint under `fence`, if it may not.
-    fn not_its_own(&self, fence: &CheckpointAssignmentFence, term: u64) -> Option<String> {
-        let table = fence.assignment();
-        let owned = table.owned_vnodes(&self.node).len();
-        if table.term() != term {
-            Some(format!(
-                "the table was placed in term {}, not this leader's term {term} \
-                 (its own table is not written yet)",
-                table.term()
-            ))
-        } else if u32::try_from(owned).ok() != Some(table.vnode_count()) {
-            Some(format!(
-                "it owns {owned} of {} vnodes; this leader runs every vnode",
-                table.vnode_count()
-            ))
-        } else {
-            None
-        }
-    }
 }
 
 #[async_trait]
@@ -191,7 +165,7 @@ impl CommitAuthority for LeaderCommitRecord {
             .await
             .map_err(|e| Self::authority("admitting a checkpoint".into(), e))?;
         let generation = fence.generation();
-        if let Some(reason) = self.not_its_own(&fence, term) {
+        if let Some(reason) = fence.assignment().not_whole_for(&self.node, term) {
             return Err(Self::authority(
                 "admitting a checkpoint".into(),
                 ClusterError::AdmissionRefused {

@@ -62,8 +62,7 @@ pub async fn wait_for_own_assignment(node: &ClusterNode, term: u64) -> Result<As
     let mut view = node.assignment_view();
     loop {
         if let Some(a) = view.current()? {
-            let all = a.owned_vnodes(node.node_id()).len();
-            if a.term() == term && u32::try_from(all).ok() == Some(a.vnode_count()) {
+            if a.not_whole_for(node.node_id(), term).is_none() {
                 return Ok(a);
             }
         }

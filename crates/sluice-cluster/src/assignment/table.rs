@@ -120,6 +120,28 @@ impl Assignment {
         self.table.members.get(owner as usize).map(String::as_str)
     }
 
+    /// Why this table is not `node`'s active–standby placement for the
+    /// leader `term` (written in that term, every vnode on `node`), if it
+    /// is not. Both the leader's wait for its own table and its checkpoint
+    /// admission ask this one question.
+    pub fn not_whole_for(&self, node: &str, term: u64) -> Option<String> {
+        let owned = self.owned_vnodes(node).len();
+        if self.term() != term {
+            Some(format!(
+                "the table was placed in term {}, not this leader's term {term} \
+                 (its own table is not written yet)",
+                self.term()
+            ))
+        } else if u32::try_from(owned).ok() != Some(self.vnode_count()) {
+            Some(format!(
+                "it owns {owned} of {} vnodes; this leader runs every vnode",
+                self.vnode_count()
+            ))
+        } else {
+            None
+        }
+    }
+
     /// The vnodes `node` owns, ascending.
     pub fn owned_vnodes(&self, node: &str) -> Vec<u32> {
         let Some(index) = self.table.members.iter().position(|m| m == node) else {

@@ -110,61 +110,9 @@ impl CheckpointLeader {
     /// ids. Safe at any time: an abort never makes anything durable, and a
     /// decision is written at most once.
     pub async fn abandon_orphaned_attempts(&mut self) -> Result<Vec<u64>> {
-        let result = self.abandon_orphans().await;
+        let result = abort_orphaned_attempts(&self.election, self.term).await;
         self.unresolved = result.is_err();
         result.map_err(|e| self.deposed(e))
-    }
-
-    async fn abandon_orphans(&self) -> Result<Vec<u64>> {
-        let session = self.election.session();
-        let keys = session.keys();
-        let attempts_dir = keys.checkpoint_dir("attempts");
-        let decisions_dir = keys.checkpoint_dir("decisions");
-        let keys_only = || Some(GetOptions::new().with_prefix().with_keys_only());
-        // One read, so the two listings are of the same revision.
-        let txn = Txn::new().and_then([
-            TxnOp::get(attempts_dir.clone(), keys_only()),
-            TxnOp::get(decisions_dir.clone(), keys_only()),
-        ]);
-        let response = session
-            .client()
-            .txn(txn)
-            .await
-            .map_err(|e| ClusterError::etcd("listing of undecided checkpoint attempts", e))?;
-        let mut listings = Vec::new();
-        for (op, dir) in response
-            .op_responses()
-            .into_iter()
-            .zip([&attempts_dir, &decisions_dir])
-        {
-            let mut ids = BTreeSet::new();
-            if let TxnOpResponse::Get(get) = op {
-                for kv in get.kvs() {
-                    ids.insert(id_in(dir, kv.key())?);
-                }
-            }
-            listings.push(ids);
-        }
-        let (attempts, decided) = match listings.as_slice() {
-            [a, d] => (a.clone(), d.clone()),
-            _ => (BTreeSet::new(), BTreeSet::new()),
-        };
-        let mut orphans = Vec::new();
-        for id in attempts.difference(&decided).copied() {
-            let generation = read_prepare(session, id)
-                .await?
-                .map_or(0, |p| p.value.generation);
-            let reason = format!(
-                "left undecided by an earlier leader; aborted by the leader of term {}",
-                self.term
-            );
-            let decided = abort_attempt(&self.election, self.term, id, generation, &reason).await?;
-            if decided.first {
-                tracing::info!(node = %session.node(), id, term = self.term, "aborted orphaned checkpoint attempt");
-                orphans.push(id);
-            }
-        }
-        Ok(orphans)
     }
 
     /// Run one round, with answers due at `deadline`: reserve, admit,
@@ -260,6 +208,62 @@ impl CheckpointLeader {
             other => other,
         }
     }
+}
+
+/// Abort, as the leader of `term`, every reserved attempt without a
+/// decision (Prepared or not), so followers waiting on one are released at
+/// once; returns the ids this call decided. Safe at any time: an abort
+/// never makes anything durable, and a decision is written at most once.
+/// A leader that runs no rounds of its own (`LeaderCommitRecord`) calls
+/// this directly; [`CheckpointLeader`] calls it on taking over.
+pub async fn abort_orphaned_attempts(election: &Election, term: u64) -> Result<Vec<u64>> {
+    let session = election.session();
+    let keys = session.keys();
+    let attempts_dir = keys.checkpoint_dir("attempts");
+    let decisions_dir = keys.checkpoint_dir("decisions");
+    let keys_only = || Some(GetOptions::new().with_prefix().with_keys_only());
+    // One read, so the two listings are of the same revision.
+    let txn = Txn::new().and_then([
+        TxnOp::get(attempts_dir.clone(), keys_only()),
+        TxnOp::get(decisions_dir.clone(), keys_only()),
+    ]);
+    let response = session
+        .client()
+        .txn(txn)
+        .await
+        .map_err(|e| ClusterError::etcd("listing of undecided checkpoint attempts", e))?;
+    let mut listings = Vec::new();
+    for (op, dir) in response
+        .op_responses()
+        .into_iter()
+        .zip([&attempts_dir, &decisions_dir])
+    {
+        let mut ids = BTreeSet::new();
+        if let TxnOpResponse::Get(get) = op {
+            for kv in get.kvs() {
+                ids.insert(id_in(dir, kv.key())?);
+            }
+        }
+        listings.push(ids);
+    }
+    let (attempts, decided) = match listings.as_slice() {
+        [a, d] => (a.clone(), d.clone()),
+        _ => (BTreeSet::new(), BTreeSet::new()),
+    };
+    let mut orphans = Vec::new();
+    for id in attempts.difference(&decided).copied() {
+        let generation = read_prepare(session, id)
+            .await?
+            .map_or(0, |p| p.value.generation);
+        let reason =
+            format!("left undecided by an earlier leader; aborted by the leader of term {term}");
+        let decided = abort_attempt(election, term, id, generation, &reason).await?;
+        if decided.first {
+            tracing::info!(node = %session.node(), id, term, "aborted orphaned checkpoint attempt");
+            orphans.push(id);
+        }
+    }
+    Ok(orphans)
 }
 
 /// Resolves once `election` no longer holds `term` (its key was seen gone

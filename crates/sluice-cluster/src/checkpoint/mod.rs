@@ -77,7 +77,7 @@ pub mod wait;
 pub use answer::answer_checkpoint;
 pub use decide::{abort_attempt, commit_attempt, decide, verdict, Decided, Verdict};
 pub use follower::{CheckpointFollower, FollowerOutcome};
-pub use leader::{CheckpointLeader, RoundOutcome};
+pub use leader::{abort_orphaned_attempts, CheckpointLeader, RoundOutcome};
 pub use pipeline::{CheckpointPipeline, PipelineError};
 pub use prepare::{checkpoint_assignment_for_admission, publish_checkpoint_prepare, read_prepare};
 pub use prune::prune_checkpoints;
