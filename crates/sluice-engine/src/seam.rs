@@ -84,6 +84,77 @@ impl CheckpointAssignmentAdmission {
     }
 }
 
+/// Wakes a follower's coordinator for checkpoint control the leader
+/// announced (a Prepare to follow, or the abort of one). A notification
+/// may come while the coordinator cannot act on it (it is aligning, or its
+/// tail slots are full), and [`tokio::sync::Notify`] keeps at most one, so
+/// the wait also ends after `fallback`: the coordinator asks again, and no
+/// announcement waits longer than that.
+#[derive(Debug, Clone)]
+pub struct CheckpointControlWake {
+    notify: Arc<tokio::sync::Notify>,
+    fallback: std::time::Duration,
+}
+
+impl CheckpointControlWake {
+    /// Woken by `notify`, or after `fallback` at the latest.
+    pub fn new(notify: Arc<tokio::sync::Notify>, fallback: std::time::Duration) -> Self {
+        Self { notify, fallback }
+    }
+
+    /// Resolves when notified, or once `fallback` has passed.
+    pub async fn wait(&self) {
+        let _ = tokio::time::timeout(self.fallback, self.notify.notified()).await;
+    }
+}
+
+/// What servicing the leader's checkpoint control did on a follower
+/// (`ClusterCoordination::service_checkpoint_control`). A follower never
+/// originates an attempt: each one named here was reserved and prepared
+/// by the leader.
+#[derive(Debug, Clone)]
+pub enum CheckpointControlOutcome {
+    /// No announcement this node has not already acted on.
+    Idle,
+    /// The announcement could not be read or admitted, before any attempt
+    /// was identified: counted as an admission failure; nothing else
+    /// changes (the leader's deadline ends the attempt).
+    AdmissionFailed(Arc<EngineError>),
+    /// The leader prepared `attempt` under `fence` and this node admitted
+    /// it: the coordinator injects its barriers and aligns by `deadline`,
+    /// then captures this node's part (which the callback acknowledges).
+    /// Given up before capture, it is nacked through
+    /// `cancel_source_barrier_attempt`, never abandoned (the id is the
+    /// leader's).
+    Started {
+        /// The leader's attempt.
+        attempt: CheckpointAttempt,
+        /// The assignment the leader admitted it under.
+        fence: Option<CheckpointAssignmentFence>,
+        /// When the leader stops waiting for this node's answer.
+        deadline: std::time::Instant,
+        /// The leader's flags ([`FLAG_MANUAL`], [`FLAG_SHUTDOWN`]).
+        flags: u64,
+    },
+    /// The leader decided `attempt` (abort) before this node captured it:
+    /// the coordinator resolves local state through
+    /// `resolve_authoritative_follower_abort` and publishes nothing.
+    Aborted {
+        /// The aborted attempt.
+        attempt: CheckpointAttempt,
+    },
+    /// `attempt` was identified but could not be admitted here (this node
+    /// does not own what the fence says, a part of it is unreadable): it
+    /// is recorded as that attempt's failure, and the callback has
+    /// answered the leader with a negative acknowledgement.
+    Failed {
+        /// The attempt that failed.
+        attempt: CheckpointAttempt,
+        /// Why.
+        error: Arc<EngineError>,
+    },
+}
+
 /// Checkpoint flag: triggered by hand (`CHECKPOINT`, `Database::checkpoint`).
 pub const FLAG_MANUAL: u64 = 1;
 /// Checkpoint flag: the final checkpoint of a clean shutdown.
@@ -181,6 +252,11 @@ pub enum CycleError {
     /// could not be committed, a subscription cut not published).
     #[error(transparent)]
     AfterDurable(EngineError),
+    /// A follower could not resolve its local state exactly after the
+    /// leader aborted an attempt it was following: only recovery from the
+    /// last committed checkpoint makes it exact again.
+    #[error(transparent)]
+    FollowerState(EngineError),
     /// The pipeline could not be started or restored from its checkpoint.
     #[error(transparent)]
     Startup(EngineError),
@@ -201,6 +277,7 @@ impl CycleError {
             | CycleError::Checkpoint(e)
             | CycleError::Fenced(e)
             | CycleError::AfterDurable(e)
+            | CycleError::FollowerState(e)
             | CycleError::Startup(e)
             | CycleError::Control(e) => e,
         }
@@ -260,7 +337,7 @@ pub fn disposition(error: &CycleError, delivery: Option<Delivery>) -> Dispositio
             Some(Delivery::AtLeastOnce) | None => Disposition::Refuse,
         },
         CycleError::Fenced(_) => Disposition::Halt,
-        CycleError::AfterDurable(_) => Disposition::Fault,
+        CycleError::AfterDurable(_) | CycleError::FollowerState(_) => Disposition::Fault,
         CycleError::Control(_) => Disposition::Refuse,
     }
 }

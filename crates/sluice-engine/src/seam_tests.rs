@@ -107,13 +107,14 @@ fn every_stage(e: impl Fn() -> EngineError) -> Vec<(&'static str, CycleError)> {
         ("Checkpoint", CycleError::Checkpoint(e())),
         ("Fenced", CycleError::Fenced(e())),
         ("AfterDurable", CycleError::AfterDurable(e())),
+        ("FollowerState", CycleError::FollowerState(e())),
         ("Startup", CycleError::Startup(e())),
         ("Control", CycleError::Control(e())),
     ]
 }
 
 /// The table the coordinator follows: (stage, off, at-least-once, exactly-once).
-const TABLE: [(&str, Disposition, Disposition, Disposition); 10] = {
+const TABLE: [(&str, Disposition, Disposition, Disposition); 11] = {
     use Disposition::{Fault, Halt, Refuse};
     [
         ("Source", Halt, Halt, Halt),
@@ -124,6 +125,7 @@ const TABLE: [(&str, Disposition, Disposition, Disposition); 10] = {
         ("Checkpoint", Refuse, Refuse, Fault),
         ("Fenced", Halt, Halt, Halt),
         ("AfterDurable", Fault, Fault, Fault),
+        ("FollowerState", Fault, Fault, Fault),
         ("Startup", Halt, Halt, Halt),
         ("Control", Refuse, Refuse, Refuse),
     ]

@@ -33,6 +33,32 @@ pub(super) enum Checkpointed {
     Tailing(CheckpointAttempt),
 }
 
+/// Who owns an attempt, which decides how it is given up before capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Origin {
+    /// This node reserved it (the leader, or a single node): given up, it
+    /// is abandoned (`abandon_checkpoint_attempt`).
+    Own,
+    /// The leader's, followed here: given up, it is only nacked
+    /// (`cancel_source_barrier_attempt`); the id is the leader's to decide.
+    Followed,
+}
+
+/// An attempt admitted to barrier alignment.
+pub(super) struct Admitted {
+    pub(super) attempt: CheckpointAttempt,
+    pub(super) fence: Option<CheckpointAssignmentFence>,
+    pub(super) flags: u64,
+    pub(super) origin: Origin,
+    /// When the coordinator began the attempt (its admission is part of
+    /// the compute thread's pause).
+    pub(super) started: Instant,
+    /// Alignment ends by then.
+    pub(super) deadline: Instant,
+    /// The whole attempt is durable (or answered, on a follower) by then.
+    pub(super) attempt_deadline: Instant,
+}
+
 impl<C: PipelineCallback> StreamingCoordinator<C> {
     /// One checkpoint: reserve, inject barriers, align (holding input that
     /// follows a source's barrier), capture and hand the durable half to a
@@ -89,6 +115,32 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             let reason = e.context("publishing the checkpoint prepare");
             return Err(self.abandon(attempt, flags, fence, reason).await);
         }
+        self.align_and_capture(Admitted {
+            attempt,
+            fence,
+            flags,
+            origin: Origin::Own,
+            started,
+            deadline,
+            attempt_deadline,
+        })
+        .await
+    }
+
+    /// Inject an admitted attempt's barriers, align (running the input
+    /// that arrives meanwhile, holding the input of sources already
+    /// aligned), capture, and replay held input. Given up before capture,
+    /// the attempt is abandoned or nacked by its [`Origin`].
+    pub(super) async fn align_and_capture(&mut self, a: Admitted) -> crate::Result<Checkpointed> {
+        let Admitted {
+            attempt,
+            fence,
+            flags,
+            started,
+            deadline,
+            attempt_deadline,
+            ..
+        } = a;
         // The compute thread ran no cycle while admitting the attempt.
         let admission = started.elapsed();
         let mut waiting: FxHashSet<Arc<str>> = self
@@ -167,18 +219,18 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     self.held.extend(held);
                     let reason =
                         EngineError::Checkpoint("the pipeline stopped during alignment".into());
-                    return Err(self.abandon(attempt, flags, fence, reason).await);
+                    return Err(self.give_up(&a, reason).await);
                 }
             }
             if closed {
                 self.held.extend(held);
                 let reason = EngineError::Checkpoint("source input closed".into());
-                return Err(self.abandon(attempt, flags, fence, reason).await);
+                return Err(self.give_up(&a, reason).await);
             }
             if timed_out || (!waiting.is_empty() && Instant::now() >= deadline) {
                 self.held.extend(held);
                 let reason = timed_out_error(&waiting);
-                return Err(self.abandon(attempt, flags, fence, reason).await);
+                return Err(self.give_up(&a, reason).await);
             }
         }
         let capture_started = Instant::now();
@@ -203,6 +255,16 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         // Held input follows the barrier: it is replayed before new input.
         for m in held.into_iter().rev() {
             self.held.push_front(m);
+        }
+        if a.origin == Origin::Followed && matches!(outcome, BarrierOutcome::Aborted(_)) {
+            // The leader ended the attempt before this node's capture:
+            // only local state is resolved, nothing is published.
+            self.resolve_abort(attempt);
+            if self.stopped_intake {
+                self.callback.abort_subscription_cut(attempt);
+                let stopped = self.status.borrow().error();
+                return Err(stopped.unwrap_or(EngineError::NotRunning));
+            }
         }
         let result = match outcome {
             // Captured: what changed after this point belongs to the next
@@ -404,6 +466,30 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     |(_, r)| r,
                 ),
         }
+    }
+
+    /// Give up an admitted attempt before capture, as its origin says;
+    /// returns why, for the caller.
+    async fn give_up(&mut self, a: &Admitted, reason: EngineError) -> EngineError {
+        match a.origin {
+            Origin::Own => self.abandon(a.attempt, a.flags, a.fence, reason).await,
+            Origin::Followed => self.nack(a.attempt, reason).await,
+        }
+    }
+
+    /// Give up a followed attempt before capture: withdraw its barriers
+    /// and answer the leader with a negative acknowledgement (both are
+    /// `cancel_source_barrier_attempt`). The attempt is not abandoned:
+    /// the leader decides it. Returns why, for the caller.
+    async fn nack(&mut self, attempt: CheckpointAttempt, reason: EngineError) -> EngineError {
+        if let Err(e) = self
+            .callback
+            .cancel_source_barrier_attempt(attempt, &reason)
+            .await
+        {
+            tracing::warn!(checkpoint = attempt.id, error = %e, "nacking a followed checkpoint failed");
+        }
+        reason
     }
 
     /// Give up an attempt before capture; returns why, for the caller.

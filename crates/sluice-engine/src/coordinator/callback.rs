@@ -26,8 +26,8 @@ use crate::output::subscription::DeliveryEnd;
 
 pub use crate::seam::{
     BarrierOutcome, BatchMap, CheckpointAssignmentAdmission, CheckpointAssignmentFence,
-    CheckpointAttempt, CheckpointConfig, CheckpointReport, CycleError, CycleOutcome, FLAG_MANUAL,
-    FLAG_SHUTDOWN,
+    CheckpointAttempt, CheckpointConfig, CheckpointControlOutcome, CheckpointControlWake,
+    CheckpointReport, CycleError, CycleOutcome, FLAG_MANUAL, FLAG_SHUTDOWN,
 };
 
 /// A runtime DDL change, applied between cycles.
@@ -285,8 +285,11 @@ pub trait CheckpointLifecycle {
         false
     }
     /// Withdraw the barrier requests of an attempt at the sources (before
-    /// capture), so no source answers a barrier nobody waits for. An error
-    /// is logged; the attempt is abandoned either way.
+    /// capture), so no source answers a barrier nobody waits for. For an
+    /// attempt this node follows (the leader's), this is also the whole
+    /// of giving it up: the callback answers the leader with a negative
+    /// acknowledgement, and nothing is abandoned (the id is the leader's).
+    /// An error is logged; the attempt is given up either way.
     fn cancel_source_barrier_attempt(
         &mut self,
         _attempt: CheckpointAttempt,
@@ -371,19 +374,33 @@ pub trait CheckpointLifecycle {
 }
 
 /// The cluster half of checkpoint admission: who may originate an
-/// attempt, under which assignment it captures, and the Prepare that
-/// announces it. Every method has the single-node answer as its default
-/// (this node leads, captures everything unfenced, announces nothing).
+/// attempt, under which assignment it captures, the Prepare that
+/// announces it, and how a follower takes part in the leader's attempts.
+/// Every method has the single-node answer as its default (this node
+/// leads, captures everything unfenced, announces nothing, follows
+/// nothing).
 ///
-/// The coordinator calls them in this order, each only if the one before
-/// succeeded, so no barrier is injected for an attempt the cluster has
-/// not admitted:
+/// On the leader the coordinator calls them in this order, each only if
+/// the one before succeeded, so no barrier is injected for an attempt the
+/// cluster has not admitted:
 ///
 /// ```text
 ///  is_leader ─► reserve_checkpoint_attempt ─► checkpoint_assignment_for_admission
 ///    (false: no attempt)    (id burned from here)     │ Refused: abandon
 ///                                                     ▼
 ///             inject_source_barriers ◄─ publish_checkpoint_prepare (Err: abandon)
+/// ```
+///
+/// On a follower (`is_leader` false) nothing is reserved or prepared: the
+/// leader's announcement wakes the coordinator, which asks what to do.
+///
+/// ```text
+///  checkpoint_control_wake ─► service_checkpoint_control
+///     Started{attempt, fence} ─► inject_source_barriers ─► align ─► checkpoint_with_barrier
+///                                    │ given up before capture       │ Aborted
+///                                    ▼                               ▼
+///                      cancel_source_barrier_attempt (nack)   resolve_authoritative_follower_abort
+///     Aborted{attempt} ─────────────────────────────────────► resolve_authoritative_follower_abort
 /// ```
 pub trait ClusterCoordination {
     /// `true` if this node is the cluster leader, or in single-node mode:
@@ -416,6 +433,37 @@ pub trait ClusterCoordination {
         _assignment_fence: Option<CheckpointAssignmentFence>,
     ) -> impl Future<Output = Result<(), EngineError>> + Send {
         async { Ok(()) }
+    }
+    /// The wake for the leader's checkpoint control, taken once the
+    /// pipeline runs. `None` (single node) keeps the coordinator free of
+    /// any cluster polling; with one, a coordinator that does not lead
+    /// calls [`Self::service_checkpoint_control`] each time it fires.
+    fn checkpoint_control_wake(&self) -> Option<CheckpointControlWake> {
+        None
+    }
+    /// Act on the leader's newest announcement this node has not acted on
+    /// (see [`CheckpointControlOutcome`] for what each answer makes the
+    /// coordinator do). Called only while this node does not lead and a
+    /// tail slot is free; it never originates a checkpoint. The reference
+    /// passes the coordinator's source offsets here; in Sluice the
+    /// callback owns source positions (the coordinator sees them only in
+    /// barriers), so it takes none.
+    fn service_checkpoint_control(
+        &mut self,
+    ) -> impl Future<Output = CheckpointControlOutcome> + Send {
+        async { CheckpointControlOutcome::Idle }
+    }
+    /// The leader aborted a follower attempt before this node captured it
+    /// (announced as [`CheckpointControlOutcome::Aborted`], or a capture
+    /// that answered [`BarrierOutcome::Aborted`]): release what this node
+    /// holds for it. Must not publish anything or wait on the network:
+    /// the cluster has already ended the attempt. An error means local
+    /// state is no longer exact, and faults the pipeline for recovery.
+    fn resolve_authoritative_follower_abort(
+        &mut self,
+        _attempt: CheckpointAttempt,
+    ) -> Result<(), EngineError> {
+        Ok(())
     }
 }
 

@@ -15,6 +15,7 @@ mod barrier;
 pub mod callback;
 mod checkpointing;
 pub mod connector;
+mod follower;
 mod handle;
 pub mod streams;
 mod tails;
@@ -34,9 +35,10 @@ pub use crate::seam::{CheckpointConfig, CoordinatorDeath, PipelineStatus};
 use crate::sources::{SourceEvent, SourceMessage};
 pub use callback::{
     BarrierOutcome, BatchMap, CheckpointAssignmentAdmission, CheckpointAssignmentFence,
-    CheckpointAttempt, CheckpointLifecycle, CheckpointReport, ClusterCoordination, ControlMsg,
-    CycleError, CycleExecution, CycleOutcome, ExternalOutputPressure, OutputPublication,
-    PipelineCallback, RuntimeControl, SourceIntake, FLAG_MANUAL, FLAG_SHUTDOWN,
+    CheckpointAttempt, CheckpointControlOutcome, CheckpointControlWake, CheckpointLifecycle,
+    CheckpointReport, ClusterCoordination, ControlMsg, CycleError, CycleExecution, CycleOutcome,
+    ExternalOutputPressure, OutputPublication, PipelineCallback, RuntimeControl, SourceIntake,
+    FLAG_MANUAL, FLAG_SHUTDOWN,
 };
 pub use connector::{ConnectorPipelineCallback, SharedOutputs};
 pub use handle::{wait_finished, CoordinatorHandle};
@@ -94,6 +96,9 @@ pub struct StreamingCoordinator<C: PipelineCallback> {
     cycles_since_checkpoint: u64,
     /// Manual checkpoints answered when their tail completes.
     replies: Vec<(u64, CheckpointReply)>,
+    /// The leader's checkpoint control wake, taken once the pipeline runs
+    /// (`None`: single node, or not yet asked).
+    control_wake: Option<CheckpointControlWake>,
 }
 
 /// Where a manual checkpoint's outcome goes.
@@ -118,6 +123,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             stopped_intake: false,
             cycles_since_checkpoint: 0,
             replies: Vec::new(),
+            control_wake: None,
         }
     }
 
@@ -164,6 +170,16 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 *checkpoints = Some(i);
             }
         }
+        if self.control_wake.is_none() {
+            self.control_wake = self.callback.checkpoint_control_wake();
+        }
+        // A follower acts on the leader's checkpoint control. The wake is
+        // awaited while leading too (and then ignored): leadership can be
+        // lost without any other event, and the fallback keeps asking.
+        let following = match &self.control_wake {
+            Some(wake) if !self.stopped_intake => Some(wake.clone()),
+            _ => None,
+        };
         // Backpressure: while an output is full, no source input is taken
         // (neither held nor new); commands, checkpoints and idleness still
         // run, so a pipeline whose subscriber never reads still checkpoints
@@ -272,6 +288,16 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         tracing::debug!(error = %e, "periodic checkpoint not taken");
                     }
                 }
+            }
+            // The leader announced checkpoint control (or the fallback
+            // elapsed): a follower takes part in the leader's attempt.
+            _ = async {
+                match &following {
+                    Some(wake) => wake.wait().await,
+                    None => std::future::pending::<()>().await,
+                }
+            }, if following.is_some() => {
+                self.follow_checkpoint_control().await;
             }
             _ = idle.tick(), if !self.stopped_intake => {
                 let before = self.callback.current_watermark();

@@ -62,7 +62,8 @@ async fn alignment_timeout_abandons_replays_held_input_and_never_reuses_ids() {
     let e = checkpoint_err(h.checkpoint(h.answer("inject 1 [A,B]", feed)).await);
     assert!(e.contains("alignment timed out"), "{e}");
     assert!(started.elapsed() >= Duration::from_millis(200));
-    let abandoned = "abandon 1 flags=1: alignment timed out waiting for the barrier of B";
+    let why = "alignment timed out waiting for the barrier of B";
+    let abandoned = format!("cancel 1: {why} | abandon 1 flags=1: {why}");
     h.expect_log(&format!(
         "reserve 1 | inject 1 [A,B] | {abandoned} | \
          cycle wm=2 A=[2] | sinks.write"
@@ -81,7 +82,7 @@ async fn alignment_timeout_abandons_replays_held_input_and_never_reuses_ids() {
     };
     assert_eq!(h.checkpoint(driver).await.expect("second checkpoint").id, 2);
     assert_eq!(
-        h.only(&["reserve", "inject", "abandon", "capture"]),
+        h.only(&["reserve", "inject", "cancel", "abandon", "capture"]),
         format!(
             "reserve 1 | inject 1 [A,B] | {abandoned} | \
              reserve 2 | inject 2 [A,B] | capture 2 flags=1 A=a@2 B=b@2"

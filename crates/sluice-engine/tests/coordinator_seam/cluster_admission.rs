@@ -53,7 +53,7 @@ async fn a_refused_admission_abandons_the_attempt_before_any_barrier() {
     assert_eq!(checkpoint_err(h.checkpoint(async {}).await), want);
     h.expect_log(&format!(
         "reserve 1 | admission refused: generation 9 is not this leader's | \
-         abandon 1 flags=1: {want}"
+         cancel 1: {want} | abandon 1 flags=1: {want}"
     ))
     .await;
     // The id stays burned: the next attempt reserves a new one.
@@ -71,7 +71,7 @@ async fn a_failed_prepare_abandons_the_fenced_attempt_before_any_barrier() {
     assert_eq!(checkpoint_err(h.checkpoint(async {}).await), want);
     h.expect_log(&format!(
         "reserve 1 | admit g4 | prepare 1 failed: etcd did not answer | \
-         abandon 1 flags=1 g4: {want}"
+         cancel 1: {want} | abandon 1 flags=1 g4: {want}"
     ))
     .await;
 }

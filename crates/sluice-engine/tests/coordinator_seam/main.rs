@@ -12,6 +12,7 @@ mod scripted;
 mod alignment;
 mod checkpoint_failures;
 mod cluster_admission;
+mod cluster_follower;
 mod control;
 mod fences;
 mod halts;

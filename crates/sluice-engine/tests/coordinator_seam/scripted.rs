@@ -10,8 +10,9 @@ use arrow::record_batch::RecordBatch;
 use rustc_hash::FxHashMap;
 use sluice_engine::coordinator::{
     BarrierOutcome, BatchMap, CheckpointAssignmentAdmission, CheckpointAssignmentFence,
-    CheckpointAttempt, CheckpointLifecycle, CheckpointReport, ClusterCoordination, ControlMsg,
-    CycleError, CycleExecution, CycleOutcome, OutputPublication, RuntimeControl, SourceIntake,
+    CheckpointAttempt, CheckpointControlOutcome, CheckpointControlWake, CheckpointLifecycle,
+    CheckpointReport, ClusterCoordination, ControlMsg, CycleError, CycleExecution, CycleOutcome,
+    OutputPublication, RuntimeControl, SourceIntake,
 };
 use sluice_engine::options::Delivery;
 use sluice_engine::output::subscription::DeliveryEnd;
@@ -26,6 +27,19 @@ pub(crate) enum Capture {
     Fail(String),
     /// The manifest is durable but committing a sink failed.
     ContinuationFault(String),
+    /// The cluster ended the attempt before capture (a followed attempt
+    /// the leader aborted).
+    Aborted(String),
+}
+
+/// What `service_checkpoint_control` answers next (`Idle` once the queue
+/// is empty); deadlines are relative to the call.
+pub(crate) enum Control {
+    AdmissionFailed(String),
+    /// attempt, fence generation, deadline from now, flags.
+    Started(u64, Option<u64>, Duration, u64),
+    Aborted(u64),
+    Failed(u64, String),
 }
 
 /// Knobs, shared with the test so they can change while the pipeline runs.
@@ -69,6 +83,15 @@ pub(crate) struct Script {
     pub(crate) admission: Option<Result<u64, String>>,
     /// `publish_checkpoint_prepare` fails with this.
     pub(crate) fail_prepare: Option<String>,
+    /// `checkpoint_control_wake` hands out this notify (fallback 50 ms);
+    /// unset: no wake (single node).
+    pub(crate) control_wake: Option<Arc<tokio::sync::Notify>>,
+    /// Successive answers of `service_checkpoint_control`.
+    pub(crate) control: VecDeque<Control>,
+    /// `resolve_authoritative_follower_abort` fails with this.
+    pub(crate) fail_resolve: Option<String>,
+    /// `checkpoint_tails_in_flight` answers this (the bound is 1).
+    pub(crate) tails_in_flight: usize,
 }
 
 pub(crate) struct ScriptedCallback {
@@ -287,6 +310,62 @@ impl ClusterCoordination for ScriptedCallback {
         }
         Ok(())
     }
+    fn checkpoint_control_wake(&self) -> Option<CheckpointControlWake> {
+        let notify = self.script().control_wake.clone()?;
+        Some(CheckpointControlWake::new(
+            notify,
+            Duration::from_millis(50),
+        ))
+    }
+    async fn service_checkpoint_control(&mut self) -> CheckpointControlOutcome {
+        let next = self.script().control.pop_front();
+        self.control_outcome(next)
+    }
+    fn resolve_authoritative_follower_abort(
+        &mut self,
+        attempt: CheckpointAttempt,
+    ) -> Result<(), EngineError> {
+        self.note(format!("resolve abort {}", attempt.id));
+        let fail = self.script().fail_resolve.clone();
+        fail.map_or(Ok(()), |e| Err(EngineError::Injected(e)))
+    }
+}
+
+impl ScriptedCallback {
+    fn control_outcome(&mut self, next: Option<Control>) -> CheckpointControlOutcome {
+        let attempt = |id| CheckpointAttempt { id };
+        let injected = |e: String| Arc::new(EngineError::Injected(e));
+        match next {
+            None => CheckpointControlOutcome::Idle,
+            Some(Control::AdmissionFailed(e)) => {
+                self.note(format!("control: admission failed: {e}"));
+                CheckpointControlOutcome::AdmissionFailed(injected(e))
+            }
+            Some(Control::Started(id, generation, within, flags)) => {
+                let g = generation.map_or(String::new(), |g| format!(" g{g}"));
+                self.note(format!("control: started {id} flags={flags}{g}"));
+                CheckpointControlOutcome::Started {
+                    attempt: attempt(id),
+                    fence: generation.map(|generation| CheckpointAssignmentFence { generation }),
+                    deadline: Instant::now() + within,
+                    flags,
+                }
+            }
+            Some(Control::Aborted(id)) => {
+                self.note(format!("control: aborted {id}"));
+                CheckpointControlOutcome::Aborted {
+                    attempt: attempt(id),
+                }
+            }
+            Some(Control::Failed(id, e)) => {
+                self.note(format!("control: failed {id}: {e}"));
+                CheckpointControlOutcome::Failed {
+                    attempt: attempt(id),
+                    error: injected(e),
+                }
+            }
+        }
+    }
 }
 
 impl CheckpointLifecycle for ScriptedCallback {
@@ -352,6 +431,9 @@ impl CheckpointLifecycle for ScriptedCallback {
             Some(Capture::Fail(reason)) => {
                 return BarrierOutcome::Failed(Arc::new(EngineError::Injected(reason)))
             }
+            Some(Capture::Aborted(reason)) => {
+                return BarrierOutcome::Aborted(Arc::new(EngineError::Injected(reason)))
+            }
             Some(Capture::ContinuationFault(reason)) => {
                 self.record_checkpoint_continuation_fault(attempt, EngineError::Injected(reason))
             }
@@ -378,6 +460,18 @@ impl CheckpointLifecycle for ScriptedCallback {
             attempt.id
         ));
         Ok(())
+    }
+    async fn cancel_source_barrier_attempt(
+        &mut self,
+        attempt: CheckpointAttempt,
+        reason: &EngineError,
+    ) -> Result<(), EngineError> {
+        let reason = checkpoint_reason(reason);
+        self.note(format!("cancel {}: {reason}", attempt.id));
+        Ok(())
+    }
+    fn checkpoint_tails_in_flight(&mut self) -> usize {
+        self.script().tails_in_flight
     }
     fn record_checkpoint_failure(&mut self, id: u64, reason: &EngineError) {
         self.note(format!("checkpoint failed {id}: {reason}"));

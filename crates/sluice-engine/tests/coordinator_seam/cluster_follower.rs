@@ -1,0 +1,156 @@
+//! A follower's part in the leader's checkpoints, call by call: it never
+//! reserves, admits or prepares; a Prepare the callback admitted is
+//! aligned and captured under the leader's id and fence; given up before
+//! capture it is nacked (`cancel`), never abandoned; an abort the leader
+//! decided first only resolves local state; nothing is followed while this
+//! node leads or while every tail slot is taken.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::harness::*;
+use crate::scripted::{Capture, Control, Script};
+
+/// A follower over sources A and B, woken by the returned notify.
+fn follower(setup: impl FnOnce(&mut Script)) -> (Harness, Arc<Notify>) {
+    let notify = Arc::new(Notify::new());
+    let wake = Arc::clone(&notify);
+    let h = start_ab(|s| {
+        s.not_leader = true;
+        s.control_wake = Some(wake);
+        setup(s)
+    });
+    (h, notify)
+}
+
+#[tokio::test]
+async fn a_follower_aligns_and_captures_the_leaders_attempt_under_its_fence() {
+    let long = Duration::from_secs(10);
+    let (h, wake) = follower(|s| s.control = [Control::Started(7, Some(3), long, 0)].into());
+    wake.notify_one();
+    h.answer(
+        "inject 7 [A,B]",
+        vec![barrier("A", 7, "a@7"), barrier("B", 7, "b@7")],
+    )
+    .await;
+    h.expect_log(
+        "control: started 7 flags=0 g3 | inject 7 [A,B] | cut 7 | \
+         capture 7 flags=0 g3 A=a@7 B=b@7 | publish 7",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_followed_attempt_given_up_at_the_leaders_deadline_is_nacked_not_abandoned() {
+    // The leader waits 200 ms for this node's answer: alignment ends then,
+    // well before the node's own alignment timeout.
+    let within = Duration::from_millis(200);
+    let (h, wake) = follower(|s| s.control = [Control::Started(5, Some(2), within, 1)].into());
+    let started = Instant::now();
+    wake.notify_one();
+    h.answer(
+        "inject 5 [A,B]",
+        vec![barrier("A", 5, "a@5"), batch("A", 2)],
+    )
+    .await;
+    let why = "alignment timed out waiting for the barrier of B";
+    // A's input after its barrier waited, and runs once the attempt is off.
+    h.expect_log(&format!(
+        "control: started 5 flags=1 g2 | inject 5 [A,B] | cancel 5: {why} | \
+         cycle wm=2 A=[2] | sinks.write"
+    ))
+    .await;
+    assert!(started.elapsed() >= within);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn an_abort_announced_before_capture_only_resolves_local_state() {
+    let (h, wake) = follower(|s| s.control = [Control::Aborted(4)].into());
+    wake.notify_one();
+    h.wait_for("resolve abort 4").await;
+    h.send(vec![batch("A", 1)]).await;
+    h.expect_log("control: aborted 4 | resolve abort 4 | cycle wm=1 A=[1] | sinks.write")
+        .await;
+}
+
+#[tokio::test]
+async fn a_capture_the_leader_aborted_resolves_local_state_and_gives_back_the_cut() {
+    let long = Duration::from_secs(10);
+    let (h, wake) = follower(|s| {
+        s.pending = vec![];
+        s.control = [Control::Started(6, Some(1), long, 0)].into();
+        s.captures = [Capture::Aborted("the leader decided abort".into())].into();
+    });
+    wake.notify_one();
+    h.expect_log(
+        "control: started 6 flags=0 g1 | inject 6 [] | cut 6 | capture 6 flags=0 g1 | \
+         resolve abort 6 | cut abort 6",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn local_state_that_cannot_be_resolved_after_an_abort_faults_for_recovery() {
+    let (h, wake) = follower(|s| {
+        s.control = [Control::Aborted(4)].into();
+        s.fail_resolve = Some("the staged part is unreadable".into());
+    });
+    wake.notify_one();
+    let fault = "resolving aborted checkpoint 4: the staged part is unreadable";
+    assert_fault(h.finished().await, fault);
+    assert_eq!(h.count("sinks.abort"), 1, "{:?}", h.log());
+}
+
+#[tokio::test]
+async fn failures_are_recorded_and_the_pipeline_runs_on() {
+    let (h, wake) = follower(|s| {
+        s.control = [
+            Control::AdmissionFailed("etcd did not answer".into()),
+            Control::Failed(9, "vnode 3 is not owned here".into()),
+        ]
+        .into()
+    });
+    wake.notify_one();
+    h.wait_for("control: failed 9: vnode 3 is not owned here")
+        .await;
+    h.send(vec![batch("B", 3)]).await;
+    h.expect_log(
+        "control: admission failed: etcd did not answer | \
+         admission failure: following the leader's checkpoint: etcd did not answer | \
+         control: failed 9: vnode 3 is not owned here | \
+         checkpoint failed 9: following the leader's checkpoint: vnode 3 is not owned here | \
+         cycle wm=3 B=[3] | sinks.write",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn nothing_is_followed_while_this_node_leads_or_every_tail_slot_is_taken() {
+    let long = Duration::from_secs(10);
+    let (h, wake) = follower(|s| {
+        s.not_leader = false;
+        s.pending = vec![];
+        s.control = [Control::Started(2, None, long, 0)].into();
+    });
+    // Leading: woken (and past several fallbacks), it asks nothing.
+    wake.notify_one();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.log(), Vec::<String>::new());
+    // Following, with the tail slot taken: still nothing.
+    {
+        let mut s = h.script.lock().unwrap();
+        s.not_leader = true;
+        s.tails_in_flight = 1;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.log(), Vec::<String>::new());
+    // A free slot: the fallback alone (no notification) brings the attempt.
+    h.script.lock().unwrap().tails_in_flight = 0;
+    h.expect_log(
+        "control: started 2 flags=0 | inject 2 [] | cut 2 | capture 2 flags=0 | publish 2",
+    )
+    .await;
+}
