@@ -1,6 +1,10 @@
-//! The leader's checkpoint protocol for an active–standby pipeline: the
-//! [`CommitAuthority`] of a cluster's checkpoint store, speaking the
-//! protocol of [`crate::checkpoint`] with the leader as the one owner.
+//! The leader's checkpoint protocol: the [`CommitAuthority`] of a cluster
+//! leader's checkpoint store, speaking the protocol of
+//! [`crate::checkpoint`]. In an active–standby pipeline the leader is the
+//! one owner; with [`LeaderCommitRecord::sharing_vnodes`] it shares the
+//! vnodes with followers ([`crate::follower_record`]), and a commit waits
+//! until the Prepare's deadline for every owner's ack (any nack, or an
+//! owner missing at the deadline, aborts it).
 //!
 //! A leader paused between its last check of the store's lease and its
 //! manifest write wakes up and completes that write after a standby took
@@ -21,7 +25,10 @@
 //!   barriers, capture, blobs, manifest ───────► checkpoints/ID/…
 //!   record_commit(ID, G, manifest)
 //!     ack (own answer) ───────────────────[prepare, G, lease]──► answers/ID/N
-//!     commit ─────────────────────[T, G, ack, committed]──► decisions/ID, committed=ID
+//!     wait for every owner's answer (until the Prepare's deadline)
+//!     commit ─────────────────────[T, G, acks, committed]──► decisions/ID, committed=ID
+//!       (a nack or a missing owner: abort ──[T]──► decisions/ID)
+//!   abandon(ID) before the manifest ──────────[T]──────► decisions/ID (abort)
 //!        ├ committed: the checkpoint exists, sinks commit its epochs
 //!        └ refused (deposed, G moved, aborted by a new leader): Fenced
 //!  any node: committed() = ids with a commit decision
@@ -33,7 +40,10 @@
 //! database is built before the node joins (its catalog is sealed from
 //! it), so the record learns its term when the node wins an election
 //! ([`LeaderCommitRecord::lead`]). Until then, and after
-//! [`LeaderCommitRecord::stand_down`], everything is refused.
+//! [`LeaderCommitRecord::stand_down`], everything is refused. An attempt
+//! prepared but never decided by this record (its tail failed before the
+//! manifest) is aborted before the next Prepare, so no follower waits on
+//! it longer than one checkpoint interval.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -44,9 +54,10 @@ use parking_lot::Mutex;
 use sluice_storage::{BlobRef, CommitAuthority, StorageError};
 
 use crate::checkpoint::record::{decode_kv, Answer, Decision, DecisionRecord, PartRef, Stored};
+use crate::checkpoint::txn::instant_of;
 use crate::checkpoint::{
-    abort_orphaned_attempts, answer_checkpoint, checkpoint_assignment_for_admission,
-    commit_attempt, publish_checkpoint_prepare, read_answers, require_prepare, reserve_given,
+    abort_attempt, abort_orphaned_attempts, answer_checkpoint, checkpoint_assignment_for_admission,
+    decide, now_ms, publish_checkpoint_prepare, require_prepare, reserve_given, wait_for_answers,
     CheckpointAssignmentFence,
 };
 use crate::error::ClusterError;
@@ -62,6 +73,13 @@ pub struct LeaderCommitRecord {
     leading: Mutex<Option<(Arc<Election>, u64)>>,
     /// The assignment the last attempt was admitted under.
     admitted: Mutex<Option<CheckpointAssignmentFence>>,
+    /// Active–standby (every vnode must be this leader's), or vnodes
+    /// shared with followers ([`Self::sharing_vnodes`]).
+    whole: bool,
+    /// The prepared attempt not yet decided by this record: aborted before
+    /// the next Prepare if its tail never reached `record_commit` (a
+    /// failed manifest write), so no follower waits on it past then.
+    open: Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for LeaderCommitRecord {
@@ -84,7 +102,19 @@ impl LeaderCommitRecord {
             node: node.to_string(),
             leading: Mutex::new(None),
             admitted: Mutex::new(None),
+            whole: true,
+            open: Mutex::new(None),
         }
+    }
+
+    /// This record, for a leader that shares vnodes with followers: an
+    /// attempt is admitted under any table of the leader's own term, and a
+    /// commit waits (until the Prepare's deadline) for the ack of every
+    /// node that owns a vnode in it.
+    #[must_use]
+    pub fn sharing_vnodes(mut self) -> Self {
+        self.whole = false;
+        self
     }
 
     /// This node leads at `term` through `election`: its writes are
@@ -130,10 +160,7 @@ impl LeaderCommitRecord {
     }
 
     fn authority(what: String, e: ClusterError) -> StorageError {
-        StorageError::Authority {
-            what,
-            source: Box::new(e),
-        }
+        authority_error(what, e)
     }
 
     /// A refusal that proves this writer may not commit `id` is `Fenced`;
@@ -165,7 +192,18 @@ impl CommitAuthority for LeaderCommitRecord {
             .await
             .map_err(|e| Self::authority("admitting a checkpoint".into(), e))?;
         let generation = fence.generation();
-        if let Some(reason) = fence.assignment().not_whole_for(&self.node, term) {
+        let table = fence.assignment();
+        let refused = if self.whole {
+            table.not_whole_for(&self.node, term)
+        } else {
+            (table.term() != term).then(|| {
+                format!(
+                    "the table was placed in term {}, not this leader's term {term}",
+                    table.term()
+                )
+            })
+        };
+        if let Some(reason) = refused {
             return Err(Self::authority(
                 "admitting a checkpoint".into(),
                 ClusterError::AdmissionRefused {
@@ -200,12 +238,34 @@ impl CommitAuthority for LeaderCommitRecord {
             });
         };
         let what = || format!("publishing the Prepare of checkpoint {id}");
+        let open = self.open.lock().take();
+        if let Some(earlier) = open {
+            let reason = "its leader moved on to a later attempt before it committed";
+            abort_attempt(&election, term, earlier, 0, reason)
+                .await
+                .map_err(|e| Self::refusal(id, what(), e))?;
+        }
         let attempt = reserve_given(&election, term, id)
             .await
             .map_err(|e| Self::refusal(id, what(), e))?;
+        *self.open.lock() = Some(id);
         publish_checkpoint_prepare(&election, attempt, &fence, deadline_ms)
             .await
             .map_err(|e| Self::refusal(id, what(), e))?;
+        Ok(())
+    }
+
+    async fn abandon(&self, id: u64, reason: &str) -> Result<(), StorageError> {
+        let (election, term) = self.leader(id)?;
+        let generation = self.admitted.lock().as_ref().map_or(0, |f| f.generation());
+        let decided = abort_attempt(&election, term, id, generation, reason)
+            .await
+            .map_err(|e| Self::refusal(id, format!("aborting checkpoint {id}"), e))?;
+        let mut open = self.open.lock();
+        if *open == Some(id) {
+            *open = None;
+        }
+        tracing::debug!(node = %self.node, id, first = decided.first, "abandoned checkpoint aborted");
         Ok(())
     }
 
@@ -231,21 +291,44 @@ impl CommitAuthority for LeaderCommitRecord {
             };
             return Err(Self::refusal(id, what(), e));
         }
-        // The leader is the one owner: it answers its own Prepare.
-        let part = PartRef {
-            object_key: manifest.key.clone(),
-            size: manifest.len.to_string(),
-            crc: format!("{:08x}", manifest.crc32),
-        };
-        answer_checkpoint(session, &prepare, Answer::Ack { part })
+        // The leader answers its own Prepare, then waits for every other
+        // owner's answer (none, active–standby) until the deadline.
+        answer_checkpoint(
+            session,
+            &prepare,
+            Answer::Ack {
+                part: part_of(manifest),
+            },
+        )
+        .await
+        .map_err(|e| Self::refusal(id, what(), e))?;
+        wait_for_answers(
+            session,
+            &prepare.value,
+            instant_of(prepare.value.deadline_ms),
+        )
+        .await
+        .map_err(|e| Self::authority(what(), e))?;
+        // Past the wait, an owner still missing is as good as late.
+        let now = now_ms().max(prepare.value.deadline_ms);
+        let decided = decide(&election, term, id, now)
             .await
-            .map_err(|e| Self::refusal(id, what(), e))?;
-        let answers = read_answers(session, id)
-            .await
-            .map_err(|e| Self::authority(what(), e))?;
-        let decided = commit_attempt(&election, term, &prepare, &answers)
-            .await
-            .map_err(|e| Self::refusal(id, what(), e))?;
+            .map_err(|e| Self::refusal(id, what(), e))?
+            .ok_or_else(|| {
+                Self::authority(
+                    what(),
+                    ClusterError::Timeout {
+                        what: format!("the answers to checkpoint {id}"),
+                        after_ms: 0,
+                    },
+                )
+            })?;
+        {
+            let mut open = self.open.lock();
+            if *open == Some(id) {
+                *open = None;
+            }
+        }
         match decided.record.decision {
             Decision::Commit { .. } => Ok(()),
             // A new leader aborted it first.
@@ -263,26 +346,7 @@ impl CommitAuthority for LeaderCommitRecord {
     }
 
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {
-        let dir = self.keys.checkpoint_dir("decisions");
-        let mut client = self.client.clone();
-        let got = client
-            .get(dir.clone(), Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(|e| {
-                Self::authority(
-                    "reading the committed checkpoints".into(),
-                    ClusterError::etcd(format!("reading {dir}"), e),
-                )
-            })?;
-        let mut ids = BTreeSet::new();
-        for kv in got.kvs() {
-            let decision: Stored<DecisionRecord> = decode_kv(kv)
-                .map_err(|e| Self::authority("reading the committed checkpoints".into(), e))?;
-            if matches!(decision.value.decision, Decision::Commit { .. }) {
-                ids.insert(decision.value.id);
-            }
-        }
-        Ok((!ids.is_empty()).then_some(ids))
+        committed_ids(&self.client, &self.keys).await
     }
 
     async fn forget_below(&self, id: u64) -> Result<(), StorageError> {
@@ -306,5 +370,52 @@ impl CommitAuthority for LeaderCommitRecord {
                 e,
             )),
         }
+    }
+}
+
+/// The manifest reference a node acks with.
+pub(crate) fn part_of(manifest: &BlobRef) -> PartRef {
+    PartRef {
+        object_key: manifest.key.clone(),
+        size: manifest.len.to_string(),
+        crc: format!("{:08x}", manifest.crc32),
+    }
+}
+
+/// The ids with a commit decision: the committed checkpoints of every
+/// node's store (`None` before the first).
+pub(crate) async fn committed_ids(
+    client: &Client,
+    keys: &ClusterKeys,
+) -> Result<Option<BTreeSet<u64>>, StorageError> {
+    let what = || "reading the committed checkpoints".to_string();
+    let dir = keys.checkpoint_dir("decisions");
+    let mut client = client.clone();
+    let got = client
+        .get(dir.clone(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(|e| StorageError::Authority {
+            what: what(),
+            source: Box::new(ClusterError::etcd(format!("reading {dir}"), e)),
+        })?;
+    let mut ids = BTreeSet::new();
+    for kv in got.kvs() {
+        let decision: Stored<DecisionRecord> =
+            decode_kv(kv).map_err(|e| StorageError::Authority {
+                what: what(),
+                source: Box::new(e),
+            })?;
+        if matches!(decision.value.decision, Decision::Commit { .. }) {
+            ids.insert(decision.value.id);
+        }
+    }
+    Ok((!ids.is_empty()).then_some(ids))
+}
+
+/// The commit record could not answer `what`: the outcome is unknown.
+pub(crate) fn authority_error(what: String, e: ClusterError) -> StorageError {
+    StorageError::Authority {
+        what,
+        source: Box::new(e),
     }
 }

@@ -33,17 +33,49 @@
 //! nobody published yet), and removing it would lose that checkpoint.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::manifest::BlobRef;
 
+/// What a follower's authority heard from the cluster leader
+/// ([`CommitAuthority::next_announcement`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Announcement {
+    /// The leader prepared attempt `id` at assignment `generation`, and
+    /// this writer owns part of it: capture that part under `id`, and
+    /// commit it ([`CommitAuthority::record_commit`] is then the ack) or
+    /// decline it ([`CommitAuthority::decline`]) by `deadline_ms` (Unix
+    /// milliseconds).
+    Prepared {
+        /// The leader's attempt id.
+        id: u64,
+        /// The assignment generation it is fenced at.
+        generation: u64,
+        /// When the leader stops waiting for this writer's answer.
+        deadline_ms: u64,
+    },
+    /// The leader aborted attempt `id` before this writer answered it:
+    /// only local state is released; nothing is answered.
+    Aborted {
+        /// The leader's attempt id.
+        id: u64,
+        /// The leader's reason.
+        reason: String,
+    },
+}
+
 /// The record of which checkpoints of a store are committed. Like a
 /// ripgrep `Sink`, each method's result tells the store what to do next.
 #[async_trait]
 pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
-    /// Record checkpoint `id` as committed; its manifest is durable.
+    /// Record checkpoint `id` as committed; its manifest is durable. On a
+    /// follower this is its acknowledgement of the leader's attempt, and
+    /// it returns once the leader decided: `Ok` if the checkpoint
+    /// committed, [`StorageError::Aborted`](crate::StorageError::Aborted)
+    /// if the leader aborted it.
     ///
     /// `Ok(())`: the checkpoint exists from now on. `Err` of
     /// [`StorageError::Fenced`](crate::StorageError::Fenced): this writer
@@ -87,6 +119,49 @@ pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
     /// `Err`: it is abandoned (`Fenced`: this writer may not take it).
     /// Default: nothing to announce (one host).
     async fn prepare(&self, _id: u64, _generation: Option<u64>, _deadline_ms: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether this writer may fold input into state now. `false`: intake
+    /// pauses (a standby, or a deposed leader, whose output nobody will
+    /// publish). Default: while it may originate; a follower that owns
+    /// part of the pipeline runs while it is a member.
+    fn may_fold_input(&self) -> bool {
+        self.may_originate()
+    }
+
+    /// Attempt `id`, which this writer originated and prepared, is given
+    /// up before its manifest (alignment timed out, capture failed): the
+    /// authority records that it will never commit, so followers waiting
+    /// on it are released at once. An `Err` is logged; a leader that
+    /// could not record it aborts it before its next Prepare. Default:
+    /// nothing to release (one host).
+    async fn abandon(&self, _id: u64, _reason: &str) -> Result<()> {
+        Ok(())
+    }
+
+    /// A follower's wake: notified whenever the leader announces something
+    /// (a Prepare, a decision). `None`: this writer follows nobody (one
+    /// host, or a leader), and the pipeline never polls
+    /// [`Self::next_announcement`].
+    fn announcements(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
+
+    /// The oldest announcement this follower has not been given yet
+    /// (each is given once, in id order). `Ok(None)`: nothing new. An
+    /// `Err` means the leader's records could not be read; asking again
+    /// later is safe. Default: nothing (one host).
+    async fn next_announcement(&self) -> Result<Option<Announcement>> {
+        Ok(None)
+    }
+
+    /// A follower gives up its part of the leader's attempt `id` before
+    /// capture: it answers with a negative acknowledgement naming
+    /// `reason`, and the leader aborts the attempt. `Err`: the answer was
+    /// not written (the leader's deadline then ends the attempt).
+    /// Default: nothing to answer (one host).
+    async fn decline(&self, _id: u64, _reason: &str) -> Result<()> {
         Ok(())
     }
 

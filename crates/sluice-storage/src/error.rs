@@ -105,6 +105,17 @@ pub enum StorageError {
         /// The authority's error.
         source: BoxedError,
     },
+    /// The cluster leader decided to abort this checkpoint after this
+    /// writer wrote its part (another owner nacked or missed the deadline):
+    /// the checkpoint does not exist, and nothing of this writer's was
+    /// fenced; the next checkpoint takes its place.
+    #[error("checkpoint {id} was aborted by the cluster leader: {reason}")]
+    Aborted {
+        /// The checkpoint.
+        id: u64,
+        /// The leader's reason.
+        reason: String,
+    },
     /// The store did not finish an operation before its deadline (a hung
     /// or unreachable object store). What it was asked may or may not have
     /// happened; a reservation's id is then burned, as every abandoned
@@ -148,6 +159,7 @@ impl StorageError {
             StorageError::Fenced { .. } => "SLC-STO-008",
             StorageError::Authority { .. } => "SLC-STO-009",
             StorageError::TimedOut { .. } => "SLC-STO-010",
+            StorageError::Aborted { .. } => "SLC-STO-011",
         }
     }
 }

@@ -27,7 +27,7 @@ mod lease_tests;
 #[cfg(test)]
 mod reserve_tests;
 
-pub use authority::CommitAuthority;
+pub use authority::{Announcement, CommitAuthority};
 pub use backend::{Backend, LocalBackend, ObjectStoreBackend};
 pub use error::{BoxedError, Result, StorageError};
 pub use lease::{LeaseRecord, StoreLease, LEASE_KEY};

@@ -71,7 +71,7 @@ pub mod record;
 pub mod reserve;
 #[cfg(test)]
 mod testing;
-mod txn;
+pub(crate) mod txn;
 pub mod wait;
 
 pub use answer::answer_checkpoint;

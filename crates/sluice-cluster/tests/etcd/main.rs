@@ -13,6 +13,7 @@ mod commit_record;
 mod connection;
 mod election;
 mod membership;
+mod owners;
 mod standby;
 mod unreachable;
 

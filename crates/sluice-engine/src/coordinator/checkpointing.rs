@@ -19,8 +19,8 @@ use rustc_hash::FxHashMap;
 use sluice_storage::{LoadedCheckpoint, Manifest, SourceCheckpoint};
 
 use super::callback::{
-    BarrierOutcome, CheckpointAssignmentAdmission, CheckpointAssignmentFence, CheckpointAttempt,
-    CheckpointLifecycle, CheckpointReport, ClusterCoordination, CycleError,
+    BarrierOutcome, CheckpointAssignmentFence, CheckpointAttempt, CheckpointLifecycle,
+    CheckpointReport, CycleError,
 };
 use super::connector::ConnectorPipelineCallback;
 use super::tails::{TailError, TailJob, TailResult};
@@ -183,69 +183,13 @@ impl ConnectorPipelineCallback {
 
     /// A fence comes only from a commit authority's admission: refused by
     /// name on a pipeline without one.
-    fn accept_fence(&self, fence: Option<CheckpointAssignmentFence>) -> Result<()> {
+    pub(super) fn accept_fence(&self, fence: Option<CheckpointAssignmentFence>) -> Result<()> {
         match fence {
             Some(f) if self.authority().is_none() => Err(EngineError::Checkpoint(format!(
                 "assignment fence {} given, but this pipeline is not clustered",
                 f.generation
             ))),
             _ => Ok(()),
-        }
-    }
-}
-
-/// A cluster speaks through the store's commit authority: it says who
-/// leads, under which assignment generation an attempt captures, and
-/// publishes the attempt's Prepare.
-impl ClusterCoordination for ConnectorPipelineCallback {
-    fn is_leader(&self) -> bool {
-        self.authority().is_none_or(|a| a.may_originate())
-    }
-
-    async fn checkpoint_assignment_for_admission(
-        &mut self,
-        deadline: Instant,
-    ) -> CheckpointAssignmentAdmission {
-        let Some(authority) = self.authority().cloned() else {
-            return CheckpointAssignmentAdmission::Unfenced;
-        };
-        let admitted = tokio::time::timeout_at(deadline.into(), authority.admit()).await;
-        match admitted {
-            Ok(Ok(None)) => CheckpointAssignmentAdmission::Unfenced,
-            Ok(Ok(Some(generation))) => {
-                CheckpointAssignmentAdmission::Fenced(CheckpointAssignmentFence { generation })
-            }
-            Ok(Err(e)) => CheckpointAssignmentAdmission::Refused(Arc::new(e.into())),
-            Err(_) => CheckpointAssignmentAdmission::Refused(Arc::new(EngineError::Checkpoint(
-                "the commit authority did not admit the attempt by its alignment deadline".into(),
-            ))),
-        }
-    }
-
-    async fn publish_checkpoint_prepare(
-        &mut self,
-        attempt: CheckpointAttempt,
-        _attempt_started: Instant,
-        deadline: Instant,
-        _flags: u64,
-        assignment_fence: Option<CheckpointAssignmentFence>,
-    ) -> Result<()> {
-        let Some(authority) = self.authority().cloned() else {
-            return self.accept_fence(assignment_fence);
-        };
-        // Answers are due by the attempt's deadline, in wall-clock time.
-        let left = deadline.saturating_duration_since(Instant::now());
-        let deadline_ms = std::time::SystemTime::now()
-            .checked_add(left)
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let generation = assignment_fence.map(|f| f.generation);
-        let prepared = authority.prepare(attempt.id, generation, deadline_ms);
-        match tokio::time::timeout_at(deadline.into(), prepared).await {
-            Ok(r) => r.map_err(EngineError::from),
-            Err(_) => Err(EngineError::Checkpoint(
-                "the commit authority did not publish the Prepare by the alignment deadline".into(),
-            )),
         }
     }
 }
@@ -309,6 +253,8 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         for s in self.sources.values() {
             s.control.withdraw();
         }
+        // Captured: a followed attempt is answered by its manifest commit.
+        self.following = None;
         // Offsets of sources that were aligned without a barrier event.
         let mut offsets = source_checkpoints;
         for (name, state) in self.sources.iter() {
@@ -502,7 +448,14 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             "checkpoint attempt abandoned"
         );
         self.shared.metrics.note_checkpoint_abandoned();
-        self.accept_fence(assignment_fence)
+        self.accept_fence(assignment_fence)?;
+        // Followers waiting on a prepared attempt are released at once.
+        if let Some(authority) = self.authority().cloned() {
+            if let Err(e) = authority.abandon(attempt.id, &reason.to_string()).await {
+                tracing::warn!(checkpoint = attempt.id, error = %e, "recording the abandoned attempt failed");
+            }
+        }
+        Ok(())
     }
 
     async fn cancel_source_barrier_attempt(
@@ -514,6 +467,12 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             s.control.withdraw();
         }
         tracing::debug!(checkpoint = attempt.id, %reason, "source barriers withdrawn");
+        // A followed attempt given up before capture: the leader hears why.
+        if self.following.take() == Some(attempt.id) {
+            if let Some(authority) = self.authority().cloned() {
+                authority.decline(attempt.id, &reason.to_string()).await?;
+            }
+        }
         Ok(())
     }
 

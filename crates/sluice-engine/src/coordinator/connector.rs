@@ -76,6 +76,9 @@ pub struct ConnectorPipelineCallback {
     pub(super) tails: super::tails::CheckpointTails,
     /// `watermark_max_drift` in ms: readers further ahead are held.
     pub(super) max_drift_ms: Option<i64>,
+    /// The leader's attempt this follower is aligning for, until it is
+    /// captured, declined or resolved.
+    pub(super) following: Option<u64>,
 }
 
 impl ConnectorPipelineCallback {
@@ -97,6 +100,7 @@ impl ConnectorPipelineCallback {
             sink_mode: SinkMode::Atomic,
             tails: super::tails::CheckpointTails::default(),
             max_drift_ms: None,
+            following: None,
         }
     }
 
@@ -199,7 +203,7 @@ impl SourceIntake for ConnectorPipelineCallback {
     /// deposed while it runs) folds no input into state: its sinks will
     /// never publish it, and the leader's run owns the sources.
     fn intake_paused(&self) -> bool {
-        self.authority().is_some_and(|a| !a.may_originate())
+        self.authority().is_some_and(|a| !a.may_fold_input())
     }
     fn filter_late_rows(
         &self,

@@ -14,6 +14,7 @@
 mod barrier;
 pub mod callback;
 mod checkpointing;
+mod cluster;
 pub mod connector;
 mod follower;
 mod handle;

@@ -1,0 +1,281 @@
+//! A follower's checkpoint protocol: the [`CommitAuthority`] of the store
+//! of a node that owns vnodes but does not lead. It never originates an
+//! attempt; it hears the leader's Prepares, and its store's manifest
+//! commit is its acknowledgement.
+//!
+//! ```text
+//!  leader                     etcd                        follower (this record)
+//!   prepare(ID, G) ──────────► prepare/ID ──watch──► announcements() wakes the pipeline
+//!                                                    next_announcement: Prepared{ID, G}
+//!                                                      (owns no vnode in it: skipped;
+//!                                                       decided abort already: Aborted)
+//!                                                    barriers, capture, blobs, manifest
+//!                                                    record_commit(ID, G, manifest)
+//!                              answers/ID/N ◄──────── ack [prepare, G, N's lease]
+//!   wait for every owner ◄──── answers/ID/*
+//!   decide ───────────────────► decisions/ID ──watch──► Commit: Ok (sinks commit)
+//!                                                       Abort: StorageError::Aborted
+//!                                                    decline(ID, why): nack, before capture
+//! ```
+//!
+//! The record hands out each Prepare once, in id order, and only those it
+//! owns vnodes in and that were still due when it started. A decision it
+//! does not see by the Prepare's deadline plus [`DECISION_GRACE`] leaves
+//! the outcome unknown (`StorageError::Authority`): the pipeline counts a
+//! failed checkpoint, and the next leader's take-over aborts the attempt.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use sluice_storage::{Announcement, BlobRef, CommitAuthority, StorageError};
+use tokio::sync::{watch, Notify};
+
+use crate::checkpoint::read::read_decision;
+use crate::checkpoint::record::{decode, Answer, CheckpointPrepare, Decision, Stored};
+use crate::checkpoint::txn::{instant_of, now_ms};
+use crate::checkpoint::{answer_checkpoint, wait_for_decision};
+use crate::commit_record::{authority_error, committed_ids, part_of};
+use crate::error::ClusterError;
+use crate::session::Session;
+use crate::watch::{self as key_watch, Snapshot};
+
+/// How long past a Prepare's deadline a follower waits for the leader's
+/// decision before it reports the outcome unknown.
+pub const DECISION_GRACE: Duration = Duration::from_secs(5);
+
+/// The checkpoint record of one follower node; see the module docs.
+pub struct FollowerCommitRecord {
+    session: Arc<Session>,
+    prepares: watch::Receiver<Snapshot>,
+    wake: Arc<Notify>,
+    /// Forwards changes of the Prepares and decisions to `wake`.
+    forwarder: tokio::task::JoinHandle<()>,
+    /// The highest attempt id handed out (or passed over).
+    handled: Mutex<u64>,
+    /// Prepares handed out and not yet answered, by id.
+    pending: Mutex<BTreeMap<u64, Stored<CheckpointPrepare>>>,
+    /// Wall-clock start (Unix ms): Prepares due before it are not this
+    /// record's to answer.
+    started_ms: u64,
+}
+
+impl std::fmt::Debug for FollowerCommitRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FollowerCommitRecord")
+            .field("cluster", &self.session.keys().cluster())
+            .field("node", &self.session.node().as_str())
+            .field("handled", &*self.handled.lock())
+            .finish()
+    }
+}
+
+impl Drop for FollowerCommitRecord {
+    fn drop(&mut self) {
+        self.forwarder.abort();
+    }
+}
+
+impl FollowerCommitRecord {
+    /// The record of `session`'s node. Must be called inside a tokio
+    /// runtime: it starts the watches of the Prepares and decisions.
+    pub fn new(session: Arc<Session>) -> Self {
+        let keys = session.keys();
+        let prepares = key_watch::spawn(session.client(), keys.checkpoint_dir("prepare"), true);
+        let decisions = key_watch::spawn(session.client(), keys.checkpoint_dir("decisions"), true);
+        let wake = Arc::new(Notify::new());
+        let forwarder = tokio::spawn(forward(prepares.clone(), decisions, Arc::clone(&wake)));
+        Self {
+            session,
+            prepares,
+            wake,
+            forwarder,
+            handled: Mutex::new(0),
+            pending: Mutex::new(BTreeMap::new()),
+            started_ms: now_ms(),
+        }
+    }
+
+    /// A refusal that proves this follower may not answer is `Fenced`
+    /// (it lost its lease, or the table moved); anything else is unknown.
+    fn refusal(id: u64, what: String, e: ClusterError) -> StorageError {
+        match e {
+            ClusterError::AnswerRefused { .. } | ClusterError::AssignmentFenceMoved { .. } => {
+                StorageError::Fenced {
+                    id,
+                    source: Box::new(e),
+                }
+            }
+            e => authority_error(what, e),
+        }
+    }
+
+    /// The Prepares above the last handled id, ascending.
+    fn unhandled(&self) -> Result<Vec<Stored<CheckpointPrepare>>, StorageError> {
+        let handled = *self.handled.lock();
+        let snapshot = self.prepares.borrow();
+        let mut out = Vec::new();
+        for (key, entry) in &snapshot.entries {
+            let value: CheckpointPrepare = decode(key, &entry.value)
+                .map_err(|e| authority_error("reading the leader's Prepares".into(), e))?;
+            if value.id > handled {
+                out.push(Stored {
+                    value,
+                    create_revision: entry.create_revision,
+                    mod_revision: entry.mod_revision,
+                });
+            }
+        }
+        out.sort_by_key(|p| p.value.id);
+        Ok(out)
+    }
+
+    fn prepare_of(&self, id: u64) -> Result<Stored<CheckpointPrepare>, StorageError> {
+        self.pending
+            .lock()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| StorageError::Fenced {
+                id,
+                source: Box::new(ClusterError::CheckpointRefused {
+                    action: "answer",
+                    id,
+                    node: self.session.node().to_string(),
+                    reason: "this follower was not handed its Prepare".into(),
+                }),
+            })
+    }
+}
+
+/// Wake `wake` whenever either mirror changes, until both end.
+async fn forward(
+    mut prepares: watch::Receiver<Snapshot>,
+    mut decisions: watch::Receiver<Snapshot>,
+    wake: Arc<Notify>,
+) {
+    loop {
+        let changed = tokio::select! {
+            c = prepares.changed() => c,
+            c = decisions.changed() => c,
+        };
+        if changed.is_err() {
+            return;
+        }
+        wake.notify_one();
+    }
+}
+
+#[async_trait]
+impl CommitAuthority for FollowerCommitRecord {
+    fn may_originate(&self) -> bool {
+        false
+    }
+
+    fn may_fold_input(&self) -> bool {
+        self.session.lease_valid()
+    }
+
+    fn announcements(&self) -> Option<Arc<Notify>> {
+        Some(Arc::clone(&self.wake))
+    }
+
+    async fn next_announcement(&self) -> Result<Option<Announcement>, StorageError> {
+        let me = self.session.node().to_string();
+        for prepare in self.unhandled()? {
+            let id = prepare.value.id;
+            *self.handled.lock() = id;
+            if !prepare.value.owning_nodes().contains(&me) {
+                tracing::debug!(node = %me, id, "checkpoint skipped: this node owns no vnode in it");
+                continue;
+            }
+            if prepare.value.deadline_ms < self.started_ms {
+                continue;
+            }
+            let decision = read_decision(&self.session, id)
+                .await
+                .map_err(|e| authority_error(format!("reading the decision on {id}"), e))?;
+            match decision.map(|d| d.value.decision) {
+                // Committed without this owner: not possible while it owns
+                // vnodes in it; nothing to do either way.
+                Some(Decision::Commit { .. }) => continue,
+                Some(Decision::Abort { reason }) => {
+                    return Ok(Some(Announcement::Aborted { id, reason }))
+                }
+                None => {}
+            }
+            let (generation, deadline_ms) = (prepare.value.generation, prepare.value.deadline_ms);
+            self.pending.lock().insert(id, prepare);
+            return Ok(Some(Announcement::Prepared {
+                id,
+                generation,
+                deadline_ms,
+            }));
+        }
+        Ok(None)
+    }
+
+    async fn decline(&self, id: u64, reason: &str) -> Result<(), StorageError> {
+        let prepare = self.prepare_of(id)?;
+        self.pending.lock().remove(&id);
+        let answer = Answer::Nack {
+            reason: reason.to_string(),
+        };
+        answer_checkpoint(&self.session, &prepare, answer)
+            .await
+            .map_err(|e| Self::refusal(id, format!("declining checkpoint {id}"), e))
+    }
+
+    async fn record_commit(
+        &self,
+        id: u64,
+        generation: Option<u64>,
+        manifest: &BlobRef,
+    ) -> Result<(), StorageError> {
+        let what = || format!("acknowledging checkpoint {id}");
+        let prepare = self.prepare_of(id)?;
+        self.pending.lock().remove(&id);
+        if generation != Some(prepare.value.generation) {
+            let e = ClusterError::AssignmentFenceMoved {
+                action: "answer",
+                id,
+                node: self.session.node().to_string(),
+                expected: prepare.value.generation,
+                current: generation.unwrap_or(0),
+            };
+            return Err(Self::refusal(id, what(), e));
+        }
+        let ack = Answer::Ack {
+            part: part_of(manifest),
+        };
+        answer_checkpoint(&self.session, &prepare, ack)
+            .await
+            .map_err(|e| Self::refusal(id, what(), e))?;
+        let until = instant_of(prepare.value.deadline_ms) + DECISION_GRACE;
+        let decision = wait_for_decision(&self.session, id, until)
+            .await
+            .map_err(|e| authority_error(what(), e))?;
+        match decision.map(|d| d.value.decision) {
+            Some(Decision::Commit { .. }) => Ok(()),
+            Some(Decision::Abort { reason }) => Err(StorageError::Aborted { id, reason }),
+            None => Err(authority_error(
+                what(),
+                ClusterError::DecisionOverdue {
+                    node: self.session.node().to_string(),
+                    id,
+                    waited_ms: u64::try_from(DECISION_GRACE.as_millis()).unwrap_or(u64::MAX),
+                },
+            )),
+        }
+    }
+
+    async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {
+        committed_ids(&self.session.client(), self.session.keys()).await
+    }
+
+    /// The leader forgets the records; a follower prunes only its store.
+    async fn forget_below(&self, _id: u64) -> Result<(), StorageError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,243 @@
+//! Checkpoints of a pipeline whose vnodes are split across two nodes, at
+//! the level of their commit records: the leader (`sharing_vnodes`) and a
+//! follower (`FollowerCommitRecord`). A checkpoint commits only once every
+//! owner acked; a follower's decline, the leader's abandon, and a Prepare
+//! the leader moved past all end in an abort that every waiter hears.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_cluster::assignment::Placement;
+use sluice_cluster::standby::{self, Turn};
+use sluice_cluster::{ClusterKeys, ClusterNode, FollowerCommitRecord, LeaderCommitRecord};
+use sluice_storage::{Announcement, CommitAuthority, StorageError};
+
+use super::{etcd, eventually, part, start_placed};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// Two nodes over Members placement, n1 leading with every vnode split
+/// between them: (n1, n2, leader record, follower record, generation).
+async fn two_owners(
+    etcd: &sluice_cluster::testing::EtcdServer,
+    cluster: &str,
+) -> (
+    ClusterNode,
+    ClusterNode,
+    Arc<LeaderCommitRecord>,
+    Arc<FollowerCommitRecord>,
+    u64,
+) {
+    let n1 = start_placed(etcd, cluster, "n1", Placement::Members).await;
+    let term = match tokio::time::timeout(LIMIT, standby::wait_for_turn(&n1))
+        .await
+        .expect("in time")
+        .expect("turn")
+    {
+        Turn::Lead { term } => term,
+        other => panic!("n1: {other:?}"),
+    };
+    let n2 = start_placed(etcd, cluster, "n2", Placement::Members).await;
+    eventually("both members placed", LIMIT, || {
+        n1.assignment()
+            .ok()
+            .flatten()
+            .is_some_and(|a| a.members().len() == 2 && a.term() == term)
+    })
+    .await;
+    eventually("n2 sees its vnodes", LIMIT, || {
+        !n2.owned_vnodes().is_empty()
+    })
+    .await;
+    let client = sluice_cluster::client::connect(&etcd.endpoints())
+        .await
+        .expect("connect");
+    let keys = ClusterKeys::new(cluster).expect("keys");
+    let leader = Arc::new(LeaderCommitRecord::new(client, keys, "n1").sharing_vnodes());
+    leader.lead(Arc::clone(n1.election()), term);
+    let follower = Arc::new(FollowerCommitRecord::new(Arc::clone(n2.session())));
+    let generation = leader.admit().await.expect("admitted").expect("fenced");
+    (n1, n2, leader, follower, generation)
+}
+
+fn due_in(ms: u64) -> u64 {
+    sluice_cluster::checkpoint::now_ms() + ms
+}
+
+/// The follower acks attempt `id` in the background.
+fn ack(
+    follower: &Arc<FollowerCommitRecord>,
+    id: u64,
+    g: u64,
+) -> tokio::task::JoinHandle<Result<(), StorageError>> {
+    let follower = Arc::clone(follower);
+    tokio::spawn(async move { follower.record_commit(id, Some(g), &part(id)).await })
+}
+
+/// The refusal a background ack ended with, in time.
+async fn refused(acking: tokio::task::JoinHandle<Result<(), StorageError>>) -> StorageError {
+    let done = tokio::time::timeout(LIMIT, acking).await.expect("in time");
+    done.expect("joined").expect_err("refused")
+}
+
+/// The follower's next announcement, waiting for its wake.
+async fn announced(follower: &FollowerCommitRecord) -> Announcement {
+    let wake = follower.announcements().expect("a follower has a wake");
+    let wait = async {
+        loop {
+            if let Some(a) = follower.next_announcement().await.expect("read") {
+                return a;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(200), wake.notified()).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, wait).await.expect("announced")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_commits_once_every_owner_acked() {
+    let etcd = etcd().await;
+    let (_n1, _n2, leader, follower, g) = two_owners(&etcd, "own1").await;
+    assert!(!follower.may_originate());
+    assert!(follower.may_fold_input());
+    leader
+        .prepare(1, Some(g), due_in(10_000))
+        .await
+        .expect("prepared");
+    let want = Announcement::Prepared {
+        id: 1,
+        generation: g,
+        deadline_ms: 0,
+    };
+    let got = announced(&follower).await;
+    assert!(
+        matches!(got, Announcement::Prepared { id: 1, generation, .. } if generation == g),
+        "{got:?} (want {want:?})"
+    );
+    // Each Prepare is handed out once.
+    assert_eq!(follower.next_announcement().await.expect("read"), None);
+    // The leader's part alone does not commit: it waits for n2's ack.
+    let committing = {
+        let leader = Arc::clone(&leader);
+        tokio::spawn(async move { leader.record_commit(1, Some(g), &part(1)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!committing.is_finished(), "committed without n2's ack");
+    assert_eq!(leader.committed().await.expect("read"), None);
+    follower
+        .record_commit(1, Some(g), &part(1))
+        .await
+        .expect("n2's part committed");
+    committing.await.expect("joined").expect("committed");
+    let both = [leader.committed().await, follower.committed().await];
+    for c in both {
+        assert_eq!(
+            c.expect("read")
+                .expect("some")
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![1]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_decline_aborts_the_leaders_commit() {
+    let etcd = etcd().await;
+    let (_n1, _n2, leader, follower, g) = two_owners(&etcd, "own2").await;
+    leader
+        .prepare(1, Some(g), due_in(10_000))
+        .await
+        .expect("prepared");
+    announced(&follower).await;
+    follower
+        .decline(1, "alignment timed out waiting for the barrier of bids")
+        .await
+        .expect("nacked");
+    let e = leader
+        .record_commit(1, Some(g), &part(1))
+        .await
+        .expect_err("aborted");
+    assert_eq!(e.code(), "SLC-STO-008", "{e}");
+    let chain = format!(
+        "{e} / {}",
+        std::error::Error::source(&e)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    );
+    assert!(
+        chain.contains("node 'n2' nacked: alignment timed out waiting for the barrier of bids"),
+        "{chain}"
+    );
+    assert_eq!(leader.committed().await.expect("read"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_abort_reaches_the_follower_waiting_or_not() {
+    let etcd = etcd().await;
+    let (_n1, _n2, leader, follower, g) = two_owners(&etcd, "own3").await;
+    // Acked, then the leader gives the attempt up: the waiting ack ends
+    // with the leader's reason at once, not at the deadline.
+    leader
+        .prepare(1, Some(g), due_in(60_000))
+        .await
+        .expect("prepared");
+    announced(&follower).await;
+    let acking = ack(&follower, 1, g);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    leader
+        .abandon(1, "alignment timed out")
+        .await
+        .expect("aborted");
+    let e = refused(acking).await;
+    assert!(
+        matches!(&e, StorageError::Aborted { id: 1, reason } if reason == "alignment timed out"),
+        "{e:?}"
+    );
+    assert_eq!(e.code(), "SLC-STO-011");
+
+    // Aborted before the follower looked: announced as an abort.
+    leader
+        .prepare(2, Some(g), due_in(60_000))
+        .await
+        .expect("prepared");
+    leader
+        .abandon(2, "the pipeline stopped")
+        .await
+        .expect("aborted");
+    assert_eq!(
+        announced(&follower).await,
+        Announcement::Aborted {
+            id: 2,
+            reason: "the pipeline stopped".into()
+        }
+    );
+
+    // A leader whose tail never reached its commit (its manifest write
+    // failed) aborts that attempt before its next Prepare.
+    leader
+        .prepare(3, Some(g), due_in(60_000))
+        .await
+        .expect("prepared");
+    announced(&follower).await;
+    let acking = ack(&follower, 3, g);
+    leader
+        .prepare(4, Some(g), due_in(60_000))
+        .await
+        .expect("prepared");
+    let e = refused(acking).await;
+    assert!(
+        matches!(&e, StorageError::Aborted { id: 3, reason } if reason.contains("moved on to a later attempt")),
+        "{e:?}"
+    );
+    assert!(matches!(
+        announced(&follower).await,
+        Announcement::Prepared { id: 4, .. }
+    ));
+    // Neither the follower nor a stranger commits what it was not handed.
+    let e = follower
+        .record_commit(9, Some(g), &part(9))
+        .await
+        .expect_err("never prepared");
+    assert_eq!(e.code(), "SLC-STO-008", "{e}");
+}
