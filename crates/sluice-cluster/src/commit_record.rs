@@ -331,6 +331,12 @@ impl CommitAuthority for LeaderCommitRecord {
         }
         match decided.record.decision {
             Decision::Commit { .. } => Ok(()),
+            // This leader aborted it (an owner nacked or missed the
+            // deadline): the checkpoint does not exist, and nothing fenced
+            // this leader.
+            Decision::Abort { reason } if decided.first => {
+                Err(StorageError::Aborted { id, reason })
+            }
             // A new leader aborted it first.
             Decision::Abort { reason } => Err(Self::refusal(
                 id,

@@ -1,0 +1,177 @@
+//! Two pipelines whose vnodes are split between two nodes checkpoint as
+//! one, through real etcd: the leader's checkpoint is taken by the
+//! follower too (under the leader's id and assignment generation), each
+//! node's exactly-once sink publishes its epoch only once the leader's
+//! commit decision holds every owner's ack, a follower never originates a
+//! checkpoint, and an owner that does not answer aborts the checkpoint on
+//! both nodes.
+//!
+//! In process: each node is a `Database` over its own state directory,
+//! with the commit record of its role as the store's commit authority.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice::arrow::record_batch::RecordBatch;
+use sluice::{CommitAuthority, Database};
+use sluice_cluster::assignment::Placement;
+use sluice_cluster::standby::{self, Turn};
+use sluice_cluster::testing::EtcdServer;
+use sluice_cluster::{
+    ClusterKeys, ClusterNode, FollowerCommitRecord, LeaderCommitRecord, NodeConfig, SealedCatalog,
+};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+async fn node(etcd: &EtcdServer, id: &str) -> ClusterNode {
+    let catalog = SealedCatalog {
+        fingerprint: "s,out".into(),
+        objects: Default::default(),
+        vnode_count: Default::default(),
+    };
+    let mut config = NodeConfig::new(etcd.endpoints(), "owners", id, catalog);
+    config.lease_ttl = Duration::from_secs(1);
+    config.placement = Placement::Members;
+    ClusterNode::start(config).await.expect("node starts")
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + LIMIT;
+    while !cond() {
+        assert!(std::time::Instant::now() < until, "never {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A node's database: its own input file of `keys` as the source, and an
+/// exactly-once CSV sink of it; returns once the input is read.
+async fn open(dir: &Path, keys: &[i64], authority: Arc<dyn CommitAuthority>) -> Database {
+    let mut input = String::from("k,ts\n");
+    for k in keys {
+        input.push_str(&format!("{k},{k}\n"));
+    }
+    std::fs::write(dir.join("in.csv"), input).unwrap();
+    let db = Database::builder()
+        .state_dir(dir)
+        .set("checkpoint_interval", "1h")
+        .unwrap()
+        .set("checkpoint_timeout", "3s")
+        .unwrap()
+        .set("delivery", "exactly_once")
+        .unwrap()
+        .commit_authority(authority)
+        .open()
+        .await
+        .unwrap();
+    db.execute(&format!(
+        "CREATE SOURCE s (k BIGINT, ts BIGINT) WITH (connector = 'file', path = '{}', format = 'csv');
+         CREATE SINK out FROM s WITH (connector = 'file', path = '{}', format = 'csv')",
+        dir.join("in.csv").display(),
+        dir.join("out.csv").display()
+    ))
+    .await
+    .unwrap();
+    db.start().await.unwrap();
+    let read = async {
+        while !db.status().await.is_some_and(|s| s.finished) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, read).await.expect("input read");
+    db
+}
+
+/// The keys in a node's sink file (none while it does not exist).
+fn published(dir: &Path) -> Vec<i64> {
+    let text = std::fs::read_to_string(dir.join("out.csv")).unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').next()?.parse().ok())
+        .collect()
+}
+
+async fn checkpoint(db: &Database) -> sluice::Result<Vec<RecordBatch>> {
+    tokio::time::timeout(LIMIT, db.execute("CHECKPOINT"))
+        .await
+        .expect("in time")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_owners_checkpoint_as_one_and_publish_only_what_both_acked() {
+    let etcd = EtcdServer::start().await.expect("etcd");
+    let n1 = node(&etcd, "n1").await;
+    let term = match tokio::time::timeout(LIMIT, standby::wait_for_turn(&n1))
+        .await
+        .expect("in time")
+        .expect("turn")
+    {
+        Turn::Lead { term } => term,
+        other => panic!("{other:?}"),
+    };
+    let n2 = node(&etcd, "n2").await;
+    eventually("both nodes own vnodes", || {
+        !n2.owned_vnodes().is_empty()
+            && n1
+                .assignment()
+                .ok()
+                .flatten()
+                .is_some_and(|a| a.members().len() == 2 && a.term() == term)
+    })
+    .await;
+    let client = sluice_cluster::client::connect(&etcd.endpoints())
+        .await
+        .unwrap();
+    let keys = ClusterKeys::new("owners").unwrap();
+    let leader = Arc::new(LeaderCommitRecord::new(client, keys, "n1").sharing_vnodes());
+    leader.lead(Arc::clone(n1.election()), term);
+    let follower: Arc<dyn CommitAuthority> =
+        Arc::new(FollowerCommitRecord::new(Arc::clone(n2.session())));
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let db1 = open(d1.path(), &[10, 11], leader).await;
+    let db2 = open(d2.path(), &[1, 2, 3], follower).await;
+    // Read, but nothing is published before a checkpoint commits.
+    let nothing: (Vec<i64>, Vec<i64>) = (vec![], vec![]);
+    assert_eq!((published(d1.path()), published(d2.path())), nothing);
+
+    // A follower originates nothing, by name.
+    let e = checkpoint(&db2).await.expect_err("n2 does not lead");
+    assert!(e.to_string().contains("not the cluster leader"), "{e}");
+
+    // The leader's checkpoint is the follower's too: both publish.
+    checkpoint(&db1).await.expect("committed with n2's ack");
+    eventually("n2 publishes its epoch", || {
+        published(d2.path()) == [1, 2, 3]
+    })
+    .await;
+    assert_eq!(published(d1.path()), vec![10, 11]);
+    let ids = |db: &Database| {
+        let db = db.clone();
+        async move {
+            let list = db.checkpoints().await.unwrap();
+            list.iter().map(|c| c.id).collect::<Vec<_>>()
+        }
+    };
+    let committed = ids(&db1).await;
+    assert_eq!(committed.len(), 1);
+    assert_eq!(
+        ids(&db2).await,
+        committed,
+        "one checkpoint, one id on both nodes"
+    );
+
+    // The follower stops answering: the leader's next checkpoint aborts
+    // at its deadline, and nothing more is committed or published.
+    db2.abort().await.ok();
+    let e = checkpoint(&db1).await.expect_err("n2 never acks");
+    assert!(e.to_string().contains("without an ack from n2"), "{e}");
+    // Aborted, not fenced: the leader is not halted (under exactly-once
+    // it recovers from the committed checkpoint).
+    let codes = format!("{e:?}");
+    assert!(codes.contains("Aborted"), "{codes}");
+    let status = db1.status().await.expect("status");
+    assert!(status.halted.is_none(), "{status:?}");
+    assert_eq!(published(d1.path()), vec![10, 11]);
+    assert_eq!(published(d2.path()), vec![1, 2, 3]);
+    assert_eq!(ids(&db1).await, committed);
+}
