@@ -236,3 +236,70 @@ async fn every_abort_reaches_the_follower_waiting_or_not() {
         .expect_err("never prepared");
     assert_eq!(e.code(), "SLC-STO-008", "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_waiting_on_a_deposed_leader_hears_its_successors_abort() {
+    let etcd = etcd().await;
+    let (n1, n2, leader, follower, g) = two_owners(&etcd, "own4").await;
+    leader
+        .prepare(1, Some(g), due_in(60_000))
+        .await
+        .expect("prepared");
+    announced(&follower).await;
+    let acking = ack(&follower, 1, g);
+    // The leader stops (its lease lapses) before it decides: n2 takes
+    // over, and its first act as leader aborts the orphan, which releases
+    // the ack it made as a follower long before the Prepare's deadline.
+    n1.session().stop_keep_alive();
+    let term2 = match tokio::time::timeout(LIMIT, standby::wait_for_turn(&n2))
+        .await
+        .expect("in time")
+        .expect("turn")
+    {
+        Turn::Lead { term } => term,
+        other => panic!("n2: {other:?}"),
+    };
+    let client = sluice_cluster::client::connect(&etcd.endpoints())
+        .await
+        .expect("connect");
+    let successor = LeaderCommitRecord::new(client, ClusterKeys::new("own4").expect("keys"), "n2")
+        .sharing_vnodes();
+    successor.lead(Arc::clone(n2.election()), term2);
+    assert_eq!(successor.take_over().await.expect("took over"), vec![1]);
+    let e = refused(acking).await;
+    assert!(
+        matches!(&e, StorageError::Aborted { id: 1, reason } if reason.contains("left undecided by an earlier leader")),
+        "{e:?}"
+    );
+    // The deposed leader's own commit is refused as a fence.
+    let e = leader
+        .record_commit(1, Some(g), &part(1))
+        .await
+        .expect_err("deposed");
+    assert_eq!(e.code(), "SLC-STO-008", "{e}");
+    assert_eq!(successor.committed().await.expect("read"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_out_of_the_cluster_cannot_ack_and_stops_folding_input() {
+    let etcd = etcd().await;
+    let (_n1, n2, leader, follower, g) = two_owners(&etcd, "own5").await;
+    leader
+        .prepare(1, Some(g), due_in(60_000))
+        .await
+        .expect("prepared");
+    announced(&follower).await;
+    // n2 is cut off past its lease: it must not fold input, and its ack
+    // is refused by etcd (its member key went with its lease).
+    n2.session().stop_keep_alive();
+    eventually("n2 sees its lease lost", LIMIT, || {
+        !follower.may_fold_input()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let e = follower
+        .record_commit(1, Some(g), &part(1))
+        .await
+        .expect_err("out of the cluster");
+    assert_eq!(e.code(), "SLC-STO-008", "{e}");
+}
