@@ -51,9 +51,13 @@
 //!   deposed mid-round ─► SLC-CLU-018, the next leader aborts the attempt
 //! ```
 //!
-//! Neither driver is wired into the streaming coordinator yet: that is
-//! `PipelineCallback::service_checkpoint_control` (leader announcements)
-//! and `checkpoint_control_wake` (the watch that wakes it), still to come.
+//! The streaming pipeline does not use these drivers: there the engine's
+//! coordinator drives, and the same steps are taken by the stores' commit
+//! authorities, [`crate::LeaderCommitRecord`] (reserve, admit, Prepare,
+//! wait for answers, decide) and [`crate::FollowerCommitRecord`] (each
+//! Prepare once, its wake for `checkpoint_control_wake`, ack or nack, wait
+//! for the decision). The drivers remain the protocol's reference, which
+//! the model tests check.
 //!
 //! Recovery restores from [`last_committed`]: the committed pointer, the
 //! Prepare (generation and owners) and the commit decision, which carries
