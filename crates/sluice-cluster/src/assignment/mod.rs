@@ -3,7 +3,7 @@
 //!
 //! # Architecture
 //!
-//! The leader alone writes `/sluice/C/assignment` ([`publish`]), in a
+//! The leader alone writes `/sluice/C/assignment` ([`publish()`]), in a
 //! transaction guarded by its term *and* by the generation it read, so a
 //! deposed leader and a leader acting on a stale table are both refused by
 //! etcd. The **generation** is the etcd revision of that write (the key's
