@@ -44,14 +44,28 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// A node's database: its own input file of `keys` as the source, and an
-/// exactly-once CSV sink of it; returns once the input is read.
-async fn open(dir: &Path, keys: &[i64], authority: Arc<dyn CommitAuthority>) -> Database {
-    let mut input = String::from("k,ts\n");
-    for k in keys {
-        input.push_str(&format!("{k},{k}\n"));
+/// Append `keys` to a node's input file (creating it with its header).
+fn append_input(dir: &Path, keys: &[i64]) {
+    use std::io::Write;
+    let path = dir.join("in.csv");
+    let fresh = !path.exists();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    if fresh {
+        writeln!(f, "k,ts").unwrap();
     }
-    std::fs::write(dir.join("in.csv"), input).unwrap();
+    for k in keys {
+        writeln!(f, "{k},{k}").unwrap();
+    }
+}
+
+/// A node's database over its state directory: its input file as the
+/// source, and an exactly-once CSV sink of it; returns once the input is
+/// read.
+async fn open(dir: &Path, authority: Arc<dyn CommitAuthority>) -> Database {
     let db = Database::builder()
         .state_dir(dir)
         .set("checkpoint_interval", "1h")
@@ -97,8 +111,14 @@ async fn checkpoint(db: &Database) -> sluice::Result<Vec<RecordBatch>> {
         .expect("in time")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_owners_checkpoint_as_one_and_publish_only_what_both_acked() {
+/// Two nodes over Members placement with n1 leading: (etcd, n1, n2, the
+/// leader's record). Each test starts its own etcd.
+async fn two_nodes() -> (
+    EtcdServer,
+    ClusterNode,
+    ClusterNode,
+    Arc<LeaderCommitRecord>,
+) {
     let etcd = EtcdServer::start().await.expect("etcd");
     let n1 = node(&etcd, "n1").await;
     let term = match tokio::time::timeout(LIMIT, standby::wait_for_turn(&n1))
@@ -125,11 +145,27 @@ async fn two_owners_checkpoint_as_one_and_publish_only_what_both_acked() {
     let keys = ClusterKeys::new("owners").unwrap();
     let leader = Arc::new(LeaderCommitRecord::new(client, keys, "n1").sharing_vnodes());
     leader.lead(Arc::clone(n1.election()), term);
-    let follower: Arc<dyn CommitAuthority> =
-        Arc::new(FollowerCommitRecord::new(Arc::clone(n2.session())));
+    (etcd, n1, n2, leader)
+}
+
+fn follower_of(n2: &ClusterNode) -> Arc<dyn CommitAuthority> {
+    Arc::new(FollowerCommitRecord::new(Arc::clone(n2.session())))
+}
+
+/// The ids of a node's committed checkpoints.
+async fn ids(db: &Database) -> Vec<u64> {
+    let list = db.checkpoints().await.unwrap();
+    list.iter().map(|c| c.id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_owners_checkpoint_as_one_and_publish_only_what_both_acked() {
+    let (_etcd, _n1, n2, leader) = two_nodes().await;
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let db1 = open(d1.path(), &[10, 11], leader).await;
-    let db2 = open(d2.path(), &[1, 2, 3], follower).await;
+    append_input(d1.path(), &[10, 11]);
+    append_input(d2.path(), &[1, 2, 3]);
+    let db1 = open(d1.path(), leader).await;
+    let db2 = open(d2.path(), follower_of(&n2)).await;
     // Read, but nothing is published before a checkpoint commits.
     let nothing: (Vec<i64>, Vec<i64>) = (vec![], vec![]);
     assert_eq!((published(d1.path()), published(d2.path())), nothing);
@@ -145,13 +181,6 @@ async fn two_owners_checkpoint_as_one_and_publish_only_what_both_acked() {
     })
     .await;
     assert_eq!(published(d1.path()), vec![10, 11]);
-    let ids = |db: &Database| {
-        let db = db.clone();
-        async move {
-            let list = db.checkpoints().await.unwrap();
-            list.iter().map(|c| c.id).collect::<Vec<_>>()
-        }
-    };
     let committed = ids(&db1).await;
     assert_eq!(committed.len(), 1);
     assert_eq!(
@@ -174,4 +203,43 @@ async fn two_owners_checkpoint_as_one_and_publish_only_what_both_acked() {
     assert_eq!(published(d1.path()), vec![10, 11]);
     assert_eq!(published(d2.path()), vec![1, 2, 3]);
     assert_eq!(ids(&db1).await, committed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_crashed_rejoins_from_the_shared_checkpoint_exactly_once() {
+    let (_etcd, _n1, n2, leader) = two_nodes().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    append_input(d1.path(), &[10]);
+    append_input(d2.path(), &[1, 2]);
+    let db1 = open(d1.path(), leader).await;
+    let db2 = open(d2.path(), follower_of(&n2)).await;
+
+    // n2 crashes before any checkpoint: what it staged is never published.
+    db2.abort().await.ok();
+    drop(db2);
+    let nothing: (Vec<i64>, Vec<i64>) = (vec![], vec![]);
+    assert_eq!((published(d1.path()), published(d2.path())), nothing);
+
+    // Restarted, n2 reads its input again and the next checkpoint is
+    // both nodes': each row is published once.
+    let db2 = open(d2.path(), follower_of(&n2)).await;
+    checkpoint(&db1).await.expect("first checkpoint");
+    eventually("n2 publishes", || published(d2.path()) == [1, 2]).await;
+    assert_eq!(published(d1.path()), vec![10]);
+    let first = ids(&db1).await;
+    assert_eq!(ids(&db2).await, first);
+
+    // Crashed after it, n2 recovers that checkpoint (its input is read to
+    // the end there): nothing is published again, and it takes part in
+    // the next checkpoint.
+    db2.abort().await.ok();
+    drop(db2);
+    let db2 = open(d2.path(), follower_of(&n2)).await;
+    assert_eq!(ids(&db2).await, first, "n2 recovered the shared checkpoint");
+    checkpoint(&db1).await.expect("second checkpoint");
+    let both = ids(&db1).await;
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert_eq!(ids(&db2).await, both);
+    assert_eq!(published(d2.path()), vec![1, 2]);
+    assert_eq!(published(d1.path()), vec![10]);
 }
