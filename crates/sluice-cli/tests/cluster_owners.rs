@@ -66,9 +66,14 @@ fn append_input(dir: &Path, keys: &[i64]) {
 /// source, and an exactly-once CSV sink of it; returns once the input is
 /// read.
 async fn open(dir: &Path, authority: Arc<dyn CommitAuthority>) -> Database {
+    open_every(dir, authority, "1h").await
+}
+
+/// As [`open`], with periodic checkpoints every `interval`.
+async fn open_every(dir: &Path, authority: Arc<dyn CommitAuthority>, interval: &str) -> Database {
     let db = Database::builder()
         .state_dir(dir)
-        .set("checkpoint_interval", "1h")
+        .set("checkpoint_interval", interval)
         .unwrap()
         .set("checkpoint_timeout", "3s")
         .unwrap()
@@ -242,4 +247,24 @@ async fn a_follower_that_crashed_rejoins_from_the_shared_checkpoint_exactly_once
     assert_eq!(ids(&db2).await, both);
     assert_eq!(published(d2.path()), vec![1, 2]);
     assert_eq!(published(d1.path()), vec![10]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaders_periodic_checkpoints_are_the_followers_too() {
+    let (_etcd, _n1, n2, leader) = two_nodes().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    append_input(d1.path(), &[7]);
+    append_input(d2.path(), &[5, 6]);
+    // The same interval on both: only the leader's schedule starts one.
+    let db1 = open_every(d1.path(), leader, "200ms").await;
+    let db2 = open_every(d2.path(), follower_of(&n2), "200ms").await;
+    eventually("both publish at a periodic checkpoint", || {
+        published(d1.path()) == [7] && published(d2.path()) == [5, 6]
+    })
+    .await;
+    let leader_ids = ids(&db1).await;
+    assert!(!leader_ids.is_empty());
+    assert_eq!(ids(&db2).await, leader_ids);
+    let m = db2.metrics();
+    assert_eq!(m.checkpoints_failed, 0, "{m:?}");
 }
