@@ -199,15 +199,27 @@ async fn two_owners_checkpoint_as_one_and_publish_only_what_both_acked() {
     db2.abort().await.ok();
     let e = checkpoint(&db1).await.expect_err("n2 never acks");
     assert!(e.to_string().contains("without an ack from n2"), "{e}");
-    // Aborted, not fenced: the leader is not halted (under exactly-once
-    // it recovers from the committed checkpoint).
-    let codes = format!("{e:?}");
-    assert!(codes.contains("Aborted"), "{codes}");
+    // Aborted (SLC-STO-011), neither fenced nor a fault: its outcome is
+    // known, and the leader goes on even under exactly-once.
+    assert_eq!(e.code(), "SLC-STO-011", "{e:?}");
     let status = db1.status().await.expect("status");
-    assert!(status.halted.is_none(), "{status:?}");
+    assert!(
+        status.halted.is_none() && status.fault.is_none(),
+        "{status:?}"
+    );
     assert_eq!(published(d1.path()), vec![10, 11]);
     assert_eq!(published(d2.path()), vec![1, 2, 3]);
     assert_eq!(ids(&db1).await, committed);
+
+    // n2 back: the leader's next checkpoint commits on both again.
+    drop(db2);
+    let db2 = open(d2.path(), follower_of(&n2)).await;
+    checkpoint(&db1).await.expect("committed once n2 is back");
+    let now = ids(&db1).await;
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert_eq!(ids(&db2).await, now);
+    assert_eq!(published(d1.path()), vec![10, 11]);
+    assert_eq!(published(d2.path()), vec![1, 2, 3]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,7 +231,8 @@ async fn a_follower_that_crashed_rejoins_from_the_shared_checkpoint_exactly_once
     let db1 = open(d1.path(), leader).await;
     let db2 = open(d2.path(), follower_of(&n2)).await;
 
-    // n2 crashes before any checkpoint: what it staged is never published.
+    // n2 crashes before any checkpoint: what it staged is never published
+    // (the first checkpoint below publishes each row once).
     db2.abort().await.ok();
     drop(db2);
     let nothing: (Vec<i64>, Vec<i64>) = (vec![], vec![]);

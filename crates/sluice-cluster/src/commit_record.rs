@@ -79,7 +79,7 @@ pub struct LeaderCommitRecord {
     /// The prepared attempt not yet decided by this record: aborted before
     /// the next Prepare if its tail never reached `record_commit` (a
     /// failed manifest write), so no follower waits on it past then.
-    open: Mutex<Option<u64>>,
+    open: Mutex<Option<(u64, u64)>>,
 }
 
 impl std::fmt::Debug for LeaderCommitRecord {
@@ -140,6 +140,14 @@ impl LeaderCommitRecord {
     /// This node no longer leads: everything is refused.
     pub fn stand_down(&self) {
         *self.leading.lock() = None;
+    }
+
+    /// Attempt `id` is decided: it no longer needs aborting.
+    fn close(&self, id: u64) {
+        let mut open = self.open.lock();
+        if open.is_some_and(|(o, _)| o == id) {
+            *open = None;
+        }
     }
 
     fn not_leader(&self, term: u64) -> ClusterError {
@@ -238,17 +246,20 @@ impl CommitAuthority for LeaderCommitRecord {
             });
         };
         let what = || format!("publishing the Prepare of checkpoint {id}");
-        let open = self.open.lock().take();
-        if let Some(earlier) = open {
+        let open = *self.open.lock();
+        if let Some((earlier, earlier_generation)) = open {
+            // Cleared only once aborted: a failed abort is tried again at
+            // the next Prepare.
             let reason = "its leader moved on to a later attempt before it committed";
-            abort_attempt(&election, term, earlier, 0, reason)
+            abort_attempt(&election, term, earlier, earlier_generation, reason)
                 .await
                 .map_err(|e| Self::refusal(id, what(), e))?;
+            self.close(earlier);
         }
         let attempt = reserve_given(&election, term, id)
             .await
             .map_err(|e| Self::refusal(id, what(), e))?;
-        *self.open.lock() = Some(id);
+        *self.open.lock() = Some((id, fence.generation()));
         publish_checkpoint_prepare(&election, attempt, &fence, deadline_ms)
             .await
             .map_err(|e| Self::refusal(id, what(), e))?;
@@ -261,10 +272,7 @@ impl CommitAuthority for LeaderCommitRecord {
         let decided = abort_attempt(&election, term, id, generation, reason)
             .await
             .map_err(|e| Self::refusal(id, format!("aborting checkpoint {id}"), e))?;
-        let mut open = self.open.lock();
-        if *open == Some(id) {
-            *open = None;
-        }
+        self.close(id);
         tracing::debug!(node = %self.node, id, first = decided.first, "abandoned checkpoint aborted");
         Ok(())
     }
@@ -317,18 +325,15 @@ impl CommitAuthority for LeaderCommitRecord {
             .ok_or_else(|| {
                 Self::authority(
                     what(),
-                    ClusterError::Timeout {
-                        what: format!("the answers to checkpoint {id}"),
-                        after_ms: 0,
+                    ClusterError::CheckpointRefused {
+                        action: "commit",
+                        id,
+                        node: self.node.clone(),
+                        reason: "the answers could not be judged after the wait".into(),
                     },
                 )
             })?;
-        {
-            let mut open = self.open.lock();
-            if *open == Some(id) {
-                *open = None;
-            }
-        }
+        self.close(id);
         match decided.record.decision {
             Decision::Commit { .. } => Ok(()),
             // This leader aborted it (an owner nacked or missed the

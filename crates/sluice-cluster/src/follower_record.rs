@@ -98,16 +98,27 @@ impl FollowerCommitRecord {
         }
     }
 
-    /// A refusal that proves this follower may not answer is `Fenced`
-    /// (it lost its lease, or the table moved); anything else is unknown.
-    fn refusal(id: u64, what: String, e: ClusterError) -> StorageError {
+    /// A refusal that proves this follower may not answer (it is out of
+    /// the cluster: its lease or member key is gone, or the Prepare
+    /// changed) is `Fenced`; a table that moved since the Prepare is an
+    /// abort (the leader cannot commit the attempt, and this node is still
+    /// a member: it takes part in the next one); anything else is unknown.
+    fn refusal(&self, id: u64, what: String, e: ClusterError) -> StorageError {
         match e {
-            ClusterError::AnswerRefused { .. } | ClusterError::AssignmentFenceMoved { .. } => {
+            ClusterError::AnswerRefused { .. } | ClusterError::LeaseLost { .. } => {
                 StorageError::Fenced {
                     id,
                     source: Box::new(e),
                 }
             }
+            ClusterError::AssignmentFenceMoved { .. } => StorageError::Aborted {
+                id,
+                reason: e.to_string(),
+            },
+            e if !self.session.lease_valid() => StorageError::Fenced {
+                id,
+                source: Box::new(e),
+            },
             e => authority_error(what, e),
         }
     }
@@ -185,17 +196,21 @@ impl CommitAuthority for FollowerCommitRecord {
         let me = self.session.node().to_string();
         for prepare in self.unhandled()? {
             let id = prepare.value.id;
-            *self.handled.lock() = id;
             if !prepare.value.owning_nodes().contains(&me) {
                 tracing::debug!(node = %me, id, "checkpoint skipped: this node owns no vnode in it");
+                *self.handled.lock() = id;
                 continue;
             }
             if prepare.value.deadline_ms < self.started_ms {
+                *self.handled.lock() = id;
                 continue;
             }
+            // Marked handled only once its decision was read: a failed
+            // read hands the same Prepare out again next time.
             let decision = read_decision(&self.session, id)
                 .await
                 .map_err(|e| authority_error(format!("reading the decision on {id}"), e))?;
+            *self.handled.lock() = id;
             match decision.map(|d| d.value.decision) {
                 // Committed without this owner: not possible while it owns
                 // vnodes in it; nothing to do either way.
@@ -224,7 +239,7 @@ impl CommitAuthority for FollowerCommitRecord {
         };
         answer_checkpoint(&self.session, &prepare, answer)
             .await
-            .map_err(|e| Self::refusal(id, format!("declining checkpoint {id}"), e))
+            .map_err(|e| self.refusal(id, format!("declining checkpoint {id}"), e))
     }
 
     async fn record_commit(
@@ -236,6 +251,16 @@ impl CommitAuthority for FollowerCommitRecord {
         let what = || format!("acknowledging checkpoint {id}");
         let prepare = self.prepare_of(id)?;
         self.pending.lock().remove(&id);
+        // Out of the cluster: its part must not count, whatever etcd
+        // would still accept before the lease expires there.
+        if !self.session.lease_valid() {
+            let e = ClusterError::LeaseLost {
+                node: self.session.node().to_string(),
+            };
+            return Err(self.refusal(id, what(), e));
+        }
+        // The capture was fenced at the generation the Prepare named
+        // (handed out with it); a different one is a caller's mistake.
         if generation != Some(prepare.value.generation) {
             let e = ClusterError::AssignmentFenceMoved {
                 action: "answer",
@@ -244,14 +269,14 @@ impl CommitAuthority for FollowerCommitRecord {
                 expected: prepare.value.generation,
                 current: generation.unwrap_or(0),
             };
-            return Err(Self::refusal(id, what(), e));
+            return Err(self.refusal(id, what(), e));
         }
         let ack = Answer::Ack {
             part: part_of(manifest),
         };
         answer_checkpoint(&self.session, &prepare, ack)
             .await
-            .map_err(|e| Self::refusal(id, what(), e))?;
+            .map_err(|e| self.refusal(id, what(), e))?;
         let until = instant_of(prepare.value.deadline_ms) + DECISION_GRACE;
         let decision = wait_for_decision(&self.session, id, until)
             .await

@@ -88,8 +88,9 @@ impl CheckpointAssignmentAdmission {
 /// announced (a Prepare to follow, or the abort of one). A notification
 /// may come while the coordinator cannot act on it (it is aligning, or its
 /// tail slots are full), and [`tokio::sync::Notify`] keeps at most one, so
-/// the wait also ends after `fallback`: the coordinator asks again, and no
-/// announcement waits longer than that.
+/// the coordinator also asks every `fallback` on a fixed schedule (which
+/// input does not postpone): no announcement waits longer than that once
+/// the coordinator is free to act.
 #[derive(Debug, Clone)]
 pub struct CheckpointControlWake {
     notify: Arc<tokio::sync::Notify>,
@@ -97,14 +98,19 @@ pub struct CheckpointControlWake {
 }
 
 impl CheckpointControlWake {
-    /// Woken by `notify`, or after `fallback` at the latest.
+    /// Woken by `notify`, and asked every `fallback` regardless.
     pub fn new(notify: Arc<tokio::sync::Notify>, fallback: std::time::Duration) -> Self {
         Self { notify, fallback }
     }
 
-    /// Resolves when notified, or once `fallback` has passed.
-    pub async fn wait(&self) {
-        let _ = tokio::time::timeout(self.fallback, self.notify.notified()).await;
+    /// Resolves when notified.
+    pub async fn notified(&self) {
+        self.notify.notified().await;
+    }
+
+    /// The period of the fixed schedule.
+    pub fn fallback(&self) -> std::time::Duration {
+        self.fallback
     }
 }
 
@@ -242,6 +248,13 @@ pub enum CycleError {
     /// A checkpoint attempt failed before its manifest was durable.
     #[error(transparent)]
     Checkpoint(EngineError),
+    /// The cluster aborted a checkpoint this node took part in, for a
+    /// reason that was not this node's (another owner nacked or was late):
+    /// its outcome is known, nothing of it was committed, and the sinks'
+    /// sealed epochs stay pending for the next checkpoint. Refused in every
+    /// mode: recovering would not change anything.
+    #[error(transparent)]
+    CheckpointAborted(EngineError),
     /// A checkpoint was refused because this process may no longer write
     /// the pipeline's store: its store lease was lost or taken over
     /// (`SLC-STO-006`), or the commit authority refused the commit
@@ -275,6 +288,7 @@ impl CycleError {
             | CycleError::Process(e)
             | CycleError::Panicked(e)
             | CycleError::Checkpoint(e)
+            | CycleError::CheckpointAborted(e)
             | CycleError::Fenced(e)
             | CycleError::AfterDurable(e)
             | CycleError::FollowerState(e)
@@ -338,7 +352,7 @@ pub fn disposition(error: &CycleError, delivery: Option<Delivery>) -> Dispositio
         },
         CycleError::Fenced(_) => Disposition::Halt,
         CycleError::AfterDurable(_) | CycleError::FollowerState(_) => Disposition::Fault,
-        CycleError::Control(_) => Disposition::Refuse,
+        CycleError::Control(_) | CycleError::CheckpointAborted(_) => Disposition::Refuse,
     }
 }
 

@@ -105,6 +105,7 @@ fn every_stage(e: impl Fn() -> EngineError) -> Vec<(&'static str, CycleError)> {
         ("Output", CycleError::Output(e())),
         ("Panicked", CycleError::Panicked(e())),
         ("Checkpoint", CycleError::Checkpoint(e())),
+        ("CheckpointAborted", CycleError::CheckpointAborted(e())),
         ("Fenced", CycleError::Fenced(e())),
         ("AfterDurable", CycleError::AfterDurable(e())),
         ("FollowerState", CycleError::FollowerState(e())),
@@ -114,7 +115,7 @@ fn every_stage(e: impl Fn() -> EngineError) -> Vec<(&'static str, CycleError)> {
 }
 
 /// The table the coordinator follows: (stage, off, at-least-once, exactly-once).
-const TABLE: [(&str, Disposition, Disposition, Disposition); 11] = {
+const TABLE: [(&str, Disposition, Disposition, Disposition); 12] = {
     use Disposition::{Fault, Halt, Refuse};
     [
         ("Source", Halt, Halt, Halt),
@@ -123,6 +124,7 @@ const TABLE: [(&str, Disposition, Disposition, Disposition); 11] = {
         ("Output", Halt, Fault, Fault),
         ("Panicked", Halt, Fault, Fault),
         ("Checkpoint", Refuse, Refuse, Fault),
+        ("CheckpointAborted", Refuse, Refuse, Refuse),
         ("Fenced", Halt, Halt, Halt),
         ("AfterDurable", Fault, Fault, Fault),
         ("FollowerState", Fault, Fault, Fault),

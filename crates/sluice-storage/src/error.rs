@@ -106,9 +106,11 @@ pub enum StorageError {
         source: BoxedError,
     },
     /// The cluster leader decided to abort this checkpoint after this
-    /// writer wrote its part (another owner nacked or missed the deadline):
-    /// the checkpoint does not exist, and nothing of this writer's was
-    /// fenced; the next checkpoint takes its place.
+    /// writer wrote its part (another owner nacked or missed the deadline,
+    /// or the assignment moved): the checkpoint does not exist, and nothing
+    /// of this writer's was fenced or lost. Its sealed sink epochs stay
+    /// pending and the next checkpoint commits them, so the pipeline goes
+    /// on in every delivery mode.
     #[error("checkpoint {id} was aborted by the cluster leader: {reason}")]
     Aborted {
         /// The checkpoint.
@@ -145,6 +147,10 @@ impl StorageError {
     /// the commit authority refused it (`SLC-STO-008`). Retrying, or
     /// recovering in the same process, cannot help.
     pub const FENCE_CODES: [&'static str; 2] = ["SLC-STO-006", "SLC-STO-008"];
+
+    /// The code of [`StorageError::Aborted`]: a checkpoint whose outcome is
+    /// known (not committed) and whose failure was not this writer's.
+    pub const ABORTED_CODE: &'static str = "SLC-STO-011";
 
     /// A stable code.
     pub fn code(&self) -> &'static str {

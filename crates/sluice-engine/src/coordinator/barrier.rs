@@ -109,7 +109,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         };
         if let Err(e) = self
             .callback
-            .publish_checkpoint_prepare(attempt, started, deadline, flags, fence)
+            .publish_checkpoint_prepare(attempt, started, attempt_deadline, flags, fence)
             .await
         {
             let reason = e.context("publishing the checkpoint prepare");
@@ -256,6 +256,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         for m in held.into_iter().rev() {
             self.held.push_front(m);
         }
+        if let (Origin::Followed, BarrierOutcome::Failed(e)) = (a.origin, &outcome) {
+            // Failed before its tail started: no manifest will ack it, so
+            // the leader hears now, not at its deadline.
+            let reason = EngineError::Shared(Arc::clone(e));
+            drop(self.nack(attempt, reason).await);
+        }
         if a.origin == Origin::Followed && matches!(outcome, BarrierOutcome::Aborted(_)) {
             // The leader ended the attempt before this node's capture:
             // only local state is resolved, nothing is published.
@@ -340,6 +346,8 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         // is reported by the pipeline's status.
         let stage = if StorageError::FENCE_CODES.contains(&e.code()) {
             CycleError::Fenced(failed)
+        } else if e.code() == StorageError::ABORTED_CODE {
+            CycleError::CheckpointAborted(failed)
         } else {
             CycleError::Checkpoint(failed)
         };
@@ -465,6 +473,15 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     },
                     |(_, r)| r,
                 ),
+        }
+    }
+
+    /// The leader aborted `attempt` before this node captured it: resolve
+    /// local state; a failure to do so exactly faults for recovery.
+    pub(super) fn resolve_abort(&mut self, attempt: CheckpointAttempt) {
+        if let Err(e) = self.callback.resolve_authoritative_follower_abort(attempt) {
+            let e = e.context(format!("resolving aborted checkpoint {}", attempt.id));
+            self.settle(CycleError::FollowerState(e));
         }
     }
 

@@ -422,8 +422,10 @@ pub trait ClusterCoordination {
         async { CheckpointAssignmentAdmission::Unfenced }
     }
     /// Durably publish the attempt's certified Prepare before any source
-    /// barrier is injected. `Ok`: the cluster knows the attempt; barriers
-    /// follow. An error abandons the attempt (its id stays burned).
+    /// barrier is injected. `deadline` is the attempt's (every owner's
+    /// part must be durable by then), not its alignment deadline. `Ok`:
+    /// the cluster knows the attempt; barriers follow. An error abandons
+    /// the attempt (its id stays burned).
     fn publish_checkpoint_prepare(
         &mut self,
         _attempt: CheckpointAttempt,
@@ -441,7 +443,7 @@ pub trait ClusterCoordination {
     fn checkpoint_control_wake(&self) -> Option<CheckpointControlWake> {
         None
     }
-    /// Act on the leader's newest announcement this node has not acted on
+    /// Act on the leader's oldest announcement this node has not acted on
     /// (see [`CheckpointControlOutcome`] for what each answer makes the
     /// coordinator do). Called only while this node does not lead and a
     /// tail slot is free; it never originates a checkpoint. The reference

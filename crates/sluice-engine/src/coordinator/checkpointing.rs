@@ -253,8 +253,6 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         for s in self.sources.values() {
             s.control.withdraw();
         }
-        // Captured: a followed attempt is answered by its manifest commit.
-        self.following = None;
         // Offsets of sources that were aligned without a barrier event.
         let mut offsets = source_checkpoints;
         for (name, state) in self.sources.iter() {
@@ -314,7 +312,13 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             ),
         };
         match self.tails.spawn(job) {
-            Ok(()) => BarrierOutcome::Tailing(attempt),
+            Ok(()) => {
+                // A followed attempt is answered by its manifest commit.
+                if self.following == Some(attempt.id) {
+                    self.following = None;
+                }
+                BarrierOutcome::Tailing(attempt)
+            }
             Err(e) => BarrierOutcome::Failed(Arc::new(e.into_error())),
         }
     }
@@ -468,7 +472,8 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         }
         tracing::debug!(checkpoint = attempt.id, %reason, "source barriers withdrawn");
         // A followed attempt given up before capture: the leader hears why.
-        if self.following.take() == Some(attempt.id) {
+        if self.following == Some(attempt.id) {
+            self.following = None;
             if let Some(authority) = self.authority().cloned() {
                 authority.decline(attempt.id, &reason.to_string()).await?;
             }

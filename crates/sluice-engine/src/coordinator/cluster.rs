@@ -15,7 +15,7 @@ use sluice_storage::Announcement;
 
 use super::callback::{
     CheckpointAssignmentAdmission, CheckpointAssignmentFence, CheckpointAttempt,
-    CheckpointControlOutcome, CheckpointControlWake, ClusterCoordination,
+    CheckpointControlOutcome, CheckpointControlWake, CheckpointLifecycle, ClusterCoordination,
 };
 use super::connector::ConnectorPipelineCallback;
 use crate::error::{EngineError, Result};
@@ -56,7 +56,8 @@ impl ClusterCoordination for ConnectorPipelineCallback {
         let Some(authority) = self.authority().cloned() else {
             return self.accept_fence(assignment_fence);
         };
-        // Answers are due by the attempt's deadline, in wall-clock time.
+        // Answers are due by the attempt's deadline, in wall-clock time;
+        // publishing it takes no longer than the alignment timeout.
         let left = deadline.saturating_duration_since(Instant::now());
         let deadline_ms = std::time::SystemTime::now()
             .checked_add(left)
@@ -64,7 +65,8 @@ impl ClusterCoordination for ConnectorPipelineCallback {
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let generation = assignment_fence.map(|f| f.generation);
         let prepared = authority.prepare(attempt.id, generation, deadline_ms);
-        match tokio::time::timeout_at(deadline.into(), prepared).await {
+        let by = deadline.min(Instant::now() + self.alignment_timeout());
+        match tokio::time::timeout_at(by.into(), prepared).await {
             Ok(r) => r.map_err(EngineError::from),
             Err(_) => Err(EngineError::Checkpoint(
                 "the commit authority did not publish the Prepare by the alignment deadline".into(),

@@ -14,26 +14,37 @@
 use std::time::Instant;
 
 use super::barrier::{Admitted, Checkpointed, Origin};
-use super::{
-    CheckpointAttempt, CheckpointControlOutcome, CycleError, PipelineCallback, StreamingCoordinator,
-};
+use super::{CheckpointControlOutcome, PipelineCallback, StreamingCoordinator};
 
 impl<C: PipelineCallback> StreamingCoordinator<C> {
     /// The control wake fired: act on the leader's announcement. Skipped
     /// while this node leads (it originates its own attempts then) and
     /// while every tail slot is taken (the wake's fallback asks again, and
     /// the leader's deadline bounds the wait).
+    ///
+    /// One wake may stand for several announcements (`Notify` keeps one):
+    /// it asks until there is nothing new. While intake is paused (this
+    /// node is out of the cluster) it asks nothing: it could not take part.
     pub(super) async fn follow_checkpoint_control(&mut self) {
-        if self.callback.is_leader() {
-            return;
+        loop {
+            if self.callback.is_leader() || self.stopped_intake || self.callback.intake_paused() {
+                return;
+            }
+            if self.callback.checkpoint_tails_in_flight() >= self.callback.max_checkpoint_tails() {
+                tracing::debug!("checkpoint control deferred: a checkpoint tail is in flight");
+                return;
+            }
+            if !self.follow_one().await {
+                return;
+            }
         }
-        if self.callback.checkpoint_tails_in_flight() >= self.callback.max_checkpoint_tails() {
-            tracing::debug!("checkpoint control deferred: a checkpoint tail is in flight");
-            return;
-        }
+    }
+
+    /// Act on one announcement; `false` when there was none.
+    async fn follow_one(&mut self) -> bool {
         let started = Instant::now();
         match self.callback.service_checkpoint_control().await {
-            CheckpointControlOutcome::Idle => {}
+            CheckpointControlOutcome::Idle => return false,
             CheckpointControlOutcome::AdmissionFailed(e) => {
                 let e = crate::EngineError::Shared(e).context("following the leader's checkpoint");
                 self.callback.record_checkpoint_admission_failure(&e);
@@ -71,14 +82,6 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 }
             }
         }
-    }
-
-    /// The leader aborted `attempt` before this node captured it: resolve
-    /// local state; a failure to do so exactly faults for recovery.
-    pub(super) fn resolve_abort(&mut self, attempt: CheckpointAttempt) {
-        if let Err(e) = self.callback.resolve_authoritative_follower_abort(attempt) {
-            let e = e.context(format!("resolving aborted checkpoint {}", attempt.id));
-            self.settle(CycleError::FollowerState(e));
-        }
+        true
     }
 }

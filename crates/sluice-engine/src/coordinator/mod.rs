@@ -97,9 +97,6 @@ pub struct StreamingCoordinator<C: PipelineCallback> {
     cycles_since_checkpoint: u64,
     /// Manual checkpoints answered when their tail completes.
     replies: Vec<(u64, CheckpointReply)>,
-    /// The leader's checkpoint control wake, taken once the pipeline runs
-    /// (`None`: single node, or not yet asked).
-    control_wake: Option<CheckpointControlWake>,
 }
 
 /// Where a manual checkpoint's outcome goes.
@@ -124,7 +121,6 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             stopped_intake: false,
             cycles_since_checkpoint: 0,
             replies: Vec::new(),
-            control_wake: None,
         }
     }
 
@@ -139,8 +135,13 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Created once checkpointing is enabled (at start).
         let mut checkpoints: Option<tokio::time::Interval> = None;
+        // The leader's checkpoint control wake, taken once the pipeline
+        // runs (`None`: single node, or not yet asked), with its fixed
+        // fallback schedule: an interval, so input arriving more often
+        // than the period does not postpone it.
+        let mut control: Option<(CheckpointControlWake, tokio::time::Interval)> = None;
         loop {
-            let step = AssertUnwindSafe(self.step(&mut idle, &mut checkpoints))
+            let step = AssertUnwindSafe(self.step(&mut idle, &mut checkpoints, &mut control))
                 .catch_unwind()
                 .await;
             match step {
@@ -163,6 +164,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         &mut self,
         idle: &mut tokio::time::Interval,
         checkpoints: &mut Option<tokio::time::Interval>,
+        control: &mut Option<(CheckpointControlWake, tokio::time::Interval)>,
     ) -> Step {
         if checkpoints.is_none() {
             if let Some(period) = self.callback.checkpoint_interval() {
@@ -171,16 +173,18 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 *checkpoints = Some(i);
             }
         }
-        if self.control_wake.is_none() {
-            self.control_wake = self.callback.checkpoint_control_wake();
+        if control.is_none() {
+            *control = self.callback.checkpoint_control_wake().map(|wake| {
+                let period = wake.fallback();
+                let mut i = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                (wake, i)
+            });
         }
         // A follower acts on the leader's checkpoint control. The wake is
         // awaited while leading too (and then ignored): leadership can be
         // lost without any other event, and the fallback keeps asking.
-        let following = match &self.control_wake {
-            Some(wake) if !self.stopped_intake => Some(wake.clone()),
-            _ => None,
-        };
+        let following = !self.stopped_intake && control.is_some();
         // Backpressure: while an output is full, no source input is taken
         // (neither held nor new); commands, checkpoints and idleness still
         // run, so a pipeline whose subscriber never reads still checkpoints
@@ -293,11 +297,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             // The leader announced checkpoint control (or the fallback
             // elapsed): a follower takes part in the leader's attempt.
             _ = async {
-                match &following {
-                    Some(wake) => wake.wait().await,
+                match control.as_mut() {
+                    Some((wake, fallback)) => tokio::select! {
+                        () = wake.notified() => {}
+                        _ = fallback.tick() => {}
+                    },
                     None => std::future::pending::<()>().await,
                 }
-            }, if following.is_some() => {
+            }, if following => {
                 self.follow_checkpoint_control().await;
             }
             _ = idle.tick(), if !self.stopped_intake => {

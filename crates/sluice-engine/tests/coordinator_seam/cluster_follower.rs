@@ -154,3 +154,62 @@ async fn nothing_is_followed_while_this_node_leads_or_every_tail_slot_is_taken()
     )
     .await;
 }
+
+#[tokio::test]
+async fn one_wake_serves_every_announcement_queued_behind_it() {
+    let (h, wake) = follower(|s| {
+        // No fallback within the test: only the one notification.
+        s.control_fallback = Some(Duration::from_secs(3600));
+        s.control = [Control::Aborted(4), Control::Aborted(5)].into();
+    });
+    wake.notify_one();
+    h.expect_log("control: aborted 4 | resolve abort 4 | control: aborted 5 | resolve abort 5")
+        .await;
+}
+
+#[tokio::test]
+async fn the_fallback_asks_on_schedule_under_steady_input() {
+    let (h, _wake) = follower(|s| s.control = [Control::Aborted(3)].into());
+    // Input every 10 ms, more often than the 50 ms fallback: never
+    // notified, the announcement is still served within a few periods.
+    let started = Instant::now();
+    let mut v = 1;
+    while h.count("resolve abort 3") == 0 {
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", h.log());
+        h.send(vec![batch("A", v)]).await;
+        v += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_followed_attempt_that_fails_before_its_tail_is_nacked_at_once() {
+    let long = Duration::from_secs(10);
+    let (h, wake) = follower(|s| {
+        s.pending = vec![];
+        s.control = [Control::Started(6, Some(2), long, 0)].into();
+        s.captures = [Capture::Fail("sink pre-commit failed".into())].into();
+    });
+    wake.notify_one();
+    h.expect_log(
+        "control: started 6 flags=0 g2 | inject 6 [] | cut 6 | capture 6 flags=0 g2 | \
+         cancel 6: sink pre-commit failed | cut abort 6 | \
+         checkpoint failed 6: sink pre-commit failed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_follower_out_of_the_cluster_takes_no_part() {
+    let long = Duration::from_secs(10);
+    let (h, wake) = follower(|s| {
+        s.intake_paused = true;
+        s.control = [Control::Started(2, None, long, 0)].into();
+    });
+    wake.notify_one();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.log(), Vec::<String>::new());
+    // Back in: the attempt is asked for (by the fallback) and followed.
+    h.script.lock().unwrap().intake_paused = false;
+    h.wait_for("control: started 2 flags=0").await;
+}

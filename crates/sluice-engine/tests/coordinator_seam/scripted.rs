@@ -92,6 +92,10 @@ pub(crate) struct Script {
     pub(crate) fail_resolve: Option<String>,
     /// `checkpoint_tails_in_flight` answers this (the bound is 1).
     pub(crate) tails_in_flight: usize,
+    /// The control wake's fallback period (50 ms when unset).
+    pub(crate) control_fallback: Option<Duration>,
+    /// `intake_paused` answers this.
+    pub(crate) intake_paused: bool,
 }
 
 pub(crate) struct ScriptedCallback {
@@ -152,6 +156,9 @@ impl SourceIntake for ScriptedCallback {
     }
     fn all_sources_finished(&self) -> bool {
         false
+    }
+    fn intake_paused(&self) -> bool {
+        self.script().intake_paused
     }
     fn current_watermark(&self) -> i64 {
         self.watermark
@@ -311,10 +318,11 @@ impl ClusterCoordination for ScriptedCallback {
         Ok(())
     }
     fn checkpoint_control_wake(&self) -> Option<CheckpointControlWake> {
-        let notify = self.script().control_wake.clone()?;
+        let s = self.script();
+        let fallback = s.control_fallback.unwrap_or(Duration::from_millis(50));
         Some(CheckpointControlWake::new(
-            notify,
-            Duration::from_millis(50),
+            s.control_wake.clone()?,
+            fallback,
         ))
     }
     async fn service_checkpoint_control(&mut self) -> CheckpointControlOutcome {
