@@ -310,29 +310,50 @@ impl CommitAuthority for LeaderCommitRecord {
         )
         .await
         .map_err(|e| Self::refusal(id, what(), e))?;
-        wait_for_answers(
+        // The wait ends early when the table moves (an owner left, or one
+        // joined): the attempt can no longer commit, and waiting for an
+        // owner that is gone would hold the checkpoint to its deadline.
+        let generation = prepare.value.generation;
+        let answered = wait_for_answers(
             session,
             &prepare.value,
             instant_of(prepare.value.deadline_ms),
-        )
-        .await
-        .map_err(|e| Self::authority(what(), e))?;
-        // Past the wait, an owner still missing is as good as late.
-        let now = now_ms().max(prepare.value.deadline_ms);
-        let decided = decide(&election, term, id, now)
-            .await
-            .map_err(|e| Self::refusal(id, what(), e))?
-            .ok_or_else(|| {
-                Self::authority(
-                    what(),
-                    ClusterError::CheckpointRefused {
-                        action: "commit",
-                        id,
-                        node: self.node.clone(),
-                        reason: "the answers could not be judged after the wait".into(),
-                    },
+        );
+        let moved = tokio::select! {
+            answers = answered => {
+                answers.map_err(|e| Self::authority(what(), e))?;
+                None
+            }
+            current = table_moved(session, generation) => Some(current),
+        };
+        let decided = match moved {
+            Some(current) => {
+                let reason = format!(
+                    "the assignment moved from generation {generation} to {current} \
+                     before every owner answered"
+                );
+                Some(
+                    abort_attempt(&election, term, id, generation, &reason)
+                        .await
+                        .map_err(|e| Self::refusal(id, what(), e))?,
                 )
-            })?;
+            }
+            // Past the wait, an owner still missing is as good as late.
+            None => decide(&election, term, id, now_ms().max(prepare.value.deadline_ms))
+                .await
+                .map_err(|e| Self::refusal(id, what(), e))?,
+        };
+        let decided = decided.ok_or_else(|| {
+            Self::authority(
+                what(),
+                ClusterError::CheckpointRefused {
+                    action: "commit",
+                    id,
+                    node: self.node.clone(),
+                    reason: "the answers could not be judged after the wait".into(),
+                },
+            )
+        })?;
         self.close(id);
         match decided.record.decision {
             Decision::Commit { .. } => Ok(()),
@@ -428,5 +449,31 @@ pub(crate) fn authority_error(what: String, e: ClusterError) -> StorageError {
     StorageError::Authority {
         what,
         source: Box::new(e),
+    }
+}
+
+/// Resolves with the current generation (0: no table) once the assignment
+/// is no longer at `generation`; pending while it is.
+async fn table_moved(session: &crate::session::Session, generation: u64) -> u64 {
+    let key = session.keys().assignment();
+    let mut table = crate::watch::spawn(session.client(), key.clone(), false);
+    loop {
+        {
+            let snapshot = table.borrow_and_update();
+            if snapshot.revision > 0 {
+                let current = snapshot
+                    .entries
+                    .get(&key)
+                    .map_or(0, |e| u64::try_from(e.mod_revision).unwrap_or(0));
+                if current != generation {
+                    return current;
+                }
+            }
+        }
+        if table.changed().await.is_err() {
+            // The mirror ended (it does not while this receiver lives):
+            // never resolve, the answers' deadline ends the wait.
+            return std::future::pending().await;
+        }
     }
 }

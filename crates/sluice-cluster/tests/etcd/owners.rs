@@ -304,3 +304,33 @@ async fn a_follower_out_of_the_cluster_cannot_ack_and_stops_folding_input() {
     assert_eq!(e.code(), "SLC-STO-008", "{e}");
     assert!(e.to_string().contains("lease"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_leaves_ends_the_leaders_wait_long_before_the_deadline() {
+    let etcd = etcd().await;
+    let (_n1, n2, leader, follower, g) = two_owners(&etcd, "own6").await;
+    leader
+        .prepare(1, Some(g), due_in(60_000))
+        .await
+        .expect("prepared");
+    announced(&follower).await;
+    let started = std::time::Instant::now();
+    let committing = {
+        let leader = Arc::clone(&leader);
+        tokio::spawn(async move { leader.record_commit(1, Some(g), &part(1)).await })
+    };
+    // n2 dies before it acks: its lease lapses, the leader moves its
+    // vnodes, and the wait for its answer ends with that move.
+    n2.session().stop_keep_alive();
+    let e = refused(committing).await;
+    assert!(
+        matches!(&e, StorageError::Aborted { id: 1, reason } if reason.contains("the assignment moved from generation")),
+        "{e:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(leader.committed().await.expect("read"), None);
+}
