@@ -295,6 +295,20 @@ impl CommitAuthority for FollowerCommitRecord {
         }
     }
 
+    async fn attempt_aborted(&self, id: u64) -> Result<Option<String>, StorageError> {
+        let decision = read_decision(&self.session, id)
+            .await
+            .map_err(|e| authority_error(format!("reading the decision on {id}"), e))?;
+        Ok(match decision.map(|d| d.value.decision) {
+            Some(Decision::Abort { reason }) => {
+                // Never answered: nothing of it is pending any more.
+                self.pending.lock().remove(&id);
+                Some(reason)
+            }
+            _ => None,
+        })
+    }
+
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {
         committed_ids(&self.session.client(), self.session.keys()).await
     }

@@ -165,6 +165,15 @@ pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Whether the leader already aborted attempt `id`, which this
+    /// follower was handed and has aligned for: `Ok(Some(reason))` if so
+    /// (the capture is skipped), `Ok(None)` if it is undecided or
+    /// committed. An `Err` is not an answer; the capture goes on and the
+    /// acknowledgement learns the decision. Default: never (one host).
+    async fn attempt_aborted(&self, _id: u64) -> Result<Option<String>> {
+        Ok(None)
+    }
+
     /// The recorded ids, ascending. `Ok(None)` when the authority has never
     /// recorded one: the store was written without it so far (by a
     /// pipeline on one host), and its manifests count as they are.

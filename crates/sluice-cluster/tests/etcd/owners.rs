@@ -229,6 +229,22 @@ async fn every_abort_reaches_the_follower_waiting_or_not() {
         announced(&follower).await,
         Announcement::Prepared { id: 4, .. }
     ));
+    // An abort while the follower aligns is seen before its capture.
+    leader
+        .prepare(5, Some(g), due_in(60_000))
+        .await
+        .expect("prepared");
+    assert!(matches!(
+        announced(&follower).await,
+        Announcement::Prepared { id: 5, .. }
+    ));
+    assert_eq!(follower.attempt_aborted(5).await.expect("read"), None);
+    leader
+        .abandon(5, "alignment timed out")
+        .await
+        .expect("aborted");
+    let seen = follower.attempt_aborted(5).await.expect("read");
+    assert_eq!(seen.as_deref(), Some("alignment timed out"));
     // Neither the follower nor a stranger commits what it was not handed.
     let e = follower
         .record_commit(9, Some(g), &part(9))

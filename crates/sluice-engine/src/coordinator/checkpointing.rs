@@ -250,6 +250,17 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         if let Err(e) = self.accept_fence(assignment_fence) {
             return BarrierOutcome::Aborted(Arc::new(e));
         }
+        // A followed attempt the leader aborted while this node aligned:
+        // nothing is captured (the coordinator resolves local state).
+        let (following, authority) = (self.following, self.authority().cloned());
+        if let Some(reason) =
+            super::cluster::followed_attempt_aborted(following, authority, attempt).await
+        {
+            return BarrierOutcome::Aborted(Arc::new(EngineError::Checkpoint(format!(
+                "the leader aborted checkpoint {} before this node captured it: {reason}",
+                attempt.id
+            ))));
+        }
         for s in self.sources.values() {
             s.control.withdraw();
         }

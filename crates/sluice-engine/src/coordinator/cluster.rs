@@ -20,6 +20,27 @@ use super::callback::{
 use super::connector::ConnectorPipelineCallback;
 use crate::error::{EngineError, Result};
 
+/// The leader's reason, if it already aborted `attempt`, which this
+/// follower aligned for (`following`). Unknown (the record could not be
+/// read) counts as not aborted: the acknowledgement learns the decision.
+/// Takes its inputs by value so the future stays `Send`.
+pub(super) async fn followed_attempt_aborted(
+    following: Option<u64>,
+    authority: Option<Arc<dyn sluice_storage::CommitAuthority>>,
+    attempt: CheckpointAttempt,
+) -> Option<String> {
+    if following != Some(attempt.id) {
+        return None;
+    }
+    match authority?.attempt_aborted(attempt.id).await {
+        Ok(reason) => reason,
+        Err(e) => {
+            tracing::debug!(checkpoint = attempt.id, error = %e, "could not read whether the leader aborted the checkpoint");
+            None
+        }
+    }
+}
+
 impl ClusterCoordination for ConnectorPipelineCallback {
     fn is_leader(&self) -> bool {
         self.authority().is_none_or(|a| a.may_originate())
