@@ -57,8 +57,8 @@ use crate::checkpoint::record::{decode_kv, Answer, Decision, DecisionRecord, Par
 use crate::checkpoint::txn::instant_of;
 use crate::checkpoint::{
     abort_attempt, abort_orphaned_attempts, answer_checkpoint, checkpoint_assignment_for_admission,
-    decide, now_ms, publish_checkpoint_prepare, require_prepare, reserve_given, wait_for_answers,
-    CheckpointAssignmentFence,
+    commit_attempt, decide, now_ms, publish_checkpoint_prepare, read_answers, require_prepare,
+    reserve_given, wait_for_answers, CheckpointAssignmentFence,
 };
 use crate::error::ClusterError;
 use crate::keys::ClusterKeys;
@@ -319,29 +319,47 @@ impl CommitAuthority for LeaderCommitRecord {
             &prepare.value,
             instant_of(prepare.value.deadline_ms),
         );
-        let moved = tokio::select! {
-            answers = answered => {
-                answers.map_err(|e| Self::authority(what(), e))?;
-                None
-            }
-            current = table_moved(session, generation) => Some(current),
-        };
-        let decided = match moved {
-            Some(current) => {
-                let reason = format!(
-                    "the assignment moved from generation {generation} to {current} \
-                     before every owner answered"
-                );
-                Some(
-                    abort_attempt(&election, term, id, generation, &reason)
-                        .await
-                        .map_err(|e| Self::refusal(id, what(), e))?,
-                )
-            }
-            // Past the wait, an owner still missing is as good as late.
-            None => decide(&election, term, id, now_ms().max(prepare.value.deadline_ms))
+        let alone = prepare
+            .value
+            .owning_nodes()
+            .into_iter()
+            .eq([self.node.clone()]);
+        let decided = if alone {
+            // Its own ack is the only one (active–standby): nothing to
+            // wait for or watch; commit on the answers as they are.
+            let answers = read_answers(session, id)
                 .await
-                .map_err(|e| Self::refusal(id, what(), e))?,
+                .map_err(|e| Self::authority(what(), e))?;
+            Some(
+                commit_attempt(&election, term, &prepare, &answers)
+                    .await
+                    .map_err(|e| Self::refusal(id, what(), e))?,
+            )
+        } else {
+            let moved = tokio::select! {
+                answers = answered => {
+                    answers.map_err(|e| Self::authority(what(), e))?;
+                    None
+                }
+                current = table_moved(session, generation) => Some(current),
+            };
+            match moved {
+                Some(current) => {
+                    let reason = format!(
+                        "the assignment moved from generation {generation} to {current} \
+                         before every owner answered"
+                    );
+                    Some(
+                        abort_attempt(&election, term, id, generation, &reason)
+                            .await
+                            .map_err(|e| Self::refusal(id, what(), e))?,
+                    )
+                }
+                // Past the wait, an owner still missing is as good as late.
+                None => decide(&election, term, id, now_ms().max(prepare.value.deadline_ms))
+                    .await
+                    .map_err(|e| Self::refusal(id, what(), e))?,
+            }
         };
         let decided = decided.ok_or_else(|| {
             Self::authority(
