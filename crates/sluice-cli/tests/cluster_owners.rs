@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice::arrow::record_batch::RecordBatch;
+use sluice::object_store::aws::AmazonS3Builder;
+use sluice::object_store::ObjectStore;
 use sluice::{CommitAuthority, Database};
 use sluice_cluster::assignment::Placement;
 use sluice_cluster::standby::{self, Turn};
@@ -21,6 +23,9 @@ use sluice_cluster::testing::EtcdServer;
 use sluice_cluster::{
     ClusterKeys, ClusterNode, FollowerCommitRecord, LeaderCommitRecord, NodeConfig, SealedCatalog,
 };
+
+mod support;
+use support::moto::Moto;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -62,17 +67,50 @@ fn append_input(dir: &Path, keys: &[i64]) {
     }
 }
 
+/// Where a node keeps its checkpoints: under its state directory, or in
+/// its own bucket of a real S3-compatible server.
+type StoreOf = Option<Arc<dyn ObjectStore>>;
+
+/// Node `node`'s checkpoint store on `moto`, in a bucket of its own.
+fn s3_store(moto: &Moto, node: &str) -> Arc<dyn ObjectStore> {
+    let bucket = format!("owners-{node}");
+    moto.create_bucket(&bucket);
+    let store = AmazonS3Builder::new()
+        .with_endpoint(moto.endpoint())
+        .with_allow_http(true)
+        .with_bucket_name(bucket)
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_region("us-east-1")
+        .build()
+        .unwrap();
+    Arc::new(store)
+}
+
 /// A node's database over its state directory: its input file as the
 /// source, and an exactly-once CSV sink of it; returns once the input is
 /// read.
 async fn open(dir: &Path, authority: Arc<dyn CommitAuthority>) -> Database {
-    open_every(dir, authority, "1h").await
+    open_on(dir, authority, "1h", None).await
 }
 
 /// As [`open`], with periodic checkpoints every `interval`.
 async fn open_every(dir: &Path, authority: Arc<dyn CommitAuthority>, interval: &str) -> Database {
-    let db = Database::builder()
-        .state_dir(dir)
+    open_on(dir, authority, interval, None).await
+}
+
+/// As [`open_every`], with checkpoints in `store` when given.
+async fn open_on(
+    dir: &Path,
+    authority: Arc<dyn CommitAuthority>,
+    interval: &str,
+    store: StoreOf,
+) -> Database {
+    let mut builder = Database::builder().state_dir(dir);
+    if let Some(store) = store {
+        builder = builder.checkpoint_object_store(store);
+    }
+    let db = builder
         .set("checkpoint_interval", interval)
         .unwrap()
         .set("checkpoint_timeout", "3s")
@@ -165,12 +203,23 @@ async fn ids(db: &Database) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_owners_checkpoint_as_one_and_publish_only_what_both_acked() {
+    checkpoint_as_one(None, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_owners_with_their_checkpoints_on_s3_checkpoint_as_one() {
+    let moto = Moto::start();
+    checkpoint_as_one(Some(s3_store(&moto, "n1")), Some(s3_store(&moto, "n2"))).await;
+}
+
+/// The whole story of two owners over the given checkpoint stores.
+async fn checkpoint_as_one(s1: StoreOf, s2: StoreOf) {
     let (_etcd, _n1, n2, leader) = two_nodes().await;
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     append_input(d1.path(), &[10, 11]);
     append_input(d2.path(), &[1, 2, 3]);
-    let db1 = open(d1.path(), leader).await;
-    let db2 = open(d2.path(), follower_of(&n2)).await;
+    let db1 = open_on(d1.path(), leader, "1h", s1.clone()).await;
+    let db2 = open_on(d2.path(), follower_of(&n2), "1h", s2.clone()).await;
     // Read, but nothing is published before a checkpoint commits.
     let nothing: (Vec<i64>, Vec<i64>) = (vec![], vec![]);
     assert_eq!((published(d1.path()), published(d2.path())), nothing);
@@ -213,13 +262,19 @@ async fn two_owners_checkpoint_as_one_and_publish_only_what_both_acked() {
 
     // n2 back: the leader's next checkpoint commits on both again.
     drop(db2);
-    let db2 = open(d2.path(), follower_of(&n2)).await;
+    let db2 = open_on(d2.path(), follower_of(&n2), "1h", s2.clone()).await;
     checkpoint(&db1).await.expect("committed once n2 is back");
     let now = ids(&db1).await;
     assert_eq!(now.len(), 2, "{now:?}");
     assert_eq!(ids(&db2).await, now);
     assert_eq!(published(d1.path()), vec![10, 11]);
     assert_eq!(published(d2.path()), vec![1, 2, 3]);
+    // The checkpoints are where the store says: in the bucket, or under
+    // the state directory.
+    for (dir, store) in [(&d1, &s1), (&d2, &s2)] {
+        let local = dir.path().join("checkpoints").exists();
+        assert_eq!(local, store.is_none(), "{}", dir.path().display());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
