@@ -80,6 +80,21 @@ async fn refused(acking: tokio::task::JoinHandle<Result<(), StorageError>>) -> S
     done.expect("joined").expect_err("refused")
 }
 
+/// The leader prepares attempt `id` (due in a minute) and the follower is
+/// handed it.
+async fn prepared(
+    leader: &LeaderCommitRecord,
+    follower: &FollowerCommitRecord,
+    id: u64,
+    g: u64,
+) -> Announcement {
+    leader
+        .prepare(id, Some(g), due_in(60_000))
+        .await
+        .expect("prepared");
+    announced(follower).await
+}
+
 /// The follower's next announcement, waiting for its wake.
 async fn announced(follower: &FollowerCommitRecord) -> Announcement {
     let wake = follower.announcements().expect("a follower has a wake");
@@ -173,11 +188,7 @@ async fn every_abort_reaches_the_follower_waiting_or_not() {
     let (_n1, _n2, leader, follower, g) = two_owners(&etcd, "own3").await;
     // Acked, then the leader gives the attempt up: the waiting ack ends
     // with the leader's reason at once, not at the deadline.
-    leader
-        .prepare(1, Some(g), due_in(60_000))
-        .await
-        .expect("prepared");
-    announced(&follower).await;
+    prepared(&leader, &follower, 1, g).await;
     let acking = ack(&follower, 1, g);
     tokio::time::sleep(Duration::from_millis(200)).await;
     leader
@@ -210,11 +221,7 @@ async fn every_abort_reaches_the_follower_waiting_or_not() {
 
     // A leader whose tail never reached its commit (its manifest write
     // failed) aborts that attempt before its next Prepare.
-    leader
-        .prepare(3, Some(g), due_in(60_000))
-        .await
-        .expect("prepared");
-    announced(&follower).await;
+    prepared(&leader, &follower, 3, g).await;
     let acking = ack(&follower, 3, g);
     leader
         .prepare(4, Some(g), due_in(60_000))
@@ -257,11 +264,7 @@ async fn every_abort_reaches_the_follower_waiting_or_not() {
 async fn a_follower_waiting_on_a_deposed_leader_hears_its_successors_abort() {
     let etcd = etcd().await;
     let (n1, n2, leader, follower, g) = two_owners(&etcd, "own4").await;
-    leader
-        .prepare(1, Some(g), due_in(60_000))
-        .await
-        .expect("prepared");
-    announced(&follower).await;
+    prepared(&leader, &follower, 1, g).await;
     let acking = ack(&follower, 1, g);
     // The leader stops (its lease lapses) before it decides: n2 takes
     // over, and its first act as leader aborts the orphan, which releases
@@ -300,11 +303,7 @@ async fn a_follower_waiting_on_a_deposed_leader_hears_its_successors_abort() {
 async fn a_follower_out_of_the_cluster_cannot_ack_and_stops_folding_input() {
     let etcd = etcd().await;
     let (_n1, n2, leader, follower, g) = two_owners(&etcd, "own5").await;
-    leader
-        .prepare(1, Some(g), due_in(60_000))
-        .await
-        .expect("prepared");
-    announced(&follower).await;
+    prepared(&leader, &follower, 1, g).await;
     // n2 is cut off past its lease: it must not fold input, and it does
     // not ack (a fence naming the lost lease), even before etcd expires
     // the lease.
@@ -325,11 +324,7 @@ async fn a_follower_out_of_the_cluster_cannot_ack_and_stops_folding_input() {
 async fn an_owner_that_leaves_ends_the_leaders_wait_long_before_the_deadline() {
     let etcd = etcd().await;
     let (_n1, n2, leader, follower, g) = two_owners(&etcd, "own6").await;
-    leader
-        .prepare(1, Some(g), due_in(60_000))
-        .await
-        .expect("prepared");
-    announced(&follower).await;
+    prepared(&leader, &follower, 1, g).await;
     let started = std::time::Instant::now();
     let committing = {
         let leader = Arc::clone(&leader);
