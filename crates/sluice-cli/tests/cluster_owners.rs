@@ -335,4 +335,9 @@ async fn the_leaders_periodic_checkpoints_are_the_followers_too() {
     assert_eq!(ids(&db2).await, leader_ids);
     let m = db2.metrics();
     assert_eq!(m.checkpoints_failed, 0, "{m:?}");
+    // Everything it read is committed: the follower shuts down cleanly
+    // without a checkpoint of its own, and its file stays as published.
+    db2.shutdown().await.expect("clean follower shutdown");
+    assert_eq!(published(d2.path()), vec![5, 6]);
+    assert_eq!(m.checkpoints, db2.metrics().checkpoints);
 }

@@ -532,7 +532,20 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
 
     async fn shutdown(&mut self, discard: bool) -> crate::Result<()> {
         let mut result = Ok(());
-        if !discard && !self.stopped_intake && self.callback.settles_on_shutdown() {
+        let settles = !discard && !self.stopped_intake && self.callback.settles_on_shutdown();
+        if settles && !self.callback.is_leader() {
+            // A follower takes no checkpoint of its own: what the leader's
+            // last checkpoint covered is published (its tail completes
+            // below); output after it is not, and says so.
+            self.complete_tails().await;
+            if let Err(e) = self.callback.settle_sink_epoch_for_shutdown().await {
+                result = Err(e.context(
+                    "this node follows the cluster leader and takes no shutdown checkpoint; \
+                     its output after the leader's last checkpoint is discarded and replayed \
+                     when it rejoins",
+                ));
+            }
+        } else if settles {
             // The shutdown checkpoint settles every open sink epoch; it
             // waits for the tail before it (if any) and for its own.
             match self.shutdown_checkpoint().await {

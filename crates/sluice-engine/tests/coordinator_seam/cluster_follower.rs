@@ -213,3 +213,32 @@ async fn a_follower_out_of_the_cluster_takes_no_part() {
     h.script.lock().unwrap().intake_paused = false;
     h.wait_for("control: started 2 flags=0").await;
 }
+
+#[tokio::test]
+async fn a_follower_shuts_down_without_a_checkpoint_of_its_own() {
+    let (mut h, _wake) = follower(|s| s.settles = true);
+    h.send(vec![batch("A", 1)]).await;
+    h.wait_for("cycle wm=1 A=[1]").await;
+    h.shutdown(false).await.expect("nothing unsettled");
+    assert_eq!(h.count("reserve"), 0, "{:?}", h.log());
+    assert_eq!(h.count("admission failure"), 0, "{:?}", h.log());
+    assert_eq!(h.count("sinks.close"), 1, "{:?}", h.log());
+}
+
+#[tokio::test]
+async fn a_follower_with_output_after_the_last_checkpoint_says_it_is_not_published() {
+    let (mut h, _wake) = follower(|s| {
+        s.settles = true;
+        s.unsettled = Some("sinks with unsettled epochs: out".into());
+    });
+    let e = h.shutdown(false).await.expect_err("unsettled output");
+    let text = e.to_string();
+    assert!(
+        text.contains("this node follows the cluster leader"),
+        "{text}"
+    );
+    assert!(text.contains("sinks with unsettled epochs: out"), "{text}");
+    assert_eq!(h.count("reserve"), 0, "{:?}", h.log());
+    assert_eq!(h.count("sinks.abort"), 1, "{:?}", h.log());
+    assert_eq!(h.count("sinks.close"), 0, "{:?}", h.log());
+}

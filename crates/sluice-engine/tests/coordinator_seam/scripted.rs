@@ -96,6 +96,9 @@ pub(crate) struct Script {
     pub(crate) control_fallback: Option<Duration>,
     /// `intake_paused` answers this.
     pub(crate) intake_paused: bool,
+    /// `settle_sink_epoch_for_shutdown` fails with this (sinks whose
+    /// epochs are unsettled).
+    pub(crate) unsettled: Option<String>,
 }
 
 pub(crate) struct ScriptedCallback {
@@ -477,6 +480,10 @@ impl CheckpointLifecycle for ScriptedCallback {
         let reason = checkpoint_reason(reason);
         self.note(format!("cancel {}: {reason}", attempt.id));
         Ok(())
+    }
+    async fn settle_sink_epoch_for_shutdown(&mut self) -> Result<(), EngineError> {
+        let unsettled = self.script().unsettled.clone();
+        unsettled.map_or(Ok(()), |e| Err(EngineError::Injected(e)))
     }
     fn checkpoint_tails_in_flight(&mut self) -> usize {
         self.script().tails_in_flight
