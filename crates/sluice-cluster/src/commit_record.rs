@@ -356,9 +356,25 @@ impl CommitAuthority for LeaderCommitRecord {
                     )
                 }
                 // Past the wait, an owner still missing is as good as late.
-                None => decide(&election, term, id, now_ms().max(prepare.value.deadline_ms))
-                    .await
-                    .map_err(|e| Self::refusal(id, what(), e))?,
+                None => {
+                    let now = now_ms().max(prepare.value.deadline_ms);
+                    match decide(&election, term, id, now).await {
+                        Ok(decided) => decided,
+                        // The table moved, or an ack was withdrawn (its
+                        // owner's lease lapsed), between the answers and
+                        // the commit: while this node still leads, that
+                        // is an abort, not a fence.
+                        Err(
+                            e @ (ClusterError::AssignmentFenceMoved { .. }
+                            | ClusterError::CheckpointRefused { .. }),
+                        ) if election.term() == Some(term) => Some(
+                            abort_attempt(&election, term, id, generation, &e.to_string())
+                                .await
+                                .map_err(|e| Self::refusal(id, what(), e))?,
+                        ),
+                        Err(e) => return Err(Self::refusal(id, what(), e)),
+                    }
+                }
             }
         };
         let decided = decided.ok_or_else(|| {

@@ -34,7 +34,9 @@ use sluice_storage::{Announcement, BlobRef, CommitAuthority, StorageError};
 use tokio::sync::{watch, Notify};
 
 use crate::checkpoint::read::read_decision;
-use crate::checkpoint::record::{decode, Answer, CheckpointPrepare, Decision, Stored};
+use crate::checkpoint::record::{
+    decode, Answer, CheckpointPrepare, Decision, DecisionRecord, Stored,
+};
 use crate::checkpoint::txn::{instant_of, now_ms};
 use crate::checkpoint::{answer_checkpoint, wait_for_decision};
 use crate::commit_record::{authority_error, committed_ids, part_of};
@@ -50,6 +52,7 @@ pub const DECISION_GRACE: Duration = Duration::from_secs(5);
 pub struct FollowerCommitRecord {
     session: Arc<Session>,
     prepares: watch::Receiver<Snapshot>,
+    decisions: watch::Receiver<Snapshot>,
     wake: Arc<Notify>,
     /// Forwards changes of the Prepares and decisions to `wake`.
     forwarder: tokio::task::JoinHandle<()>,
@@ -86,10 +89,15 @@ impl FollowerCommitRecord {
         let prepares = key_watch::spawn(session.client(), keys.checkpoint_dir("prepare"), true);
         let decisions = key_watch::spawn(session.client(), keys.checkpoint_dir("decisions"), true);
         let wake = Arc::new(Notify::new());
-        let forwarder = tokio::spawn(forward(prepares.clone(), decisions, Arc::clone(&wake)));
+        let forwarder = tokio::spawn(forward(
+            prepares.clone(),
+            decisions.clone(),
+            Arc::clone(&wake),
+        ));
         Self {
             session,
             prepares,
+            decisions,
             wake,
             forwarder,
             handled: Mutex::new(0),
@@ -123,24 +131,54 @@ impl FollowerCommitRecord {
         }
     }
 
-    /// The Prepares above the last handled id, ascending.
-    fn unhandled(&self) -> Result<Vec<Stored<CheckpointPrepare>>, StorageError> {
-        let handled = *self.handled.lock();
+    /// The Prepares above the last handled id, ascending. One that cannot
+    /// be read (a newer record format, a damaged value) is passed over
+    /// with a warning: no answer from this node then aborts it at the
+    /// leader's deadline, and the next one is handed out.
+    fn unhandled(&self) -> Vec<Stored<CheckpointPrepare>> {
+        let mut handled = self.handled.lock();
         let snapshot = self.prepares.borrow();
         let mut out = Vec::new();
         for (key, entry) in &snapshot.entries {
-            let value: CheckpointPrepare = decode(key, &entry.value)
-                .map_err(|e| authority_error("reading the leader's Prepares".into(), e))?;
-            if value.id > handled {
-                out.push(Stored {
+            match decode::<CheckpointPrepare>(key, &entry.value) {
+                Ok(value) if value.id > *handled => out.push(Stored {
                     value,
                     create_revision: entry.create_revision,
                     mod_revision: entry.mod_revision,
-                });
+                }),
+                Ok(_) => {}
+                Err(e) => {
+                    let id = key.rsplit('/').next().and_then(|id| id.parse::<u64>().ok());
+                    if let Some(id) = id.filter(|id| *id > *handled) {
+                        tracing::warn!(node = %self.session.node(), id, error = %e, "unreadable checkpoint Prepare passed over");
+                        *handled = id;
+                    }
+                }
             }
         }
         out.sort_by_key(|p| p.value.id);
-        Ok(out)
+        out
+    }
+
+    /// The decision on attempt `id`, from the decisions watch when it has
+    /// listed them (else from etcd).
+    async fn decision_on(&self, id: u64) -> Result<Option<Decision>, StorageError> {
+        let key = self.session.keys().checkpoint_record("decisions", id);
+        let watched = {
+            let snapshot = self.decisions.borrow();
+            (snapshot.revision > 0).then(|| snapshot.entries.get(&key).map(|e| e.value.clone()))
+        };
+        let what = || format!("reading the decision on {id}");
+        match watched {
+            Some(None) => Ok(None),
+            Some(Some(value)) => decode::<DecisionRecord>(&key, &value)
+                .map(|d| Some(d.decision))
+                .map_err(|e| authority_error(what(), e)),
+            None => read_decision(&self.session, id)
+                .await
+                .map(|d| d.map(|d| d.value.decision))
+                .map_err(|e| authority_error(what(), e)),
+        }
     }
 
     fn prepare_of(&self, id: u64) -> Result<Stored<CheckpointPrepare>, StorageError> {
@@ -194,24 +232,22 @@ impl CommitAuthority for FollowerCommitRecord {
 
     async fn next_announcement(&self) -> Result<Option<Announcement>, StorageError> {
         let me = self.session.node().to_string();
-        for prepare in self.unhandled()? {
+        let now = now_ms();
+        for prepare in self.unhandled() {
             let id = prepare.value.id;
-            if !prepare.value.owning_nodes().contains(&me) {
-                tracing::debug!(node = %me, id, "checkpoint skipped: this node owns no vnode in it");
-                *self.handled.lock() = id;
-                continue;
-            }
-            if prepare.value.deadline_ms < self.started_ms {
+            let due = prepare.value.deadline_ms;
+            // Not this node's, due before it started, or already past its
+            // deadline (after a pause): nothing to take part in.
+            if !prepare.value.owning_nodes().contains(&me) || due < self.started_ms || due <= now {
+                tracing::debug!(node = %me, id, "checkpoint Prepare passed over");
                 *self.handled.lock() = id;
                 continue;
             }
             // Marked handled only once its decision was read: a failed
             // read hands the same Prepare out again next time.
-            let decision = read_decision(&self.session, id)
-                .await
-                .map_err(|e| authority_error(format!("reading the decision on {id}"), e))?;
+            let decision = self.decision_on(id).await?;
             *self.handled.lock() = id;
-            match decision.map(|d| d.value.decision) {
+            match decision {
                 // Committed without this owner: not possible while it owns
                 // vnodes in it; nothing to do either way.
                 Some(Decision::Commit { .. }) => continue,
@@ -220,12 +256,17 @@ impl CommitAuthority for FollowerCommitRecord {
                 }
                 None => {}
             }
-            let (generation, deadline_ms) = (prepare.value.generation, prepare.value.deadline_ms);
-            self.pending.lock().insert(id, prepare);
+            let generation = prepare.value.generation;
+            let mut pending = self.pending.lock();
+            // Prepares handed out long ago and never answered (their
+            // pipeline gave up without a word) are long decided.
+            let grace = u64::try_from(DECISION_GRACE.as_millis()).unwrap_or(u64::MAX);
+            pending.retain(|_, p| p.value.deadline_ms.saturating_add(grace) > now);
+            pending.insert(id, prepare);
             return Ok(Some(Announcement::Prepared {
                 id,
                 generation,
-                deadline_ms,
+                deadline_ms: due,
             }));
         }
         Ok(None)
@@ -296,10 +337,7 @@ impl CommitAuthority for FollowerCommitRecord {
     }
 
     async fn attempt_aborted(&self, id: u64) -> Result<Option<String>, StorageError> {
-        let decision = read_decision(&self.session, id)
-            .await
-            .map_err(|e| authority_error(format!("reading the decision on {id}"), e))?;
-        Ok(match decision.map(|d| d.value.decision) {
+        Ok(match self.decision_on(id).await? {
             Some(Decision::Abort { reason }) => {
                 // Never answered: nothing of it is pending any more.
                 self.pending.lock().remove(&id);

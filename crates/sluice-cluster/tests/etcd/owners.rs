@@ -250,8 +250,20 @@ async fn every_abort_reaches_the_follower_waiting_or_not() {
         .abandon(5, "alignment timed out")
         .await
         .expect("aborted");
-    let seen = follower.attempt_aborted(5).await.expect("read");
-    assert_eq!(seen.as_deref(), Some("alignment timed out"));
+    // Seen through the follower's watch of the decisions, so within its
+    // propagation delay.
+    let seen = async {
+        loop {
+            if let Some(reason) = follower.attempt_aborted(5).await.expect("read") {
+                return reason;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let seen = tokio::time::timeout(LIMIT, seen)
+        .await
+        .expect("seen in time");
+    assert_eq!(seen, "alignment timed out");
     // Neither the follower nor a stranger commits what it was not handed.
     let e = follower
         .record_commit(9, Some(g), &part(9))
@@ -344,4 +356,33 @@ async fn an_owner_that_leaves_ends_the_leaders_wait_long_before_the_deadline() {
         started.elapsed()
     );
     assert_eq!(leader.committed().await.expect("read"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_and_overdue_prepares_are_passed_over() {
+    let etcd = etcd().await;
+    let (_n1, _n2, leader, follower, g) = two_owners(&etcd, "own7").await;
+    // A Prepare in a format this node cannot read (written by hand).
+    let mut client = sluice_cluster::client::connect(&etcd.endpoints())
+        .await
+        .expect("connect");
+    let key = ClusterKeys::new("own7")
+        .expect("keys")
+        .checkpoint_record("prepare", 1);
+    client
+        .put(key, "{\"format\": 99}", None)
+        .await
+        .expect("put");
+    // One already due when the follower looks (it was paused past it).
+    leader
+        .prepare(2, Some(g), due_in(50))
+        .await
+        .expect("prepared");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(follower.next_announcement().await.expect("read"), None);
+    // The next one is handed out.
+    assert!(matches!(
+        prepared(&leader, &follower, 3, g).await,
+        Announcement::Prepared { id: 3, .. }
+    ));
 }

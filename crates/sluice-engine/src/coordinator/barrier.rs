@@ -159,6 +159,15 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             ))
         };
         while !waiting.is_empty() {
+            if self.callback.intake_paused() {
+                // Out of the cluster (or deposed) mid-alignment: no more
+                // input is folded for an attempt that cannot count.
+                self.held.extend(held);
+                let reason = EngineError::Checkpoint(
+                    "intake paused during alignment: this node no longer takes part".into(),
+                );
+                return Err(self.give_up(&a, reason).await);
+            }
             let mut cycle: Vec<SourceMessage> = Vec::new();
             let mut closed = false;
             let mut timed_out = false;

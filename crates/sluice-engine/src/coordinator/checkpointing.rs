@@ -317,6 +317,7 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
             seals: captured.seals,
             committers: captured.committers,
             retain: c.retain,
+            followed: self.following == Some(attempt.id),
             pacer: crate::state::pace::Pacer::new(
                 share,
                 Arc::clone(&self.shared.metrics) as Arc<dyn crate::state::pace::PaceHost>,

@@ -69,7 +69,7 @@ impl ClusterCoordination for ConnectorPipelineCallback {
     async fn publish_checkpoint_prepare(
         &mut self,
         attempt: CheckpointAttempt,
-        _attempt_started: Instant,
+        attempt_started: Instant,
         deadline: Instant,
         _flags: u64,
         assignment_fence: Option<CheckpointAssignmentFence>,
@@ -86,7 +86,7 @@ impl ClusterCoordination for ConnectorPipelineCallback {
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let generation = assignment_fence.map(|f| f.generation);
         let prepared = authority.prepare(attempt.id, generation, deadline_ms);
-        let by = deadline.min(Instant::now() + self.alignment_timeout());
+        let by = deadline.min(attempt_started + self.alignment_timeout());
         match tokio::time::timeout_at(by.into(), prepared).await {
             Ok(r) => r.map_err(EngineError::from),
             Err(_) => Err(EngineError::Checkpoint(

@@ -40,7 +40,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         }
     }
 
-    /// Act on one announcement; `false` when there was none.
+    /// Act on one announcement; `true` when another may be waiting. A
+    /// failure ends the round: asking again at once could only fail again
+    /// (an unreachable etcd), and the fallback asks later.
     async fn follow_one(&mut self) -> bool {
         let started = Instant::now();
         match self.callback.service_checkpoint_control().await {
@@ -48,11 +50,13 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             CheckpointControlOutcome::AdmissionFailed(e) => {
                 let e = crate::EngineError::Shared(e).context("following the leader's checkpoint");
                 self.callback.record_checkpoint_admission_failure(&e);
+                return false;
             }
             CheckpointControlOutcome::Failed { attempt, error } => {
                 let e =
                     crate::EngineError::Shared(error).context("following the leader's checkpoint");
                 self.callback.record_checkpoint_failure(attempt.id, &e);
+                return false;
             }
             CheckpointControlOutcome::Aborted { attempt } => self.resolve_abort(attempt),
             CheckpointControlOutcome::Started {

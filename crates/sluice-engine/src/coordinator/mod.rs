@@ -533,7 +533,11 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     async fn shutdown(&mut self, discard: bool) -> crate::Result<()> {
         let mut result = Ok(());
         let settles = !discard && !self.stopped_intake && self.callback.settles_on_shutdown();
-        if settles && !self.callback.is_leader() {
+        // Only a follower (it has the leader's control wake) skips the
+        // shutdown checkpoint; a deposed leader is refused it, and its
+        // sinks are aborted, as before.
+        let follows = self.callback.checkpoint_control_wake().is_some();
+        if settles && follows && !self.callback.is_leader() {
             // A follower takes no checkpoint of its own: what the leader's
             // last checkpoint covered is published (its tail completes
             // below); output after it is not, and says so.

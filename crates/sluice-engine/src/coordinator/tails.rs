@@ -224,6 +224,10 @@ pub struct TailJob {
     pub retain: usize,
     /// How the tail paces its work while the pipeline is busy.
     pub pacer: Pacer,
+    /// The attempt is the cluster leader's, followed here: a tail that
+    /// ends before its manifest is acknowledged declines it, so the
+    /// leader hears now rather than at its deadline.
+    pub followed: bool,
 }
 
 /// What a tail reports once the manifest is durable.
@@ -428,6 +432,7 @@ async fn run(job: TailJob, gate: Arc<ManifestFence>, durable: oneshot::Sender<Du
         committers,
         retain,
         mut pacer,
+        followed,
         ..
     } = job;
     pacer.begin();
@@ -516,9 +521,33 @@ async fn run(job: TailJob, gate: Arc<ManifestFence>, durable: oneshot::Sender<Du
         }
     }
     pacer.end();
+    if followed {
+        decline_unanswered(&store, id, &written).await;
+    }
     // The coordinator may be gone (shut down without settling): nothing
     // to tell then.
     let _ = durable.send(written);
+}
+
+/// A followed attempt's tail that did not reach a durable manifest
+/// declines it. One that failed at its acknowledgement (refused, or the
+/// leader aborted it) has answered already: the decline is refused, and
+/// only logged.
+async fn decline_unanswered(
+    store: &CheckpointStore,
+    id: u64,
+    written: &Result<Option<Written>, TailError>,
+) {
+    let reason = match written {
+        Ok(Some(_)) => return,
+        Ok(None) => "the checkpoint was cancelled: recovery took over".to_string(),
+        Err(e) => e.to_string(),
+    };
+    if let Some(authority) = store.authority() {
+        if let Err(e) = authority.decline(id, &reason).await {
+            tracing::debug!(checkpoint = id, error = %e, "declining a followed checkpoint after its tail failed");
+        }
+    }
 }
 
 #[cfg(all(test, target_os = "linux"))]

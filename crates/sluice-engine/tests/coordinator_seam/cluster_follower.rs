@@ -242,3 +242,52 @@ async fn a_follower_with_output_after_the_last_checkpoint_says_it_is_not_publish
     assert_eq!(h.count("sinks.abort"), 1, "{:?}", h.log());
     assert_eq!(h.count("sinks.close"), 0, "{:?}", h.log());
 }
+
+#[tokio::test]
+async fn a_failed_announcement_read_waits_for_the_fallback_instead_of_spinning() {
+    let (h, wake) = follower(|s| {
+        s.control_fallback = Some(Duration::from_secs(3600));
+        s.control = [
+            Control::AdmissionFailed("etcd did not answer".into()),
+            Control::Aborted(2),
+        ]
+        .into();
+    });
+    wake.notify_one();
+    h.wait_for("control: admission failed: etcd did not answer")
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.count("control: aborted 2"), 0, "{:?}", h.log());
+    // The next wake asks again.
+    wake.notify_one();
+    h.wait_for("resolve abort 2").await;
+}
+
+#[tokio::test]
+async fn a_follower_whose_intake_pauses_mid_alignment_gives_the_attempt_up() {
+    let long = Duration::from_secs(10);
+    let (h, wake) = follower(|s| s.control = [Control::Started(5, Some(1), long, 0)].into());
+    wake.notify_one();
+    h.wait_for("inject 5 [A,B]").await;
+    h.script.lock().unwrap().intake_paused = true;
+    h.send(vec![batch("A", 1)]).await;
+    h.wait_for("cancel 5: intake paused during alignment: this node no longer takes part")
+        .await;
+    assert_eq!(h.count("capture"), 0, "{:?}", h.log());
+}
+
+#[tokio::test]
+async fn a_deposed_leader_without_a_follower_wake_is_refused_its_shutdown_checkpoint() {
+    let mut h = start(|s| {
+        s.not_leader = true;
+        s.settles = true;
+    });
+    let e = h.shutdown(false).await.expect_err("not the leader");
+    assert!(
+        e.to_string()
+            .contains("the shutdown checkpoint did not commit"),
+        "{e}"
+    );
+    assert_eq!(h.count("sinks.abort"), 1, "{:?}", h.log());
+    assert_eq!(h.count("sinks.close"), 0, "{:?}", h.log());
+}
