@@ -53,12 +53,14 @@ use etcd_client::{Client, DeleteOptions, GetOptions, TxnOp};
 use parking_lot::Mutex;
 use sluice_storage::{BlobRef, CommitAuthority, StorageError};
 
-use crate::checkpoint::record::{decode_kv, Answer, Decision, DecisionRecord, PartRef, Stored};
+use crate::checkpoint::record::{
+    decode_kv, Answer, CheckpointPrepare, Decision, DecisionRecord, PartRef, Stored,
+};
 use crate::checkpoint::txn::instant_of;
 use crate::checkpoint::{
     abort_attempt, abort_orphaned_attempts, answer_checkpoint, checkpoint_assignment_for_admission,
     commit_attempt, decide, now_ms, publish_checkpoint_prepare, read_answers, require_prepare,
-    reserve_given, wait_for_answers, CheckpointAssignmentFence,
+    reserve_given, wait_for_answers, CheckpointAssignmentFence, Decided,
 };
 use crate::error::ClusterError;
 use crate::keys::ClusterKeys;
@@ -140,6 +142,60 @@ impl LeaderCommitRecord {
     /// This node no longer leads: everything is refused.
     pub fn stand_down(&self) {
         *self.leading.lock() = None;
+    }
+
+    /// Decide an attempt whose vnodes are shared with followers, once
+    /// every owner answered or the Prepare's deadline passed. The wait
+    /// ends early when the table moves (an owner left, or one joined):
+    /// the attempt can no longer commit, and waiting for an owner that is
+    /// gone would hold the checkpoint to its deadline. `None`: the answers
+    /// could not be judged.
+    async fn decide_shared(
+        election: &Election,
+        term: u64,
+        prepare: &Stored<CheckpointPrepare>,
+    ) -> Result<Option<Decided>, StorageError> {
+        let session = election.session();
+        let (id, generation) = (prepare.value.id, prepare.value.generation);
+        let what = || format!("committing checkpoint {id}");
+        let answered = wait_for_answers(
+            session,
+            &prepare.value,
+            instant_of(prepare.value.deadline_ms),
+        );
+        let moved = tokio::select! {
+            answers = answered => {
+                answers.map_err(|e| Self::authority(what(), e))?;
+                None
+            }
+            current = table_moved(session, generation) => Some(current),
+        };
+        let abort = |reason: String| async move {
+            abort_attempt(election, term, id, generation, &reason)
+                .await
+                .map(Some)
+                .map_err(|e| Self::refusal(id, what(), e))
+        };
+        if let Some(current) = moved {
+            return abort(format!(
+                "the assignment moved from generation {generation} to {current} \
+                 before every owner answered"
+            ))
+            .await;
+        }
+        // Past the wait, an owner still missing is as good as late.
+        let now = now_ms().max(prepare.value.deadline_ms);
+        match decide(election, term, id, now).await {
+            Ok(decided) => Ok(decided),
+            // The table moved, or an ack was withdrawn (its owner's lease
+            // lapsed), between the answers and the commit: while this node
+            // still leads, that is an abort, not a fence.
+            Err(
+                e @ (ClusterError::AssignmentFenceMoved { .. }
+                | ClusterError::CheckpointRefused { .. }),
+            ) if election.term() == Some(term) => abort(e.to_string()).await,
+            Err(e) => Err(Self::refusal(id, what(), e)),
+        }
     }
 
     /// Attempt `id` is decided: it no longer needs aborting.
@@ -310,15 +366,6 @@ impl CommitAuthority for LeaderCommitRecord {
         )
         .await
         .map_err(|e| Self::refusal(id, what(), e))?;
-        // The wait ends early when the table moves (an owner left, or one
-        // joined): the attempt can no longer commit, and waiting for an
-        // owner that is gone would hold the checkpoint to its deadline.
-        let generation = prepare.value.generation;
-        let answered = wait_for_answers(
-            session,
-            &prepare.value,
-            instant_of(prepare.value.deadline_ms),
-        );
         let alone = prepare
             .value
             .owning_nodes()
@@ -336,46 +383,7 @@ impl CommitAuthority for LeaderCommitRecord {
                     .map_err(|e| Self::refusal(id, what(), e))?,
             )
         } else {
-            let moved = tokio::select! {
-                answers = answered => {
-                    answers.map_err(|e| Self::authority(what(), e))?;
-                    None
-                }
-                current = table_moved(session, generation) => Some(current),
-            };
-            match moved {
-                Some(current) => {
-                    let reason = format!(
-                        "the assignment moved from generation {generation} to {current} \
-                         before every owner answered"
-                    );
-                    Some(
-                        abort_attempt(&election, term, id, generation, &reason)
-                            .await
-                            .map_err(|e| Self::refusal(id, what(), e))?,
-                    )
-                }
-                // Past the wait, an owner still missing is as good as late.
-                None => {
-                    let now = now_ms().max(prepare.value.deadline_ms);
-                    match decide(&election, term, id, now).await {
-                        Ok(decided) => decided,
-                        // The table moved, or an ack was withdrawn (its
-                        // owner's lease lapsed), between the answers and
-                        // the commit: while this node still leads, that
-                        // is an abort, not a fence.
-                        Err(
-                            e @ (ClusterError::AssignmentFenceMoved { .. }
-                            | ClusterError::CheckpointRefused { .. }),
-                        ) if election.term() == Some(term) => Some(
-                            abort_attempt(&election, term, id, generation, &e.to_string())
-                                .await
-                                .map_err(|e| Self::refusal(id, what(), e))?,
-                        ),
-                        Err(e) => return Err(Self::refusal(id, what(), e)),
-                    }
-                }
-            }
+            Self::decide_shared(&election, term, &prepare).await?
         };
         let decided = decided.ok_or_else(|| {
             Self::authority(
