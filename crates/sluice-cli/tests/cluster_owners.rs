@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use sluice::arrow::record_batch::RecordBatch;
 use sluice::object_store::aws::AmazonS3Builder;
+use sluice::object_store::memory::InMemory;
 use sluice::object_store::ObjectStore;
 use sluice::{CommitAuthority, Database};
 use sluice_cluster::assignment::Placement;
@@ -23,6 +24,7 @@ use sluice_cluster::testing::EtcdServer;
 use sluice_cluster::{
     ClusterKeys, ClusterNode, FollowerCommitRecord, LeaderCommitRecord, NodeConfig, SealedCatalog,
 };
+use sluice_storage::testing::FaultyStore;
 
 mod support;
 use support::moto::Moto;
@@ -350,4 +352,25 @@ async fn the_leaders_periodic_checkpoints_are_the_followers_too() {
     // without a checkpoint of its own, and its file stays as published.
     db2.shutdown().await.expect("clean follower shutdown");
     assert_eq!(published(d2.path()), vec![5, 6]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_whose_part_cannot_be_written_nacks_at_once() {
+    let (_etcd, _n1, n2, leader) = two_nodes().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    append_input(d1.path(), &[1]);
+    append_input(d2.path(), &[2]);
+    let faulty = FaultyStore::new(Arc::new(InMemory::new()));
+    let db1 = open(d1.path(), leader).await;
+    let store: Arc<dyn ObjectStore> = Arc::new(faulty.clone());
+    let _db2 = open_on(d2.path(), follower_of(&n2), "1h", Some(store)).await;
+    // n2's store is full: its part of the next checkpoint cannot be
+    // written, and its tail declines the attempt instead of leaving the
+    // leader to wait for its deadline.
+    faulty.set_capacity(Some(faulty.used_bytes()));
+    let e = checkpoint(&db1).await.expect_err("n2's part failed");
+    assert_eq!(e.code(), "SLC-STO-011", "{e:?}");
+    assert!(e.to_string().contains("node 'n2' nacked"), "{e}");
+    assert!(faulty.failed_puts() > 0);
+    assert_eq!(published(d1.path()), Vec::<i64>::new());
 }
