@@ -63,8 +63,11 @@ if ! command -v bwrap >/dev/null 2>&1; then
     apt_install bubblewrap
 fi
 python="${SLUICE_PYTHON:-python3}"
+# The stub generator is pinned: each grpcio-tools release stamps its own
+# version into the stubs, so an unpinned one breaks the check below on the
+# day a new release appears (1.85.4 did).
 "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-    grpcio-tools ./python/sluice-worker
+    'grpcio-tools==1.85.1' ./python/sluice-worker
 # The committed protocol stubs must be what the .proto generates.
 stubs=$(mktemp -d)
 cp -r python/sluice-worker "$stubs/sdk"

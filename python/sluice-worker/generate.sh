@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate the protocol stubs from the protocol's source of truth,
-# crates/sluice-remote/proto/process_worker.proto (needs grpcio-tools).
+# crates/sluice-remote/proto/process_worker.proto (needs grpcio-tools==1.85.1,
+# the version scripts/test.sh pins: each release stamps itself into the stubs).
 # scripts/test.sh checks that the committed stubs match.
 set -euo pipefail
 cd "$(dirname "$0")"
