@@ -56,6 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         on_error: OnError::Fail,
         unread_columns: Vec::new(),
         max_record_bytes: sluice_connectors::DEFAULT_MAX_RECORD_BYTES,
+        share: None,
     })?;
     let mut total = 0u64;
     while let Some(batch) = reader.next_batch()? {

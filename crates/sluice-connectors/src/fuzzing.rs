@@ -274,6 +274,7 @@ fn config(
         on_error: case.on_error,
         unread_columns: case.unread.clone(),
         max_record_bytes: crate::DEFAULT_MAX_RECORD_BYTES,
+        share: None,
     }
 }
 

@@ -24,6 +24,7 @@ use crate::process::{
 pub mod admission;
 mod conflicts;
 mod fingerprint;
+pub mod split_admission;
 pub use fingerprint::{fingerprint_version, object_fingerprints, FINGERPRINT_VERSION};
 
 /// How a source gets its rows.
@@ -142,6 +143,7 @@ impl SourceDef {
                     on_error,
                     unread_columns: Vec::new(),
                     max_record_bytes,
+                    share: opts.split.as_ref().map(|split| split.file_share()),
                 })
             }
             Some("nexmark") => {
@@ -246,8 +248,13 @@ impl StreamDef {
 pub enum SinkConnector {
     /// One file, made visible atomically.
     File {
-        /// Final path.
+        /// Final path: where this node writes (the declared path, with
+        /// the node's name in it when the pipeline is split; see
+        /// `crate::split`).
         path: PathBuf,
+        /// The path as declared (resolved against the base directory):
+        /// what the catalog's fingerprint encodes, the same on every node.
+        declared: PathBuf,
         /// Format.
         format: FileFormat,
     },
@@ -453,7 +460,7 @@ impl Catalog {
                 .sinks
                 .iter()
                 .map(|s| {
-                    let SinkConnector::File { path, format } = &s.connector;
+                    let SinkConnector::File { path, format, .. } = &s.connector;
                     (
                         s.name.clone(),
                         format!("from {} to {} ({})", s.from, path.display(), format.name()),

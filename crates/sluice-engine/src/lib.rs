@@ -16,6 +16,7 @@ pub mod pipeline;
 pub mod process;
 pub mod seam;
 pub mod sources;
+pub mod split;
 pub mod state;
 pub mod watermark;
 

@@ -16,7 +16,9 @@ use sluice_engine::operators::Operator;
 use sluice_engine::options::PipelineOptions;
 use sluice_engine::output::subscription::{ResumeFrom, SubscribeOptions, Subscription};
 use sluice_engine::pipeline::Pipeline;
+use sluice_engine::process::placement::VnodePlacement;
 use sluice_engine::sources::PushSource;
+use sluice_engine::split::SourceSplit;
 use sluice_sql::{Statement, StreamPlanner};
 use sluice_storage::object_store::ObjectStore;
 use sluice_storage::{CheckpointInfo, CommitAuthority};
@@ -115,6 +117,20 @@ impl DatabaseBuilder {
     pub fn commit_authority(mut self, authority: Arc<dyn CommitAuthority>) -> Self {
         self.commit_authority = Some(authority);
         self
+    }
+
+    /// Run this database as node `node` of a pipeline split across nodes,
+    /// holding the vnodes of `placement`: every file source reads only
+    /// the files of those vnodes, each file sink writes a file of this
+    /// node's own (`out.csv` becomes `out-NODE.csv`), and the pipeline
+    /// starts only when every object can run split (row-by-row queries;
+    /// the others are refused by name with the reason). See
+    /// `sluice_engine::split`. The nodes of one split run the same
+    /// statements, each with its vnodes of one assignment (each vnode held
+    /// by exactly one node), so together they read every file once.
+    pub fn split(mut self, node: &str, placement: VnodePlacement) -> Result<Self> {
+        self.options.split = Some(SourceSplit::new(node, placement)?);
+        Ok(self)
     }
 
     /// Answer `SHOW CLUSTER` from `info`: for a database that runs in a

@@ -4,19 +4,42 @@ use std::path::{Path, PathBuf};
 
 use glob::MatchOptions;
 
+use super::share::FileShare;
 use crate::error::{ConnectorError, Result};
 
 /// Characters that make `path` a glob pattern rather than a literal path.
 const GLOB_CHARS: [char; 3] = ['*', '?', '['];
 
 /// Resolve `path` (a file or a glob, relative to `base_dir` if given) into
-/// the sorted list of files to read.
+/// the sorted list of files to read; with a `share`, only the files it
+/// holds (possibly none: another node reads them).
 ///
 /// Sorting makes the read order — and therefore [`crate::SourcePosition`]'s
 /// `file_index` — deterministic across runs. Hidden files are never matched
 /// by a wildcard, which keeps the sink's in-progress temp files
 /// (`.name.tmp-<pid>`) out of a source watching the same directory.
-pub(crate) fn resolve_files(path: &str, base_dir: Option<&Path>) -> Result<Vec<PathBuf>> {
+pub(crate) fn resolve_files(
+    path: &str,
+    base_dir: Option<&Path>,
+    share: Option<&FileShare>,
+) -> Result<Vec<PathBuf>> {
+    let mut files = resolve_all(path, base_dir)?;
+    if let Some(share) = share {
+        let root = super::share::literal_root(path, base_dir, &GLOB_CHARS);
+        let all = files.len();
+        files.retain(|f| share.holds(&super::share::partition_key(&root, f)));
+        tracing::debug!(
+            path,
+            share = share.describe(),
+            all,
+            held = files.len(),
+            "this node's share of the files"
+        );
+    }
+    Ok(files)
+}
+
+fn resolve_all(path: &str, base_dir: Option<&Path>) -> Result<Vec<PathBuf>> {
     if path.is_empty() {
         return Err(ConnectorError::invalid_option(
             "path",

@@ -11,6 +11,9 @@ mod files;
 mod json_decoder;
 mod parquet_decoder;
 mod parse;
+mod share;
+
+pub use share::FileShare;
 
 pub use crate::limits::{DEFAULT_MAX_RECORD_BYTES, MAX_MAX_RECORD_BYTES, MIN_MAX_RECORD_BYTES};
 use std::path::PathBuf;
@@ -84,6 +87,10 @@ pub struct FileSourceConfig {
     /// never read whole into memory: a file with no line ends (such as
     /// `/dev/zero`) fails after about this many bytes.
     pub max_record_bytes: usize,
+    /// This node's share of the files when the pipeline's sources are
+    /// split across a cluster's nodes (`None`: every file). A node whose
+    /// share holds none of the files reads nothing and finishes at once.
+    pub share: Option<FileShare>,
 }
 
 /// Parse the `max_record_bytes` option: a number of bytes, optionally with
@@ -261,7 +268,8 @@ impl FileSourceReader {
         let (plan, files) = Self::prepare(&config)?;
         let first = SourcePosition {
             file_index: 0,
-            file: files[0].clone(),
+            // Empty when this node's share holds no file.
+            file: files.first().cloned().unwrap_or_default(),
             rows_consumed: 0,
             byte_offset: None,
         };
@@ -277,16 +285,30 @@ impl FileSourceReader {
     /// no longer matches is an [`ConnectorError::InvalidPosition`].
     pub fn open_at(config: FileSourceConfig, pos: &SourcePosition) -> Result<Self> {
         let (plan, files) = Self::prepare(&config)?;
+        if pos.file.as_os_str().is_empty() {
+            // Checkpointed while this node's share held no file: nothing
+            // was read, so files that matched since are read from the start.
+            return Self::open(config);
+        }
         let index = if files.get(pos.file_index) == Some(&pos.file) {
             pos.file_index
         } else {
             files.iter().position(|f| f == &pos.file).ok_or_else(|| {
                 ConnectorError::InvalidPosition {
                     file: pos.file.clone(),
-                    message: format!(
-                        "the file is not matched by '{}' any more",
-                        crate::quote::bounded(&config.path)
-                    ),
+                    message: match &config.share {
+                        None => format!(
+                            "the file is not matched by '{}' any more",
+                            crate::quote::bounded(&config.path)
+                        ),
+                        // The node's share moved: resuming here would skip
+                        // or repeat what another node read.
+                        Some(share) => format!(
+                            "the file is not matched by '{}' or not in this node's share ({}) any more",
+                            crate::quote::bounded(&config.path),
+                            share.describe()
+                        ),
+                    },
                 }
             })?
         };
@@ -319,7 +341,11 @@ impl FileSourceReader {
             }
             FileFormat::Parquet => Arc::from(Vec::new()),
         };
-        let files = files::resolve_files(&config.path, config.base_dir.as_deref())?;
+        let files = files::resolve_files(
+            &config.path,
+            config.base_dir.as_deref(),
+            config.share.as_ref(),
+        )?;
         let read = config
             .schema
             .fields()
@@ -347,13 +373,17 @@ impl FileSourceReader {
             rows: position.rows_consumed,
             byte_offset: position.byte_offset,
         };
-        let current = open_decoder(format, &position.file, &plan, resume)?;
+        let current = if files.is_empty() {
+            None
+        } else {
+            Some(open_decoder(format, &position.file, &plan, resume)?)
+        };
         Ok(FileSourceReader {
             format,
             plan,
             files,
             file_index: position.file_index,
-            current: Some(current),
+            current,
             skipped_in_closed: 0,
             position,
         })

@@ -16,4 +16,5 @@ mod parquet_source;
 mod quoting;
 mod reader;
 mod resume_checks;
+mod shares;
 mod sink;

@@ -43,6 +43,7 @@ pub fn config(
         on_error,
         unread_columns: Vec::new(),
         max_record_bytes: sluice_connectors::DEFAULT_MAX_RECORD_BYTES,
+        share: None,
     }
 }
 

@@ -206,8 +206,10 @@ pub fn canonical(catalog: &Catalog) -> String {
         e.tag("sink");
         e.str(&s.name);
         e.str(&s.from);
-        let SinkConnector::File { path, format } = &s.connector;
-        e.str(&path.to_string_lossy());
+        let SinkConnector::File {
+            declared, format, ..
+        } = &s.connector;
+        e.str(&declared.to_string_lossy());
         e.str(format.name());
         e.opt(s.filter.as_ref(), |e, n| e.node(n));
         e.line();

@@ -56,7 +56,8 @@ async fn catalog(sql: &str) -> Catalog {
                     schema,
                     filter,
                     connector: SinkConnector::File {
-                        path: PathBuf::from(path),
+                        path: PathBuf::from(&path),
+                        declared: PathBuf::from(&path),
                         format,
                     },
                 });

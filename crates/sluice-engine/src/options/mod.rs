@@ -82,6 +82,9 @@ pub struct PipelineOptions {
     pub subscription_buffer_bytes: u64,
     /// What a subscriber that falls behind does by default.
     pub subscription_on_lag: OnLag,
+    /// This node's share of a pipeline split across nodes (`None`: the
+    /// whole pipeline). Set by the builder, never by `SET`.
+    pub split: Option<crate::split::SourceSplit>,
 }
 
 impl Default for PipelineOptions {
@@ -109,6 +112,7 @@ impl Default for PipelineOptions {
             sink_queue_bytes: 64 << 20,
             subscription_buffer_bytes: 64 << 20,
             subscription_on_lag: OnLag::Backpressure,
+            split: None,
         }
     }
 }

@@ -149,7 +149,7 @@ impl SinkRuntime {
 
     /// Open the output in `mode`, resuming from `recovered` when given.
     pub fn begin(&mut self, mode: SinkMode, recovered: Option<&SinkCheckpoint>) -> Result<()> {
-        let SinkConnector::File { path, format } = &self.def.connector;
+        let SinkConnector::File { path, format, .. } = &self.def.connector;
         let schema = Arc::clone(&self.def.schema);
         let writer = match (mode, recovered) {
             (SinkMode::Atomic, _) => Writer::Atomic(

@@ -77,6 +77,11 @@ impl Pipeline {
             materialized: plan.materialized,
             kind: StreamKind::Query(Box::new(plan)),
         };
+        if self.options.split.is_some() {
+            let mut next = self.catalog.clone();
+            next.streams.push(def.clone());
+            self.admit_while_running(&next)?;
+        }
         self.coordinator()?;
         let msg = self.install_stream(&def)?;
         // Installed first: a stream the pipeline refuses is not catalogued.
@@ -109,7 +114,13 @@ impl Pipeline {
     /// Check a `CREATE SINK` and parse its options, without installing it
     /// (also what `EXPLAIN CREATE SINK` shows).
     pub async fn plan_sink(&self, cs: CreateSink) -> Result<SinkDef> {
-        sink_def(&self.catalog, self.base_dir.as_deref(), cs).await
+        sink_def(
+            &self.catalog,
+            self.base_dir.as_deref(),
+            self.options.split.as_ref(),
+            cs,
+        )
+        .await
     }
 
     /// `DROP kind name`: the object, and a source's late-data stream with it.
@@ -230,6 +241,11 @@ impl Pipeline {
     /// changes: a later binding, source or sink must follow the same rules
     /// as at start.
     pub(super) fn admit_while_running(&self, next: &Catalog) -> Result<()> {
+        // A split pipeline's nodes run only what certifies, before and
+        // after it starts.
+        if self.lifecycle.is_running() && self.options.split.is_some() {
+            crate::catalog::split_admission::certify(next)?;
+        }
         if let (true, Some(delivery)) = (self.lifecycle.is_running(), self.checkpointing()) {
             crate::catalog::admission::admit_delivery(next, delivery)?;
         }
@@ -257,6 +273,7 @@ fn inherited_options(src: &CreateSource) -> Vec<&'static str> {
 async fn sink_def(
     catalog: &Catalog,
     base_dir: Option<&std::path::Path>,
+    split: Option<&crate::split::SourceSplit>,
     cs: CreateSink,
 ) -> Result<SinkDef> {
     catalog.check_free(&cs.name)?;
@@ -272,9 +289,17 @@ async fn sink_def(
             let path = with.require("path", &context)?;
             let format = take_format(&mut with, &path, &context)?;
             with.finish(&context, &["connector", "path", "format"])?;
-            let path = resolve_path(base_dir, &path);
+            let declared = resolve_path(base_dir, &path);
+            let path = match split {
+                Some(split) => split.sink_path(&declared),
+                None => declared.clone(),
+            };
             catalog.check_sink_path(&cs.name, &path)?;
-            SinkConnector::File { path, format }
+            SinkConnector::File {
+                path,
+                declared,
+                format,
+            }
         }
         Some(other) => {
             return Err(EngineError::Option(format!(

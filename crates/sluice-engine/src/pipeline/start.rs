@@ -25,6 +25,9 @@ impl Pipeline {
             };
         };
         let config = self.checkpoint_config(store)?;
+        if self.options.split.is_some() {
+            crate::catalog::split_admission::certify(&self.catalog)?;
+        }
         let recovered = match &config {
             Some(cfg) => latest_matching(cfg).await?,
             None => None,

@@ -1,0 +1,106 @@
+//! Which objects a pipeline split across nodes admits (see
+//! `crate::split`), checked when a split pipeline starts and for every
+//! statement while it runs.
+//!
+//! An object is refused, by name and with the reason, when its result on
+//! split input would differ from the single-node result: an operator that
+//! keeps state across rows (rows of one key are read on different nodes
+//! until keyed state is placed by vnode with a shuffle between nodes), a
+//! process function, a late-data stream (lateness is judged against each
+//! node's own watermark), a materialized view (each node would hold its
+//! share of it), and a source without partitions (a Nexmark generator).
+
+use sluice_sql::plan::StreamNode;
+
+use super::{Catalog, SourceConnector, StreamKind};
+use crate::error::{EngineError, Result};
+
+/// Refuse the first object of `catalog` whose split result would differ
+/// from the single-node result (see the module docs).
+pub fn certify(catalog: &Catalog) -> Result<()> {
+    for source in &catalog.sources {
+        if let SourceConnector::Nexmark(_) = source.connector {
+            return Err(refuse(
+                "source",
+                &source.name,
+                "a nexmark generator has no partitions to split, so every node would generate the whole stream",
+            ));
+        }
+        if source.late_data_to.is_some() {
+            return Err(refuse(
+                "source",
+                &source.name,
+                "LATE DATA TO: each node judges lateness against the watermark of its own files, so the late rows of a split run are not those of one node",
+            ));
+        }
+    }
+    for stream in &catalog.streams {
+        let kind = if stream.materialized {
+            "materialized view"
+        } else {
+            "stream"
+        };
+        if stream.materialized {
+            return Err(refuse(
+                kind,
+                &stream.name,
+                "each node would hold only its share of the view",
+            ));
+        }
+        match &stream.kind {
+            StreamKind::Query(plan) => {
+                if let Some(op) = stateful_operator(&plan.root) {
+                    return Err(refuse(
+                        kind,
+                        &stream.name,
+                        &format!("its {op} keeps state across rows, and rows of one key are read on different nodes; a split pipeline runs row-by-row queries only (filters, projections, UNION ALL, lookup joins) until keyed state is placed by vnode with a shuffle between nodes"),
+                    ));
+                }
+            }
+            StreamKind::LateData { .. } => {
+                return Err(refuse(
+                    kind,
+                    &stream.name,
+                    "late rows are judged against each node's own watermark",
+                ))
+            }
+            StreamKind::Process(info) => {
+                return Err(refuse(
+                    kind,
+                    &stream.name,
+                    &format!("process function '{}' keeps state per key, and its keys are read on different nodes until keys are placed by vnode with a shuffle between nodes", info.descriptor.name),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn refuse(kind: &str, name: &str, why: &str) -> EngineError {
+    EngineError::Option(format!(
+        "{kind} '{name}' cannot run split across nodes: {why}"
+    ))
+}
+
+/// The first operator of `node`'s tree that keeps state across rows, by
+/// its SQL name; `None` when every operator works row by row. Every
+/// operator kind is named here, so a new one must be decided on.
+fn stateful_operator(node: &StreamNode) -> Option<&'static str> {
+    match node {
+        StreamNode::Scan { .. } => None,
+        StreamNode::Filter { input, .. }
+        | StreamNode::Project { input, .. }
+        | StreamNode::LookupJoin { input, .. } => stateful_operator(input),
+        StreamNode::Union { inputs, .. } => inputs.iter().find_map(stateful_operator),
+        StreamNode::WindowAggregate { .. } => Some("windowed aggregation"),
+        StreamNode::Aggregate { .. } => Some("aggregation"),
+        StreamNode::Distinct { .. } => Some("DISTINCT"),
+        StreamNode::TopN { .. } => Some("top-N"),
+        StreamNode::OverAggregate { .. } | StreamNode::ChangelogOver { .. } => {
+            Some("OVER aggregation")
+        }
+        StreamNode::Join { .. } => Some("join"),
+        StreamNode::OuterJoin { .. } => Some("outer join"),
+        StreamNode::AsofJoin { .. } => Some("ASOF join"),
+    }
+}

@@ -1,0 +1,122 @@
+//! Split sources: one pipeline run by several nodes at once, each reading
+//! its share of every source's natural partitions.
+//!
+//! A node's share is a set of vnodes ([`VnodePlacement`]). A file source's
+//! partitions are its files: a file belongs to the vnode of its partition
+//! key (its path below the pattern's literal directory, see
+//! `sluice_connectors::FileShare`), encoded as a one-column UTF-8 key in
+//! the canonical partition key encoding (`process::key`, format version 1)
+//! and hashed by `process::placement::vnode_of` — the same vnode a process
+//! function's key of that string would have. So every node that sees the
+//! same files and holds the same vnodes reads the same files, and the
+//! vnodes of an assignment table (one owner each) read every file once.
+//!
+//! Each node writes its own output: a file sink's path gains the node's
+//! name (`out.csv` becomes `out-n1.csv`), so nodes sharing a file system
+//! never write one file.
+//!
+//! Certification (`catalog::split_admission::certify`) refuses, by name and with the
+//! reason, every object whose result on split input would differ from the
+//! single-node result: operators that keep state across rows (their rows
+//! would meet on no node until keyed state is placed by vnode with a
+//! shuffle between nodes), process functions, late-data streams and
+//! materialized views, and sources without partitions (a Nexmark generator
+//! would be read whole by every node). Row-by-row queries (filters,
+//! projections, `UNION ALL`, lookup joins) and push sources (the program
+//! feeds each node) run split.
+//!
+//! Lateness is judged at each source against the watermark of the rows
+//! this node read. A node's watermark at a row is never above the
+//! single-node watermark at that row (it saw a subset of the rows before
+//! it, in the same order), so a split run never drops a row a single node
+//! keeps; when the data has late rows, a split run may keep rows a single
+//! node drops as late.
+
+use std::path::{Path, PathBuf};
+
+use sluice_connectors::FileShare;
+
+use crate::error::{EngineError, Result};
+use crate::process::placement::{vnode_of, VnodePlacement};
+
+/// Longest node name a split accepts.
+const MAX_NODE_NAME: usize = 64;
+
+/// This node's part of a split pipeline (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSplit {
+    node: String,
+    placement: VnodePlacement,
+}
+
+impl SourceSplit {
+    /// Node `node` holding the vnodes of `placement`. The name goes into
+    /// sink file names, so it is 1 to 64 ASCII letters, digits, `-`, `_`
+    /// or `.` (not starting with `.`).
+    pub fn new(node: &str, placement: VnodePlacement) -> Result<Self> {
+        let valid = !node.is_empty()
+            && node.len() <= MAX_NODE_NAME
+            && !node.starts_with('.')
+            && node
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !valid {
+            return Err(EngineError::Option(format!(
+                "split node name '{}' is not 1 to {MAX_NODE_NAME} ASCII letters, digits, '-', '_' or '.' (not starting with '.'); it names the node's sink files",
+                sluice_connectors::bounded_quote(node)
+            )));
+        }
+        Ok(Self {
+            node: node.to_string(),
+            placement,
+        })
+    }
+
+    /// The node's name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The vnodes this node holds.
+    pub fn placement(&self) -> &VnodePlacement {
+        &self.placement
+    }
+
+    /// The files of a file source this node reads.
+    pub fn file_share(&self) -> FileShare {
+        let placement = self.placement.clone();
+        let held = placement.owned().len();
+        let describe = format!("node {}: {held} of {} vnodes", self.node, placement.count());
+        FileShare::new(describe, move |key: &str| {
+            placement.owns(file_vnode(key, placement.count()))
+        })
+    }
+
+    /// Where this node writes a file sink declared to write `declared`:
+    /// the node's name before the extension (`out.csv` → `out-n1.csv`).
+    pub fn sink_path(&self, declared: &Path) -> PathBuf {
+        let stem = declared
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let name = match declared.extension() {
+            Some(ext) => format!("{stem}-{}.{}", self.node, ext.to_string_lossy()),
+            None => format!("{stem}-{}", self.node),
+        };
+        declared.with_file_name(name)
+    }
+}
+
+/// The vnode of a file with partition key `key` among `count` vnodes: the
+/// key as a one-column UTF-8 canonical partition key.
+pub fn file_vnode(key: &str, count: u32) -> u32 {
+    let mut encoded = Vec::with_capacity(5 + key.len());
+    encoded.push(1);
+    encoded.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_be_bytes());
+    encoded.extend_from_slice(key.as_bytes());
+    vnode_of(&encoded, count)
+}
+
+#[cfg(test)]
+#[path = "split_tests.rs"]
+mod tests;
