@@ -35,7 +35,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use clap::{Args, Subcommand};
-use sluice::{ClusterInfo, ClusterMember, Database, Delivery, StorageError};
+use sluice::{ClusterInfo, ClusterMember, Database, DatabaseBuilder, Delivery, StorageError};
 use sluice_cluster::assignment::Placement;
 use sluice_cluster::catalog_seal::SealedCatalog;
 use sluice_cluster::standby::{self, Turn};
@@ -146,7 +146,7 @@ fn parse_endpoints(spec: &str) -> Result<Vec<String>, CliError> {
 }
 
 /// `SHOW CLUSTER` answered from etcd.
-struct EtcdInfo {
+pub(crate) struct EtcdInfo {
     client: status::Client,
     keys: ClusterKeys,
     node: Option<String>,
@@ -202,8 +202,24 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// `sluice run --cluster ...` (see the module docs).
-pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliError> {
+/// What every cluster mode checks and builds before its node joins.
+pub(crate) struct Prepared {
+    pub(crate) node_id: String,
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) lease_ttl: Duration,
+    /// The shared checkpoint store's URL (`--state`, or a later
+    /// `--set checkpoint_store=...`).
+    pub(crate) store: String,
+    pub(crate) text: String,
+    pub(crate) info: EtcdInfo,
+    /// Exactly-once delivery and a store lease of one node lease, unless
+    /// the user set them.
+    pub(crate) builder: DatabaseBuilder,
+}
+
+/// Check a cluster run's arguments, read its script, connect to etcd and
+/// make the database builder every cluster mode starts from.
+pub(crate) async fn prepare(args: &RunArgs) -> Result<Prepared, CliError> {
     let (Some(spec), Some(node_id)) = (&args.cluster, &args.node_id) else {
         return Err(CliError::usage(
             "--cluster and --node-id go together: --cluster etcd=URL --node-id NAME",
@@ -222,8 +238,11 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
         .iter()
         .rev()
         .find_map(|s| s.trim().strip_prefix("checkpoint_store="))
-        .or(args.state.as_deref());
-    if store.is_some_and(|u| u.trim().starts_with("memory:")) {
+        .or(args.state.as_deref())
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if store.starts_with("memory:") {
         return Err(CliError::usage(
             "--cluster with --state memory://: a memory store lives inside one process, \
              so no standby could take over from it; use s3://... or file:///shared/dir",
@@ -238,11 +257,9 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
     let lease_ttl = humantime::parse_duration(&args.lease_ttl)
         .map_err(|e| CliError::usage(format!("--lease-ttl '{}': {e}", args.lease_ttl)))?;
     let endpoints = parse_endpoints(spec)?;
-    let signals = Signals::install(progress)?;
-    let started = Instant::now();
-    let text = run::read_script(&args)?;
+    let text = run::read_script(args)?;
     let info = EtcdInfo::connect(&endpoints, &args.cluster_id, Some(node_id)).await?;
-    let mut builder = run::builder(&args)?;
+    let mut builder = run::builder(args)?;
     // No lost or duplicated output across a takeover, unless the user
     // chose otherwise.
     if !args
@@ -266,6 +283,52 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
             &format!("{}s", secs.clamp(1, 3600)),
         )?;
     }
+    Ok(Prepared {
+        node_id: node_id.clone(),
+        endpoints,
+        lease_ttl,
+        store,
+        text,
+        info,
+        builder,
+    })
+}
+
+/// The catalog every node must match: the script's objects, plus the
+/// options that decide where a takeover resumes from and what it
+/// publishes (a node with another store would start over, duplicating
+/// output; one with another delivery would publish under other rules).
+pub(crate) async fn sealed_catalog(db: &Database, store: &str) -> SealedCatalog {
+    let fingerprints = db.catalog_fingerprints().await;
+    let mut objects = fingerprints.objects;
+    let delivery = match db.checkpoint_delivery().await {
+        Some(Delivery::ExactlyOnce) => "exactly_once",
+        Some(Delivery::AtLeastOnce) => "at_least_once",
+        None => "off",
+    };
+    objects.insert("option delivery".to_string(), delivery.to_string());
+    objects.insert("option checkpoint_store".to_string(), store.to_string());
+    SealedCatalog {
+        fingerprint: fingerprints.whole,
+        objects,
+        vnode_count: VnodeCount::default(),
+    }
+}
+
+/// `sluice run --cluster ...` (see the module docs).
+pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliError> {
+    let signals = Signals::install(progress)?;
+    let started = Instant::now();
+    let Prepared {
+        node_id,
+        endpoints,
+        lease_ttl,
+        store,
+        text,
+        info,
+        builder,
+    } = prepare(&args).await?;
+    let node_id = node_id.as_str();
     // Checkpoints count once this node, while it leads, records them in
     // etcd: a leader deposed while it wrote commits nothing.
     let commits = Arc::new(LeaderCommitRecord::new(
@@ -280,34 +343,8 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot) -> Result<RunEnd, CliEr
         .await?;
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &text).await?;
-    let fingerprints = db.catalog_fingerprints().await;
-    let mut objects = fingerprints.objects;
-    // Options that decide where a takeover resumes from and what it
-    // publishes are sealed with the statements: a node with another store
-    // would start over (duplicating output), one with another delivery
-    // would publish under other rules.
-    let delivery = match db.checkpoint_delivery().await {
-        Some(Delivery::ExactlyOnce) => "exactly_once",
-        Some(Delivery::AtLeastOnce) => "at_least_once",
-        None => "off",
-    };
-    objects.insert("option delivery".to_string(), delivery.to_string());
-    if let Some(store) = store {
-        objects.insert(
-            "option checkpoint_store".to_string(),
-            store.trim().to_string(),
-        );
-    }
-    let mut config = NodeConfig::new(
-        endpoints,
-        &args.cluster_id,
-        node_id,
-        SealedCatalog {
-            fingerprint: fingerprints.whole,
-            objects,
-            vnode_count: VnodeCount::default(),
-        },
-    );
+    let catalog = sealed_catalog(&db, &store).await;
+    let mut config = NodeConfig::new(endpoints, &args.cluster_id, node_id, catalog);
     config.lease_ttl = lease_ttl;
     // Active–standby: the leader runs, and owns, every vnode.
     config.placement = Placement::Leader;
@@ -531,33 +568,36 @@ async fn lead(
         );
     }
     start_leading(db).await?;
-    let report = async {
-        let mut tick = tokio::time::interval(PROGRESS_EVERY);
-        loop {
-            tick.tick().await;
-            let m = db.metrics();
-            let p = Progress {
-                rows_in: m.rows_in(),
-                rows_out: m.rows_emitted(),
-                watermark_ms: m.watermark,
-                checkpoint: m.last_checkpoint.as_ref().map_or(0, |c| c.id),
-                at_ms: now_ms(),
-            };
-            if let Err(e) = status::publish_progress(node.session(), &p).await {
-                tracing::debug!(error = %e, "progress report");
-            }
-        }
-    };
     tokio::select! {
-        () = report => unreachable_report(),
+        () = report_progress(node, db) => unreachable_report(),
         r = run::run_to_end(db, progress, signals) => r,
+    }
+}
+
+/// Report this node's progress to etcd every [`PROGRESS_EVERY`], for
+/// `SHOW CLUSTER`; never returns.
+pub(crate) async fn report_progress(node: &ClusterNode, db: &Database) {
+    let mut tick = tokio::time::interval(PROGRESS_EVERY);
+    loop {
+        tick.tick().await;
+        let m = db.metrics();
+        let p = Progress {
+            rows_in: m.rows_in(),
+            rows_out: m.rows_emitted(),
+            watermark_ms: m.watermark,
+            checkpoint: m.last_checkpoint.as_ref().map_or(0, |c| c.id),
+            at_ms: now_ms(),
+        };
+        if let Err(e) = status::publish_progress(node.session(), &p).await {
+            tracing::debug!(error = %e, "progress report");
+        }
     }
 }
 
 /// Start the pipeline as the leader: wait out the store lease of a leader
 /// that died, and ask etcd again when it did not answer which checkpoints
 /// count. Any other error ends the run.
-async fn start_leading(db: &Database) -> Result<(), CliError> {
+pub(crate) async fn start_leading(db: &Database) -> Result<(), CliError> {
     loop {
         match db.start().await {
             Ok(()) => return Ok(()),
@@ -581,7 +621,7 @@ async fn start_leading(db: &Database) -> Result<(), CliError> {
 }
 
 /// The progress loop never ends by itself.
-fn unreachable_report() -> Result<f64, CliError> {
+pub(crate) fn unreachable_report() -> Result<f64, CliError> {
     Err(CliError::script("the progress reporter stopped"))
 }
 

@@ -27,6 +27,9 @@ pub enum Resume {
     /// The store of a cluster (`--cluster ... --state`): another node
     /// takes over as leader and resumes without the user.
     Cluster,
+    /// One node of a static split (`--cluster ... --split`): its share
+    /// waits for it, and the same node started again resumes it.
+    SplitNode,
 }
 
 impl Resume {
@@ -39,6 +42,9 @@ impl Resume {
             Self::Cluster => {
                 "the next leader (a standby, or any node started again with the same \
                  --state) resumes"
+            }
+            Self::SplitNode => {
+                "this node started again with the same --node-id, --split and --state resumes"
             }
         }
     }
@@ -178,6 +184,10 @@ mod tests {
             (Resume::StateDir, "rerun with the same --state-dir"),
             (Resume::Store, "rerun with the same --state "),
             (Resume::Cluster, "the next leader"),
+            (
+                Resume::SplitNode,
+                "this node started again with the same --node-id",
+            ),
         ];
         for signal in [Signal::Interrupt, Signal::Terminate] {
             for delivery in modes {

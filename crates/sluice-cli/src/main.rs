@@ -25,6 +25,7 @@ mod interrupt;
 mod progress;
 mod run;
 mod signals;
+mod split;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -104,6 +105,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", default_value = "sluice")]
     pub cluster_id: String,
 
+    /// Run as one node of a static split: every listed node runs at once,
+    /// each reading the files of its vnodes and writing sink files of its
+    /// own (`out-NODE.csv`); row-by-row queries only. Needs --cluster.
+    #[arg(long, value_name = "NODE,NODE,...", requires = "cluster")]
+    pub split: Option<String>,
+
     /// How long a silent node stays a member (and leader), e.g. `5s`, `1500ms`.
     #[arg(long, value_name = "DURATION", default_value = "5s")]
     pub lease_ttl: String,
@@ -123,6 +130,10 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(rt) => match cli.command {
+            Command::Run(args) if args.split.is_some() => {
+                let list = args.split.clone().unwrap_or_default();
+                rt.block_on(split::run(args, &progress, &list))
+            }
             Command::Run(args) if args.cluster.is_some() || args.node_id.is_some() => {
                 rt.block_on(cluster::run(args, &progress))
             }

@@ -90,7 +90,7 @@ impl ClusterNode {
             members.clone(),
             view.clone(),
             config.catalog.vnode_count,
-            config.placement,
+            config.placement.clone(),
         );
         Ok(Self {
             session,

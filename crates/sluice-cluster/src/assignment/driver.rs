@@ -20,7 +20,7 @@ use crate::vnodes::VnodeCount;
 const RETRY: Duration = Duration::from_millis(100);
 
 /// Whom the leader places vnodes on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Placement {
     /// Every live member, by rendezvous hashing (vnode-placed execution).
     #[default]
@@ -29,6 +29,11 @@ pub enum Placement {
     /// the standbys own none until one of them leads). A member joining or
     /// leaving does not change the table; a new leader does.
     Leader,
+    /// These members (sorted, deduplicated), live or not: a static split,
+    /// where each node reads the share of the sources its vnodes hold and
+    /// a node's vnodes wait for it while it is down. Membership changes do
+    /// not change the table.
+    Fixed(Vec<String>),
 }
 
 /// The running driver; stops when dropped.
@@ -68,11 +73,18 @@ async fn drive(
     // The table this node last wrote: the view may lag behind it.
     let mut written: Option<Assignment> = None;
     loop {
-        let live: Vec<String> = match placement {
+        let live: Vec<String> = match &placement {
             Placement::Members => members.borrow_and_update().iter().cloned().collect(),
             Placement::Leader => {
                 members.borrow_and_update();
                 vec![election.session().node().to_string()]
+            }
+            Placement::Fixed(fixed) => {
+                members.borrow_and_update();
+                let mut fixed = fixed.clone();
+                fixed.sort();
+                fixed.dedup();
+                fixed
             }
         };
         leader.borrow_and_update();

@@ -1,0 +1,216 @@
+//! `sluice run --cluster etcd=URL --node-id N --split N1,N2,... --state URL
+//! FILE.sql`: one node of a static split, where every node runs at once.
+//!
+//! Every node executes the same script and seals it in etcd with the
+//! member list (a node with another script or list is refused, naming
+//! what differs). The vnodes are placed on the listed members by
+//! rendezvous hashing, live or not (`Placement::Fixed`), and each node
+//! runs as that share of the pipeline (`DatabaseBuilder::split`): its file
+//! sources read the files of its vnodes, its sinks write files of its own
+//! (`out.csv` becomes `out-N.csv`), and only row-by-row queries are
+//! admitted (the others are refused by name). Each node checkpoints its
+//! share on its own, in `STATE/nodes/N` (exactly-once by default): rows of
+//! one share never meet rows of another, so no checkpoint needs the other
+//! nodes, and a node killed at any time is started again with the same
+//! arguments and resumes its share from its last checkpoint.
+//!
+//! ```text
+//!   prepare ─► split + script ─► seal (etcd) ─► join ─► start (wait out the
+//!   store lease of this node's previous process) ─► run the share to its end
+//!   ─► shutdown (publish) ─► leave
+//! ```
+//!
+//! What a static split does not do yet: move a down node's vnodes to the
+//! others (its share waits for it), or run keyed operators (they need
+//! their state placed by vnode and a shuffle between nodes).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice::split::VnodePlacement;
+use sluice_cluster::assignment::Placement;
+use sluice_cluster::vnodes::{self, VnodeCount};
+use sluice_cluster::{ClusterError, ClusterNode, NodeConfig};
+
+use crate::cluster::{self, Prepared};
+use crate::error::CliError;
+use crate::interrupt::Resume;
+use crate::progress::ProgressSlot;
+use crate::run::{self, RunEnd};
+use crate::signals::Signals;
+use crate::RunArgs;
+
+/// How often a node whose id is still held by its previous process's
+/// lease asks again.
+const JOIN_RETRY: Duration = Duration::from_millis(500);
+
+/// The members of `--split LIST`, sorted; `node` must be one of them.
+pub(crate) fn parse_members(list: &str, node: &str) -> Result<Vec<String>, CliError> {
+    let mut members: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .map(str::to_string)
+        .collect();
+    members.sort();
+    if let Some(w) = members.windows(2).find(|w| w[0] == w[1]) {
+        return Err(CliError::usage(format!(
+            "--split '{list}': node '{}' is listed twice",
+            w[0]
+        )));
+    }
+    if members.is_empty() {
+        return Err(CliError::usage(format!(
+            "--split '{list}': no node given; list every node of the split, e.g. --split n1,n2,n3"
+        )));
+    }
+    if !members.iter().any(|m| m == node) {
+        return Err(CliError::usage(format!(
+            "--split '{list}' does not list this node, '{node}' (--node-id)"
+        )));
+    }
+    Ok(members)
+}
+
+/// The vnodes `node` holds when `count` vnodes are placed on `members`.
+fn share_of(members: &[String], node: &str, count: VnodeCount) -> Result<VnodePlacement, CliError> {
+    let owners = vnodes::place(count, members);
+    let me = members.iter().position(|m| m == node);
+    let owned = (0..count.get()).filter(|v| {
+        owners
+            .get(*v as usize)
+            .is_some_and(|o| Some(*o as usize) == me)
+    });
+    VnodePlacement::new(count.get(), owned).map_err(CliError::usage)
+}
+
+/// `--state URL` for node `node`: `URL/nodes/NODE`.
+fn node_store(store: &str, node: &str) -> String {
+    format!("{}/nodes/{node}", store.trim_end_matches('/'))
+}
+
+/// `sluice run --cluster ... --split ...` (see the module docs).
+pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<RunEnd, CliError> {
+    let signals = Signals::install(progress)?;
+    let started = Instant::now();
+    let p: Prepared = cluster::prepare(&args).await?;
+    let node_id = p.node_id;
+    let members = parse_members(list, &node_id)?;
+    let count = VnodeCount::default();
+    let share = share_of(&members, &node_id, count)?;
+    tracing::info!(
+        node = %node_id,
+        vnodes = share.owned().len(),
+        of = count.get(),
+        "this node's share of the split"
+    );
+    let db = p
+        .builder
+        .set("checkpoint_store", &node_store(&p.store, &node_id))?
+        .split(&node_id, share)?
+        .cluster_info(Arc::new(p.info))
+        .open()
+        .await?;
+    crate::builtins::register(&db).await?;
+    run::execute_script(&db, &p.text).await?;
+    let mut catalog = cluster::sealed_catalog(&db, &p.store).await;
+    catalog
+        .objects
+        .insert("option split".to_string(), members.join(","));
+    let mut config = NodeConfig::new(p.endpoints, &args.cluster_id, &node_id, catalog);
+    config.lease_ttl = p.lease_ttl;
+    config.placement = Placement::Fixed(members);
+    let node = loop {
+        let joined = tokio::select! {
+            biased;
+            signal = signals.first() => {
+                signals.say(&format!("{}: node {node_id} stopped before it joined", signal.name()));
+                return Ok(RunEnd::Signalled(signal));
+            }
+            node = ClusterNode::start(config.clone()) => node,
+        };
+        match joined {
+            // This node's previous process (killed, or cut off) still
+            // holds the id until its lease lapses; a live one keeps it.
+            Err(e @ ClusterError::DuplicateNode { .. }) => {
+                tracing::warn!(error = %e, "waiting for the id's lease to lapse");
+                tokio::time::sleep(JOIN_RETRY).await;
+            }
+            joined => break joined?,
+        }
+    };
+    let outcome = tokio::select! {
+        biased;
+        signal = signals.first() => {
+            crate::interrupt::stop(&db, signal, &signals, Resume::SplitNode).await;
+            Ok(RunEnd::Signalled(signal))
+        }
+        r = run_share(&node, &db, progress, &signals, started) => r,
+    };
+    if outcome.is_err() {
+        if let Err(e) = db.abort().await {
+            tracing::debug!(error = %e, "abort after a failure");
+        }
+    }
+    if let Err(e) = node.shutdown().await {
+        tracing::warn!(error = %e, "leaving the cluster");
+    }
+    outcome
+}
+
+/// Start this node's share (waiting out the store lease of this node's
+/// previous process) and run it to its end, reporting progress.
+async fn run_share(
+    node: &ClusterNode,
+    db: &sluice::Database,
+    progress: &ProgressSlot,
+    signals: &Signals,
+    started: Instant,
+) -> Result<RunEnd, CliError> {
+    cluster::start_leading(db).await?;
+    let cpu_at_start = tokio::select! {
+        () = cluster::report_progress(node, db) => cluster::unreachable_report(),
+        r = run::run_to_end(db, progress, signals) => r,
+    }?;
+    let metrics = db.shutdown().await?;
+    let cpu = run::process_cpu_secs() - cpu_at_start;
+    run::print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
+    Ok(RunEnd::Completed)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn member_lists_are_checked() {
+        assert_eq!(
+            parse_members(" n2, n1 ,n3", "n1").ok(),
+            Some(vec!["n1".to_string(), "n2".into(), "n3".into()])
+        );
+        for (list, node, says) in [
+            ("n1,n2,n1", "n1", "node 'n1' is listed twice"),
+            (" , ", "n1", "no node given"),
+            ("n2,n3", "n1", "does not list this node, 'n1'"),
+        ] {
+            let e = parse_members(list, node).expect_err(list).to_string();
+            assert!(e.contains(says), "{list}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_members_shares_partition_the_vnodes() {
+        let members: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let count = VnodeCount::default();
+        let shares: Vec<VnodePlacement> = members
+            .iter()
+            .map(|m| share_of(&members, m, count).expect("share"))
+            .collect();
+        for v in 0..count.get() {
+            assert_eq!(shares.iter().filter(|s| s.owns(v)).count(), 1, "vnode {v}");
+        }
+        assert!(shares.iter().all(|s| s.owned().len() > 40));
+        assert_eq!(node_store("s3://b/p/", "a"), "s3://b/p/nodes/a");
+    }
+}

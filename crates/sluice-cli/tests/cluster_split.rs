@@ -1,0 +1,330 @@
+//! `sluice run --cluster ... --split n1,n2,n3`: real `sluice` processes on
+//! one real etcd, every node running at once over the files of its vnodes
+//! and writing sink files of its own. Together the nodes' files hold
+//! exactly the rows of an uninterrupted single-node run, also when nodes
+//! are SIGKILLed at random times and started again; a node with a script
+//! that cannot run split, or with another member list, is refused by name.
+//!
+//! `SLUICE_CLUSTER_KILLS` raises the number of kills.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_cluster::status::{self, ClusterStatus};
+use sluice_cluster::testing::EtcdServer;
+use sluice_cluster::vnodes::{self, VnodeCount};
+use sluice_cluster::ClusterKeys;
+use support::*;
+
+/// Files of the glob, and rows in each.
+const FILES: u64 = 12;
+const ROWS_PER_FILE: u64 = 50_000;
+/// Longest one node may take before the test fails instead of hanging.
+const WATCHDOG: Duration = Duration::from_secs(240);
+const LEASE: &str = "1s";
+const NODES: [&str; 3] = ["n1", "n2", "n3"];
+
+const SCRIPT: &str = "
+    CREATE SOURCE events (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
+        WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+      WITH (connector = 'file', path = 'in/*.csv', format = 'csv', batch_size = '500');
+    CREATE STREAM sel AS SELECT id, k, v * 3 AS v3 FROM events WHERE v % 7 = 0 OR k = 5;
+    CREATE STREAM hi AS SELECT id, v, ts FROM events WHERE v > 990;
+    CREATE SINK sel_out FROM sel WITH (connector = 'file', path = 'out/sel.csv');
+    CREATE SINK hi_out FROM hi WITH (connector = 'file', path = 'out/hi.json');";
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `FILES` files `in/part-NN.csv` of events about 10 ms apart, each file
+/// a later stretch of time, disordered by less than the watermark's
+/// delay: no row is late on one node or on a split.
+fn write_input(dir: &Path, script: &str) {
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    let mut rng = Lcg(17);
+    for f in 0..FILES {
+        let mut out = String::from("id,k,v,ts\n");
+        for r in 0..ROWS_PER_FILE {
+            let id = f * ROWS_PER_FILE + r;
+            let ts = 1_700_000_000_000 + id as i64 * 10 - (rng.next() % 1500) as i64;
+            out.push_str(&format!(
+                "{id},{},{},{ts}\n",
+                rng.next() % 100,
+                rng.next() % 1000
+            ));
+        }
+        std::fs::write(dir.join(format!("in/part-{f:02}.csv")), out).unwrap();
+    }
+    std::fs::write(dir.join("pipeline.sql"), script).unwrap();
+}
+
+/// The rows of an uninterrupted single-node run: per sink, its header and
+/// its data lines, sorted.
+fn reference(base: &Path) -> BTreeMap<&'static str, (String, Vec<String>)> {
+    let dir = base.join("reference");
+    write_input(&dir, SCRIPT);
+    let (status, stderr) = Run::spawn(sluice(&dir, &[])).wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
+    let out = dir.join("out");
+    let refs = BTreeMap::from([
+        ("sel", split_lines(&read(&out.join("sel.csv")), true)),
+        ("hi", split_lines(&read(&out.join("hi.json")), false)),
+    ]);
+    assert!(refs.values().all(|(_, rows)| rows.len() > 1000));
+    refs
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A sink file's header (CSV) and its data lines, sorted.
+fn split_lines(text: &str, header: bool) -> (String, Vec<String>) {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let head = if header && !lines.is_empty() {
+        lines.remove(0)
+    } else {
+        String::new()
+    };
+    lines.sort();
+    (head, lines)
+}
+
+/// The union of every node's sink files, as [`reference`] shows a sink.
+fn union(dir: &Path) -> BTreeMap<&'static str, (String, Vec<String>)> {
+    let mut all = BTreeMap::new();
+    for (sink, file, header) in [("sel", "sel", true), ("hi", "hi", false)] {
+        let mut head = String::new();
+        let mut rows = Vec::new();
+        for node in NODES {
+            let ext = if header { "csv" } else { "json" };
+            let (h, r) = split_lines(&read(&dir.join(format!("out/{file}-{node}.{ext}"))), header);
+            head = h;
+            rows.extend(r);
+        }
+        rows.sort();
+        all.insert(sink, (head, rows));
+    }
+    all
+}
+
+/// `sluice run --cluster ... --split LIST` as `node` in `dir`.
+fn node(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str, list: &str) -> Run {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    c.current_dir(dir)
+        .env_remove("RUST_LOG")
+        .arg("run")
+        .args(["--cluster", &format!("etcd={}", etcd.endpoint())])
+        .args(["--cluster-id", cluster, "--node-id", node, "--split", list])
+        .args(["--lease-ttl", LEASE])
+        .args([
+            "--state",
+            &format!("file://{}", dir.join("state").display()),
+        ])
+        .args(["--set", "checkpoint_interval=50ms"])
+        .arg("pipeline.sql")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    Run::spawn(c)
+}
+
+/// Whether node `n` committed a checkpoint in its own store.
+fn has_checkpoint(dir: &Path, n: &str) -> bool {
+    let store = dir.join(format!("state/nodes/{n}/checkpoints"));
+    std::fs::read_dir(store)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .any(|e| e.path().join("MANIFEST").exists())
+        })
+        .unwrap_or(false)
+}
+
+fn cluster_status(etcd: &EtcdServer, cluster: &str) -> ClusterStatus {
+    rt().block_on(async {
+        let client = status::connect(&etcd.endpoints()).await.unwrap();
+        status::read(&client, &ClusterKeys::new(cluster).unwrap())
+            .await
+            .unwrap()
+    })
+}
+
+fn wait_all(nodes: BTreeMap<&'static str, Run>) {
+    for (name, run) in nodes {
+        let (status, stderr) = run.wait(WATCHDOG);
+        assert!(status.success(), "node {name}: {stderr}");
+    }
+}
+
+#[test]
+fn three_split_nodes_together_write_exactly_the_single_node_rows() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("split");
+    write_input(&dir, SCRIPT);
+    let list = NODES.join(",");
+    let mut nodes: BTreeMap<_, _> = NODES
+        .iter()
+        .map(|n| (*n, node(&dir, &etcd, "split", n, &list)))
+        .collect();
+    // While they run, `SHOW CLUSTER`'s table is the fixed split: each live
+    // node owns its rendezvous share of the listed members, not of the
+    // live ones.
+    let members: Vec<String> = NODES.iter().map(|n| n.to_string()).collect();
+    let owners = vnodes::place(VnodeCount::default(), &members);
+    let share = |n: &str| {
+        let i = members.iter().position(|m| m == n).unwrap() as u32;
+        owners.iter().filter(|o| **o == i).count() as u32
+    };
+    let until = Instant::now() + WATCHDOG;
+    let shown = loop {
+        let s = cluster_status(&etcd, "split");
+        if s.generation > 0 && !s.members.is_empty() {
+            break s;
+        }
+        assert!(Instant::now() < until, "no assignment table: {s:?}");
+        assert!(
+            nodes.values_mut().all(|r| r.running()),
+            "a node exited before the table was seen"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    for m in &shown.members {
+        assert_eq!(m.vnodes, share(&m.node), "{shown:?}");
+    }
+    wait_all(nodes);
+    assert_eq!(union(&dir), expected);
+    // Every node read a share: each wrote rows of its own.
+    for n in NODES {
+        let (_, rows) = split_lines(&read(&dir.join(format!("out/sel-{n}.csv"))), true);
+        assert!(!rows.is_empty(), "node {n} wrote nothing");
+    }
+    // Each node checkpointed its share in a store of its own.
+    for n in NODES {
+        assert!(
+            has_checkpoint(&dir, n),
+            "node {n}: no checkpoint in its store"
+        );
+    }
+}
+
+/// Nodes SIGKILLed at random times (while running, or after finishing)
+/// and started again resume their shares: the union is still exactly the
+/// single-node rows, with nothing lost or repeated.
+#[test]
+fn split_nodes_killed_at_random_times_resume_with_exactly_once_output() {
+    let kills: u64 = std::env::var("SLUICE_CLUSTER_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(3);
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("split");
+    write_input(&dir, SCRIPT);
+    let list = NODES.join(",");
+    let mut nodes: BTreeMap<_, _> = NODES
+        .iter()
+        .map(|n| (*n, node(&dir, &etcd, "kills", n, &list)))
+        .collect();
+    let mut rng = Lcg(0x6b11);
+    let mut killed_running = 0;
+    for _ in 0..kills {
+        let victim = NODES[(rng.next() % 3) as usize];
+        let mut run = nodes.remove(victim).unwrap();
+        // Mid-run: once the victim has committed a checkpoint (so what it
+        // wrote after it is replayed on restart), a random moment later.
+        let until = Instant::now() + WATCHDOG;
+        while run.running() && !has_checkpoint(&dir, victim) {
+            assert!(
+                std::time::Instant::now() < until,
+                "{victim} never checkpointed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(rng.next() % 400));
+        if run.running() {
+            killed_running += 1;
+            run.signal(libc::SIGKILL);
+            let _ = run.wait(WATCHDOG);
+        } else {
+            let (status, stderr) = run.wait(WATCHDOG);
+            assert!(status.success(), "node {victim}: {stderr}");
+        }
+        nodes.insert(victim, node(&dir, &etcd, "kills", victim, &list));
+    }
+    wait_all(nodes);
+    eprintln!("{killed_running} of {kills} kills hit a running node");
+    assert_eq!(union(&dir), expected);
+}
+
+#[test]
+fn a_script_that_cannot_run_split_is_refused_naming_the_stream() {
+    let base = tempfile::tempdir().unwrap();
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("stateful");
+    write_input(
+        &dir,
+        &format!(
+            "{SCRIPT}
+            CREATE STREAM per_key AS SELECT k, tumble(ts, INTERVAL '5' SECOND) AS ws, COUNT(*) AS n
+              FROM events GROUP BY k, tumble(ts, INTERVAL '5' SECOND);"
+        ),
+    );
+    let (status, stderr) = node(&dir, &etcd, "stateful", "n1", "n1,n2").wait(WATCHDOG);
+    assert!(!status.success());
+    assert!(
+        stderr.contains(
+            "stream 'per_key' cannot run split across nodes: its windowed aggregation keeps state across rows"
+        ),
+        "{stderr}"
+    );
+    // Nothing was published.
+    assert!(
+        entries(&dir.join("out")).is_empty(),
+        "{:?}",
+        entries(&dir.join("out"))
+    );
+}
+
+#[test]
+fn a_node_with_another_member_list_is_refused() {
+    let base = tempfile::tempdir().unwrap();
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("lists");
+    write_input(&dir, SCRIPT);
+    let first = node(&dir, &etcd, "lists", "n1", "n1,n2");
+    let (status, stderr) = node(&dir, &etcd, "lists", "n2", "n1,n2,n3").wait(WATCHDOG);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("its catalog differs from the sealed catalog (changed: option split)"),
+        "{stderr}"
+    );
+    first.kill();
+    // Arguments that cannot make a split, refused before anything runs.
+    for (args, says) in [
+        (vec!["--split", "n2,n3"], "does not list this node, 'n1'"),
+        (vec!["--split", "n1,n1"], "node 'n1' is listed twice"),
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        c.current_dir(&dir)
+            .arg("run")
+            .args(["--cluster", &format!("etcd={}", etcd.endpoint())])
+            .args(["--node-id", "n1", "--state", "file:///tmp/unused"])
+            .args(args)
+            .arg("pipeline.sql")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let (status, stderr) = Run::spawn(c).wait(WATCHDOG);
+        assert!(!status.success());
+        assert!(stderr.contains(says), "{stderr}");
+    }
+}
