@@ -12,7 +12,10 @@
 //! share on its own, in `STATE/nodes/N` (exactly-once by default): rows of
 //! one share never meet rows of another, so no checkpoint needs the other
 //! nodes, and a node killed at any time is started again with the same
-//! arguments and resumes its share from its last checkpoint.
+//! arguments and resumes its share from its last checkpoint. A node cut
+//! off past its lease (paused, or away from etcd) stops and publishes
+//! nothing more: the same node started again may be running its share, and
+//! the store's lease fences what the old process would write.
 //!
 //! ```text
 //!   prepare ─► split + script ─► seal (etcd) ─► join ─► start (wait out the
@@ -145,6 +148,10 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
             crate::interrupt::stop(&db, signal, &signals, Resume::SplitNode).await;
             Ok(RunEnd::Signalled(signal))
         }
+        // Cut off past its lease (paused, or away from etcd): the same
+        // node started again may run this share now, so stop and publish
+        // nothing more (the store's lease already fences its writes).
+        () = lease_lost(&node) => Err(ClusterError::LeaseLost { node: node_id.clone() }.into()),
         r = run_share(&node, &db, progress, &signals, started) => r,
     };
     if outcome.is_err() {
@@ -156,6 +163,17 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
         tracing::warn!(error = %e, "leaving the cluster");
     }
     outcome
+}
+
+/// Resolves once this node's etcd lease is known lost.
+async fn lease_lost(node: &ClusterNode) {
+    let mut lost = node.session().lost();
+    while !*lost.borrow_and_update() {
+        if lost.changed().await.is_err() {
+            // The session is gone without a verdict: never resolve.
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// Start this node's share (waiting out the store lease of this node's

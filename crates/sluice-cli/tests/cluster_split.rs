@@ -18,6 +18,7 @@ use sluice_cluster::status::{self, ClusterStatus};
 use sluice_cluster::testing::EtcdServer;
 use sluice_cluster::vnodes::{self, VnodeCount};
 use sluice_cluster::ClusterKeys;
+use support::moto::Moto;
 use support::*;
 
 /// Files of the glob, and rows in each.
@@ -116,8 +117,23 @@ fn union(dir: &Path) -> BTreeMap<&'static str, (String, Vec<String>)> {
     all
 }
 
-/// `sluice run --cluster ... --split LIST` as `node` in `dir`.
+/// `sluice run --cluster ... --split LIST` as `node` in `dir`, with its
+/// state under `dir/state`.
 fn node(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str, list: &str) -> Run {
+    let state = format!("file://{}", dir.join("state").display());
+    node_on(dir, etcd, cluster, node, list, &state, &[])
+}
+
+/// [`node`] with its state at `state`, and `env` set.
+fn node_on(
+    dir: &Path,
+    etcd: &EtcdServer,
+    cluster: &str,
+    node: &str,
+    list: &str,
+    state: &str,
+    env: &[(&'static str, String)],
+) -> Run {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
     c.current_dir(dir)
         .env_remove("RUST_LOG")
@@ -125,10 +141,8 @@ fn node(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str, list: &str) ->
         .args(["--cluster", &format!("etcd={}", etcd.endpoint())])
         .args(["--cluster-id", cluster, "--node-id", node, "--split", list])
         .args(["--lease-ttl", LEASE])
-        .args([
-            "--state",
-            &format!("file://{}", dir.join("state").display()),
-        ])
+        .args(["--state", state])
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .args(["--set", "checkpoint_interval=50ms"])
         .arg("pipeline.sql")
         .stdout(Stdio::null())
@@ -302,6 +316,12 @@ fn a_node_with_another_member_list_is_refused() {
     let dir = base.path().join("lists");
     write_input(&dir, SCRIPT);
     let first = node(&dir, &etcd, "lists", "n1", "n1,n2");
+    // Once n1 sealed the catalog (the seal outlives n1's run).
+    let until = Instant::now() + WATCHDOG;
+    while cluster_status(&etcd, "lists").vnode_count == 0 {
+        assert!(Instant::now() < until, "n1 never sealed the catalog");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let (status, stderr) = node(&dir, &etcd, "lists", "n2", "n1,n2,n3").wait(WATCHDOG);
     assert!(!status.success());
     assert!(
@@ -327,4 +347,67 @@ fn a_node_with_another_member_list_is_refused() {
         assert!(!status.success());
         assert!(stderr.contains(says), "{stderr}");
     }
+}
+
+/// The same split with its checkpoints on a real S3-compatible server.
+#[test]
+fn split_nodes_with_state_on_s3_write_exactly_the_single_node_rows() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let moto = Moto::start();
+    moto.create_bucket("split");
+    let dir = base.path().join("split");
+    write_input(&dir, SCRIPT);
+    let list = NODES.join(",");
+    let nodes: BTreeMap<_, _> = NODES
+        .iter()
+        .map(|n| {
+            let run = node_on(&dir, &etcd, "s3", n, &list, "s3://split/clean", &moto.env());
+            (*n, run)
+        })
+        .collect();
+    wait_all(nodes);
+    assert_eq!(union(&dir), expected);
+}
+
+/// A node paused past its lease (SIGSTOP) is replaced by the same node
+/// started again, which takes its store once the paused one's lease lapses
+/// and finishes the share; when the paused one wakes it stops, publishing
+/// nothing, and the union is still exactly the single-node rows.
+#[test]
+fn a_paused_split_node_is_replaced_by_its_restart_and_publishes_nothing() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("split");
+    write_input(&dir, SCRIPT);
+    let list = NODES.join(",");
+    let mut nodes: BTreeMap<_, _> = NODES
+        .iter()
+        .map(|n| (*n, node(&dir, &etcd, "pause", n, &list)))
+        .collect();
+    let victim = "n2";
+    let mut paused = nodes.remove(victim).unwrap();
+    let until = Instant::now() + WATCHDOG;
+    while !has_checkpoint(&dir, victim) {
+        assert!(Instant::now() < until, "{victim} never checkpointed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(paused.running(), "{victim} finished before the pause");
+    paused.signal(libc::SIGSTOP);
+    nodes.insert(victim, node(&dir, &etcd, "pause", victim, &list));
+    wait_all(nodes);
+    paused.signal(libc::SIGCONT);
+    let (status, stderr) = paused.wait(WATCHDOG);
+    assert!(!status.success(), "the paused node fails: {stderr}");
+    // It learns it was cut off from etcd (its lease is gone) or from the
+    // store (the restart took the store's lease), whichever it hears first.
+    assert!(
+        stderr.contains(
+            "error[SLC-CLU-007]: node 'n2' lost its etcd lease; it must rejoin the cluster"
+        ) || stderr.contains("error[SLC-STO-"),
+        "{stderr}"
+    );
+    assert_eq!(union(&dir), expected);
 }
