@@ -107,7 +107,7 @@ pub struct RunArgs {
 
     /// Run as one node of a static split: every listed node runs at once,
     /// each reading the files of its vnodes and writing sink files of its
-    /// own (`out-NODE.csv`); row-by-row queries only. Needs --cluster.
+    /// own (`out/NODE/x.csv`); row-by-row queries only. Needs --cluster.
     #[arg(long, value_name = "NODE,NODE,...", requires = "cluster")]
     pub split: Option<String>,
 

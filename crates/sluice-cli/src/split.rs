@@ -7,7 +7,7 @@
 //! rendezvous hashing, live or not (`Placement::Fixed`), and each node
 //! runs as that share of the pipeline (`DatabaseBuilder::split`): its file
 //! sources read the files of its vnodes, its sinks write files of its own
-//! (`out.csv` becomes `out-N.csv`), and only row-by-row queries are
+//! (`out/x.csv` becomes `out/N/x.csv`), and only row-by-row queries are
 //! admitted (the others are refused by name). Each node checkpoints its
 //! share on its own, in `STATE/nodes/N` (exactly-once by default): rows of
 //! one share never meet rows of another, so no checkpoint needs the other
@@ -142,17 +142,38 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
             joined => break joined?,
         }
     };
-    let outcome = tokio::select! {
+    // A script that sets its own checkpoint store would put every node's
+    // checkpoints in one store: each would resume from another's.
+    let expected_store = node_store(&p.store, &node_id);
+    if let Some(set) = db.options().await.checkpoint_store {
+        if set.trim() != expected_store {
+            db.abort().await?;
+            return Err(CliError::usage(format!(
+                "--split keeps each node's checkpoints in --state URL/nodes/NODE ({expected_store}); \
+                 the script's SET checkpoint_store = '{set}' would put every node's in one store"
+            )));
+        }
+    }
+    let ran = tokio::select! {
         biased;
         signal = signals.first() => {
             crate::interrupt::stop(&db, signal, &signals, Resume::SplitNode).await;
-            Ok(RunEnd::Signalled(signal))
+            Ok(None)
         }
         // Cut off past its lease (paused, or away from etcd): the same
         // node started again may run this share now, so stop and publish
         // nothing more (the store's lease already fences its writes).
         () = lease_lost(&node) => Err(ClusterError::LeaseLost { node: node_id.clone() }.into()),
-        r = run_share(&node, &db, progress, &signals, started) => r,
+        r = run_share(&node, &db, progress, &signals) => r.map(Some),
+    };
+    // Once the share ran to its end, its shutdown (the final checkpoint,
+    // then the sinks' publish) runs whole: cancelling it halfway would
+    // leave some sinks published and others not.
+    let outcome = match ran {
+        // Stopped by the signal, which `first` returns again at once.
+        Ok(None) => Ok(RunEnd::Signalled(signals.first().await)),
+        Ok(Some(cpu_at_start)) => finish(&db, cpu_at_start, started).await,
+        Err(e) => Err(e),
     };
     if outcome.is_err() {
         if let Err(e) = db.abort().await {
@@ -177,19 +198,28 @@ async fn lease_lost(node: &ClusterNode) {
 }
 
 /// Start this node's share (waiting out the store lease of this node's
-/// previous process) and run it to its end, reporting progress.
+/// previous process) and run it to its end, reporting progress; returns
+/// the CPU time at the start.
 async fn run_share(
     node: &ClusterNode,
     db: &sluice::Database,
     progress: &ProgressSlot,
     signals: &Signals,
-    started: Instant,
-) -> Result<RunEnd, CliError> {
+) -> Result<f64, CliError> {
     cluster::start_leading(db).await?;
-    let cpu_at_start = tokio::select! {
+    tokio::select! {
         () = cluster::report_progress(node, db) => cluster::unreachable_report(),
         r = run::run_to_end(db, progress, signals) => r,
-    }?;
+    }
+}
+
+/// Shut the finished share down (its last checkpoint, then the sinks'
+/// publish) and print the summary.
+async fn finish(
+    db: &sluice::Database,
+    cpu_at_start: f64,
+    started: Instant,
+) -> Result<RunEnd, CliError> {
     let metrics = db.shutdown().await?;
     let cpu = run::process_cpu_secs() - cpu_at_start;
     run::print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;

@@ -107,7 +107,7 @@ fn union(dir: &Path) -> BTreeMap<&'static str, (String, Vec<String>)> {
         let mut rows = Vec::new();
         for node in NODES {
             let ext = if header { "csv" } else { "json" };
-            let (h, r) = split_lines(&read(&dir.join(format!("out/{file}-{node}.{ext}"))), header);
+            let (h, r) = split_lines(&read(&dir.join(format!("out/{node}/{file}.{ext}"))), header);
             head = h;
             rows.extend(r);
         }
@@ -218,7 +218,7 @@ fn three_split_nodes_together_write_exactly_the_single_node_rows() {
     assert_eq!(union(&dir), expected);
     // Every node read a share: each wrote rows of its own.
     for n in NODES {
-        let (_, rows) = split_lines(&read(&dir.join(format!("out/sel-{n}.csv"))), true);
+        let (_, rows) = split_lines(&read(&dir.join(format!("out/{n}/sel.csv"))), true);
         assert!(!rows.is_empty(), "node {n} wrote nothing");
     }
     // Each node checkpointed its share in a store of its own.
@@ -299,6 +299,41 @@ fn a_script_that_cannot_run_split_is_refused_naming_the_stream() {
         stderr.contains(
             "stream 'per_key' cannot run split across nodes: its windowed aggregation keeps state across rows"
         ),
+        "{stderr}"
+    );
+    // Refused as the script ran, before the node joined: nothing is
+    // sealed, so the fixed script runs on the same cluster id.
+    assert_eq!(cluster_status(&etcd, "stateful").vnode_count, 0);
+    std::fs::write(dir.join("pipeline.sql"), SCRIPT).unwrap();
+    let (status, stderr) = node(&dir, &etcd, "stateful", "n1", "n1").wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
+    // A script that sets its own store would share it between nodes.
+    std::fs::write(
+        dir.join("pipeline.sql"),
+        format!("SET checkpoint_store = 'file:///tmp/one-for-all';\n{SCRIPT}"),
+    )
+    .unwrap();
+    let (status, stderr) = node(&dir, &etcd, "own-store", "n1", "n1,n2").wait(WATCHDOG);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("the script's SET checkpoint_store = 'file:///tmp/one-for-all' would put every node's in one store"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_refused_script_publishes_nothing() {
+    let base = tempfile::tempdir().unwrap();
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("stateful");
+    write_input(
+        &dir,
+        &format!("{SCRIPT}\nCREATE STREAM d AS SELECT DISTINCT k FROM events;"),
+    );
+    let (status, stderr) = node(&dir, &etcd, "stateful", "n1", "n1,n2").wait(WATCHDOG);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("stream 'd' cannot run split across nodes: its DISTINCT"),
         "{stderr}"
     );
     // Nothing was published.

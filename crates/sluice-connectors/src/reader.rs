@@ -46,14 +46,25 @@ impl BatchReader for FileSourceReader {
 impl FileSourceReader {
     /// Reopen at an offset produced by [`BatchReader::offset`].
     pub fn open_at_offset(config: FileSourceConfig, offset: &str) -> Result<Self> {
-        let pos: SourcePosition =
-            serde_json::from_str(offset).map_err(|e| ConnectorError::InvalidOption {
-                option: "offset".into(),
-                message: format!(
-                    "checkpointed file offset '{}' is unreadable: {e}",
-                    crate::quote::bounded(offset)
-                ),
-            })?;
-        FileSourceReader::open_at(config, &pos)
+        FileSourceReader::open_at(config, &parse_position(offset)?)
     }
+
+    /// Check that the final offset of a source that had finished was read
+    /// under `config`'s share: a finished source is not reopened, so
+    /// without this a node whose share grew would never read the files it
+    /// gained.
+    pub fn check_finished_offset(config: &FileSourceConfig, offset: &str) -> Result<()> {
+        let pos = parse_position(offset)?;
+        FileSourceReader::check_share(config, &pos)
+    }
+}
+
+fn parse_position(offset: &str) -> Result<SourcePosition> {
+    serde_json::from_str(offset).map_err(|e| ConnectorError::InvalidOption {
+        option: "offset".into(),
+        message: format!(
+            "checkpointed file offset '{}' is unreadable: {e}",
+            crate::quote::bounded(offset)
+        ),
+    })
 }

@@ -39,6 +39,17 @@ pub enum SourceConnector {
 }
 
 impl SourceDef {
+    /// Check the final offset of a source that had finished, which is not
+    /// reopened: a file source's must be of this node's share.
+    pub fn check_finished_offset(&self, offset: Option<&str>) -> Result<()> {
+        match (&self.connector, offset) {
+            (SourceConnector::File(cfg), Some(o)) => {
+                Ok(FileSourceReader::check_finished_offset(cfg, o)?)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Open the connector's reader, at `offset` when resuming from a
     /// checkpoint. `None` for a push source, which has no reader.
     pub fn open_reader(&self, offset: Option<&str>) -> Result<Option<Box<dyn BatchReader>>> {

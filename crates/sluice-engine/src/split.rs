@@ -12,7 +12,7 @@
 //! vnodes of an assignment table (one owner each) read every file once.
 //!
 //! Each node writes its own output: a file sink's path gains the node's
-//! name (`out.csv` becomes `out-n1.csv`), so nodes sharing a file system
+//! name (`out/x.csv` becomes `out/n1/x.csv`), so nodes sharing a file system
 //! never write one file.
 //!
 //! Certification (`catalog::split_admission::certify`) refuses, by name and with the
@@ -25,12 +25,13 @@
 //! projections, `UNION ALL`, lookup joins) and push sources (the program
 //! feeds each node) run split.
 //!
-//! Lateness is judged at each source against the watermark of the rows
-//! this node read. A node's watermark at a row is never above the
-//! single-node watermark at that row (it saw a subset of the rows before
-//! it, in the same order), so a split run never drops a row a single node
-//! keeps; when the data has late rows, a split run may keep rows a single
-//! node drops as late.
+//! Lateness is judged at each source, per batch, against the watermark of
+//! the rows this node read before the batch. A node reads other rows and
+//! cuts them into other batches than a single node does, so when the data
+//! has rows later than the watermark's delay, the rows a split run drops
+//! as late can differ from those a single node drops (either way). The
+//! nodes' output equals the single-node output when no row is late on
+//! either.
 
 use std::path::{Path, PathBuf};
 
@@ -85,25 +86,38 @@ impl SourceSplit {
     /// The files of a file source this node reads.
     pub fn file_share(&self) -> FileShare {
         let placement = self.placement.clone();
-        let held = placement.owned().len();
-        let describe = format!("node {}: {held} of {} vnodes", self.node, placement.count());
-        FileShare::new(describe, move |key: &str| {
+        let owned = placement.owned();
+        let describe = format!(
+            "node {}: {} of {} vnodes",
+            self.node,
+            owned.len(),
+            placement.count()
+        );
+        // Which vnodes, exactly: the count and a hash of the held ones.
+        let bytes: Vec<u8> = owned.iter().flat_map(|v| v.to_be_bytes()).collect();
+        let identity = format!(
+            "vnodes {}/{:016x}",
+            placement.count(),
+            twox_hash::XxHash3_64::oneshot(&bytes)
+        );
+        FileShare::new(identity, describe, move |key: &str| {
             placement.owns(file_vnode(key, placement.count()))
         })
     }
 
     /// Where this node writes a file sink declared to write `declared`:
-    /// the node's name before the extension (`out.csv` → `out-n1.csv`).
+    /// in a directory named after the node, beside where the declared file
+    /// would be (`out/x.csv` → `out/n1/x.csv`). No two nodes can write one
+    /// file this way, whatever the names: the file's parent is the node's
+    /// name, so equal paths mean the same node (a suffix in the file name
+    /// would not do: nodes `1` and `eu-1` would both write `out-eu-1.csv`
+    /// for sinks `out-eu.csv` and `out.csv`).
     pub fn sink_path(&self, declared: &Path) -> PathBuf {
-        let stem = declared
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let name = match declared.extension() {
-            Some(ext) => format!("{stem}-{}.{}", self.node, ext.to_string_lossy()),
-            None => format!("{stem}-{}", self.node),
-        };
-        declared.with_file_name(name)
+        let name = declared.file_name().unwrap_or_default();
+        match declared.parent() {
+            Some(dir) => dir.join(&self.node).join(name),
+            None => Path::new(&self.node).join(name),
+        }
     }
 }
 

@@ -50,10 +50,11 @@ fn shares_of_a_placement_partition_the_keys() {
 fn each_node_writes_its_own_sink_file() {
     let s = split("n-1", &[0], 1);
     for (declared, mine) in [
-        ("/out/result.csv", "/out/result-n-1.csv"),
-        ("/out/result.tar.gz", "/out/result.tar-n-1.gz"),
-        ("/out/result", "/out/result-n-1"),
-        ("rel/x.json", "rel/x-n-1.json"),
+        ("/out/result.csv", "/out/n-1/result.csv"),
+        ("/out/result.tar.gz", "/out/n-1/result.tar.gz"),
+        ("/out/result", "/out/n-1/result"),
+        ("rel/x.json", "rel/n-1/x.json"),
+        ("x.json", "n-1/x.json"),
     ] {
         assert_eq!(
             s.sink_path(Path::new(declared)),
@@ -72,5 +73,30 @@ fn node_names_are_checked() {
     for bad in ["", ".hidden", "a/b", "a b", "ü", &"x".repeat(65)] {
         let e = SourceSplit::new(bad, p()).expect_err(bad).to_string();
         assert!(e.contains("split node name"), "{bad}: {e}");
+    }
+}
+
+/// Renamed sink paths of different nodes never meet, whatever the node
+/// names and declared paths (suffixes did: `1` and `eu-1`).
+#[test]
+fn two_nodes_never_write_one_sink_file() {
+    let nodes = ["1", "eu-1", "eu", "n.1", "a_b"];
+    let declared = [
+        "out.csv",
+        "out-eu.csv",
+        "out-1.csv",
+        "eu/out.csv",
+        "1/out.csv",
+        "out.eu.csv",
+    ];
+    let mut seen = std::collections::HashMap::new();
+    for n in nodes {
+        let s = split(n, &[0], 1);
+        for d in declared {
+            let path = s.sink_path(Path::new("/x").join(d).as_path());
+            if let Some(other) = seen.insert(path.clone(), n) {
+                assert_eq!(other, n, "{} written by {other} and {n}", path.display());
+            }
+        }
     }
 }

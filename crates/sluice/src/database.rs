@@ -122,7 +122,7 @@ impl DatabaseBuilder {
     /// Run this database as node `node` of a pipeline split across nodes,
     /// holding the vnodes of `placement`: every file source reads only
     /// the files of those vnodes, each file sink writes a file of this
-    /// node's own (`out.csv` becomes `out-NODE.csv`), and the pipeline
+    /// node's own (`out/x.csv` becomes `out/NODE/x.csv`), and the pipeline
     /// starts only when every object can run split (row-by-row queries;
     /// the others are refused by name with the reason). See
     /// `sluice_engine::split`. The nodes of one split run the same

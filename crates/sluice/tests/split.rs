@@ -158,7 +158,7 @@ async fn split_nodes_together_produce_exactly_the_single_node_output() {
             let mut union = Vec::new();
             let mut per_node = BTreeMap::new();
             for n in 0..nodes {
-                let mine = lines(&out.join(format!("{sink}-n{n}.csv")));
+                let mine = lines(&out.join(format!("n{n}/{sink}.csv")));
                 per_node.insert(n, mine.len());
                 union.extend(mine);
             }
@@ -180,11 +180,12 @@ async fn a_node_holding_no_file_finishes_with_empty_output() {
     write_input(dir.path(), &mut rng, 1);
     let placement = VnodePlacement::new(256, std::iter::empty()).unwrap();
     run_node(dir.path(), Some(("idle", placement)), 8).await;
-    assert!(lines(&dir.path().join("out/picked-idle.csv")).is_empty());
+    assert!(lines(&dir.path().join("out/idle/picked.csv")).is_empty());
 }
 
-/// Every kind of object that cannot run split, refused when the pipeline
-/// starts, naming the object and why.
+/// Every kind of object that cannot run split, refused by the statement
+/// that makes it (before a cluster could seal it), naming the object and
+/// why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_object_that_cannot_run_split_is_refused_by_name() {
     const SRC: &str = "CREATE SOURCE a (k BIGINT, v BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
@@ -254,14 +255,20 @@ async fn every_object_that_cannot_run_split_is_refused_by_name() {
             .await
             .unwrap();
         db.execute(SRC).await.unwrap();
-        db.execute(sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        let err = db.start().await.expect_err(sql).to_string();
+        let err = db.execute(sql).await.expect_err(sql).to_string();
         assert!(
             err.contains(&expected),
             "{sql}\n got: {err}\n want: {expected}"
         );
+        // Refused as it was made: the catalog never held it, and the
+        // rest starts.
+        let shown = db.execute("SHOW STREAMS").await.unwrap();
+        let text = sluice::arrow::util::pretty::pretty_format_batches(&shown)
+            .unwrap()
+            .to_string();
+        assert!(!text.contains("| x "), "{sql}: {text}");
+        db.start().await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        db.abort().await.unwrap();
         // Without the split, the same statements start.
         let whole = Database::builder()
             .base_dir(dir.path())
@@ -337,15 +344,15 @@ async fn every_node_of_a_split_has_the_same_catalog_fingerprint() {
     assert_eq!(prints[0], prints[1]);
     let names: Vec<String> = outputs
         .iter()
-        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .map(|p| p.strip_prefix(dir.path()).unwrap().display().to_string())
         .collect();
     assert_eq!(
         names,
         [
-            "picked-n1.csv",
-            "both-n1.csv",
-            "picked-n2.csv",
-            "both-n2.csv"
+            "out/n1/picked.csv",
+            "out/n1/both.csv",
+            "out/n2/picked.csv",
+            "out/n2/both.csv"
         ]
     );
 }
@@ -374,7 +381,7 @@ async fn a_split_node_resumes_from_its_checkpoint_without_duplicates() {
             .expect("in time")
             .unwrap();
         db.shutdown().await.unwrap();
-        lines(&dir.path().join("out/picked-n1.csv"))
+        lines(&dir.path().join("out/n1/picked.csv"))
     };
     let first = run().await;
     assert!(
@@ -385,4 +392,25 @@ async fn a_split_node_resumes_from_its_checkpoint_without_duplicates() {
     );
     let again = run().await;
     assert_eq!(again, first);
+    // The same node with other vnodes: its checkpointed position is in
+    // another share's files, so recovery refuses it instead of resuming
+    // in the wrong place.
+    let moved = Database::builder()
+        .base_dir(dir.path())
+        .state_dir(state.path())
+        .set("delivery", "exactly_once")
+        .unwrap()
+        .split("n1", VnodePlacement::new(16, 4..12).unwrap())
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    moved.execute(&SCRIPT.replace("BATCH", "5")).await.unwrap();
+    let err = moved.start().await.expect_err("another share").to_string();
+    assert!(
+        err.contains("the position was checkpointed reading share 'vnodes 16/"),
+        "{err}"
+    );
+    assert!(err.contains("this node's share changed"), "{err}");
+    let _ = moved.abort().await;
 }

@@ -27,7 +27,27 @@ pub(crate) fn resolve_files(
     if let Some(share) = share {
         let root = super::share::literal_root(path, base_dir, &GLOB_CHARS);
         let all = files.len();
-        files.retain(|f| share.holds(&super::share::partition_key(&root, f)));
+        let mut held = Vec::with_capacity(files.len());
+        for f in files {
+            // Every match of the pattern is below its literal directory;
+            // a file that is not would get a key that depends on how the
+            // script was started, so it is refused rather than guessed.
+            let key = super::share::partition_key(&root, &f).ok_or_else(|| {
+                ConnectorError::invalid_option(
+                    "path",
+                    format!(
+                        "'{}' matched '{}', which is not below the pattern's directory '{}', so it has no partition key for this node's share",
+                        crate::quote::bounded(path),
+                        f.display(),
+                        root.display()
+                    ),
+                )
+            })?;
+            if share.holds(&key) {
+                held.push(f);
+            }
+        }
+        files = held;
         tracing::debug!(
             path,
             share = share.describe(),

@@ -139,6 +139,12 @@ pub struct SourcePosition {
     /// Parquet and for positions from before any row was read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub byte_offset: Option<u64>,
+    /// The identity of the node's share the position is in
+    /// ([`FileShare::identity`]; `None`: every file). `file_index` counts
+    /// the files of that share only, so a position resumes only under the
+    /// same share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<String>,
 }
 
 /// Settings shared by all per-file decoders of one reader.
@@ -272,6 +278,7 @@ impl FileSourceReader {
             file: files.first().cloned().unwrap_or_default(),
             rows_consumed: 0,
             byte_offset: None,
+            share: share_identity(&config),
         };
         Self::start(config.format, plan, files, first)
     }
@@ -285,6 +292,7 @@ impl FileSourceReader {
     /// no longer matches is an [`ConnectorError::InvalidPosition`].
     pub fn open_at(config: FileSourceConfig, pos: &SourcePosition) -> Result<Self> {
         let (plan, files) = Self::prepare(&config)?;
+        Self::check_share(&config, pos)?;
         if pos.file.as_os_str().is_empty() {
             // Checkpointed while this node's share held no file: nothing
             // was read, so files that matched since are read from the start.
@@ -296,19 +304,10 @@ impl FileSourceReader {
             files.iter().position(|f| f == &pos.file).ok_or_else(|| {
                 ConnectorError::InvalidPosition {
                     file: pos.file.clone(),
-                    message: match &config.share {
-                        None => format!(
-                            "the file is not matched by '{}' any more",
-                            crate::quote::bounded(&config.path)
-                        ),
-                        // The node's share moved: resuming here would skip
-                        // or repeat what another node read.
-                        Some(share) => format!(
-                            "the file is not matched by '{}' or not in this node's share ({}) any more",
-                            crate::quote::bounded(&config.path),
-                            share.describe()
-                        ),
-                    },
+                    message: format!(
+                        "the file is not matched by '{}' any more",
+                        crate::quote::bounded(&config.path)
+                    ),
                 }
             })?
         };
@@ -317,8 +316,31 @@ impl FileSourceReader {
             file: files[index].clone(),
             rows_consumed: pos.rows_consumed,
             byte_offset: pos.byte_offset,
+            share: share_identity(&config),
         };
         Self::start(config.format, plan, files, start)
+    }
+
+    /// Refuse a position checkpointed under another share than
+    /// `config`'s (see [`SourcePosition::share`]).
+    pub(crate) fn check_share(config: &FileSourceConfig, pos: &SourcePosition) -> Result<()> {
+        let share = share_identity(config);
+        if pos.share == share {
+            return Ok(());
+        }
+        let name = |s: &Option<String>| match s {
+            Some(s) => format!("share '{s}'"),
+            None => "every file".to_string(),
+        };
+        Err(ConnectorError::InvalidPosition {
+            file: pos.file.clone(),
+            message: format!(
+                "the position was checkpointed reading {} of '{}' and is resumed reading {}; a position in one share's files means nothing in another's (this node's share changed: its vnodes, or split versus whole)",
+                name(&pos.share),
+                crate::quote::bounded(&config.path),
+                name(&share)
+            ),
+        })
     }
 
     fn prepare(config: &FileSourceConfig) -> Result<(Arc<ReadPlan>, Vec<PathBuf>)> {
@@ -424,6 +446,7 @@ impl FileSourceReader {
                         file: self.files[self.file_index].clone(),
                         rows_consumed: decoder.rows_consumed(),
                         byte_offset: decoder.byte_offset(),
+                        share: self.position.share.take(),
                     };
                     pieces.push(batch);
                 }
@@ -453,6 +476,11 @@ impl FileSourceReader {
     pub fn position(&self) -> SourcePosition {
         self.position.clone()
     }
+}
+
+/// The identity of `config`'s share, as positions record it.
+fn share_identity(config: &FileSourceConfig) -> Option<String> {
+    config.share.as_ref().map(|s| s.identity().to_string())
 }
 
 /// Shared handling of a malformed row: fail, or warn and count.

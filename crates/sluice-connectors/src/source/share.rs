@@ -18,19 +18,26 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct FileShare {
     holds: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    identity: Arc<str>,
     describe: Arc<str>,
 }
 
 impl FileShare {
-    /// A share holding the files whose partition key `holds` accepts;
-    /// `describe` names the share in logs and errors (for example "vnodes
-    /// 3, 7 of 16").
+    /// A share holding the files whose partition key `holds` accepts.
+    /// `identity` names exactly which keys it holds (two shares with one
+    /// identity hold the same files): a reader's checkpointed position
+    /// records it, and resuming under another share is refused, since a
+    /// position in one share's file list means nothing in another's.
+    /// `describe` names the share for people (for example "node n1: 85 of
+    /// 256 vnodes").
     pub fn new(
+        identity: impl Into<Arc<str>>,
         describe: impl Into<Arc<str>>,
         holds: impl Fn(&str) -> bool + Send + Sync + 'static,
     ) -> Self {
         Self {
             holds: Arc::new(holds),
+            identity: identity.into(),
             describe: describe.into(),
         }
     }
@@ -38,6 +45,11 @@ impl FileShare {
     /// Whether this share holds the file with partition key `key`.
     pub fn holds(&self, key: &str) -> bool {
         (self.holds)(key)
+    }
+
+    /// Which keys the share holds, exactly (see [`FileShare::new`]).
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 
     /// The share's description.
@@ -75,16 +87,24 @@ pub(crate) fn literal_root(path: &str, base_dir: Option<&Path>, wildcards: &[cha
     }
 }
 
-/// The partition key of `file` below `root` (see the module docs); the
-/// whole path when the file is not below it.
-pub(crate) fn partition_key(root: &Path, file: &Path) -> String {
-    let below = file.strip_prefix(root).unwrap_or(file);
+/// `path` without `.` components (glob drops a leading `./` from what it
+/// matches, so a root of `./in` must compare as `in`).
+fn without_cur_dir(path: &Path) -> PathBuf {
+    path.components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect()
+}
+
+/// The partition key of `file` below `root` (see the module docs); `None`
+/// when the file is not below it.
+pub(crate) fn partition_key(root: &Path, file: &Path) -> Option<String> {
+    let file = without_cur_dir(file);
+    let below = file.strip_prefix(without_cur_dir(root)).ok()?;
     let parts: Vec<String> = below
         .components()
-        .filter(|c| !matches!(c, Component::CurDir))
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
-    parts.join("/")
+    Some(parts.join("/"))
 }
 
 #[cfg(test)]
@@ -115,16 +135,33 @@ mod tests {
             ("in/f?.csv", None, "in/f1.csv", "f1.csv"),
             // The mount point does not matter, only the layout below the root.
             ("/mnt/other/in/*.csv", None, "/mnt/other/in/a.csv", "a.csv"),
+            // Nor the directory the script was run from: glob drops the
+            // `./` of a base of `.` from what it matches.
+            ("in/*.csv", Some("."), "in/a.csv", "a.csv"),
+            ("../data/*.csv", Some("."), "../data/a.csv", "a.csv"),
+            (
+                "../data/*.csv",
+                Some("/srv/job"),
+                "/srv/job/../data/a.csv",
+                "a.csv",
+            ),
+            ("in/**/*.csv", Some("."), "in/2024/a.csv", "2024/a.csv"),
         ];
+        let root = literal_root("in/*.csv", Some(Path::new("/a")), &WILD);
+        assert_eq!(partition_key(&root, Path::new("/b/in/x.csv")), None);
         for (path, base, file, key) in cases {
             let root = literal_root(path, base.map(Path::new), &WILD);
-            assert_eq!(partition_key(&root, Path::new(file)), key, "{path} {file}");
+            assert_eq!(
+                partition_key(&root, Path::new(file)).as_deref(),
+                Some(key),
+                "{path} {file}"
+            );
         }
     }
 
     #[test]
     fn a_share_answers_through_its_predicate() {
-        let share = FileShare::new("keys starting with a", |k| k.starts_with('a'));
+        let share = FileShare::new("a*", "keys starting with a", |k| k.starts_with('a'));
         assert!(share.holds("a.csv"));
         assert!(!share.holds("b.csv"));
         assert_eq!(format!("{share:?}"), "FileShare(\"keys starting with a\")");

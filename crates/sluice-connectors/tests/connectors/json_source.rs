@@ -193,6 +193,7 @@ fn json_skip_mode_and_resume() {
             file: dir.path().join("s.jsonl"),
             rows_consumed: 3,
             byte_offset: Some(30),
+            share: None,
         }
     );
     let second = reader.next_batch().unwrap().unwrap();

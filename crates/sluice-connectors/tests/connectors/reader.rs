@@ -63,6 +63,7 @@ fn glob_reads_files_in_sorted_order() {
             file: dir.path().join("part-c.csv"),
             rows_consumed: 5,
             byte_offset: Some(18),
+            share: None,
         }
     );
 }
@@ -175,6 +176,7 @@ fn open_at_resumes_exactly_after_last_batch() {
             file: dir.path().join("part-b.csv"),
             rows_consumed: 3,
             byte_offset: Some(9),
+            share: None,
         }
     );
 
@@ -189,6 +191,7 @@ fn open_at_resumes_exactly_after_last_batch() {
         file: dir.path().join("part-a.csv"),
         rows_consumed: 5,
         byte_offset: None,
+        share: None,
     };
     let mut resumed = FileSourceReader::open_at(cfg(), &end_of_a).unwrap();
     assert_eq!(ids(&read_all(&mut resumed, 4)), (5..15).collect::<Vec<_>>());
@@ -204,6 +207,7 @@ fn open_at_resumes_exactly_after_last_batch() {
         file: dir.path().join("part-gone.csv"),
         rows_consumed: 1,
         byte_offset: None,
+        share: None,
     };
     let err = FileSourceReader::open_at(cfg(), &gone).unwrap_err();
     assert_eq!(err.code(), "SLC-CONN-006");

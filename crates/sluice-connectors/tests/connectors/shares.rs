@@ -39,9 +39,11 @@ fn cfg(dir: &std::path::Path, share: Option<FileShare>) -> FileSourceConfig {
 
 /// Share `n` of `of`: the keys whose byte sum is `n` modulo `of`.
 fn nth_of(n: usize, of: usize) -> FileShare {
-    FileShare::new(format!("share {n} of {of}"), move |key: &str| {
-        key.bytes().map(usize::from).sum::<usize>() % of == n
-    })
+    FileShare::new(
+        format!("{n}/{of}"),
+        format!("share {n} of {of}"),
+        move |key: &str| key.bytes().map(usize::from).sum::<usize>() % of == n,
+    )
 }
 
 fn ids(config: FileSourceConfig) -> Vec<i64> {
@@ -92,7 +94,7 @@ fn every_file_is_read_by_exactly_one_share_in_file_order() {
 fn a_share_holding_no_file_reads_nothing_and_resumes_to_files_that_came_later() {
     let dir = tempfile::tempdir().unwrap();
     write_files(dir.path(), 2, 4);
-    let nothing_yet = FileShare::new("only g*", |k: &str| k.starts_with('g'));
+    let nothing_yet = FileShare::new("g*", "only g*", |k: &str| k.starts_with('g'));
     let mut reader = FileSourceReader::open(cfg(dir.path(), Some(nothing_yet.clone()))).unwrap();
     assert!(reader.files().is_empty());
     assert!(reader.next_batch().unwrap().is_none());
@@ -132,24 +134,76 @@ fn a_share_resumes_mid_file_and_reads_the_rest_exactly_once() {
     }
 }
 
+/// A position resumes only under the share it was checkpointed in: a
+/// share's file index means nothing in another share's list, or in the
+/// whole list.
 #[test]
-fn a_position_in_a_file_that_left_the_share_is_refused_naming_the_share() {
+fn a_position_resumes_only_under_its_own_share() {
     let dir = tempfile::tempdir().unwrap();
-    write_files(dir.path(), 4, 5);
-    let mut reader = FileSourceReader::open(cfg(dir.path(), Some(nth_of(0, 2)))).unwrap();
-    let first = reader.files()[0].clone();
-    reader.next_batch().unwrap();
-    let offset = sluice_connectors::BatchReader::offset(&reader).unwrap();
-    let err = FileSourceReader::open_at_offset(cfg(dir.path(), Some(nth_of(1, 2))), &offset)
-        .expect_err("the file moved to the other share");
-    assert!(
-        matches!(err, ConnectorError::InvalidPosition { .. }),
-        "{err}"
-    );
-    let text = err.to_string();
-    assert!(text.contains(&first.display().to_string()), "{text}");
-    assert!(
-        text.contains("not in this node's share (share 1 of 2)"),
-        "{text}"
-    );
+    write_files(dir.path(), 6, 5);
+    let offset_of = |share: Option<FileShare>| {
+        let mut reader = FileSourceReader::open(cfg(dir.path(), share)).unwrap();
+        reader.next_batch().unwrap();
+        sluice_connectors::BatchReader::offset(&reader).unwrap()
+    };
+    let cases = [
+        (
+            Some(nth_of(0, 3)),
+            Some(nth_of(0, 2)),
+            "reading share '0/3'",
+            "reading share '0/2'",
+        ),
+        (
+            None,
+            Some(nth_of(0, 1)),
+            "reading every file",
+            "reading share '0/1'",
+        ),
+        (
+            Some(nth_of(0, 1)),
+            None,
+            "reading share '0/1'",
+            "reading every file",
+        ),
+    ];
+    for (then, now, was, is) in cases {
+        let offset = offset_of(then.clone());
+        let err = FileSourceReader::open_at_offset(cfg(dir.path(), now), &offset)
+            .expect_err("another share");
+        assert!(
+            matches!(err, ConnectorError::InvalidPosition { .. }),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!(
+                "checkpointed {was} of 'in/*.csv' and is resumed {is}"
+            )),
+            "{text}"
+        );
+        // Under its own share it resumes.
+        FileSourceReader::open_at_offset(cfg(dir.path(), then), &offset).unwrap();
+    }
+}
+
+#[test]
+fn a_share_reads_the_same_files_through_a_base_directory_with_a_dot() {
+    let dir = tempfile::tempdir().unwrap();
+    write_files(dir.path(), 9, 2);
+    let held = |base: &std::path::Path| {
+        let mut c = cfg(base, Some(nth_of(1, 3)));
+        c.base_dir = Some(base.to_path_buf());
+        FileSourceReader::open(c)
+            .unwrap()
+            .files()
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+    };
+    let absolute = held(dir.path());
+    assert!(!absolute.is_empty());
+    // The same files through a base with a `.` in it (glob drops `.`
+    // components from its matches, so the pattern's directory must too).
+    let relative = held(&dir.path().join("."));
+    assert_eq!(relative, absolute);
 }

@@ -1,6 +1,6 @@
 //! Which objects a pipeline split across nodes admits (see
-//! `crate::split`), checked when a split pipeline starts and for every
-//! statement while it runs.
+//! `crate::split`), checked for every statement as it is made and again
+//! when the pipeline starts.
 //!
 //! An object is refused, by name and with the reason, when its result on
 //! split input would differ from the single-node result: an operator that
@@ -71,6 +71,15 @@ pub fn certify(catalog: &Catalog) -> Result<()> {
                     &format!("process function '{}' keeps state per key, and its keys are read on different nodes until keys are placed by vnode with a shuffle between nodes", info.descriptor.name),
                 ))
             }
+        }
+    }
+    for sink in &catalog.sinks {
+        if let Some(op) = sink.filter.as_ref().and_then(stateful_operator) {
+            return Err(refuse(
+                "sink",
+                &sink.name,
+                &format!("its {op} keeps state across rows"),
+            ));
         }
     }
     Ok(())

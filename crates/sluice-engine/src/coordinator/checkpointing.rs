@@ -92,6 +92,7 @@ impl ConnectorPipelineCallback {
             state.watermark.restore(sc.watermark, sc.finished);
             state.final_offset = sc.offset.clone();
             state.pending_reader = if sc.finished {
+                state.def.check_finished_offset(sc.offset.as_deref())?;
                 None
             } else {
                 state.def.open_reader(sc.offset.as_deref())?

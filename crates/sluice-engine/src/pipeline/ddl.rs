@@ -241,9 +241,9 @@ impl Pipeline {
     /// changes: a later binding, source or sink must follow the same rules
     /// as at start.
     pub(super) fn admit_while_running(&self, next: &Catalog) -> Result<()> {
-        // A split pipeline's nodes run only what certifies, before and
-        // after it starts.
-        if self.lifecycle.is_running() && self.options.split.is_some() {
+        // A split pipeline's nodes run only what certifies: each
+        // statement is refused as it is made, before a cluster seals it.
+        if self.options.split.is_some() {
             crate::catalog::split_admission::certify(next)?;
         }
         if let (true, Some(delivery)) = (self.lifecycle.is_running(), self.checkpointing()) {
