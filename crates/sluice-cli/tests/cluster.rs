@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_cluster::status::{self, ClusterStatus};
+use sluice_cluster::status;
 use sluice_cluster::testing::EtcdServer;
 use sluice_cluster::ClusterKeys;
 use support::moto::Moto;
@@ -32,13 +32,6 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn write_input(dir: &Path, windows: &str) {
@@ -131,15 +124,6 @@ fn node_with_sets(
         .stdout(std::fs::File::create(dir.join(format!("{node}.out"))).unwrap())
         .stderr(Stdio::piped());
     Run::spawn(c)
-}
-
-fn cluster_status(etcd: &EtcdServer, cluster: &str) -> ClusterStatus {
-    rt().block_on(async {
-        let client = status::connect(&etcd.endpoints()).await.unwrap();
-        status::read(&client, &ClusterKeys::new(cluster).unwrap())
-            .await
-            .unwrap()
-    })
 }
 
 /// The checkpoint ids the cluster's leaders recorded as committed in etcd.

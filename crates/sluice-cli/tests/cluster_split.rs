@@ -14,10 +14,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_cluster::status::{self, ClusterStatus};
 use sluice_cluster::testing::EtcdServer;
 use sluice_cluster::vnodes::{self, VnodeCount};
-use sluice_cluster::ClusterKeys;
 use support::moto::Moto;
 use support::*;
 
@@ -37,13 +35,6 @@ const SCRIPT: &str = "
     CREATE STREAM hi AS SELECT id, v, ts FROM events WHERE v > 990;
     CREATE SINK sel_out FROM sel WITH (connector = 'file', path = 'out/sel.csv');
     CREATE SINK hi_out FROM hi WITH (connector = 'file', path = 'out/hi.json');";
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// `FILES` files `in/part-NN.csv` of events about 10 ms apart, each file
 /// a later stretch of time, disordered by less than the watermark's
@@ -159,15 +150,6 @@ fn has_checkpoint(dir: &Path, n: &str) -> bool {
                 .any(|e| e.path().join("MANIFEST").exists())
         })
         .unwrap_or(false)
-}
-
-fn cluster_status(etcd: &EtcdServer, cluster: &str) -> ClusterStatus {
-    rt().block_on(async {
-        let client = status::connect(&etcd.endpoints()).await.unwrap();
-        status::read(&client, &ClusterKeys::new(cluster).unwrap())
-            .await
-            .unwrap()
-    })
 }
 
 fn wait_all(nodes: BTreeMap<&'static str, Run>) {

@@ -6,6 +6,29 @@
 
 pub mod moto;
 
+/// A current-thread runtime for the few async calls a test makes (etcd).
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// What etcd says of cluster `cluster` now (`SHOW CLUSTER`'s source).
+pub fn cluster_status(
+    etcd: &sluice_cluster::testing::EtcdServer,
+    cluster: &str,
+) -> sluice_cluster::status::ClusterStatus {
+    rt().block_on(async {
+        let client = sluice_cluster::status::connect(&etcd.endpoints())
+            .await
+            .unwrap();
+        sluice_cluster::status::read(&client, &sluice_cluster::ClusterKeys::new(cluster).unwrap())
+            .await
+            .unwrap()
+    })
+}
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
