@@ -330,6 +330,13 @@ fn paused_leader(dir: &Path, etcd: &EtcdServer, cluster: &str) -> BTreeMap<Strin
     let first = node_with_lease(dir, etcd, cluster, "n1", "60s");
     let alive = BTreeMap::from([("n1".to_string(), first)]);
     assert_eq!(leader_among(etcd, cluster, &alive), "n1");
+    // Paused once its assignment table is written (the leader writes it
+    // just after it is elected; paused before, the cluster shows none).
+    let until = Instant::now() + WATCHDOG;
+    while cluster_status(etcd, cluster).generation == 0 {
+        assert!(Instant::now() < until, "the leader never wrote its table");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     alive["n1"].signal(libc::SIGSTOP);
     alive
 }
