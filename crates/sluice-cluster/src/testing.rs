@@ -14,6 +14,10 @@ use crate::error::{ClusterError, Result};
 /// How long etcd may take to answer its first request.
 const STARTUP: Duration = Duration::from_secs(20);
 
+/// How many times etcd is started on new ports when a port it was given is
+/// taken before it binds it.
+const BIND_ATTEMPTS: u32 = 5;
+
 /// How long a SIGSTOP may take to stop every thread of etcd.
 const STOP_TAKES_EFFECT: Duration = Duration::from_secs(5);
 
@@ -57,6 +61,25 @@ impl EtcdServer {
     /// Its heartbeat is 50 ms and election timeout 500 ms so that etcd's
     /// minimum lease TTL (1.5 election timeouts) allows 1 s test leases.
     pub async fn start() -> Result<Self> {
+        let mut attempt = 1;
+        loop {
+            let mut server = Self::spawn()?;
+            match server.wait_healthy().await {
+                Ok(()) => return Ok(server),
+                // The ports were free when picked but another process (a
+                // test running alongside) bound one before etcd did: pick
+                // new ports rather than fail the test on a race.
+                Err(e) if attempt < BIND_ATTEMPTS && server.lost_port_race() => {
+                    tracing::debug!(attempt, error = %e, "etcd lost its port, restarting");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Spawn etcd on ports free now, in a new temporary directory.
+    fn spawn() -> Result<Self> {
         let binary = std::env::var("SLUICE_ETCD").unwrap_or_else(|_| "etcd".to_string());
         let dir = tempfile::tempdir().map_err(|e| harness(format!("temp dir: {e}")))?;
         let client_port = free_port()?;
@@ -88,13 +111,18 @@ impl EtcdServer {
                      etcd-server) or set SLUICE_ETCD"
                 ))
             })?;
-        let mut server = Self {
+        Ok(Self {
             child,
             endpoint,
             dir,
-        };
-        server.wait_healthy().await?;
-        Ok(server)
+        })
+    }
+
+    /// Whether etcd exited because one of its ports was taken.
+    fn lost_port_race(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+            && std::fs::read_to_string(self.dir.path().join("etcd.log"))
+                .is_ok_and(|log| log.contains("address already in use"))
     }
 
     /// The client endpoint (`http://127.0.0.1:PORT`).
