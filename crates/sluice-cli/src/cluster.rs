@@ -181,7 +181,7 @@ impl ClusterInfo for EtcdInfo {
         Ok(s.members
             .into_iter()
             .map(|m| ClusterMember {
-                role: if m.leader { "leader" } else { "standby" }.to_string(),
+                role: role(m.leader, m.vnodes).to_string(),
                 is_self: self.node.as_deref() == Some(m.node.as_str()),
                 vnodes: m.vnodes,
                 generation: s.generation,
@@ -193,6 +193,17 @@ impl ClusterInfo for EtcdInfo {
                 node: m.node,
             })
             .collect())
+    }
+}
+
+/// A member's role as `SHOW CLUSTER` names it: the leader; a follower,
+/// which runs the vnodes it owns (the nodes of a split); or a standby,
+/// which owns none and waits to take over.
+fn role(leader: bool, vnodes: u32) -> &'static str {
+    match (leader, vnodes) {
+        (true, _) => "leader",
+        (false, 0) => "standby",
+        (false, _) => "follower",
     }
 }
 
@@ -639,6 +650,16 @@ mod tests {
             let e = parse_endpoints(bad).err().map(|e| e.to_string());
             assert!(e.is_some_and(|e| e.contains("--cluster")), "{bad}");
         }
+    }
+
+    /// Every role `SHOW CLUSTER` can show: nodes of a split own vnodes
+    /// without leading and are followers, not standbys.
+    #[test]
+    fn roles() {
+        assert_eq!(role(true, 256), "leader");
+        assert_eq!(role(true, 0), "leader");
+        assert_eq!(role(false, 85), "follower");
+        assert_eq!(role(false, 0), "standby");
     }
 
     /// An authority that does not answer the first read of the committed

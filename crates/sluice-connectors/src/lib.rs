@@ -28,8 +28,9 @@ pub use quote::{bounded as bounded_quote, MAX_QUOTED_CHARS};
 pub use reader::BatchReader;
 pub use sink::{EpochFileSink, EpochRecord, FileSinkWriter};
 pub use source::{
-    parse_max_record_bytes, FileShare, FileSourceConfig, FileSourceReader, OnError, SourcePosition,
-    DEFAULT_MAX_RECORD_BYTES, MAX_MAX_RECORD_BYTES, MIN_MAX_RECORD_BYTES,
+    handover, parse_max_record_bytes, FileProgress, FileShare, FileSourceConfig, FileSourceReader,
+    HandoverStart, OnError, PreviousShare, SourcePosition, DEFAULT_MAX_RECORD_BYTES,
+    MAX_MAX_RECORD_BYTES, MIN_MAX_RECORD_BYTES,
 };
 
 /// Most rows a source batch may hold (`batch_size`): larger batches would

@@ -10,6 +10,16 @@ use crate::error::{ConnectorError, Result};
 /// Characters that make `path` a glob pattern rather than a literal path.
 const GLOB_CHARS: [char; 3] = ['*', '?', '['];
 
+/// The files a reader reads, in order, with their partition keys when the
+/// reader reads a share (see [`FileShare`]).
+#[derive(Debug, Default)]
+pub(crate) struct Resolved {
+    pub files: Vec<PathBuf>,
+    /// `keys[i]` is the partition key of `files[i]`; empty when the reader
+    /// reads every file (no share).
+    pub keys: Vec<String>,
+}
+
 /// Resolve `path` (a file or a glob, relative to `base_dir` if given) into
 /// the sorted list of files to read; with a `share`, only the files it
 /// holds (possibly none: another node reads them).
@@ -22,13 +32,36 @@ pub(crate) fn resolve_files(
     path: &str,
     base_dir: Option<&Path>,
     share: Option<&FileShare>,
-) -> Result<Vec<PathBuf>> {
-    let mut files = resolve_all(path, base_dir)?;
-    if let Some(share) = share {
-        let root = super::share::literal_root(path, base_dir, &GLOB_CHARS);
-        let all = files.len();
-        let mut held = Vec::with_capacity(files.len());
-        for f in files {
+) -> Result<Resolved> {
+    let Some(share) = share else {
+        return Ok(Resolved {
+            files: resolve_all(path, base_dir)?,
+            keys: Vec::new(),
+        });
+    };
+    let keyed = keyed_files(path, base_dir)?;
+    let all = keyed.len();
+    let (files, keys) = keyed
+        .into_iter()
+        .filter(|(_, key)| share.holds(key))
+        .unzip();
+    let resolved = Resolved { files, keys };
+    tracing::debug!(
+        path,
+        share = share.describe(),
+        all,
+        held = resolved.files.len(),
+        "this node's share of the files"
+    );
+    Ok(resolved)
+}
+
+/// Every file `path` matches, sorted, with its partition key.
+pub(crate) fn keyed_files(path: &str, base_dir: Option<&Path>) -> Result<Vec<(PathBuf, String)>> {
+    let root = super::share::literal_root(path, base_dir, &GLOB_CHARS);
+    resolve_all(path, base_dir)?
+        .into_iter()
+        .map(|f| {
             // Every match of the pattern is below its literal directory;
             // a file that is not would get a key that depends on how the
             // script was started, so it is refused rather than guessed.
@@ -43,20 +76,9 @@ pub(crate) fn resolve_files(
                     ),
                 )
             })?;
-            if share.holds(&key) {
-                held.push(f);
-            }
-        }
-        files = held;
-        tracing::debug!(
-            path,
-            share = share.describe(),
-            all,
-            held = files.len(),
-            "this node's share of the files"
-        );
-    }
-    Ok(files)
+            Ok((f, key))
+        })
+        .collect()
 }
 
 fn resolve_all(path: &str, base_dir: Option<&Path>) -> Result<Vec<PathBuf>> {

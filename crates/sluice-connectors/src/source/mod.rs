@@ -8,14 +8,17 @@ mod columns;
 mod csv_decoder;
 mod csv_records;
 mod files;
+mod handover;
 mod json_decoder;
 mod parquet_decoder;
 mod parse;
 mod share;
 
+pub use handover::{handover, HandoverStart, PreviousShare};
 pub use share::FileShare;
 
 pub use crate::limits::{DEFAULT_MAX_RECORD_BYTES, MAX_MAX_RECORD_BYTES, MIN_MAX_RECORD_BYTES};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -145,6 +148,35 @@ pub struct SourcePosition {
     /// same share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<String>,
+    /// The partition key of `file` when the reader reads a share: a
+    /// position handed to another node ([`handover`]) names its file by
+    /// key, since that node's path to the file may differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Files after `file` in the share's order that other shares had read,
+    /// whole or in part, before a [`handover`] gave them to this one, by
+    /// partition key. A file after `file` that is not listed is unread.
+    /// Empty unless the share took files over.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ahead: BTreeMap<String, FileProgress>,
+}
+
+/// How far one file of a source was read (see [`SourcePosition::ahead`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileProgress {
+    /// Every row was read.
+    Done,
+    /// The first `rows_consumed` data rows were read; they end at
+    /// `byte_offset` where the format has offsets (see
+    /// [`SourcePosition::rows_consumed`] and [`SourcePosition::byte_offset`]).
+    Partial {
+        /// Data rows read.
+        rows_consumed: u64,
+        /// Where they end.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        byte_offset: Option<u64>,
+    },
 }
 
 /// Settings shared by all per-file decoders of one reader.
@@ -249,6 +281,11 @@ pub struct FileSourceReader {
     format: FileFormat,
     plan: Arc<ReadPlan>,
     files: Vec<PathBuf>,
+    /// Partition keys of `files` when the reader reads a share, else empty.
+    keys: Vec<String>,
+    /// What other shares read of files after the starting position, by
+    /// index in `files` (see [`SourcePosition::ahead`]).
+    ahead: BTreeMap<usize, FileProgress>,
     /// Index of the file `current` reads (or the next one to open).
     file_index: usize,
     current: Option<Box<dyn FileDecoder>>,
@@ -275,10 +312,12 @@ impl FileSourceReader {
         let first = SourcePosition {
             file_index: 0,
             // Empty when this node's share holds no file.
-            file: files.first().cloned().unwrap_or_default(),
+            file: files.files.first().cloned().unwrap_or_default(),
             rows_consumed: 0,
             byte_offset: None,
             share: share_identity(&config),
+            key: files.keys.first().cloned(),
+            ahead: BTreeMap::new(),
         };
         Self::start(config.format, plan, files, first)
     }
@@ -298,25 +337,29 @@ impl FileSourceReader {
             // was read, so files that matched since are read from the start.
             return Self::open(config);
         }
-        let index = if files.get(pos.file_index) == Some(&pos.file) {
+        let index = if files.files.get(pos.file_index) == Some(&pos.file) {
             pos.file_index
         } else {
-            files.iter().position(|f| f == &pos.file).ok_or_else(|| {
-                ConnectorError::InvalidPosition {
+            files
+                .files
+                .iter()
+                .position(|f| f == &pos.file)
+                .ok_or_else(|| ConnectorError::InvalidPosition {
                     file: pos.file.clone(),
                     message: format!(
                         "the file is not matched by '{}' any more",
                         crate::quote::bounded(&config.path)
                     ),
-                }
-            })?
+                })?
         };
         let start = SourcePosition {
             file_index: index,
-            file: files[index].clone(),
+            file: files.files[index].clone(),
             rows_consumed: pos.rows_consumed,
             byte_offset: pos.byte_offset,
             share: share_identity(&config),
+            key: files.keys.get(index).cloned(),
+            ahead: pos.ahead.clone(),
         };
         Self::start(config.format, plan, files, start)
     }
@@ -343,7 +386,7 @@ impl FileSourceReader {
         })
     }
 
-    fn prepare(config: &FileSourceConfig) -> Result<(Arc<ReadPlan>, Vec<PathBuf>)> {
+    fn prepare(config: &FileSourceConfig) -> Result<(Arc<ReadPlan>, files::Resolved)> {
         if !(1..=crate::MAX_BATCH_SIZE).contains(&config.batch_size) {
             return Err(ConnectorError::invalid_option(
                 "batch_size",
@@ -388,14 +431,15 @@ impl FileSourceReader {
     fn start(
         format: FileFormat,
         plan: Arc<ReadPlan>,
-        files: Vec<PathBuf>,
+        files: files::Resolved,
         position: SourcePosition,
     ) -> Result<Self> {
+        let ahead = Self::ahead_indices(&files, &position)?;
         let resume = Resume {
             rows: position.rows_consumed,
             byte_offset: position.byte_offset,
         };
-        let current = if files.is_empty() {
+        let current = if files.files.is_empty() {
             None
         } else {
             Some(open_decoder(format, &position.file, &plan, resume)?)
@@ -403,12 +447,43 @@ impl FileSourceReader {
         Ok(FileSourceReader {
             format,
             plan,
-            files,
+            files: files.files,
+            keys: files.keys,
+            ahead,
             file_index: position.file_index,
             current,
             skipped_in_closed: 0,
             position,
         })
+    }
+
+    /// `position.ahead` by index in `files`: each key must name a file of
+    /// the share after the position's.
+    fn ahead_indices(
+        files: &files::Resolved,
+        position: &SourcePosition,
+    ) -> Result<BTreeMap<usize, FileProgress>> {
+        position
+            .ahead
+            .iter()
+            .map(
+                |(key, progress)| match files.keys.iter().position(|k| k == key) {
+                    Some(i) if i > position.file_index => Ok((i, *progress)),
+                    found => Err(ConnectorError::InvalidPosition {
+                        file: position.file.clone(),
+                        message: format!(
+                            "the position says how far file '{}' was read, which {}",
+                            crate::quote::bounded(key),
+                            if found.is_some() {
+                                "comes before the position's own file"
+                            } else {
+                                "is not a file of this share any more"
+                            }
+                        ),
+                    }),
+                },
+            )
+            .collect()
     }
 
     /// The files this reader reads, in order.
@@ -432,7 +507,22 @@ impl FileSourceReader {
                 let Some(path) = self.files.get(self.file_index) else {
                     break;
                 };
-                let resume = Resume::default();
+                // A file another share read before it was handed over
+                // continues where that share stopped.
+                let resume = match self.ahead.get(&self.file_index) {
+                    Some(FileProgress::Done) => {
+                        self.file_index += 1;
+                        continue;
+                    }
+                    Some(FileProgress::Partial {
+                        rows_consumed,
+                        byte_offset,
+                    }) => Resume {
+                        rows: *rows_consumed,
+                        byte_offset: *byte_offset,
+                    },
+                    None => Resume::default(),
+                };
                 self.current = Some(open_decoder(self.format, path, &self.plan, resume)?);
             }
             let Some(decoder) = self.current.as_mut() else {
@@ -441,12 +531,25 @@ impl FileSourceReader {
             match decoder.next_batch(batch_size - rows)? {
                 Some(batch) => {
                     rows += batch.num_rows();
+                    let i = self.file_index;
+                    // The handed-over files still ahead of this one (the
+                    // same as the last position's while in the same file).
+                    let ahead = if self.position.file_index == i {
+                        std::mem::take(&mut self.position.ahead)
+                    } else {
+                        self.ahead
+                            .range(i + 1..)
+                            .filter_map(|(j, p)| self.keys.get(*j).map(|k| (k.clone(), *p)))
+                            .collect()
+                    };
                     self.position = SourcePosition {
-                        file_index: self.file_index,
-                        file: self.files[self.file_index].clone(),
+                        file_index: i,
+                        file: self.files[i].clone(),
                         rows_consumed: decoder.rows_consumed(),
                         byte_offset: decoder.byte_offset(),
                         share: self.position.share.take(),
+                        key: self.keys.get(i).cloned(),
+                        ahead,
                     };
                     pieces.push(batch);
                 }

@@ -194,6 +194,8 @@ fn json_skip_mode_and_resume() {
             rows_consumed: 3,
             byte_offset: Some(30),
             share: None,
+            key: None,
+            ahead: Default::default(),
         }
     );
     let second = reader.next_batch().unwrap().unwrap();

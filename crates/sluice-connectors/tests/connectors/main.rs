@@ -10,6 +10,7 @@ mod csv_source;
 mod fuzz_corpus;
 mod fuzz_inputs;
 mod fuzz_structured;
+mod handover;
 mod json_source;
 mod limits;
 mod parquet_source;

@@ -64,6 +64,8 @@ fn glob_reads_files_in_sorted_order() {
             rows_consumed: 5,
             byte_offset: Some(18),
             share: None,
+            key: None,
+            ahead: Default::default(),
         }
     );
 }
@@ -177,6 +179,8 @@ fn open_at_resumes_exactly_after_last_batch() {
             rows_consumed: 3,
             byte_offset: Some(9),
             share: None,
+            key: None,
+            ahead: Default::default(),
         }
     );
 
@@ -192,6 +196,8 @@ fn open_at_resumes_exactly_after_last_batch() {
         rows_consumed: 5,
         byte_offset: None,
         share: None,
+        key: None,
+        ahead: Default::default(),
     };
     let mut resumed = FileSourceReader::open_at(cfg(), &end_of_a).unwrap();
     assert_eq!(ids(&read_all(&mut resumed, 4)), (5..15).collect::<Vec<_>>());
@@ -208,6 +214,8 @@ fn open_at_resumes_exactly_after_last_batch() {
         rows_consumed: 1,
         byte_offset: None,
         share: None,
+        key: None,
+        ahead: Default::default(),
     };
     let err = FileSourceReader::open_at(cfg(), &gone).unwrap_err();
     assert_eq!(err.code(), "SLC-CONN-006");
