@@ -46,7 +46,7 @@ impl BatchReader for FileSourceReader {
 impl FileSourceReader {
     /// Reopen at an offset produced by [`BatchReader::offset`].
     pub fn open_at_offset(config: FileSourceConfig, offset: &str) -> Result<Self> {
-        FileSourceReader::open_at(config, &parse_position(offset)?)
+        FileSourceReader::open_at(config, &SourcePosition::from_offset(offset)?)
     }
 
     /// Check that the final offset of a source that had finished was read
@@ -54,17 +54,20 @@ impl FileSourceReader {
     /// without this a node whose share grew would never read the files it
     /// gained.
     pub fn check_finished_offset(config: &FileSourceConfig, offset: &str) -> Result<()> {
-        let pos = parse_position(offset)?;
+        let pos = SourcePosition::from_offset(offset)?;
         FileSourceReader::check_share(config, &pos)
     }
 }
 
-fn parse_position(offset: &str) -> Result<SourcePosition> {
-    serde_json::from_str(offset).map_err(|e| ConnectorError::InvalidOption {
-        option: "offset".into(),
-        message: format!(
-            "checkpointed file offset '{}' is unreadable: {e}",
-            crate::quote::bounded(offset)
-        ),
-    })
+impl SourcePosition {
+    /// The position an offset of [`BatchReader::offset`] names.
+    pub fn from_offset(offset: &str) -> Result<Self> {
+        serde_json::from_str(offset).map_err(|e| ConnectorError::InvalidOption {
+            option: "offset".into(),
+            message: format!(
+                "checkpointed file offset '{}' is unreadable: {e}",
+                crate::quote::bounded(offset)
+            ),
+        })
+    }
 }

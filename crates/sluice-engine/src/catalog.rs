@@ -20,6 +20,7 @@ use crate::options::{parse_count, parse_duration, take_format, take_on_error, Pi
 use crate::process::{
     ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionInfo, ProcessRuntime, ValueState,
 };
+use crate::split::handover::{SourceProgress, SplitHandover};
 
 pub mod admission;
 mod conflicts;
@@ -50,9 +51,29 @@ impl SourceDef {
         }
     }
 
+    /// For a split node whose vnodes moved, its file source's reader from
+    /// the handover, given this node's own checkpointed progress (`None`
+    /// without a checkpoint); `None` for every other source.
+    pub fn handed_over_reader(
+        &self,
+        own: Option<&SourceProgress>,
+    ) -> Result<Option<Box<dyn BatchReader>>> {
+        match (&self.connector, &self.handover) {
+            (SourceConnector::File(cfg), Some((node, handover))) => {
+                Ok(Some(handover.open(node, &self.name, cfg, own)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Open the connector's reader, at `offset` when resuming from a
     /// checkpoint. `None` for a push source, which has no reader.
     pub fn open_reader(&self, offset: Option<&str>) -> Result<Option<Box<dyn BatchReader>>> {
+        if offset.is_none() {
+            if let Some(reader) = self.handed_over_reader(None)? {
+                return Ok(Some(reader));
+            }
+        }
         Ok(match &self.connector {
             SourceConnector::Push => None,
             SourceConnector::File(cfg) => {
@@ -97,6 +118,9 @@ pub struct SourceDef {
     pub connector: SourceConnector,
     /// Quiet time after which the source stops holding the watermark.
     pub idle_timeout: Duration,
+    /// For a file source of a split node whose vnodes moved: this node's
+    /// name and who held its vnodes before (see [`crate::split::handover`]).
+    pub handover: Option<(String, Arc<SplitHandover>)>,
 }
 
 impl SourceDef {
@@ -195,6 +219,12 @@ impl SourceDef {
             time_index,
             late_data_to: stmt.late_data_to,
             primary_key: stmt.primary_key,
+            handover: match (&connector, &opts.split) {
+                (SourceConnector::File(_), Some(split)) => split
+                    .handover()
+                    .map(|h| (split.node().to_string(), Arc::clone(h))),
+                _ => None,
+            },
             connector,
             idle_timeout,
         })

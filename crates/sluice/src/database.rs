@@ -18,6 +18,7 @@ use sluice_engine::output::subscription::{ResumeFrom, SubscribeOptions, Subscrip
 use sluice_engine::pipeline::Pipeline;
 use sluice_engine::process::placement::VnodePlacement;
 use sluice_engine::sources::PushSource;
+use sluice_engine::split::handover::SplitHandover;
 use sluice_engine::split::SourceSplit;
 use sluice_sql::{Statement, StreamPlanner};
 use sluice_storage::object_store::ObjectStore;
@@ -130,6 +131,21 @@ impl DatabaseBuilder {
     /// by exactly one node), so together they read every file once.
     pub fn split(mut self, node: &str, placement: VnodePlacement) -> Result<Self> {
         self.options.split = Some(SourceSplit::new(node, placement)?);
+        Ok(self)
+    }
+
+    /// This node of a split holds vnodes that others held before (a node
+    /// joined or left): its file sources start where the previous holders
+    /// stopped, as `handover` says (see `sluice_engine::split::handover`
+    /// and [`crate::split::checkpointed_progress`]). Refused before
+    /// [`Self::split`].
+    pub fn split_handover(mut self, handover: SplitHandover) -> Result<Self> {
+        let Some(split) = self.options.split.take() else {
+            return Err(Error::Option(
+                "split_handover: this database is not a node of a split; call split first".into(),
+            ));
+        };
+        self.options.split = Some(split.with_handover(handover));
         Ok(self)
     }
 

@@ -47,12 +47,7 @@ pub mod process {
         TimerOperation, ValueMutation, ValueState,
     };
 }
-/// A pipeline split across nodes: each node's vnodes and what runs split
-/// (see `sluice_engine::split` and [`DatabaseBuilder::split`]).
-pub mod split {
-    pub use sluice_engine::process::placement::VnodePlacement;
-    pub use sluice_engine::split::{file_vnode, SourceSplit};
-}
+pub mod split;
 pub use sluice_engine::EngineError as Error;
 pub use sluice_sql::CHANGE_COLUMN;
 /// Re-exported `object_store`, for [`DatabaseBuilder::checkpoint_object_store`].

@@ -146,13 +146,8 @@ fn progress_of<'k>(
         .iter()
         .filter(|(_, key)| p.share.as_ref().is_none_or(|s| s.holds(key)))
         .collect();
-    if p.finished {
-        return Ok(held
-            .iter()
-            .map(|(_, k)| (k.as_str(), FileProgress::Done))
-            .collect());
-    }
     let Some(pos) = &p.position else {
+        // Finished without a position: its share held no file.
         return Ok(Vec::new());
     };
     let identity = p.share.as_ref().map(|s| s.identity().to_string());
@@ -167,6 +162,12 @@ fn progress_of<'k>(
                 name(&identity)
             ),
         });
+    }
+    if p.finished {
+        return Ok(held
+            .iter()
+            .map(|(_, k)| (k.as_str(), FileProgress::Done))
+            .collect());
     }
     if pos.file.as_os_str().is_empty() {
         // Its share held no file when it checkpointed.

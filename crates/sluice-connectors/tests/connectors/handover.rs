@@ -299,6 +299,17 @@ fn a_handover_that_cannot_be_exact_is_refused() {
         &[prev(&["f0.csv", "f1.csv"], Some(read_under_other))],
     ));
     assert!(e.contains("was read under share 'f0.csv'"), "{e}");
+    // A finished share's position too: another share's final position
+    // says nothing of this one's files.
+    let finished_elsewhere = PreviousShare {
+        finished: true,
+        ..prev(
+            &["f0.csv", "f1.csv"],
+            Some(FileSourceReader::open(cfg(&["f0.csv"])).unwrap().position()),
+        )
+    };
+    let e = err(handover(&cfg(&["f0.csv"]), &[finished_elsewhere]));
+    assert!(e.contains("was read under share 'f0.csv'"), "{e}");
     // A position whose carried file is not a later file of its share.
     let mut bad = FileSourceReader::open(cfg(&["f1.csv", "f2.csv"]))
         .unwrap()

@@ -28,6 +28,7 @@ use super::{FLAG_MANUAL, FLAG_SHUTDOWN};
 use crate::error::{EngineError, Result};
 use crate::options::Delivery;
 use crate::output::sink::{SealedEpoch, SinkCommitter};
+use crate::split::handover::SourceProgress;
 use crate::state::StatePart;
 
 /// What a capture hands the tail.
@@ -89,8 +90,24 @@ impl ConnectorPipelineCallback {
                     m.id
                 )));
             };
-            state.watermark.restore(sc.watermark, sc.finished);
             state.final_offset = sc.offset.clone();
+            // A split node whose vnodes moved starts its file sources from
+            // the handover, which its own progress is one part of; a source
+            // it had finished may have files to read now.
+            let own = SourceProgress {
+                offset: sc.offset.clone(),
+                finished: sc.finished,
+            };
+            if let Some(reader) = state.def.handed_over_reader(Some(&own))? {
+                // A finished source's watermark is the end of time: reopened
+                // with files of other vnodes, it starts again from the rows
+                // it reads (else every row would be late).
+                let watermark = if sc.finished { i64::MIN } else { sc.watermark };
+                state.watermark.restore(watermark, false);
+                state.pending_reader = Some(reader);
+                continue;
+            }
+            state.watermark.restore(sc.watermark, sc.finished);
             state.pending_reader = if sc.finished {
                 state.def.check_finished_offset(sc.offset.as_deref())?;
                 None

@@ -49,6 +49,19 @@ impl Pipeline {
         } else {
             Vec::new()
         };
+        let handover = self
+            .options
+            .split
+            .as_ref()
+            .is_some_and(|s| s.handover().is_some());
+        if handover && config.is_none() {
+            return Err(EngineError::Option(
+                "a split node that takes vnodes over (split_handover) needs checkpoints: set \
+                 checkpoint_interval or delivery = 'exactly_once' and a checkpoint store, so \
+                 that where it starts, and how far it reads, outlive it"
+                    .into(),
+            ));
+        }
         let c = self.coordinator()?;
         if let Some(cfg) = config {
             c.handle
@@ -66,7 +79,15 @@ impl Pipeline {
             // acknowledgement carries the error.
             c.handle.control(ControlMsg::Recover(Box::new(cp))).await?;
         }
-        c.handle.control(ControlMsg::Start).await
+        c.handle.control(ControlMsg::Start).await?;
+        if handover {
+            // Where this node starts is a checkpoint before `start`
+            // returns: until its first checkpoint, its store would still
+            // say where it stood before the vnodes moved, and a later
+            // handover would start the vnodes it took from there.
+            c.handle.checkpoint().await?;
+        }
+        Ok(())
     }
 
     /// Checkpointing for this pipeline, or None when it is off; refuses a

@@ -33,7 +33,10 @@
 //! nodes' output equals the single-node output when no row is late on
 //! either.
 
+pub mod handover;
+
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sluice_connectors::FileShare;
 
@@ -48,6 +51,7 @@ const MAX_NODE_NAME: usize = 64;
 pub struct SourceSplit {
     node: String,
     placement: VnodePlacement,
+    handover: Option<Arc<handover::SplitHandover>>,
 }
 
 impl SourceSplit {
@@ -70,7 +74,22 @@ impl SourceSplit {
         Ok(Self {
             node: node.to_string(),
             placement,
+            handover: None,
         })
+    }
+
+    /// The same node, whose vnodes were held before as `handover` says: its
+    /// file sources start where the previous holders stopped (see
+    /// [`handover`]).
+    #[must_use]
+    pub fn with_handover(mut self, handover: handover::SplitHandover) -> Self {
+        self.handover = Some(Arc::new(handover));
+        self
+    }
+
+    /// Who held this node's vnodes before, when they moved.
+    pub fn handover(&self) -> Option<&Arc<handover::SplitHandover>> {
+        self.handover.as_ref()
     }
 
     /// The node's name.
@@ -85,24 +104,7 @@ impl SourceSplit {
 
     /// The files of a file source this node reads.
     pub fn file_share(&self) -> FileShare {
-        let placement = self.placement.clone();
-        let owned = placement.owned();
-        let describe = format!(
-            "node {}: {} of {} vnodes",
-            self.node,
-            owned.len(),
-            placement.count()
-        );
-        // Which vnodes, exactly: the count and a hash of the held ones.
-        let bytes: Vec<u8> = owned.iter().flat_map(|v| v.to_be_bytes()).collect();
-        let identity = format!(
-            "vnodes {}/{:016x}",
-            placement.count(),
-            twox_hash::XxHash3_64::oneshot(&bytes)
-        );
-        FileShare::new(identity, describe, move |key: &str| {
-            placement.owns(file_vnode(key, placement.count()))
-        })
+        placement_share(&self.node, &self.placement)
     }
 
     /// Where this node writes a file sink declared to write `declared`:
@@ -121,6 +123,29 @@ impl SourceSplit {
     }
 }
 
+/// The files of a file source that node `node` reads when it holds the
+/// vnodes of `placement`. Its identity (which a checkpointed position
+/// records) depends on the vnodes only, not on the node.
+pub(crate) fn placement_share(node: &str, placement: &VnodePlacement) -> FileShare {
+    let placement = placement.clone();
+    let owned = placement.owned();
+    let describe = format!(
+        "node {node}: {} of {} vnodes",
+        owned.len(),
+        placement.count()
+    );
+    // Which vnodes, exactly: the count and a hash of the held ones.
+    let bytes: Vec<u8> = owned.iter().flat_map(|v| v.to_be_bytes()).collect();
+    let identity = format!(
+        "vnodes {}/{:016x}",
+        placement.count(),
+        twox_hash::XxHash3_64::oneshot(&bytes)
+    );
+    FileShare::new(identity, describe, move |key: &str| {
+        placement.owns(file_vnode(key, placement.count()))
+    })
+}
+
 /// The vnode of a file with partition key `key` among `count` vnodes: the
 /// key as a one-column UTF-8 canonical partition key.
 pub fn file_vnode(key: &str, count: u32) -> u32 {
@@ -132,5 +157,4 @@ pub fn file_vnode(key: &str, count: u32) -> u32 {
 }
 
 #[cfg(test)]
-#[path = "split_tests.rs"]
 mod tests;

@@ -1,0 +1,140 @@
+//! A node whose vnodes changed: its file sources start where the nodes that
+//! held its vnodes before stopped.
+//!
+//! When vnodes move between the nodes of a split (a node joins or leaves),
+//! a node's share of every file source changes. Its own checkpointed
+//! positions describe its old share, and the files it gained were read, in
+//! part, by other nodes. A [`SplitHandover`] says who held what before:
+//! this node's old vnodes (its own checkpoint has their positions) and, for
+//! every other node that held vnodes this node now holds, its vnodes and
+//! the positions of its last committed checkpoint ([`SourceProgress`]). At
+//! recovery, or at the start when this node has no checkpoint, each file
+//! source starts from all of them (`sluice_connectors::handover`): rows they
+//! read are not read again, rows they did not read are read here.
+//!
+//! That is exactly once only if the positions are final: the nodes that
+//! held the vnodes read no further (they stopped, or gave the vnodes up at
+//! a checkpoint), and every vnode this node now holds had exactly one
+//! previous owner, or none (a vnode nobody held was never read). Both are
+//! the caller's to ensure (the cluster's assignment table, one owner per
+//! generation); a file held by two previous shares, or by none when the
+//! handover names no owner for its vnode, is refused.
+
+use std::collections::BTreeMap;
+
+use sluice_connectors::{
+    handover, FileSourceConfig, FileSourceReader, HandoverStart, PreviousShare, SourcePosition,
+};
+
+use super::placement_share;
+use crate::error::{EngineError, Result};
+use crate::process::placement::VnodePlacement;
+
+/// How far a node read one source, as its last committed checkpoint says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceProgress {
+    /// The checkpointed offset (`None`: the source had not read a row).
+    pub offset: Option<String>,
+    /// Whether the source had read all its input.
+    pub finished: bool,
+}
+
+/// Another node that held vnodes before a handover, and what it had read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousNode {
+    /// Its name.
+    pub node: String,
+    /// The vnodes it held.
+    pub placement: VnodePlacement,
+    /// What it had read, by source name (a source left out had read
+    /// nothing: the node never checkpointed it).
+    pub sources: BTreeMap<String, SourceProgress>,
+}
+
+/// Who held this node's vnodes before they moved (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitHandover {
+    /// The vnodes this node held in the previous assignment (its own
+    /// checkpoint has their positions); `None` for a node that held none
+    /// there (a new node, or one that was away): positions its own
+    /// checkpoint may hold are of an older assignment and are ignored.
+    pub own_before: Option<VnodePlacement>,
+    /// The other nodes that held vnodes this node holds now.
+    pub others: Vec<PreviousNode>,
+}
+
+impl SplitHandover {
+    /// Where file source `source` (configured with this node's new share)
+    /// starts, given this node's own checkpointed progress of it (`own`,
+    /// `None` without a checkpoint).
+    pub fn start(
+        &self,
+        node: &str,
+        source: &str,
+        config: &FileSourceConfig,
+        own: Option<&SourceProgress>,
+    ) -> Result<HandoverStart> {
+        let mut previous = Vec::with_capacity(self.others.len() + 1);
+        // A node that held no vnodes in the previous assignment has, at
+        // most, positions of an older one: another node read on from them.
+        if let Some(placement) = &self.own_before {
+            previous.push(PreviousShare {
+                share: Some(placement_share(node, placement)),
+                position: parse(own.and_then(|o| o.offset.as_deref()))?,
+                finished: own.is_some_and(|o| o.finished),
+            });
+        }
+        for other in &self.others {
+            let progress = other.sources.get(source);
+            previous.push(PreviousShare {
+                share: Some(placement_share(&other.node, &other.placement)),
+                position: parse(progress.and_then(|p| p.offset.as_deref()))?,
+                finished: progress.is_some_and(|p| p.finished),
+            });
+        }
+        handover(config, &previous)
+            .map_err(|e| EngineError::from(e).context("handing its files over".to_string()))
+    }
+
+    /// A reader of `config`'s share from [`SplitHandover::start`]: one
+    /// that reads nothing, with the handover's offset, when every file was
+    /// read already.
+    pub fn open(
+        &self,
+        node: &str,
+        source: &str,
+        config: &FileSourceConfig,
+        own: Option<&SourceProgress>,
+    ) -> Result<Box<dyn sluice_connectors::BatchReader>> {
+        let start = self.start(node, source, config, own)?;
+        if start.finished {
+            return Ok(Box::new(ReadAll(start.position)));
+        }
+        Ok(Box::new(FileSourceReader::open_at(
+            config.clone(),
+            &start.position,
+        )?))
+    }
+}
+
+fn parse(offset: Option<&str>) -> Result<Option<SourcePosition>> {
+    offset
+        .map(|o| SourcePosition::from_offset(o).map_err(EngineError::from))
+        .transpose()
+}
+
+/// The reader of a share whose files were all read before it was handed
+/// over: it ends at once, at the handover's position.
+struct ReadAll(SourcePosition);
+
+impl sluice_connectors::BatchReader for ReadAll {
+    fn next_batch(
+        &mut self,
+    ) -> sluice_connectors::Result<Option<arrow::record_batch::RecordBatch>> {
+        Ok(None)
+    }
+
+    fn offset(&self) -> Option<String> {
+        serde_json::to_string(&self.0).ok()
+    }
+}

@@ -1,0 +1,42 @@
+//! A pipeline split across nodes: each node's vnodes, what runs split, and
+//! moving vnodes between nodes (see `sluice_engine::split` and
+//! [`DatabaseBuilder::split`](crate::DatabaseBuilder::split)).
+
+use std::collections::BTreeMap;
+
+pub use sluice_engine::process::placement::VnodePlacement;
+pub use sluice_engine::split::handover::{PreviousNode, SourceProgress, SplitHandover};
+pub use sluice_engine::split::{file_vnode, SourceSplit};
+use sluice_storage::{CheckpointStore, ObjectStoreBackend};
+
+use crate::Result;
+
+/// What the last committed checkpoint in the store at `url` (a node's
+/// `checkpoint_store`) says each source had read, for a
+/// [`PreviousNode`]; `None` when the store holds no checkpoint (the node
+/// committed nothing, so none of its rows counts as read).
+///
+/// The store is only read, not leased: the positions are final only if the
+/// node that wrote them reads no further (it stopped, or gave up the vnodes
+/// at this checkpoint), which is the caller's to ensure before handing its
+/// vnodes to another node.
+pub async fn checkpointed_progress(url: &str) -> Result<Option<BTreeMap<String, SourceProgress>>> {
+    let store = CheckpointStore::new(Box::new(ObjectStoreBackend::from_url(url)?));
+    let Some(latest) = store.latest_valid().await? else {
+        return Ok(None);
+    };
+    Ok(Some(
+        latest
+            .manifest
+            .sources
+            .into_iter()
+            .map(|(name, sc)| {
+                let progress = SourceProgress {
+                    offset: sc.offset,
+                    finished: sc.finished,
+                };
+                (name, progress)
+            })
+            .collect(),
+    ))
+}
