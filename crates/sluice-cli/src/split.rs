@@ -24,8 +24,10 @@
 //! ```
 //!
 //! What a static split does not do yet: move a down node's vnodes to the
-//! others (its share waits for it), or run keyed operators (they need
-//! their state placed by vnode and a shuffle between nodes).
+//! others (its share waits for it; the library's `split_handover` can start
+//! a node from the previous holders' positions, but nothing here decides a
+//! new assignment and fences the old holders yet), or run keyed operators
+//! (they need their state placed by vnode and a shuffle between nodes).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

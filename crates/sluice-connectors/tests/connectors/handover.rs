@@ -92,6 +92,20 @@ fn cfg(
     c
 }
 
+/// `in/*.csv` in batches of 2, as the share holding exactly `keys`.
+fn flat_csv(dir: &std::path::Path, keys: &[&str]) -> FileSourceConfig {
+    let mut c = config(
+        dir,
+        "in/*.csv",
+        FileFormat::Csv,
+        schema(&[("id", DataType::Int64)]),
+        2,
+        OnError::Fail,
+    );
+    c.share = Some(share_of(keys.iter().map(|s| s.to_string()).collect()));
+    c
+}
+
 /// Read up to `batches` batches (all with `None`), appending the ids to
 /// `out`; whether the reader reached its end.
 fn read(reader: &mut FileSourceReader, batches: Option<u64>, out: &mut Vec<i64>) -> bool {
@@ -183,18 +197,7 @@ fn a_handover_starts_at_the_first_unread_row_and_carries_the_rest() {
         let body = (0..*rows).fold("id\n".to_string(), |s, r| s + &format!("{}\n", i * 10 + r));
         write_file(dir.path(), &format!("in/f{i}.csv"), &body);
     }
-    let cfg = |share: &[&str]| {
-        let mut c = config(
-            dir.path(),
-            "in/*.csv",
-            FileFormat::Csv,
-            schema(&[("id", DataType::Int64)]),
-            2,
-            OnError::Fail,
-        );
-        c.share = Some(share_of(share.iter().map(|s| s.to_string()).collect()));
-        c
-    };
+    let cfg = |keys: &[&str]| flat_csv(dir.path(), keys);
     // Share A = {f0, f2} read f0 whole and one row of f2; share B =
     // {f1, f3} read two rows of f1.
     let stop = |share: &[&str], rows: usize| {
@@ -255,18 +258,7 @@ fn a_handover_that_cannot_be_exact_is_refused() {
     for i in 0..3 {
         write_file(dir.path(), &format!("in/f{i}.csv"), "id\n1\n");
     }
-    let cfg = |keys: &[&str]| {
-        let mut c = config(
-            dir.path(),
-            "in/*.csv",
-            FileFormat::Csv,
-            schema(&[("id", DataType::Int64)]),
-            2,
-            OnError::Fail,
-        );
-        c.share = Some(share_of(keys.iter().map(|s| s.to_string()).collect()));
-        c
-    };
+    let cfg = |keys: &[&str]| flat_csv(dir.path(), keys);
     let prev = |keys: &[&str], position: Option<SourcePosition>| PreviousShare {
         share: Some(share_of(keys.iter().map(|s| s.to_string()).collect())),
         position,
