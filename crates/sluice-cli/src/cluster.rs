@@ -115,8 +115,18 @@ fn summary(s: &ClusterStatus) -> String {
         ),
         None => String::new(),
     };
+    let members_finished = if s.finished_members.is_empty() {
+        String::new()
+    } else {
+        let each: Vec<String> = s
+            .finished_members
+            .iter()
+            .map(|(node, f)| format!("{node} ({} rows in, {} rows out)", f.rows_in, f.rows_out))
+            .collect();
+        format!("; split members finished: {}", each.join(", "))
+    };
     format!(
-        "cluster {}: {leader}, {} members, {} vnodes at generation {}{finished}",
+        "cluster {}: {leader}, {} members, {} vnodes at generation {}{finished}{members_finished}",
         s.cluster,
         s.members.len(),
         s.vnode_count,
@@ -650,6 +660,39 @@ mod tests {
             let e = parse_endpoints(bad).err().map(|e| e.to_string());
             assert!(e.is_some_and(|e| e.contains("--cluster")), "{bad}");
         }
+    }
+
+    /// The summary line names the split members that finished, with
+    /// their rows.
+    #[test]
+    fn the_summary_lists_finished_split_members() {
+        let mut s = ClusterStatus {
+            cluster: "c".into(),
+            revision: 9,
+            leader: None,
+            members: Vec::new(),
+            generation: 4,
+            vnode_count: 256,
+            committed: 0,
+            finished: None,
+            finished_members: Default::default(),
+        };
+        assert_eq!(
+            summary(&s),
+            "cluster c: no leader, 0 members, 256 vnodes at generation 4"
+        );
+        for (node, rows_in) in [("n2", 5), ("n1", 7)] {
+            let f = sluice_cluster::status::MemberFinished {
+                rows_in,
+                rows_out: 1,
+            };
+            s.finished_members.insert(node.into(), f);
+        }
+        assert_eq!(
+            summary(&s),
+            "cluster c: no leader, 0 members, 256 vnodes at generation 4; split members \
+             finished: n1 (7 rows in, 1 rows out), n2 (5 rows in, 1 rows out)"
+        );
     }
 
     /// Every role `SHOW CLUSTER` can show: nodes of a split own vnodes

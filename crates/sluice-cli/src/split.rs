@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use sluice::split::VnodePlacement;
 use sluice_cluster::assignment::Placement;
+use sluice_cluster::status::{self, MemberFinished};
 use sluice_cluster::vnodes::{self, VnodeCount};
 use sluice_cluster::{ClusterError, ClusterNode, NodeConfig};
 
@@ -174,7 +175,7 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
     let outcome = match ran {
         // Stopped by the signal, which `first` returns again at once.
         Ok(None) => Ok(RunEnd::Signalled(signals.first().await)),
-        Ok(Some(cpu_at_start)) => finish(&db, cpu_at_start, started).await,
+        Ok(Some(cpu_at_start)) => finish(&node, &db, cpu_at_start, started).await,
         Err(e) => Err(e),
     };
     if outcome.is_err() {
@@ -216,13 +217,20 @@ async fn run_share(
 }
 
 /// Shut the finished share down (its last checkpoint, then the sinks'
-/// publish) and print the summary.
+/// publish), record in etcd that this member finished (`sluice cluster
+/// status` lists the members that did), and print the summary.
 async fn finish(
+    node: &ClusterNode,
     db: &sluice::Database,
     cpu_at_start: f64,
     started: Instant,
 ) -> Result<RunEnd, CliError> {
     let metrics = db.shutdown().await?;
+    let finished = MemberFinished {
+        rows_in: metrics.rows_in(),
+        rows_out: metrics.rows_emitted(),
+    };
+    status::record_member_finished(node.session(), &finished).await?;
     let cpu = run::process_cpu_secs() - cpu_at_start;
     run::print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
     Ok(RunEnd::Completed)

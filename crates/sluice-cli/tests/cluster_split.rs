@@ -198,6 +198,17 @@ fn three_split_nodes_together_write_exactly_the_single_node_rows() {
     }
     wait_all(nodes);
     assert_eq!(union(&dir), expected);
+    // Each member recorded that it ran its share to the end, and together
+    // their shares read every row once.
+    let finished = cluster_status(&etcd, "split").finished_members;
+    assert_eq!(
+        finished.keys().map(String::as_str).collect::<Vec<_>>(),
+        NODES.to_vec()
+    );
+    assert_eq!(
+        finished.values().map(|f| f.rows_in).sum::<u64>(),
+        FILES * ROWS_PER_FILE
+    );
     // Every node read a share: each wrote rows of its own.
     for n in NODES {
         let (_, rows) = split_lines(&read(&dir.join(format!("out/{n}/sel.csv"))), true);

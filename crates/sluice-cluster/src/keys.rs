@@ -85,6 +85,18 @@ impl ClusterKeys {
         format!("/sluice/{}/finished", self.cluster)
     }
 
+    /// `/sluice/C/finished-members/`: the prefix of the records of split
+    /// members that ran their share to its end.
+    pub fn finished_members_prefix(&self) -> String {
+        format!("/sluice/{}/finished-members/", self.cluster)
+    }
+
+    /// `/sluice/C/finished-members/N`: written by node `N` of a split once
+    /// it ran its share to its end and published its sinks (permanent).
+    pub fn finished_member(&self, node: &NodeId) -> String {
+        format!("{}{}", self.finished_members_prefix(), node.as_str())
+    }
+
     /// `/sluice/C/progress/`: the prefix of the progress reports.
     pub fn progress_prefix(&self) -> String {
         format!("/sluice/{}/progress/", self.cluster)

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 pub use etcd_client::Client;
-use etcd_client::{GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use serde::{Deserialize, Serialize};
 
 use crate::assignment::Assignment;
@@ -48,6 +48,15 @@ pub struct Finished {
     /// That node's leader term.
     pub term: u64,
     /// Rows in and out of that node's last run.
+    pub rows_in: u64,
+    /// Rows out.
+    pub rows_out: u64,
+}
+
+/// The end of one split member's share, as that member recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberFinished {
+    /// Rows in of the member's last run.
     pub rows_in: u64,
     /// Rows out.
     pub rows_out: u64,
@@ -85,6 +94,9 @@ pub struct ClusterStatus {
     pub committed: u64,
     /// Set once a leader ran the (bounded) pipeline to its end.
     pub finished: Option<Finished>,
+    /// The members of a split that ran their share to its end, by node id
+    /// (live or not).
+    pub finished_members: BTreeMap<String, MemberFinished>,
 }
 
 /// A plain etcd client for reading the status (no lease, no membership).
@@ -102,6 +114,7 @@ pub async fn read(client: &Client, keys: &ClusterKeys) -> Result<ClusterStatus> 
         TxnOp::get(keys.checkpoint_committed(), None),
         TxnOp::get(keys.finished(), None),
         TxnOp::get(keys.progress_prefix(), prefix()),
+        TxnOp::get(keys.finished_members_prefix(), prefix()),
     ]);
     let response = client
         .clone()
@@ -143,6 +156,13 @@ pub async fn read(client: &Client, keys: &ClusterKeys) -> Result<ClusterStatus> 
         let node = key.trim_start_matches(&progress_prefix).to_string();
         progress.insert(node, decode(&key, kv.value())?);
     }
+    let finished_prefix = keys.finished_members_prefix();
+    let mut finished_members = BTreeMap::new();
+    for kv in kvs(6) {
+        let key = text(kv.key());
+        let node = key.trim_start_matches(&finished_prefix).to_string();
+        finished_members.insert(node, decode(&key, kv.value())?);
+    }
     let members = kvs(1)
         .iter()
         .map(|kv| {
@@ -166,7 +186,38 @@ pub async fn read(client: &Client, keys: &ClusterKeys) -> Result<ClusterStatus> 
         vnode_count: assignment.as_ref().map_or(0, Assignment::vnode_count),
         committed,
         finished,
+        finished_members,
     })
+}
+
+/// Record that this node, a member of a split, ran its share to its end
+/// and published its sinks. Written only while the node is a member under
+/// its own lease (a node cut off from etcd records nothing); the record
+/// itself outlives the lease. Recording again (a finished node started
+/// again) replaces it.
+pub async fn record_member_finished(session: &Session, finished: &MemberFinished) -> Result<()> {
+    let keys = session.keys();
+    let key = keys.finished_member(session.node());
+    let value = encode(&key, finished)?;
+    let txn = Txn::new()
+        .when([Compare::lease(
+            keys.node(session.node()),
+            CompareOp::Equal,
+            session.lease_id(),
+        )])
+        .and_then([TxnOp::put(key, value, None)]);
+    let response = session
+        .client()
+        .txn(txn)
+        .await
+        .map_err(|e| ClusterError::etcd("record of a finished split member", e))?;
+    if response.succeeded() {
+        Ok(())
+    } else {
+        Err(ClusterError::LeaseLost {
+            node: session.node().to_string(),
+        })
+    }
 }
 
 /// The finished record, read from etcd now (not from a watch).
