@@ -20,7 +20,7 @@ use crate::options::{parse_count, parse_duration, take_format, take_on_error, Pi
 use crate::process::{
     ProcessDeterminism, ProcessFunctionDescriptor, ProcessFunctionInfo, ProcessRuntime, ValueState,
 };
-use crate::split::handover::{SourceProgress, SplitHandover};
+use crate::split::handover::{SourceProgress, SplitAt, SplitHandover};
 
 pub mod admission;
 mod conflicts;
@@ -59,8 +59,8 @@ impl SourceDef {
         own: Option<&SourceProgress>,
     ) -> Result<Option<Box<dyn BatchReader>>> {
         match (&self.connector, &self.handover) {
-            (SourceConnector::File(cfg), Some((node, handover))) => {
-                Ok(Some(handover.open(node, &self.name, cfg, own)?))
+            (SourceConnector::File(cfg), Some((at, handover))) => {
+                Ok(Some(handover.open(at, &self.name, cfg, own)?))
             }
             _ => Ok(None),
         }
@@ -120,7 +120,7 @@ pub struct SourceDef {
     pub idle_timeout: Duration,
     /// For a file source of a split node whose vnodes moved: this node's
     /// name and who held its vnodes before (see [`crate::split::handover`]).
-    pub handover: Option<(String, Arc<SplitHandover>)>,
+    pub handover: Option<(SplitAt, Arc<SplitHandover>)>,
 }
 
 impl SourceDef {
@@ -222,7 +222,7 @@ impl SourceDef {
             handover: match (&connector, &opts.split) {
                 (SourceConnector::File(_), Some(split)) => split
                     .handover()
-                    .map(|h| (split.node().to_string(), Arc::clone(h))),
+                    .map(|h| (SplitAt::of(split), Arc::clone(h))),
                 _ => None,
             },
             connector,

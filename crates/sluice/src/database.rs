@@ -134,6 +134,22 @@ impl DatabaseBuilder {
         Ok(self)
     }
 
+    /// The assignment generation of this split node's vnodes (see
+    /// `SourceSplit::with_generation`): with generations counted, a node
+    /// started again within one assignment after a handover resumes from
+    /// its own checkpoints of that assignment, and a position of another
+    /// generation is never taken for this one's. Refused before
+    /// [`Self::split`].
+    pub fn split_generation(mut self, generation: u64) -> Result<Self> {
+        let Some(split) = self.options.split.take() else {
+            return Err(Error::Option(
+                "split_generation: this database is not a node of a split; call split first".into(),
+            ));
+        };
+        self.options.split = Some(split.with_generation(generation));
+        Ok(self)
+    }
+
     /// This node of a split holds vnodes that others held before (a node
     /// joined or left): its file sources start where the previous holders
     /// stopped, as `handover` says (see `sluice_engine::split::handover`

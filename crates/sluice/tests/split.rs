@@ -439,11 +439,12 @@ fn store_url(stores: &Path, node: &str) -> String {
 /// Run node `node` holding `placement` (after `handover`, if given) until
 /// it has run for `stop`'s milliseconds and stops as it says, or, without
 /// `stop`, to the end of its files.
+#[allow(clippy::too_many_arguments)]
 async fn run_assigned(
     dir: &Path,
     stores: &Path,
     node: &str,
-    placement: VnodePlacement,
+    (placement, generation): (VnodePlacement, u64),
     handover: Option<sluice::split::SplitHandover>,
     batch: u64,
     stop: Option<(Stop, u64)>,
@@ -457,6 +458,8 @@ async fn run_assigned(
         .set("delivery", "exactly_once")
         .unwrap()
         .split(node, placement)
+        .unwrap()
+        .split_generation(generation)
         .unwrap();
     if let Some(h) = handover {
         b = b.split_handover(h).unwrap();
@@ -524,6 +527,10 @@ async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
         let batch = 1 + rng.below(4);
         let count = [1u32, 7, 64][rng.below(3) as usize];
         let names = ["a", "b", "c", "d"];
+        // Every other round counts assignment generations, so a node may
+        // also be stopped and started again within one assignment.
+        let counted = round % 2 == 0;
+        let generation_of = |assignment: u64| if counted { assignment + 1 } else { 0 };
         // Who held which vnodes in the previous assignment.
         let mut before: BTreeMap<&str, VnodePlacement> = BTreeMap::new();
         let rounds = 2 + rng.below(3);
@@ -581,23 +588,30 @@ async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
                     Some(sluice::split::SplitHandover {
                         own_before: before.get(node).cloned(),
                         others,
+                        generation: generation_of(assignment - 1),
                     })
                 };
-                let stop = (!last).then(|| {
-                    let how = [Stop::Clean, Stop::CheckpointThenCrash, Stop::Crash]
-                        [rng.below(3) as usize];
-                    (how, rng.below(25))
-                });
-                run_assigned(
-                    dir.path(),
-                    stores.path(),
-                    node,
-                    now[node].clone(),
-                    handover,
-                    batch,
-                    stop,
-                )
-                .await;
+                // With generations, a node may stop and start again (with
+                // the same handover) before the vnodes move on: it resumes
+                // from the checkpoints it took in this assignment.
+                let runs = if counted { 1 + rng.below(2) } else { 1 };
+                for run in 0..runs {
+                    let stop = (!last || run + 1 < runs).then(|| {
+                        let how = [Stop::Clean, Stop::CheckpointThenCrash, Stop::Crash]
+                            [rng.below(3) as usize];
+                        (how, rng.below(25))
+                    });
+                    run_assigned(
+                        dir.path(),
+                        stores.path(),
+                        node,
+                        (now[node].clone(), generation_of(assignment)),
+                        handover.clone(),
+                        batch,
+                        stop,
+                    )
+                    .await;
+                }
             }
             before = now;
         }
@@ -614,12 +628,13 @@ async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
             let handover = sluice::split::SplitHandover {
                 own_before: None,
                 others: Vec::new(),
+                generation: 0,
             };
             run_assigned(
                 dir.path(),
                 stores.path(),
                 node,
-                none,
+                (none, 0),
                 Some(handover),
                 batch,
                 None,
@@ -666,6 +681,7 @@ async fn a_handover_needs_a_split_node_with_checkpoints() {
     let handover = || sluice::split::SplitHandover {
         own_before: Some(VnodePlacement::new(4, 0..4).unwrap()),
         others: Vec::new(),
+        generation: 0,
     };
     let e = Database::builder()
         .split_handover(handover())
@@ -688,4 +704,92 @@ async fn a_handover_needs_a_split_node_with_checkpoints() {
     let e = db.start().await.expect_err("no checkpoints").to_string();
     assert!(e.contains("needs checkpoints"), "{e}");
     let _ = db.abort().await;
+}
+
+/// With generations counted, a node that holds again the vnodes it held
+/// two assignments ago starts from where the node in between stopped, not
+/// from its own older position of the same vnodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_back_on_its_old_vnodes_reads_on_from_the_node_in_between() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores = tempfile::tempdir().unwrap();
+    // Enough single-row batches that 30 ms read only some of them.
+    let rows = write_rows(dir.path(), &mut Rng(23), 12, 5000);
+    let all = || VnodePlacement::new(1, [0]).unwrap();
+    let progress = |node: &str| {
+        let url = store_url(stores.path(), node);
+        async move {
+            sluice::split::checkpointed_progress(&url)
+                .await
+                .unwrap()
+                .unwrap_or_default()
+        }
+    };
+    // Generation 1: a reads some; 2: b reads on from there; 3: a again.
+    run_assigned(
+        dir.path(),
+        stores.path(),
+        "a",
+        (all(), 1),
+        None,
+        1,
+        Some((Stop::Clean, 30)),
+    )
+    .await;
+    let a1 = progress("a").await;
+    assert!(
+        a1.values().all(|p| !p.finished),
+        "a read everything: {a1:?}"
+    );
+    let from_a = sluice::split::SplitHandover {
+        own_before: None,
+        others: vec![sluice::split::PreviousNode {
+            node: "a".into(),
+            placement: all(),
+            sources: a1,
+        }],
+        generation: 1,
+    };
+    run_assigned(
+        dir.path(),
+        stores.path(),
+        "b",
+        (all(), 2),
+        Some(from_a),
+        1,
+        Some((Stop::Clean, 30)),
+    )
+    .await;
+    let from_b = sluice::split::SplitHandover {
+        own_before: None,
+        others: vec![sluice::split::PreviousNode {
+            node: "b".into(),
+            placement: all(),
+            sources: progress("b").await,
+        }],
+        generation: 2,
+    };
+    run_assigned(
+        dir.path(),
+        stores.path(),
+        "a",
+        (all(), 3),
+        Some(from_b),
+        1,
+        None,
+    )
+    .await;
+    let mut expected: Vec<String> = rows
+        .iter()
+        .filter(|r| r.2 > -100 && r.1 != 3)
+        .map(|r| format!("{},{},{}", r.0, r.1, r.2 * 2))
+        .collect();
+    expected.sort();
+    let mut union = lines_or_none(&dir.path().join("out/a/picked.csv"));
+    let from_b = lines_or_none(&dir.path().join("out/b/picked.csv"));
+    assert!(!from_b.is_empty(), "b read nothing");
+    union.extend(from_b);
+    union.sort();
+    assert_eq!(union.len(), expected.len());
+    assert!(union == expected, "the rows differ");
 }

@@ -61,6 +61,29 @@ pub struct SplitHandover {
     pub own_before: Option<VnodePlacement>,
     /// The other nodes that held vnodes this node holds now.
     pub others: Vec<PreviousNode>,
+    /// The generation of the previous assignment
+    /// ([`SourceSplit::with_generation`](super::SourceSplit::with_generation);
+    /// 0 where generations are not counted).
+    pub generation: u64,
+}
+
+/// Which node a handover starts, and in which assignment generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitAt {
+    /// The node's name.
+    pub node: String,
+    /// Its assignment generation (0: not counted).
+    pub generation: u64,
+}
+
+impl SplitAt {
+    /// Where `split` is.
+    pub fn of(split: &super::SourceSplit) -> Self {
+        Self {
+            node: split.node().to_string(),
+            generation: split.generation(),
+        }
+    }
 }
 
 impl SplitHandover {
@@ -69,17 +92,21 @@ impl SplitHandover {
     /// `None` without a checkpoint).
     pub fn start(
         &self,
-        node: &str,
+        at: &SplitAt,
         source: &str,
         config: &FileSourceConfig,
         own: Option<&SourceProgress>,
     ) -> Result<HandoverStart> {
+        let node = at.node.as_str();
+        if let Some(start) = self.resumed(at, config, own)? {
+            return Ok(start);
+        }
         let mut previous = Vec::with_capacity(self.others.len() + 1);
         // A node that held no vnodes in the previous assignment has, at
         // most, positions of an older one: another node read on from them.
         if let Some(placement) = &self.own_before {
             previous.push(PreviousShare {
-                share: Some(placement_share(node, placement)),
+                share: Some(placement_share(node, placement, self.generation)),
                 position: parse(own.and_then(|o| o.offset.as_deref()))?,
                 finished: own.is_some_and(|o| o.finished),
             });
@@ -87,7 +114,11 @@ impl SplitHandover {
         for other in &self.others {
             let progress = other.sources.get(source);
             previous.push(PreviousShare {
-                share: Some(placement_share(&other.node, &other.placement)),
+                share: Some(placement_share(
+                    &other.node,
+                    &other.placement,
+                    self.generation,
+                )),
                 position: parse(progress.and_then(|p| p.offset.as_deref()))?,
                 finished: progress.is_some_and(|p| p.finished),
             });
@@ -96,17 +127,50 @@ impl SplitHandover {
             .map_err(|e| EngineError::from(e).context("handing its files over".to_string()))
     }
 
+    /// This node's own position, when it was checkpointed under its
+    /// current share after the handover (the node took its vnodes over,
+    /// then stopped, and is started again with the same handover): it
+    /// resumes from there. Without generations (0), a share's identity
+    /// names only its vnodes, so that holds only when the node held the
+    /// same vnodes in the previous assignment too; with them, the identity
+    /// names this assignment's generation.
+    fn resumed(
+        &self,
+        at: &SplitAt,
+        config: &FileSourceConfig,
+        own: Option<&SourceProgress>,
+    ) -> Result<Option<HandoverStart>> {
+        let (Some(share), Some(own)) = (&config.share, own) else {
+            return Ok(None);
+        };
+        let Some(position) = parse(own.offset.as_deref())? else {
+            return Ok(None);
+        };
+        let current = share.identity();
+        let same_before = self
+            .own_before
+            .as_ref()
+            .is_some_and(|p| placement_share(&at.node, p, self.generation).identity() == current);
+        if position.share.as_deref() != Some(current) || !(at.generation > 0 || same_before) {
+            return Ok(None);
+        }
+        Ok(Some(HandoverStart {
+            position,
+            finished: own.finished,
+        }))
+    }
+
     /// A reader of `config`'s share from [`SplitHandover::start`]: one
     /// that reads nothing, with the handover's offset, when every file was
     /// read already.
     pub fn open(
         &self,
-        node: &str,
+        at: &SplitAt,
         source: &str,
         config: &FileSourceConfig,
         own: Option<&SourceProgress>,
     ) -> Result<Box<dyn sluice_connectors::BatchReader>> {
-        let start = self.start(node, source, config, own)?;
+        let start = self.start(at, source, config, own)?;
         if start.finished {
             return Ok(Box::new(ReadAll(start.position)));
         }

@@ -51,6 +51,8 @@ const MAX_NODE_NAME: usize = 64;
 pub struct SourceSplit {
     node: String,
     placement: VnodePlacement,
+    /// The assignment generation the placement is of (0: not counted).
+    generation: u64,
     handover: Option<Arc<handover::SplitHandover>>,
 }
 
@@ -74,8 +76,25 @@ impl SourceSplit {
         Ok(Self {
             node: node.to_string(),
             placement,
+            generation: 0,
             handover: None,
         })
+    }
+
+    /// The same node, holding its vnodes in assignment generation
+    /// `generation`: positions checkpointed under this share record it, so
+    /// a position of another generation is never taken for this one's,
+    /// even where the vnodes are the same (others may have read them in
+    /// between).
+    #[must_use]
+    pub fn with_generation(mut self, generation: u64) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    /// The assignment generation of this node's vnodes (0: not counted).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The same node, whose vnodes were held before as `handover` says: its
@@ -104,7 +123,7 @@ impl SourceSplit {
 
     /// The files of a file source this node reads.
     pub fn file_share(&self) -> FileShare {
-        placement_share(&self.node, &self.placement)
+        placement_share(&self.node, &self.placement, self.generation)
     }
 
     /// Where this node writes a file sink declared to write `declared`:
@@ -124,9 +143,14 @@ impl SourceSplit {
 }
 
 /// The files of a file source that node `node` reads when it holds the
-/// vnodes of `placement`. Its identity (which a checkpointed position
-/// records) depends on the vnodes only, not on the node.
-pub(crate) fn placement_share(node: &str, placement: &VnodePlacement) -> FileShare {
+/// vnodes of `placement` in assignment generation `generation`. Its
+/// identity (which a checkpointed position records) depends on the vnodes
+/// and the generation only, not on the node.
+pub(crate) fn placement_share(
+    node: &str,
+    placement: &VnodePlacement,
+    generation: u64,
+) -> FileShare {
     let placement = placement.clone();
     let owned = placement.owned();
     let describe = format!(
@@ -136,11 +160,14 @@ pub(crate) fn placement_share(node: &str, placement: &VnodePlacement) -> FileSha
     );
     // Which vnodes, exactly: the count and a hash of the held ones.
     let bytes: Vec<u8> = owned.iter().flat_map(|v| v.to_be_bytes()).collect();
-    let identity = format!(
+    let mut identity = format!(
         "vnodes {}/{:016x}",
         placement.count(),
         twox_hash::XxHash3_64::oneshot(&bytes)
     );
+    if generation > 0 {
+        identity.push_str(&format!("@g{generation}"));
+    }
     FileShare::new(identity, describe, move |key: &str| {
         placement.owns(file_vnode(key, placement.count()))
     })
