@@ -26,6 +26,7 @@ mod progress;
 mod run;
 mod signals;
 mod split;
+mod split_change;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -34,9 +34,10 @@ use std::time::{Duration, Instant};
 
 use sluice::split::VnodePlacement;
 use sluice_cluster::assignment::Placement;
+use sluice_cluster::split_record;
 use sluice_cluster::status::{self, MemberFinished};
 use sluice_cluster::vnodes::{self, VnodeCount};
-use sluice_cluster::{ClusterError, ClusterNode, NodeConfig};
+use sluice_cluster::{ClusterError, ClusterKeys, ClusterNode, NodeConfig};
 
 use crate::cluster::{self, Prepared};
 use crate::error::CliError;
@@ -44,6 +45,7 @@ use crate::interrupt::Resume;
 use crate::progress::ProgressSlot;
 use crate::run::{self, RunEnd};
 use crate::signals::Signals;
+use crate::split_change;
 use crate::RunArgs;
 
 /// How often a node whose id is still held by its previous process's
@@ -79,7 +81,11 @@ pub(crate) fn parse_members(list: &str, node: &str) -> Result<Vec<String>, CliEr
 }
 
 /// The vnodes `node` holds when `count` vnodes are placed on `members`.
-fn share_of(members: &[String], node: &str, count: VnodeCount) -> Result<VnodePlacement, CliError> {
+pub(crate) fn share_of(
+    members: &[String],
+    node: &str,
+    count: VnodeCount,
+) -> Result<VnodePlacement, CliError> {
     let owners = vnodes::place(count, members);
     let me = members.iter().position(|m| m == node);
     let owned = (0..count.get()).filter(|v| {
@@ -91,7 +97,7 @@ fn share_of(members: &[String], node: &str, count: VnodeCount) -> Result<VnodePl
 }
 
 /// `--state URL` for node `node`: `URL/nodes/NODE`.
-fn node_store(store: &str, node: &str) -> String {
+pub(crate) fn node_store(store: &str, node: &str) -> String {
     format!("{}/nodes/{node}", store.trim_end_matches('/'))
 }
 
@@ -110,22 +116,26 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
         of = count.get(),
         "this node's share of the split"
     );
-    let db = p
+    // The member list, by generation: a list that differs from the
+    // recorded one changes the split once its old members stopped.
+    let client = status::connect(&p.endpoints).await?;
+    let keys = ClusterKeys::new(&args.cluster_id)?;
+    let record = split_change::settle(&client, &keys, &members, &p.store, p.lease_ttl).await?;
+    let mut builder = p
         .builder
         .set("checkpoint_store", &node_store(&p.store, &node_id))?
         .split(&node_id, share)?
-        .cluster_info(Arc::new(p.info))
-        .open()
-        .await?;
+        .split_generation(record.generation)?;
+    if let Some(previous) = &record.previous {
+        builder = builder.split_handover(split_change::handover(previous, &node_id, count)?)?;
+    }
+    let db = builder.cluster_info(Arc::new(p.info)).open().await?;
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &p.text).await?;
-    let mut catalog = cluster::sealed_catalog(&db, &p.store).await;
-    catalog
-        .objects
-        .insert("option split".to_string(), members.join(","));
+    let catalog = cluster::sealed_catalog(&db, &p.store).await;
     let mut config = NodeConfig::new(p.endpoints, &args.cluster_id, &node_id, catalog);
     config.lease_ttl = p.lease_ttl;
-    config.placement = Placement::Fixed(members);
+    config.placement = Placement::Fixed(members.clone());
     let node = loop {
         let joined = tokio::select! {
             biased;
@@ -145,6 +155,17 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
             joined => break joined?,
         }
     };
+    // The list may have changed between the record's read and the join
+    // (every old member looked gone, so another list was recorded): this
+    // node's generation is over before it ran.
+    if split_record::read(&client, &keys).await?.0.as_ref() != Some(&record) {
+        db.abort().await?;
+        return Err(CliError::usage(format!(
+            "the split's member list changed while node {node_id} joined (it was started with \
+             --split {}); start it again with the split's current list",
+            members.join(",")
+        )));
+    }
     // A script that sets its own checkpoint store would put every node's
     // checkpoints in one store: each would resume from another's.
     let expected_store = node_store(&p.store, &node_id);

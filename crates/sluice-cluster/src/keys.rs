@@ -67,6 +67,12 @@ impl ClusterKeys {
         format!("/sluice/{}/leader", self.cluster)
     }
 
+    /// `/sluice/C/split`: the member list of a static split, by
+    /// generation (permanent; see `split_record`).
+    pub fn split(&self) -> String {
+        format!("/sluice/{}/split", self.cluster)
+    }
+
     /// `/sluice/C/catalog`: the sealed startup catalog (permanent).
     pub fn catalog(&self) -> String {
         format!("/sluice/{}/catalog", self.cluster)

@@ -118,6 +118,7 @@ pub mod leader;
 pub mod membership;
 pub mod node;
 pub mod session;
+pub mod split_record;
 pub mod standby;
 pub mod status;
 #[cfg(feature = "testing")]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 pub use sluice_engine::process::placement::VnodePlacement;
 pub use sluice_engine::split::handover::{PreviousNode, SourceProgress, SplitHandover};
-pub use sluice_engine::split::{file_vnode, SourceSplit};
+pub use sluice_engine::split::{file_vnode, offset_generation, SourceSplit};
 use sluice_storage::{CheckpointStore, ObjectStoreBackend};
 
 use crate::Result;

@@ -173,6 +173,16 @@ pub(crate) fn placement_share(
     })
 }
 
+/// The assignment generation a checkpointed file offset was read under
+/// (see [`SourceSplit::with_generation`]): `None` for an offset that is
+/// not a split file source's, or whose share counted no generation.
+pub fn offset_generation(offset: &str) -> Option<u64> {
+    let position = sluice_connectors::SourcePosition::from_offset(offset).ok()?;
+    let share = position.share?;
+    let (_, generation) = share.rsplit_once("@g")?;
+    generation.parse().ok()
+}
+
 /// The vnode of a file with partition key `key` among `count` vnodes: the
 /// key as a one-column UTF-8 canonical partition key.
 pub fn file_vnode(key: &str, count: u32) -> u32 {

@@ -1,0 +1,190 @@
+//! Changing the member list of a static split (`--split`): scaling it out
+//! or in between runs.
+//!
+//! The list is recorded in etcd by generation (`sluice_cluster::
+//! split_record`). A node started with the recorded list runs that
+//! generation. A node started with another list waits until no member of
+//! the recorded list is live (at most three leases), reads where each one's
+//! last checkpoint stopped, and records the new list as the next
+//! generation with those positions. Every node of the new list then starts
+//! its file sources where the old holders of its vnodes stopped
+//! (`DatabaseBuilder::split_handover`), and a node started again within a
+//! generation resumes from its own checkpoints of it.
+//!
+//! Refused, by name: a change while an old member stays live, and a
+//! change from a generation one of whose members never checkpointed in it
+//! (its vnodes' positions would be those of the generation before, which
+//! the other members' positions of this one may overlap). A member dropped
+//! from the list should be stopped cleanly (SIGTERM: its last checkpoint's
+//! epoch is published then); one killed right after a checkpoint leaves
+//! that epoch's rows staged in its sink directory.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use sluice::split::{PreviousNode, SourceProgress, SplitHandover};
+use sluice_cluster::split_record::{self, PreviousSplit, RecordedProgress, SplitRecord};
+use sluice_cluster::status::{self, Client};
+use sluice_cluster::vnodes::VnodeCount;
+use sluice_cluster::ClusterKeys;
+
+use crate::error::CliError;
+use crate::split::{node_store, share_of};
+
+/// How often a node waiting for the old members to stop asks again.
+const ASK_AGAIN: Duration = Duration::from_millis(500);
+
+/// The split's record for `members`: the recorded one when its list is
+/// `members`, else the next generation, recorded here (see the module
+/// docs).
+pub(crate) async fn settle(
+    client: &Client,
+    keys: &ClusterKeys,
+    members: &[String],
+    store: &str,
+    lease_ttl: Duration,
+) -> Result<SplitRecord, CliError> {
+    let waited = Instant::now();
+    loop {
+        let (current, revision) = split_record::read(client, keys).await?;
+        let (next, absent) = match current {
+            Some(r) if r.members == members => return Ok(r),
+            None => {
+                let first = SplitRecord {
+                    generation: 1,
+                    members: members.to_vec(),
+                    previous: None,
+                };
+                (first, Vec::new())
+            }
+            Some(r) => {
+                let live: Vec<String> = status::read(client, keys)
+                    .await?
+                    .members
+                    .into_iter()
+                    .map(|m| m.node)
+                    .filter(|m| r.members.contains(m))
+                    .collect();
+                if !live.is_empty() {
+                    if waited.elapsed() > lease_ttl * 3 {
+                        let verb = if live.len() == 1 { "is" } else { "are" };
+                        return Err(CliError::usage(format!(
+                            "--split {} would change the split of generation {} ({}), but {} {verb} \
+                             still running; stop every node of the split before starting it with \
+                             another list",
+                            members.join(","),
+                            r.generation,
+                            r.members.join(","),
+                            live.join(", ")
+                        )));
+                    }
+                    tracing::warn!(?live, "waiting for the split's old members to stop");
+                    tokio::time::sleep(ASK_AGAIN).await;
+                    continue;
+                }
+                let previous = stopped_at(&r, store).await?;
+                let next = SplitRecord {
+                    generation: r.generation + 1,
+                    members: members.to_vec(),
+                    previous: Some(previous),
+                };
+                (next, r.members)
+            }
+        };
+        if split_record::replace(client, keys, &next, revision, &absent).await? {
+            tracing::info!(
+                generation = next.generation,
+                members = %next.members.join(","),
+                "recorded the split's member list"
+            );
+            return Ok(next);
+        }
+        // Another node recorded first, or an old member came back: again.
+    }
+}
+
+/// Where each member of `record` stopped: its last checkpoint's positions.
+async fn stopped_at(record: &SplitRecord, store: &str) -> Result<PreviousSplit, CliError> {
+    let mut progress = BTreeMap::new();
+    for member in &record.members {
+        let read = sluice::split::checkpointed_progress(&node_store(store, member)).await?;
+        let sources = read.unwrap_or_default();
+        // From generation 2 on, a member's vnodes were handed over to it:
+        // without a checkpoint of its own generation, where they stood is
+        // in the generation before, which this record no longer holds.
+        let of_generation = sources.values().all(|p| {
+            p.offset
+                .as_deref()
+                .is_none_or(|o| sluice::split::offset_generation(o) == Some(record.generation))
+        });
+        if record.generation > 1 && (sources.is_empty() || !of_generation) {
+            return Err(CliError::usage(format!(
+                "node {member} of the split's generation {} ({}) has no checkpoint of that \
+                 generation, so where its vnodes stood is not known; start the split with that \
+                 list again until every node has run, then change it",
+                record.generation,
+                record.members.join(",")
+            )));
+        }
+        if !sources.is_empty() {
+            let recorded = sources
+                .into_iter()
+                .map(|(source, p)| {
+                    let p = RecordedProgress {
+                        offset: p.offset,
+                        finished: p.finished,
+                    };
+                    (source, p)
+                })
+                .collect();
+            progress.insert(member.clone(), recorded);
+        }
+    }
+    Ok(PreviousSplit {
+        generation: record.generation,
+        members: record.members.clone(),
+        progress,
+    })
+}
+
+/// What node `node` starts from after `previous`: its own vnodes of then
+/// (its checkpoint has their positions) and every other old member's.
+pub(crate) fn handover(
+    previous: &PreviousSplit,
+    node: &str,
+    count: VnodeCount,
+) -> Result<SplitHandover, CliError> {
+    let own_before = if previous.members.iter().any(|m| m == node) {
+        Some(share_of(&previous.members, node, count)?)
+    } else {
+        None
+    };
+    let mut others = Vec::new();
+    for member in previous.members.iter().filter(|m| *m != node) {
+        let sources = previous
+            .progress
+            .get(member)
+            .map(|s| {
+                s.iter()
+                    .map(|(name, p)| {
+                        let p = SourceProgress {
+                            offset: p.offset.clone(),
+                            finished: p.finished,
+                        };
+                        (name.clone(), p)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        others.push(PreviousNode {
+            node: member.clone(),
+            placement: share_of(&previous.members, member, count)?,
+            sources,
+        });
+    }
+    Ok(SplitHandover {
+        own_before,
+        others,
+        generation: previous.generation,
+    })
+}
