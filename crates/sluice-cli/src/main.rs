@@ -27,6 +27,7 @@ mod run;
 mod signals;
 mod split;
 mod split_change;
+mod split_members;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -29,7 +29,7 @@ use sluice_cluster::vnodes::VnodeCount;
 use sluice_cluster::ClusterKeys;
 
 use crate::error::CliError;
-use crate::split::{node_store, share_of};
+use crate::split_members::{node_store, share_of};
 
 /// How often a node waiting for the old members to stop asks again.
 const ASK_AGAIN: Duration = Duration::from_millis(500);
