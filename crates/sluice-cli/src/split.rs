@@ -1,33 +1,38 @@
 //! `sluice run --cluster etcd=URL --node-id N --split N1,N2,... --state URL
 //! FILE.sql`: one node of a static split, where every node runs at once.
 //!
-//! Every node executes the same script and seals it in etcd with the
-//! member list (a node with another script or list is refused, naming
-//! what differs). The vnodes are placed on the listed members by
-//! rendezvous hashing, live or not (`Placement::Fixed`), and each node
-//! runs as that share of the pipeline (`DatabaseBuilder::split`): its file
-//! sources read the files of its vnodes, its sinks write files of its own
-//! (`out/x.csv` becomes `out/N/x.csv`), and only row-by-row queries are
-//! admitted (the others are refused by name). Each node checkpoints its
-//! share on its own, in `STATE/nodes/N` (exactly-once by default): rows of
-//! one share never meet rows of another, so no checkpoint needs the other
-//! nodes, and a node killed at any time is started again with the same
-//! arguments and resumes its share from its last checkpoint. A node cut
-//! off past its lease (paused, or away from etcd) stops and publishes
-//! nothing more: the same node started again may be running its share, and
-//! the store's lease fences what the old process would write.
+//! Every node executes the same script and seals it in etcd (a node with
+//! another script is refused, naming what differs). The member list is
+//! recorded by generation (`split_change`): a node started with the
+//! recorded list runs its generation; one started with another list
+//! changes the split once the old members stopped. The vnodes are placed
+//! on the listed members by rendezvous hashing, live or not
+//! (`Placement::Fixed`), and each node runs as that share of the pipeline
+//! (`DatabaseBuilder::split`): its file sources read the files of its
+//! vnodes, its sinks write files of its own (`out/x.csv` becomes
+//! `out/N/x.csv`), and only row-by-row queries are admitted (the others
+//! are refused by name). Each node checkpoints its share on its own, in
+//! `STATE/nodes/N` (exactly-once by default): rows of one share never meet
+//! rows of another, so no checkpoint needs the other nodes, and a node
+//! killed at any time is started again with the same arguments and resumes
+//! its share from its last checkpoint. A node cut off past its lease
+//! (paused, or away from etcd) stops and publishes nothing more: the same
+//! node started again may be running its share, and the store's lease
+//! fences what the old process would write.
 //!
 //! ```text
-//!   prepare ─► split + script ─► seal (etcd) ─► join ─► start (wait out the
-//!   store lease of this node's previous process) ─► run the share to its end
-//!   ─► shutdown (publish) ─► leave
+//!   prepare ─► member list by generation (etcd; a changed list waits for
+//!   the old members to stop and records where they stopped) ─► split +
+//!   handover + script ─► seal (etcd) ─► join ─► the generation is still
+//!   current ─► start (wait out the store lease of this node's previous
+//!   process; a handover checkpoints where the node starts) ─► run the
+//!   share to its end ─► shutdown (publish) ─► record finished ─► leave
 //! ```
 //!
 //! What a static split does not do yet: move a down node's vnodes to the
-//! others (its share waits for it; the library's `split_handover` can start
-//! a node from the previous holders' positions, but nothing here decides a
-//! new assignment and fences the old holders yet), or run keyed operators
-//! (they need their state placed by vnode and a shuffle between nodes).
+//! others while the rest run (its share waits for it, or the whole split
+//! is stopped and started with another list), or run keyed operators (they
+//! need their state placed by vnode and a shuffle between nodes).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

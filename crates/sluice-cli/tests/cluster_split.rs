@@ -295,9 +295,15 @@ fn newest_checkpoint(dir: &Path, n: &str) -> u64 {
 /// Start `list`'s nodes, and once each has checkpointed since it started
 /// (or finished), stop the running ones with `signal`.
 fn run_list_until_checkpointed(dir: &Path, etcd: &EtcdServer, list: &str, signal: i32) {
-    let before: BTreeMap<&str, u64> = list
-        .split(',')
-        .map(|n| (n, newest_checkpoint(dir, n)))
+    let all: Vec<&str> = list.split(',').collect();
+    run_until_checkpointed(dir, etcd, list, &all, signal);
+}
+
+/// [`run_list_until_checkpointed`] starting only `nodes` of `list`.
+fn run_until_checkpointed(dir: &Path, etcd: &EtcdServer, list: &str, nodes: &[&str], signal: i32) {
+    let before: BTreeMap<&str, u64> = nodes
+        .iter()
+        .map(|n| (*n, newest_checkpoint(dir, n)))
         .collect();
     let mut runs: BTreeMap<&str, Run> = before
         .keys()
@@ -346,6 +352,27 @@ fn a_split_rescaled_from_two_nodes_to_three_and_back_writes_each_row_once() {
     assert_eq!(
         status.finished_members.keys().collect::<Vec<_>>(),
         ["n1", "n2"]
+    );
+}
+
+/// A list cannot change from a generation one of whose nodes never ran:
+/// where its vnodes stood is not known. The refusal names it.
+#[test]
+fn a_list_change_after_a_node_that_never_ran_is_refused() {
+    let base = tempfile::tempdir().unwrap();
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("never");
+    write_input(&dir, SCRIPT);
+    run_list_until_checkpointed(&dir, &etcd, "n1,n2", libc::SIGKILL);
+    // Generation 2 lists n3, which is never started.
+    run_until_checkpointed(&dir, &etcd, "n1,n2,n3", &["n1", "n2"], libc::SIGKILL);
+    let (status, stderr) = node(&dir, &etcd, "rescale", "n1", "n1,n2").wait(WATCHDOG);
+    assert!(!status.success());
+    assert!(
+        stderr.contains(
+            "node n3 of the split's generation 2 (n1,n2,n3) has no checkpoint of that generation"
+        ),
+        "{stderr}"
     );
 }
 

@@ -99,6 +99,17 @@ async fn run_node(dir: &Path, split: Option<(&str, VnodePlacement)>, batch: u64)
     db.shutdown().await.unwrap();
 }
 
+/// The lines sink `out` (stream `picked`) writes for `rows`, sorted.
+fn expected_picked(rows: &[Row]) -> Vec<String> {
+    let mut e: Vec<String> = rows
+        .iter()
+        .filter(|r| r.2 > -100 && r.1 != 3)
+        .map(|r| format!("{},{},{}", r.0, r.1, r.2 * 2))
+        .collect();
+    e.sort();
+    e
+}
+
 /// The data lines of a sink file, sorted.
 fn lines(path: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -130,15 +141,7 @@ async fn split_nodes_together_produce_exactly_the_single_node_output() {
             let placement = VnodePlacement::new(count, owned).unwrap();
             run_node(dir.path(), Some((&format!("n{n}"), placement)), batch).await;
         }
-        let expected_picked: Vec<String> = {
-            let mut e: Vec<String> = rows
-                .iter()
-                .filter(|r| r.2 > -100 && r.1 != 3)
-                .map(|r| format!("{},{},{}", r.0, r.1, r.2 * 2))
-                .collect();
-            e.sort();
-            e
-        };
+        let expected_picked = expected_picked(&rows);
         let expected_both: Vec<String> = {
             let mut e: Vec<String> = rows
                 .iter()
@@ -641,12 +644,7 @@ async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
             )
             .await;
         }
-        let mut expected: Vec<String> = rows
-            .iter()
-            .filter(|r| r.2 > -100 && r.1 != 3)
-            .map(|r| format!("{},{},{}", r.0, r.1, r.2 * 2))
-            .collect();
-        expected.sort();
+        let expected = expected_picked(&rows);
         let mut union = Vec::new();
         for node in names {
             union.extend(lines_or_none(
@@ -779,12 +777,7 @@ async fn a_node_back_on_its_old_vnodes_reads_on_from_the_node_in_between() {
         None,
     )
     .await;
-    let mut expected: Vec<String> = rows
-        .iter()
-        .filter(|r| r.2 > -100 && r.1 != 3)
-        .map(|r| format!("{},{},{}", r.0, r.1, r.2 * 2))
-        .collect();
-    expected.sort();
+    let expected = expected_picked(&rows);
     let mut union = lines_or_none(&dir.path().join("out/a/picked.csv"));
     let from_b = lines_or_none(&dir.path().join("out/b/picked.csv"));
     assert!(!from_b.is_empty(), "b read nothing");
