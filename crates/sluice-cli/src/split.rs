@@ -37,6 +37,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sluice::split::{SplitHandover, VnodePlacement};
 use sluice_cluster::assignment::Placement;
 use sluice_cluster::split_record;
 use sluice_cluster::status::{self, MemberFinished};
@@ -49,8 +50,8 @@ use crate::interrupt::Resume;
 use crate::progress::ProgressSlot;
 use crate::run::{self, RunEnd};
 use crate::signals::Signals;
-use crate::split_change;
-use crate::split_members::{node_store, parse_members, share_of};
+use crate::split_change::{self, Part};
+use crate::split_members::{node_store, parse_list, share_of};
 use crate::RunArgs;
 
 /// How often a node whose id is still held by its previous process's
@@ -63,27 +64,54 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
     let started = Instant::now();
     let p: Prepared = cluster::prepare(&args).await?;
     let node_id = p.node_id;
-    let members = parse_members(list, &node_id)?;
+    let members = parse_list(list)?;
     let count = VnodeCount::default();
-    let share = share_of(&members, &node_id, count)?;
-    tracing::info!(
-        node = %node_id,
-        vnodes = share.owned().len(),
-        of = count.get(),
-        "this node's share of the split"
-    );
     // The member list, by generation: a list that differs from the
     // recorded one changes the split once its old members stopped.
     let client = status::connect(&p.endpoints).await?;
     let keys = ClusterKeys::new(&args.cluster_id)?;
-    let record = split_change::settle(&client, &keys, &members, &p.store, p.lease_ttl).await?;
+    let (record, part) = split_change::settle_part(
+        &client,
+        &keys,
+        (list, &members, &node_id),
+        &p.store,
+        p.lease_ttl,
+    )
+    .await?;
+    let (share, handover) = match (&part, &record.previous) {
+        (Part::Member, previous) => {
+            let handover = previous
+                .as_ref()
+                .map(|previous| split_change::handover(previous, &node_id, count))
+                .transpose()?;
+            (share_of(&members, &node_id, count)?, handover)
+        }
+        // Dropped: no vnodes, so its sources read nothing; its own
+        // checkpoint's sinks are recovered and published.
+        (Part::Dropped, previous) => {
+            let none = VnodePlacement::new(count.get(), []).map_err(CliError::usage)?;
+            let handover = SplitHandover {
+                own_before: None,
+                others: Vec::new(),
+                generation: previous.as_ref().map_or(0, |p| p.generation),
+            };
+            (none, Some(handover))
+        }
+    };
+    tracing::info!(
+        node = %node_id,
+        vnodes = share.owned().len(),
+        of = count.get(),
+        generation = record.generation,
+        "this node's share of the split"
+    );
     let mut builder = p
         .builder
         .set("checkpoint_store", &node_store(&p.store, &node_id))?
         .split(&node_id, share)?
         .split_generation(record.generation)?;
-    if let Some(previous) = &record.previous {
-        builder = builder.split_handover(split_change::handover(previous, &node_id, count)?)?;
+    if let Some(handover) = handover {
+        builder = builder.split_handover(handover)?;
     }
     let db = builder.cluster_info(Arc::new(p.info)).open().await?;
     crate::builtins::register(&db).await?;
@@ -116,6 +144,9 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
     // node's generation is over before it ran.
     if split_record::read(&client, &keys).await?.0.as_ref() != Some(&record) {
         db.abort().await?;
+        if let Err(e) = node.shutdown().await {
+            tracing::warn!(error = %e, "leaving the cluster");
+        }
         return Err(CliError::usage(format!(
             "the split's member list changed while node {node_id} joined (it was started with \
              --split {}); start it again with the split's current list",
@@ -152,7 +183,16 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
     let outcome = match ran {
         // Stopped by the signal, which `first` returns again at once.
         Ok(None) => Ok(RunEnd::Signalled(signals.first().await)),
-        Ok(Some(cpu_at_start)) => finish(&node, &db, cpu_at_start, started).await,
+        Ok(Some(cpu_at_start)) => {
+            finish(
+                &node,
+                &db,
+                matches!(part, Part::Member),
+                cpu_at_start,
+                started,
+            )
+            .await
+        }
         Err(e) => Err(e),
     };
     if outcome.is_err() {
@@ -199,15 +239,18 @@ async fn run_share(
 async fn finish(
     node: &ClusterNode,
     db: &sluice::Database,
+    member: bool,
     cpu_at_start: f64,
     started: Instant,
 ) -> Result<RunEnd, CliError> {
     let metrics = db.shutdown().await?;
-    let finished = MemberFinished {
-        rows_in: metrics.rows_in(),
-        rows_out: metrics.rows_emitted(),
-    };
-    status::record_member_finished(node.session(), &finished).await?;
+    if member {
+        let finished = MemberFinished {
+            rows_in: metrics.rows_in(),
+            rows_out: metrics.rows_emitted(),
+        };
+        status::record_member_finished(node.session(), &finished).await?;
+    }
     let cpu = run::process_cpu_secs() - cpu_at_start;
     run::print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
     Ok(RunEnd::Completed)

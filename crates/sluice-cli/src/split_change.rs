@@ -31,6 +31,55 @@ use sluice_cluster::ClusterKeys;
 use crate::error::CliError;
 use crate::split_members::{node_store, share_of};
 
+/// What a node runs in the split's current generation.
+pub(crate) enum Part {
+    /// Its share of the listed members' vnodes.
+    Member,
+    /// None: a node of the previous list that the current one dropped,
+    /// started to publish what its last checkpoint committed (its sinks'
+    /// last epoch, when it was killed before publishing it) and leave.
+    Dropped,
+}
+
+/// [`settle`] for a listed node; for one that `members` does not list, the
+/// current record if it dropped the node (else refused).
+pub(crate) async fn settle_part(
+    client: &Client,
+    keys: &ClusterKeys,
+    (list, members, node): (&str, &[String], &str),
+    store: &str,
+    lease_ttl: Duration,
+) -> Result<(SplitRecord, Part), CliError> {
+    if members.iter().any(|m| m == node) {
+        let record = settle(client, keys, members, store, lease_ttl).await?;
+        return Ok((record, Part::Member));
+    }
+    // Started with the new list while the split still has the old one:
+    // the listed nodes record the new list once the old ones (this one
+    // among them) stopped, which takes up to three leases.
+    let waited = Instant::now();
+    loop {
+        match split_record::read(client, keys).await?.0 {
+            Some(r)
+                if r.members == members
+                    && r.previous
+                        .as_ref()
+                        .is_some_and(|p| p.members.iter().any(|m| m == node)) =>
+            {
+                return Ok((r, Part::Dropped));
+            }
+            Some(r) if r.members.iter().any(|m| m == node) && waited.elapsed() < lease_ttl * 6 => {
+                tracing::info!(
+                    generation = r.generation,
+                    "waiting for the split's new list"
+                );
+                tokio::time::sleep(ASK_AGAIN).await;
+            }
+            _ => return Err(crate::split_members::not_listed(list, node)),
+        }
+    }
+}
+
 /// How often a node waiting for the old members to stop asks again.
 const ASK_AGAIN: Duration = Duration::from_millis(500);
 

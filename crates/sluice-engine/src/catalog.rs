@@ -53,11 +53,13 @@ impl SourceDef {
 
     /// For a split node whose vnodes moved, its file source's reader from
     /// the handover, given this node's own checkpointed progress (`None`
-    /// without a checkpoint); `None` for every other source.
+    /// without a checkpoint), and whether it resumes this node's own
+    /// position of its current share (see `SplitHandover::open`); `None`
+    /// for every other source.
     pub fn handed_over_reader(
         &self,
         own: Option<&SourceProgress>,
-    ) -> Result<Option<Box<dyn BatchReader>>> {
+    ) -> Result<Option<(Box<dyn BatchReader>, bool)>> {
         match (&self.connector, &self.handover) {
             (SourceConnector::File(cfg), Some((at, handover))) => {
                 Ok(Some(handover.open(at, &self.name, cfg, own)?))
@@ -70,7 +72,7 @@ impl SourceDef {
     /// checkpoint. `None` for a push source, which has no reader.
     pub fn open_reader(&self, offset: Option<&str>) -> Result<Option<Box<dyn BatchReader>>> {
         if offset.is_none() {
-            if let Some(reader) = self.handed_over_reader(None)? {
+            if let Some((reader, _)) = self.handed_over_reader(None)? {
                 return Ok(Some(reader));
             }
         }

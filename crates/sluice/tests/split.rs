@@ -530,10 +530,8 @@ async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
         let batch = 1 + rng.below(4);
         let count = [1u32, 7, 64][rng.below(3) as usize];
         let names = ["a", "b", "c", "d"];
-        // Every other round counts assignment generations, so a node may
-        // also be stopped and started again within one assignment.
-        let counted = round % 2 == 0;
-        let generation_of = |assignment: u64| if counted { assignment + 1 } else { 0 };
+        // Assignment generations count from 1.
+        let generation_of = |assignment: u64| assignment + 1;
         // Who held which vnodes in the previous assignment.
         let mut before: BTreeMap<&str, VnodePlacement> = BTreeMap::new();
         let rounds = 2 + rng.below(3);
@@ -594,10 +592,10 @@ async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
                         generation: generation_of(assignment - 1),
                     })
                 };
-                // With generations, a node may stop and start again (with
-                // the same handover) before the vnodes move on: it resumes
-                // from the checkpoints it took in this assignment.
-                let runs = if counted { 1 + rng.below(2) } else { 1 };
+                // A node may stop and start again (with the same handover)
+                // before the vnodes move on: it resumes from the
+                // checkpoints it took in this assignment.
+                let runs = 1 + rng.below(2);
                 for run in 0..runs {
                     let stop = (!last || run + 1 < runs).then(|| {
                         let how = [Stop::Clean, Stop::CheckpointThenCrash, Stop::Crash]
@@ -631,13 +629,13 @@ async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
             let handover = sluice::split::SplitHandover {
                 own_before: None,
                 others: Vec::new(),
-                generation: 0,
+                generation: generation_of(rounds - 1),
             };
             run_assigned(
                 dir.path(),
                 stores.path(),
                 node,
-                (none, 0),
+                (none, generation_of(rounds)),
                 Some(handover),
                 batch,
                 None,
@@ -672,8 +670,9 @@ async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
     assert!(midway > 0, "no node stopped before the end of its files");
 }
 
-/// A handover is refused on a database that is not a node of a split, and
-/// on one without checkpoints (where it starts would not outlive it).
+/// A handover is refused on a database that is not a node of a split, on
+/// one without an assignment generation, and on one without checkpoints
+/// (where it starts would not outlive it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_needs_a_split_node_with_checkpoints() {
     let handover = || sluice::split::SplitHandover {
@@ -692,6 +691,21 @@ async fn a_handover_needs_a_split_node_with_checkpoints() {
     let db = Database::builder()
         .base_dir(dir.path())
         .split("n1", VnodePlacement::new(4, 0..4).unwrap())
+        .unwrap()
+        .split_handover(handover())
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    db.execute(&SCRIPT.replace("BATCH", "5")).await.unwrap();
+    let e = db.start().await.expect_err("no generation").to_string();
+    assert!(e.contains("needs its assignment generation"), "{e}");
+    let _ = db.abort().await;
+    let db = Database::builder()
+        .base_dir(dir.path())
+        .split("n1", VnodePlacement::new(4, 0..4).unwrap())
+        .unwrap()
+        .split_generation(2)
         .unwrap()
         .split_handover(handover())
         .unwrap()

@@ -23,12 +23,16 @@
 //! no further) and every file of the new share was held by exactly one
 //! previous share (checked here). A file that appeared in the directory
 //! since and sorts before a previous share's position counts as read, as it
-//! does when a single node resumes (see [`FileSourceReader::open_at`]).
+//! does when a single node resumes (see [`FileSourceReader::open_at`]), and
+//! so does every file of a share that had finished, whenever it appeared.
+//! Files read already may be removed (archived): only the files left are
+//! looked at.
 //!
 //! [`FileSourceReader::open_at`]: super::FileSourceReader::open_at
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::files;
 use super::{share_identity, FileProgress, FileShare, FileSourceConfig, SourcePosition};
@@ -105,6 +109,7 @@ pub fn handover(config: &FileSourceConfig, previous: &[PreviousShare]) -> Result
                 share,
                 key: last.map(|(_, k)| k.clone()),
                 ahead: BTreeMap::new(),
+                done: true,
             },
             finished: true,
         });
@@ -130,6 +135,7 @@ pub fn handover(config: &FileSourceConfig, previous: &[PreviousShare]) -> Result
             share,
             key: Some(key.clone()),
             ahead,
+            done: false,
         },
         finished: false,
     })
@@ -163,7 +169,7 @@ fn progress_of<'k>(
             ),
         });
     }
-    if p.finished {
+    if p.finished || pos.done {
         return Ok(held
             .iter()
             .map(|(_, k)| (k.as_str(), FileProgress::Done))
@@ -173,17 +179,42 @@ fn progress_of<'k>(
         // Its share held no file when it checkpointed.
         return Ok(Vec::new());
     }
-    // By key where the position has one: the previous node's path to the
-    // file may differ from this node's.
-    let at = held.iter().position(|(f, k)| match &pos.key {
-        Some(key) => key == k,
-        None => f == &pos.file,
-    });
-    let Some(at) = at else {
+    let Some(stopped_in) = &pos.key else {
+        return progress_of_whole(config, pos, &held);
+    };
+    // By key, in the read order (paths compare by component): the previous
+    // node's path to a file may differ from this node's, and files read
+    // already may have been removed since (archived), which changes
+    // nothing for the files left.
+    let mut progress = Vec::new();
+    for (_, key) in &held {
+        let read = match Path::new(key).cmp(Path::new(stopped_in)) {
+            Ordering::Less => Some(FileProgress::Done),
+            Ordering::Equal => Some(FileProgress::Partial {
+                rows_consumed: pos.rows_consumed,
+                byte_offset: pos.byte_offset,
+            }),
+            Ordering::Greater => pos.ahead.get(key).copied(),
+        };
+        if let Some(read) = read {
+            progress.push((key.as_str(), read));
+        }
+    }
+    Ok(progress)
+}
+
+/// [`progress_of`] for a position of a run that was not split, which
+/// names its file by path only (this node's, since it ran here).
+fn progress_of_whole<'k>(
+    config: &FileSourceConfig,
+    pos: &SourcePosition,
+    held: &[&'k (PathBuf, String)],
+) -> Result<Vec<(&'k str, FileProgress)>> {
+    let Some(at) = held.iter().position(|(f, _)| f == &pos.file) else {
         return Err(ConnectorError::InvalidPosition {
             file: pos.file.clone(),
             message: format!(
-                "a previous share stopped in this file, which is not matched by '{}' in that share any more",
+                "a previous share stopped in this file, which is not matched by '{}' any more",
                 crate::quote::bounded(&config.path)
             ),
         });
@@ -199,17 +230,5 @@ fn progress_of<'k>(
             byte_offset: pos.byte_offset,
         },
     ));
-    for (key, done) in &pos.ahead {
-        let Some((_, k)) = held[at + 1..].iter().find(|(_, k)| k == key) else {
-            return Err(ConnectorError::InvalidPosition {
-                file: pos.file.clone(),
-                message: format!(
-                    "a previous share's position says how far file '{}' was read, which is not a later file of that share",
-                    crate::quote::bounded(key)
-                ),
-            });
-        };
-        progress.push((k.as_str(), *done));
-    }
     Ok(progress)
 }

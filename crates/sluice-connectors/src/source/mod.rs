@@ -159,6 +159,10 @@ pub struct SourcePosition {
     /// Empty unless the share took files over.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ahead: BTreeMap<String, FileProgress>,
+    /// Every file of the share was read (a share that a [`handover`] gave
+    /// only files read already): a reader opened here reads nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub done: bool,
 }
 
 /// How far one file of a source was read (see [`SourcePosition::ahead`]).
@@ -318,6 +322,7 @@ impl FileSourceReader {
             share: share_identity(&config),
             key: files.keys.first().cloned(),
             ahead: BTreeMap::new(),
+            done: false,
         };
         Self::start(config.format, plan, files, first)
     }
@@ -332,6 +337,13 @@ impl FileSourceReader {
     pub fn open_at(config: FileSourceConfig, pos: &SourcePosition) -> Result<Self> {
         let (plan, files) = Self::prepare(&config)?;
         Self::check_share(&config, pos)?;
+        if pos.done {
+            let end = SourcePosition {
+                file_index: files.files.len(),
+                ..pos.clone()
+            };
+            return Self::start(config.format, plan, files, end);
+        }
         if pos.file.as_os_str().is_empty() {
             // Checkpointed while this node's share held no file: nothing
             // was read, so files that matched since are read from the start.
@@ -360,6 +372,7 @@ impl FileSourceReader {
             share: share_identity(&config),
             key: files.keys.get(index).cloned(),
             ahead: pos.ahead.clone(),
+            done: false,
         };
         Self::start(config.format, plan, files, start)
     }
@@ -439,7 +452,7 @@ impl FileSourceReader {
             rows: position.rows_consumed,
             byte_offset: position.byte_offset,
         };
-        let current = if files.files.is_empty() {
+        let current = if files.files.is_empty() || position.done {
             None
         } else {
             Some(open_decoder(format, &position.file, &plan, resume)?)
@@ -457,8 +470,9 @@ impl FileSourceReader {
         })
     }
 
-    /// `position.ahead` by index in `files`: each key must name a file of
-    /// the share after the position's.
+    /// `position.ahead` by index in `files`: each key that names a file of
+    /// the share must name one after the position's (a file that is gone
+    /// is left out).
     fn ahead_indices(
         files: &files::Resolved,
         position: &SourcePosition,
@@ -466,23 +480,22 @@ impl FileSourceReader {
         position
             .ahead
             .iter()
-            .map(
-                |(key, progress)| match files.keys.iter().position(|k| k == key) {
-                    Some(i) if i > position.file_index => Ok((i, *progress)),
-                    found => Err(ConnectorError::InvalidPosition {
+            .filter_map(|(key, progress)| {
+                // A file removed since has nothing left to read.
+                let i = files.keys.iter().position(|k| k == key)?;
+                Some(if i > position.file_index {
+                    Ok((i, *progress))
+                } else {
+                    Err(ConnectorError::InvalidPosition {
                         file: position.file.clone(),
                         message: format!(
-                            "the position says how far file '{}' was read, which {}",
-                            crate::quote::bounded(key),
-                            if found.is_some() {
-                                "comes before the position's own file"
-                            } else {
-                                "is not a file of this share any more"
-                            }
+                            "the position says how far file '{}' was read, which comes before the \
+                             position's own file",
+                            crate::quote::bounded(key)
                         ),
-                    }),
-                },
-            )
+                    })
+                })
+            })
             .collect()
     }
 
@@ -550,6 +563,7 @@ impl FileSourceReader {
                         share: self.position.share.take(),
                         key: self.keys.get(i).cloned(),
                         ahead,
+                        done: false,
                     };
                     pieces.push(batch);
                 }

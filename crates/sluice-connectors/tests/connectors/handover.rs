@@ -245,9 +245,25 @@ fn a_handover_starts_at_the_first_unread_row_and_carries_the_rest() {
     let mut ids = Vec::new();
     assert!(read(&mut r, None, &mut ids));
     assert_eq!(ids, vec![12, 13, 21]);
-    // f0 alone was read whole: a share of it starts finished.
-    let done = handover(&cfg(&["f0.csv"]), &[a, b]).unwrap();
-    assert!(done.finished);
+    // f0 alone was read whole: a share of it starts finished, at a
+    // position that reads nothing whatever a checkpoint records of it.
+    let done = handover(&cfg(&["f0.csv"]), &[a.clone(), b.clone()]).unwrap();
+    assert!(done.finished && done.position.done);
+    let mut r = FileSourceReader::open_at(cfg(&["f0.csv"]), &done.position).unwrap();
+    assert!(r.next_batch().unwrap().is_none());
+    let again = PreviousShare {
+        share: Some(share_of(["f0.csv".to_string()].into())),
+        position: Some(r.position()),
+        finished: false,
+    };
+    let after = handover(&cfg(&["f0.csv", "f1.csv"]), &[again, b.clone()]).unwrap();
+    assert_eq!(after.position.key.as_deref(), Some("f1.csv"));
+    // Files read already may be archived: the handover goes on without
+    // them (f0 was read whole; A stopped in f2).
+    std::fs::remove_file(dir.path().join("in/f0.csv")).unwrap();
+    let start = handover(&cfg(&["f1.csv", "f2.csv"]), &[a, b]).unwrap();
+    assert_eq!(start.position.key.as_deref(), Some("f1.csv"));
+    assert_eq!(start.position.rows_consumed, 2);
 }
 
 /// Refused, naming the file: a file no previous share held, one that two
@@ -302,11 +318,12 @@ fn a_handover_that_cannot_be_exact_is_refused() {
     };
     let e = err(handover(&cfg(&["f0.csv"]), &[finished_elsewhere]));
     assert!(e.contains("was read under share 'f0.csv'"), "{e}");
-    // A position whose carried file is not a later file of its share.
-    let mut bad = FileSourceReader::open(cfg(&["f1.csv", "f2.csv"]))
-        .unwrap()
-        .position();
-    bad.ahead.insert("f0.csv".into(), FileProgress::Done);
+    // A position whose carried file comes before its own file.
+    let mut bad = FileSourceReader::open(cfg(&["f1.csv", "f2.csv"])).unwrap();
+    bad.next_batch().unwrap(); // f1's row and f2's
+    let mut bad = bad.position();
+    assert_eq!(bad.key.as_deref(), Some("f2.csv"));
+    bad.ahead.insert("f1.csv".into(), FileProgress::Done);
     let e = err(FileSourceReader::open_at(cfg(&["f1.csv", "f2.csv"]), &bad).map(|_| ()));
-    assert!(e.contains("'f0.csv'"), "{e}");
+    assert!(e.contains("'f1.csv'") && e.contains("comes before"), "{e}");
 }

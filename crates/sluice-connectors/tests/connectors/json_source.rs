@@ -196,6 +196,7 @@ fn json_skip_mode_and_resume() {
             share: None,
             key: None,
             ahead: Default::default(),
+            done: false,
         }
     );
     let second = reader.next_batch().unwrap().unwrap();

@@ -66,6 +66,7 @@ fn glob_reads_files_in_sorted_order() {
             share: None,
             key: None,
             ahead: Default::default(),
+            done: false,
         }
     );
 }
@@ -181,6 +182,7 @@ fn open_at_resumes_exactly_after_last_batch() {
             share: None,
             key: None,
             ahead: Default::default(),
+            done: false,
         }
     );
 
@@ -198,6 +200,7 @@ fn open_at_resumes_exactly_after_last_batch() {
         share: None,
         key: None,
         ahead: Default::default(),
+        done: false,
     };
     let mut resumed = FileSourceReader::open_at(cfg(), &end_of_a).unwrap();
     assert_eq!(ids(&read_all(&mut resumed, 4)), (5..15).collect::<Vec<_>>());
@@ -216,6 +219,7 @@ fn open_at_resumes_exactly_after_last_batch() {
         share: None,
         key: None,
         ahead: Default::default(),
+        done: false,
     };
     let err = FileSourceReader::open_at(cfg(), &gone).unwrap_err();
     assert_eq!(err.code(), "SLC-CONN-006");

@@ -98,11 +98,16 @@ impl ConnectorPipelineCallback {
                 offset: sc.offset.clone(),
                 finished: sc.finished,
             };
-            if let Some(reader) = state.def.handed_over_reader(Some(&own))? {
-                // A finished source's watermark is the end of time: reopened
-                // with files of other vnodes, it starts again from the rows
-                // it reads (else every row would be late).
-                let watermark = if sc.finished { i64::MIN } else { sc.watermark };
+            if let Some((reader, resumed)) = state.def.handed_over_reader(Some(&own))? {
+                // After a handover the source reads other files than those
+                // its watermark came from, and they may hold older rows:
+                // lateness is judged again from the rows it reads. So is a
+                // finished source's (its watermark is the end of time).
+                let watermark = if resumed && !sc.finished {
+                    sc.watermark
+                } else {
+                    i64::MIN
+                };
                 state.watermark.restore(watermark, false);
                 state.pending_reader = Some(reader);
                 continue;

@@ -54,6 +54,20 @@ impl Pipeline {
             .split
             .as_ref()
             .is_some_and(|s| s.handover().is_some());
+        if handover
+            && self
+                .options
+                .split
+                .as_ref()
+                .is_some_and(|s| s.generation() == 0)
+        {
+            return Err(EngineError::Option(
+                "a split node that takes vnodes over (split_handover) needs its assignment \
+                 generation (split_generation, from 1): without it a node started again within \
+                 an assignment cannot tell its own positions of it from an older assignment's"
+                    .into(),
+            ));
+        }
         if handover && config.is_none() {
             return Err(EngineError::Option(
                 "a split node that takes vnodes over (split_handover) needs checkpoints: set \

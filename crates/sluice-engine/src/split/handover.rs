@@ -151,7 +151,10 @@ impl SplitHandover {
             .own_before
             .as_ref()
             .is_some_and(|p| placement_share(&at.node, p, self.generation).identity() == current);
-        if position.share.as_deref() != Some(current) || !(at.generation > 0 || same_before) {
+        if position.share.as_deref() != Some(current) {
+            return Ok(None);
+        }
+        if !(at.generation > 0 || same_before) {
             return Ok(None);
         }
         Ok(Some(HandoverStart {
@@ -163,21 +166,25 @@ impl SplitHandover {
     /// A reader of `config`'s share from [`SplitHandover::start`]: one
     /// that reads nothing, with the handover's offset, when every file was
     /// read already.
+    ///
+    /// Also says whether the reader resumes this node's own position of
+    /// its current share (a restart within the assignment), where the
+    /// source's checkpointed watermark still holds. After a handover it
+    /// does not: the files this node gained may hold older rows than those
+    /// it read before, and they would all be late.
     pub fn open(
         &self,
         at: &SplitAt,
         source: &str,
         config: &FileSourceConfig,
         own: Option<&SourceProgress>,
-    ) -> Result<Box<dyn sluice_connectors::BatchReader>> {
+    ) -> Result<(Box<dyn sluice_connectors::BatchReader>, bool)> {
+        let resumed = self.resumed(at, config, own)?.is_some();
+        // A share whose files were all read starts at a `done` position,
+        // where the reader reads nothing.
         let start = self.start(at, source, config, own)?;
-        if start.finished {
-            return Ok(Box::new(ReadAll(start.position)));
-        }
-        Ok(Box::new(FileSourceReader::open_at(
-            config.clone(),
-            &start.position,
-        )?))
+        let reader = FileSourceReader::open_at(config.clone(), &start.position)?;
+        Ok((Box::new(reader), resumed))
     }
 }
 
@@ -185,20 +192,4 @@ fn parse(offset: Option<&str>) -> Result<Option<SourcePosition>> {
     offset
         .map(|o| SourcePosition::from_offset(o).map_err(EngineError::from))
         .transpose()
-}
-
-/// The reader of a share whose files were all read before it was handed
-/// over: it ends at once, at the handover's position.
-struct ReadAll(SourcePosition);
-
-impl sluice_connectors::BatchReader for ReadAll {
-    fn next_batch(
-        &mut self,
-    ) -> sluice_connectors::Result<Option<arrow::record_batch::RecordBatch>> {
-        Ok(None)
-    }
-
-    fn offset(&self) -> Option<String> {
-        serde_json::to_string(&self.0).ok()
-    }
 }

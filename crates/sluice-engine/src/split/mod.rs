@@ -165,7 +165,10 @@ pub(crate) fn placement_share(
         placement.count(),
         twox_hash::XxHash3_64::oneshot(&bytes)
     );
-    if generation > 0 {
+    // From generation 2: a generation-1 share is named as a share of an
+    // uncounted split is, so positions checkpointed before generations
+    // were counted resume under generation 1.
+    if generation > 1 {
         identity.push_str(&format!("@g{generation}"));
     }
     FileShare::new(identity, describe, move |key: &str| {
