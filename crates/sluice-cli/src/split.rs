@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use sluice::split::{SplitHandover, VnodePlacement};
 use sluice_cluster::assignment::Placement;
-use sluice_cluster::split_record;
+use sluice_cluster::split_record::{self, SplitCommitRecord};
 use sluice_cluster::status::{self, MemberFinished};
 use sluice_cluster::vnodes::VnodeCount;
 use sluice_cluster::{ClusterError, ClusterKeys, ClusterNode, NodeConfig};
@@ -70,7 +70,7 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
     // recorded one changes the split once its old members stopped.
     let client = status::connect(&p.endpoints).await?;
     let keys = ClusterKeys::new(&args.cluster_id)?;
-    let (record, part) = split_change::settle_part(
+    let (record, revision, part) = split_change::settle_part(
         &client,
         &keys,
         (list, &members, &node_id),
@@ -105,9 +105,13 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
         generation = record.generation,
         "this node's share of the split"
     );
+    // Its checkpoints count once recorded in etcd, which it does only
+    // while the split's list is the one it runs under.
+    let commits = SplitCommitRecord::new(client.clone(), keys.clone(), &node_id, revision)?;
     let mut builder = p
         .builder
         .set("checkpoint_store", &node_store(&p.store, &node_id))?
+        .commit_authority(Arc::new(commits))
         .split(&node_id, share)?
         .split_generation(record.generation)?;
     if let Some(handover) = handover {
@@ -142,7 +146,7 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
     // The list may have changed between the record's read and the join
     // (every old member looked gone, so another list was recorded): this
     // node's generation is over before it ran.
-    if split_record::read(&client, &keys).await?.0.as_ref() != Some(&record) {
+    if split_record::read(&client, &keys).await?.1 != revision {
         db.abort().await?;
         if let Err(e) = node.shutdown().await {
             tracing::warn!(error = %e, "leaving the cluster");

@@ -20,10 +20,13 @@
 //! that epoch's rows staged in its sink directory.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice::split::{PreviousNode, SourceProgress, SplitHandover};
-use sluice_cluster::split_record::{self, PreviousSplit, RecordedProgress, SplitRecord};
+use sluice_cluster::split_record::{
+    self, PreviousSplit, RecordedProgress, SplitCommitRecord, SplitRecord,
+};
 use sluice_cluster::status::{self, Client};
 use sluice_cluster::vnodes::VnodeCount;
 use sluice_cluster::ClusterKeys;
@@ -49,24 +52,25 @@ pub(crate) async fn settle_part(
     (list, members, node): (&str, &[String], &str),
     store: &str,
     lease_ttl: Duration,
-) -> Result<(SplitRecord, Part), CliError> {
+) -> Result<(SplitRecord, i64, Part), CliError> {
     if members.iter().any(|m| m == node) {
-        let record = settle(client, keys, members, store, lease_ttl).await?;
-        return Ok((record, Part::Member));
+        let (record, revision) = settle(client, keys, members, store, lease_ttl).await?;
+        return Ok((record, revision, Part::Member));
     }
     // Started with the new list while the split still has the old one:
     // the listed nodes record the new list once the old ones (this one
     // among them) stopped, which takes up to three leases.
     let waited = Instant::now();
     loop {
-        match split_record::read(client, keys).await?.0 {
+        let (record, revision) = split_record::read(client, keys).await?;
+        match record {
             Some(r)
                 if r.members == members
                     && r.previous
                         .as_ref()
                         .is_some_and(|p| p.members.iter().any(|m| m == node)) =>
             {
-                return Ok((r, Part::Dropped));
+                return Ok((r, revision, Part::Dropped));
             }
             Some(r) if r.members.iter().any(|m| m == node) && waited.elapsed() < lease_ttl * 6 => {
                 tracing::info!(
@@ -83,21 +87,21 @@ pub(crate) async fn settle_part(
 /// How often a node waiting for the old members to stop asks again.
 const ASK_AGAIN: Duration = Duration::from_millis(500);
 
-/// The split's record for `members`: the recorded one when its list is
-/// `members`, else the next generation, recorded here (see the module
-/// docs).
+/// The split's record for `members`, and its etcd revision: the recorded
+/// one when its list is `members`, else the next generation, recorded here
+/// (see the module docs).
 pub(crate) async fn settle(
     client: &Client,
     keys: &ClusterKeys,
     members: &[String],
     store: &str,
     lease_ttl: Duration,
-) -> Result<SplitRecord, CliError> {
+) -> Result<(SplitRecord, i64), CliError> {
     let waited = Instant::now();
     loop {
         let (current, revision) = split_record::read(client, keys).await?;
         let (next, absent) = match current {
-            Some(r) if r.members == members => return Ok(r),
+            Some(r) if r.members == members => return Ok((r, revision)),
             None => {
                 let first = SplitRecord {
                     generation: 1,
@@ -131,7 +135,7 @@ pub(crate) async fn settle(
                     tokio::time::sleep(ASK_AGAIN).await;
                     continue;
                 }
-                let previous = stopped_at(&r, store).await?;
+                let previous = stopped_at(client, keys, &r, store).await?;
                 let next = SplitRecord {
                     generation: r.generation + 1,
                     members: members.to_vec(),
@@ -140,23 +144,35 @@ pub(crate) async fn settle(
                 (next, r.members)
             }
         };
-        if split_record::replace(client, keys, &next, revision, &absent).await? {
+        if let Some(revision) =
+            split_record::replace(client, keys, &next, revision, &absent).await?
+        {
             tracing::info!(
                 generation = next.generation,
                 members = %next.members.join(","),
                 "recorded the split's member list"
             );
-            return Ok(next);
+            return Ok((next, revision));
         }
         // Another node recorded first, or an old member came back: again.
     }
 }
 
-/// Where each member of `record` stopped: its last checkpoint's positions.
-async fn stopped_at(record: &SplitRecord, store: &str) -> Result<PreviousSplit, CliError> {
+/// Where each member of `record` stopped: its last recorded checkpoint's
+/// positions (a newer manifest that etcd refused to record, written by a
+/// member cut off as the list changed, does not count).
+async fn stopped_at(
+    client: &Client,
+    keys: &ClusterKeys,
+    record: &SplitRecord,
+    store: &str,
+) -> Result<PreviousSplit, CliError> {
     let mut progress = BTreeMap::new();
     for member in &record.members {
-        let read = sluice::split::checkpointed_progress(&node_store(store, member)).await?;
+        let commits = SplitCommitRecord::reader(client.clone(), keys.clone(), member)?;
+        let read =
+            sluice::split::recorded_progress(&node_store(store, member), Some(Arc::new(commits)))
+                .await?;
         let sources = read.unwrap_or_default();
         // From generation 2 on, a member's vnodes were handed over to it:
         // without a checkpoint of its own generation, where they stood is

@@ -399,6 +399,66 @@ fn a_split_rescaled_from_two_nodes_to_three_and_back_writes_each_row_once() {
     );
 }
 
+/// A node of the old list cut off past its lease (paused) while the list
+/// changes commits nothing when it wakes: etcd refuses to record its next
+/// checkpoint, so the new owners of its vnodes read on from its last
+/// recorded one, and the output is still every row once.
+#[test]
+fn an_old_node_that_wakes_after_the_list_changed_commits_nothing() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("rescale");
+    write_input(&dir, SCRIPT);
+    let mut old: BTreeMap<&str, Run> = ["n1", "n2"]
+        .iter()
+        .map(|n| (*n, node(&dir, &etcd, "rescale", n, "n1,n2")))
+        .collect();
+    let until = Instant::now() + WATCHDOG;
+    for (n, run) in old.iter_mut() {
+        while run.running() && newest_checkpoint(&dir, n) == 0 {
+            assert!(Instant::now() < until, "{n} never checkpointed");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let mut sleeper = old.remove("n2").unwrap();
+    let paused = sleeper.running();
+    if paused {
+        sleeper.signal(libc::SIGSTOP);
+    }
+    let mut n1 = old.remove("n1").unwrap();
+    if n1.running() {
+        n1.signal(libc::SIGKILL);
+    }
+    let _ = n1.wait(WATCHDOG);
+    // The new list waits for n2's lease to lapse, then records where it
+    // stopped; n2 wakes while the new nodes run.
+    let new: BTreeMap<_, _> = ["n1", "n3"]
+        .iter()
+        .map(|n| (*n, node(&dir, &etcd, "rescale", n, "n1,n3")))
+        .collect();
+    let until = Instant::now() + WATCHDOG;
+    while cluster_status(&etcd, "rescale")
+        .members
+        .iter()
+        .all(|m| m.node != "n3")
+    {
+        assert!(Instant::now() < until, "the new list never ran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if paused {
+        sleeper.signal(libc::SIGCONT);
+        let (status, stderr) = sleeper.wait(WATCHDOG);
+        assert!(!status.success(), "the woken node went on: {stderr}");
+        eprintln!("the woken node: {}", stderr.trim());
+    }
+    wait_all(new);
+    // n2, dropped, publishes what its last recorded checkpoint committed.
+    let (status, stderr) = node(&dir, &etcd, "rescale", "n2", "n1,n3").wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
+    same_rows(&union(&dir), &expected);
+}
+
 /// A list cannot change from a generation one of whose nodes never ran:
 /// where its vnodes stood is not known. The refusal names it.
 #[test]

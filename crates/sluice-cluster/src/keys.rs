@@ -73,6 +73,18 @@ impl ClusterKeys {
         format!("/sluice/{}/split", self.cluster)
     }
 
+    /// `/sluice/C/split-commits/N/`: the checkpoints of split node `N`
+    /// that count (see `split_record::SplitCommitRecord`).
+    pub fn split_commits(&self, node: &NodeId) -> String {
+        format!("/sluice/{}/split-commits/{}/", self.cluster, node.as_str())
+    }
+
+    /// `/sluice/C/split-commits/N/ID`: checkpoint `ID` of split node `N`
+    /// counts (the id zero-padded, so keys sort as ids do).
+    pub fn split_commit(&self, node: &NodeId, id: u64) -> String {
+        format!("{}{id:020}", self.split_commits(node))
+    }
+
     /// `/sluice/C/catalog`: the sealed startup catalog (permanent).
     pub fn catalog(&self) -> String {
         format!("/sluice/{}/catalog", self.cluster)

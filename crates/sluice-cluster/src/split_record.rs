@@ -18,10 +18,12 @@
 //! The record is not lease-attached: it outlives every node, as the
 //! sealed catalog does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use etcd_client::{Client, Compare, CompareOp, DeleteOptions, Txn, TxnOp};
+use async_trait::async_trait;
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
+use sluice_storage::{BlobRef, CommitAuthority, StorageError};
 
 use crate::error::{ClusterError, Result};
 use crate::keys::{ClusterKeys, NodeId};
@@ -77,16 +79,16 @@ pub async fn read(client: &Client, keys: &ClusterKeys) -> Result<(Option<SplitRe
 
 /// Write `record` in place of the one read at `revision` (0: none), only
 /// if no node of `absent` is a member now, and drop the old generation's
-/// records of finished members (`status::record_member_finished`). False
-/// when a compare failed: another node changed the record first, or an old
-/// member is live.
+/// records of finished members (`status::record_member_finished`). The
+/// record's new revision; `None` when a compare failed: another node
+/// changed the record first, or an old member is live.
 pub async fn replace(
     client: &Client,
     keys: &ClusterKeys,
     record: &SplitRecord,
     revision: i64,
     absent: &[String],
-) -> Result<bool> {
+) -> Result<Option<i64>> {
     let key = keys.split();
     let value = encode(&key, record)?;
     let mut compares = vec![Compare::mod_revision(
@@ -114,5 +116,156 @@ pub async fn replace(
         .txn(txn)
         .await
         .map_err(|e| ClusterError::etcd("write of the split record", e))?;
-    Ok(response.succeeded())
+    Ok(response
+        .succeeded()
+        .then(|| response.header().map_or(0, |h| h.revision())))
+}
+
+/// The commit authority of one node of a split (its own checkpoint
+/// store's): a checkpoint counts once recorded in etcd
+/// (`/sluice/C/split-commits/NODE/ID`), and is recorded only while the
+/// split's record is the one the node runs under. So a node of an old
+/// list that was cut off and wakes after the list changed commits
+/// nothing: the new owners of its vnodes read on from its last recorded
+/// checkpoint, which is the last one whose output it published.
+#[derive(Clone)]
+pub struct SplitCommitRecord {
+    client: Client,
+    keys: ClusterKeys,
+    node: NodeId,
+    /// The revision of the split record the node runs under (`None`: a
+    /// reader, which records nothing).
+    runs_under: Option<i64>,
+}
+
+impl std::fmt::Debug for SplitCommitRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SplitCommitRecord")
+            .field("node", &self.node)
+            .field("runs_under", &self.runs_under)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SplitCommitRecord {
+    /// The record of `node`'s checkpoints, committing while the split
+    /// record stays at `revision`.
+    pub fn new(client: Client, keys: ClusterKeys, node: &str, revision: i64) -> Result<Self> {
+        Ok(Self {
+            client,
+            keys,
+            node: NodeId::new(node)?,
+            runs_under: Some(revision),
+        })
+    }
+
+    /// The record of `node`'s checkpoints, to read which of them count.
+    pub fn reader(client: Client, keys: ClusterKeys, node: &str) -> Result<Self> {
+        Ok(Self {
+            client,
+            keys,
+            node: NodeId::new(node)?,
+            runs_under: None,
+        })
+    }
+
+    fn authority(what: String, e: impl std::error::Error + Send + Sync + 'static) -> StorageError {
+        StorageError::Authority {
+            what,
+            source: Box::new(e),
+        }
+    }
+}
+
+#[async_trait]
+impl CommitAuthority for SplitCommitRecord {
+    async fn record_commit(
+        &self,
+        id: u64,
+        _generation: Option<u64>,
+        manifest: &BlobRef,
+    ) -> std::result::Result<(), StorageError> {
+        let Some(revision) = self.runs_under else {
+            return Err(StorageError::Fenced {
+                id,
+                source: "a reader of the split's commits records none".into(),
+            });
+        };
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                self.keys.split(),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then([TxnOp::put(
+                self.keys.split_commit(&self.node, id),
+                manifest.key.clone(),
+                None,
+            )]);
+        let response = self.client.clone().txn(txn).await.map_err(|e| {
+            Self::authority(
+                format!("recording checkpoint {id} of node {}", self.node),
+                ClusterError::etcd("split commit record", e),
+            )
+        })?;
+        if response.succeeded() {
+            return Ok(());
+        }
+        Err(StorageError::Fenced {
+            id,
+            source: format!(
+                "the split's member list changed since node {} started: another node reads on \
+                 from its last recorded checkpoint",
+                self.node
+            )
+            .into(),
+        })
+    }
+
+    async fn committed(&self) -> std::result::Result<Option<BTreeSet<u64>>, StorageError> {
+        let prefix = self.keys.split_commits(&self.node);
+        let got = self
+            .client
+            .clone()
+            .get(
+                prefix.clone(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await
+            .map_err(|e| {
+                Self::authority(
+                    format!("reading the recorded checkpoints of node {}", self.node),
+                    ClusterError::etcd("split commit record", e),
+                )
+            })?;
+        if got.kvs().is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(
+            got.kvs()
+                .iter()
+                .filter_map(|kv| {
+                    String::from_utf8_lossy(kv.key())
+                        .strip_prefix(&prefix)
+                        .and_then(|id| id.parse().ok())
+                })
+                .collect(),
+        ))
+    }
+
+    async fn forget_below(&self, id: u64) -> std::result::Result<(), StorageError> {
+        let from = self.keys.split_commits(&self.node);
+        let to = self.keys.split_commit(&self.node, id);
+        self.client
+            .clone()
+            .delete(from, Some(DeleteOptions::new().with_range(to)))
+            .await
+            .map_err(|e| {
+                Self::authority(
+                    format!("forgetting checkpoints of node {} below {id}", self.node),
+                    ClusterError::etcd("split commit record", e),
+                )
+            })?;
+        Ok(())
+    }
 }

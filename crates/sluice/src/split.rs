@@ -3,11 +3,12 @@
 //! [`DatabaseBuilder::split`](crate::DatabaseBuilder::split)).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub use sluice_engine::process::placement::VnodePlacement;
 pub use sluice_engine::split::handover::{PreviousNode, SourceProgress, SplitHandover};
 pub use sluice_engine::split::{file_vnode, offset_generation, SourceSplit};
-use sluice_storage::{CheckpointStore, ObjectStoreBackend};
+use sluice_storage::{CheckpointStore, CommitAuthority, ObjectStoreBackend};
 
 use crate::Result;
 
@@ -21,7 +22,21 @@ use crate::Result;
 /// at this checkpoint), which is the caller's to ensure before handing its
 /// vnodes to another node.
 pub async fn checkpointed_progress(url: &str) -> Result<Option<BTreeMap<String, SourceProgress>>> {
+    recorded_progress(url, None).await
+}
+
+/// [`checkpointed_progress`] of a store whose checkpoints count once
+/// `authority` recorded them (the node's `commit_authority`): the last
+/// recorded one, not a newer manifest the authority refused.
+pub async fn recorded_progress(
+    url: &str,
+    authority: Option<Arc<dyn CommitAuthority>>,
+) -> Result<Option<BTreeMap<String, SourceProgress>>> {
     let store = CheckpointStore::new(Box::new(ObjectStoreBackend::from_url(url)?));
+    let store = match authority {
+        Some(authority) => store.with_authority(authority),
+        None => store,
+    };
     let Some(latest) = store.latest_valid().await? else {
         return Ok(None);
     };

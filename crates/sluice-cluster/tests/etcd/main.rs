@@ -14,6 +14,7 @@ mod connection;
 mod election;
 mod membership;
 mod owners;
+mod split_record;
 mod standby;
 mod unreachable;
 
