@@ -3,6 +3,8 @@
 //! old members are gone, and a node records checkpoints only while the
 //! list it runs under stands.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 
 use sluice_cluster::split_record::{self, SplitCommitRecord, SplitRecord};
