@@ -14,7 +14,9 @@
 //! Refused, by name: a change while an old member stays live, and a
 //! change from a generation one of whose members never checkpointed in it
 //! (its vnodes' positions would be those of the generation before, which
-//! the other members' positions of this one may overlap). A member dropped
+//! the other members' positions of this one may overlap). A generation no
+//! member checkpointed in changed nothing, and a change from it starts
+//! from the generation before it. A member dropped
 //! from the list should be stopped cleanly (SIGTERM: its last checkpoint's
 //! epoch is published then); one killed right after a checkpoint leaves
 //! that epoch's rows staged in its sink directory.
@@ -167,22 +169,33 @@ async fn stopped_at(
     record: &SplitRecord,
     store: &str,
 ) -> Result<PreviousSplit, CliError> {
-    let mut progress = BTreeMap::new();
+    let mut read = BTreeMap::new();
     for member in &record.members {
         let commits = SplitCommitRecord::reader(client.clone(), keys.clone(), member)?;
-        let read =
+        let sources =
             sluice::split::recorded_progress(&node_store(store, member), Some(Arc::new(commits)))
-                .await?;
-        let sources = read.unwrap_or_default();
-        // From generation 2 on, a member's vnodes were handed over to it:
-        // without a checkpoint of its own generation, where they stood is
-        // in the generation before, which this record no longer holds.
-        let of_generation = sources.values().all(|p| {
-            p.offset
-                .as_deref()
-                .is_none_or(|o| sluice::split::offset_generation(o) == Some(record.generation))
-        });
-        if record.generation > 1 && (sources.is_empty() || !of_generation) {
+                .await?
+                .unwrap_or_default();
+        read.insert(member.clone(), sources);
+    }
+    // From generation 2 on, a member's vnodes were handed over to it:
+    // without a checkpoint of its own generation, where they stood is in
+    // the generation before. A generation no member ran in (its list was
+    // recorded, then its nodes were refused or stopped at once) changed
+    // nothing: the split changes from the generation before it.
+    if record.generation > 1 {
+        let ran = |sources: &BTreeMap<String, sluice::split::SourceProgress>| {
+            !sources.is_empty()
+                && sources.values().all(|p| {
+                    p.offset.as_deref().is_none_or(|o| {
+                        sluice::split::offset_generation(o) == Some(record.generation)
+                    })
+                })
+        };
+        if let (false, Some(previous)) = (read.values().any(ran), &record.previous) {
+            return Ok(previous.clone());
+        }
+        if let Some((member, _)) = read.iter().find(|(_, sources)| !ran(sources)) {
             return Err(CliError::usage(format!(
                 "node {member} of the split's generation {} ({}) has no checkpoint of that \
                  generation, so where its vnodes stood is not known; start the split with that \
@@ -191,6 +204,9 @@ async fn stopped_at(
                 record.members.join(",")
             )));
         }
+    }
+    let mut progress = BTreeMap::new();
+    for (member, sources) in read {
         if !sources.is_empty() {
             let recorded = sources
                 .into_iter()
@@ -202,7 +218,7 @@ async fn stopped_at(
                     (source, p)
                 })
                 .collect();
-            progress.insert(member.clone(), recorded);
+            progress.insert(member, recorded);
         }
     }
     Ok(PreviousSplit {

@@ -459,6 +459,33 @@ fn an_old_node_that_wakes_after_the_list_changed_commits_nothing() {
     same_rows(&union(&dir), &expected);
 }
 
+/// A list recorded by a node that was then refused (its script cannot run
+/// split) leaves a generation no node ran in: the split changes on from
+/// the generation before it, and the rows are still written once.
+#[test]
+fn a_generation_no_node_ran_in_is_skipped() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("rescale");
+    write_input(&dir, SCRIPT);
+    run_list_until_checkpointed(&dir, &etcd, "n1,n2", libc::SIGKILL);
+    let stateful = format!(
+        "{SCRIPT}
+        CREATE STREAM per_key AS SELECT k, COUNT(*) AS n FROM events GROUP BY k;"
+    );
+    std::fs::write(dir.join("pipeline.sql"), stateful).unwrap();
+    let (status, stderr) = node(&dir, &etcd, "rescale", "n3", "n1,n2,n3").wait(WATCHDOG);
+    assert!(!status.success() && stderr.contains("per_key"), "{stderr}");
+    std::fs::write(dir.join("pipeline.sql"), SCRIPT).unwrap();
+    let nodes: BTreeMap<_, _> = ["n1", "n2"]
+        .iter()
+        .map(|n| (*n, node(&dir, &etcd, "rescale", n, "n1,n2")))
+        .collect();
+    wait_all(nodes);
+    same_rows(&union(&dir), &expected);
+}
+
 /// A list cannot change from a generation one of whose nodes never ran:
 /// where its vnodes stood is not known. The refusal names it.
 #[test]
