@@ -320,18 +320,22 @@ fn split_nodes_killed_at_random_times_resume_with_exactly_once_output() {
     assert_eq!(union(&dir), expected);
 }
 
-/// The newest checkpoint id in node `n`'s store (0: none).
-fn newest_checkpoint(dir: &Path, n: &str) -> u64 {
-    let store = dir.join(format!("state/nodes/{n}/checkpoints"));
-    std::fs::read_dir(store)
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .filter(|e| e.path().join("MANIFEST").exists())
-                .filter_map(|e| e.file_name().to_string_lossy().parse::<u64>().ok())
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0)
+/// The newest checkpoint of node `n` of cluster `rescale` that etcd
+/// recorded (0: none); a manifest counts only once recorded.
+fn recorded_checkpoint(etcd: &EtcdServer, n: &str) -> u64 {
+    rt().block_on(async {
+        let client = sluice_cluster::status::connect(&etcd.endpoints())
+            .await
+            .unwrap();
+        let keys = sluice_cluster::ClusterKeys::new("rescale").unwrap();
+        let commits =
+            sluice_cluster::split_record::SplitCommitRecord::reader(client, keys, n).unwrap();
+        sluice_storage::CommitAuthority::committed(&commits)
+            .await
+            .unwrap()
+            .and_then(|ids| ids.last().copied())
+            .unwrap_or(0)
+    })
 }
 
 /// Start `list`'s nodes, and once each has checkpointed since it started
@@ -345,7 +349,7 @@ fn run_list_until_checkpointed(dir: &Path, etcd: &EtcdServer, list: &str, signal
 fn run_until_checkpointed(dir: &Path, etcd: &EtcdServer, list: &str, nodes: &[&str], signal: i32) {
     let before: BTreeMap<&str, u64> = nodes
         .iter()
-        .map(|n| (*n, newest_checkpoint(dir, n)))
+        .map(|n| (*n, recorded_checkpoint(etcd, n)))
         .collect();
     let mut runs: BTreeMap<&str, Run> = before
         .keys()
@@ -353,7 +357,7 @@ fn run_until_checkpointed(dir: &Path, etcd: &EtcdServer, list: &str, nodes: &[&s
         .collect();
     let until = Instant::now() + WATCHDOG;
     for (n, run) in runs.iter_mut() {
-        while run.running() && newest_checkpoint(dir, n) <= before[n] {
+        while run.running() && recorded_checkpoint(etcd, n) <= before[n] {
             assert!(Instant::now() < until, "{n} never checkpointed");
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -416,7 +420,7 @@ fn an_old_node_that_wakes_after_the_list_changed_commits_nothing() {
         .collect();
     let until = Instant::now() + WATCHDOG;
     for (n, run) in old.iter_mut() {
-        while run.running() && newest_checkpoint(&dir, n) == 0 {
+        while run.running() && recorded_checkpoint(&etcd, n) == 0 {
             assert!(Instant::now() < until, "{n} never checkpointed");
             std::thread::sleep(Duration::from_millis(5));
         }
