@@ -326,4 +326,19 @@ fn a_handover_that_cannot_be_exact_is_refused() {
     bad.ahead.insert("f1.csv".into(), FileProgress::Done);
     let e = err(FileSourceReader::open_at(cfg(&["f1.csv", "f2.csv"]), &bad).map(|_| ()));
     assert!(e.contains("'f1.csv'") && e.contains("comes before"), "{e}");
+    // A run that was not split names its file by path: once that file is
+    // gone, where its later files stand is not known.
+    let mut whole_cfg = cfg(&["f0.csv"]);
+    whole_cfg.share = None;
+    let mut whole = FileSourceReader::open(whole_cfg).unwrap();
+    whole.next_batch().unwrap(); // f0's row and f1's
+    let whole = PreviousShare {
+        share: None,
+        position: Some(whole.position()),
+        finished: false,
+    };
+    assert_eq!(whole.position.as_ref().unwrap().key, None);
+    std::fs::remove_file(dir.path().join("in/f1.csv")).unwrap();
+    let e = err(handover(&cfg(&["f2.csv"]), &[whole]));
+    assert!(e.contains("not matched by"), "{e}");
 }

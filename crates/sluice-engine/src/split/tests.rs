@@ -100,3 +100,27 @@ fn two_nodes_never_write_one_sink_file() {
         }
     }
 }
+
+/// A share's identity names its generation from generation 2 (generation
+/// 0 and 1 keep the identity of a split that counts none), and an offset
+/// checkpointed under it tells which.
+#[test]
+fn share_identities_name_their_generation_from_two_on() {
+    let at = |generation: u64| {
+        split("n1", &[0, 3], 8)
+            .with_generation(generation)
+            .file_share()
+            .identity()
+            .to_string()
+    };
+    assert_eq!(at(0), at(1));
+    assert_ne!(at(1), at(2));
+    assert!(at(7).ends_with("@g7"), "{}", at(7));
+    let offset = |identity: String| {
+        serde_json::json!({"file_index": 0, "file": "in/a.csv", "rows_consumed": 3, "share": identity})
+            .to_string()
+    };
+    assert_eq!(offset_generation(&offset(at(7))), Some(7));
+    assert_eq!(offset_generation(&offset(at(1))), None);
+    assert_eq!(offset_generation("not an offset"), None);
+}
