@@ -279,34 +279,27 @@ async fn a_handover_needs_a_split_node_with_checkpoints() {
     assert!(e.contains("not a node of a split; call split first"), "{e}");
     let dir = tempfile::tempdir().unwrap();
     write_input(dir.path(), &mut Rng(5), 2);
-    let db = Database::builder()
-        .base_dir(dir.path())
-        .split("n1", VnodePlacement::new(4, 0..4).unwrap())
-        .unwrap()
-        .split_handover(handover())
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
-    db.execute(&SCRIPT.replace("BATCH", "5")).await.unwrap();
-    let e = db.start().await.expect_err("no generation").to_string();
-    assert!(e.contains("needs its assignment generation"), "{e}");
-    let _ = db.abort().await;
-    let db = Database::builder()
-        .base_dir(dir.path())
-        .split("n1", VnodePlacement::new(4, 0..4).unwrap())
-        .unwrap()
-        .split_generation(2)
-        .unwrap()
-        .split_handover(handover())
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
-    db.execute(&SCRIPT.replace("BATCH", "5")).await.unwrap();
-    let e = db.start().await.expect_err("no checkpoints").to_string();
-    assert!(e.contains("needs checkpoints"), "{e}");
-    let _ = db.abort().await;
+    // Without a generation, then with one but without checkpoints.
+    for (generation, says) in [
+        (0, "needs its assignment generation"),
+        (2, "needs checkpoints"),
+    ] {
+        let db = Database::builder()
+            .base_dir(dir.path())
+            .split("n1", VnodePlacement::new(4, 0..4).unwrap())
+            .unwrap()
+            .split_generation(generation)
+            .unwrap()
+            .split_handover(handover())
+            .unwrap()
+            .open()
+            .await
+            .unwrap();
+        db.execute(&SCRIPT.replace("BATCH", "5")).await.unwrap();
+        let e = db.start().await.expect_err(says).to_string();
+        assert!(e.contains(says), "{e}");
+        let _ = db.abort().await;
+    }
 }
 
 /// With generations counted, a node that holds again the vnodes it held
