@@ -115,6 +115,10 @@ pub enum EngineError {
     /// Checkpoint storage failed.
     #[error(transparent)]
     Storage(#[from] sluice_storage::StorageError),
+    /// The shuffle between the nodes of a split failed (a node gone, a
+    /// channel refused, a frame that breaks the protocol).
+    #[error(transparent)]
+    Shuffle(#[from] sluice_shuffle::ShuffleError),
     /// The pipeline is not running (shut down or never started).
     #[error("pipeline is not running")]
     NotRunning,
@@ -200,6 +204,7 @@ impl EngineError {
             EngineError::Internal(_) => "SLC-ENG-007",
             EngineError::Checkpoint(_) | EngineError::CheckpointFailed { .. } => "SLC-ENG-009",
             EngineError::Storage(e) => e.code(),
+            EngineError::Shuffle(e) => e.code(),
             EngineError::Process(_) => "SLC-ENG-010",
             EngineError::Sealed(_) => "SLC-ENG-011",
             EngineError::Conflict(_) => "SLC-ENG-012",

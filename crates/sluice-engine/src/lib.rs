@@ -5,6 +5,7 @@ pub mod budget;
 pub mod catalog;
 pub mod coordinator;
 pub mod error;
+pub mod exchange;
 pub mod fault;
 pub mod lookup;
 pub mod metrics;

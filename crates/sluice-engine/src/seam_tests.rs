@@ -44,6 +44,9 @@ fn every_engine_error() -> Vec<EngineError> {
             path: "state".into(),
             source: io(),
         }),
+        EngineError::Shuffle(sluice_shuffle::ShuffleError::UnknownChannel {
+            detail: "edge 's#0' expects no channel from node 'n9'".into(),
+        }),
         EngineError::NotRunning,
         EngineError::Sealed("sealed".into()),
         EngineError::Process(crate::process::ProcessError {
@@ -86,6 +89,7 @@ fn variant(e: &EngineError) -> &'static str {
         EngineError::Checkpoint(_) => "Checkpoint",
         EngineError::CheckpointFailed { .. } => "CheckpointFailed",
         EngineError::Storage(_) => "Storage",
+        EngineError::Shuffle(_) => "Shuffle",
         EngineError::NotRunning => "NotRunning",
         EngineError::Sealed(_) => "Sealed",
         EngineError::Process(_) => "Process",

@@ -165,6 +165,41 @@ impl DatabaseBuilder {
         Ok(self)
     }
 
+    /// This node of a split runs keyed aggregations with the other nodes:
+    /// every row of a windowed or updating `GROUP BY` crosses to the node
+    /// that owns its key's vnode in `setup`'s owner table (over gRPC, as
+    /// Arrow IPC, bounded by credit), so each key is aggregated on one node
+    /// and the nodes' outputs together are the single-node output (see
+    /// `sluice_engine::exchange`). The table must give this node exactly
+    /// the vnodes of its split. Such a pipeline takes no checkpoints yet
+    /// (refused at start). Refused before [`Self::split`].
+    pub fn shuffle(mut self, setup: sluice_engine::exchange::ShuffleSetup) -> Result<Self> {
+        let Some(split) = &self.options.split else {
+            return Err(Error::Option(
+                "shuffle: this database is not a node of a split; call split first".into(),
+            ));
+        };
+        let placement = split.placement();
+        let owned = setup.owned_vnodes();
+        if setup.node() != split.node()
+            || setup.table().vnode_count() != placement.count()
+            || owned != placement.owned()
+        {
+            return Err(Error::Option(format!(
+                "shuffle: the owner table gives node '{}' {} of {} vnodes, but the split of \
+                 node '{}' holds {} of {}: sources and keyed state must be placed by one table",
+                setup.node(),
+                owned.len(),
+                setup.table().vnode_count(),
+                split.node(),
+                placement.owned().len(),
+                placement.count()
+            )));
+        }
+        self.options.shuffle = Some(sluice_engine::exchange::ShuffleHandle(Arc::new(setup)));
+        Ok(self)
+    }
+
     /// Answer `SHOW CLUSTER` from `info`: for a database that runs in a
     /// cluster (the `sluice` binary's `--cluster` mode sets it).
     pub fn cluster_info(mut self, info: Arc<dyn ClusterInfo>) -> Self {

@@ -5,9 +5,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// The shuffle between the nodes of a split
+/// ([`DatabaseBuilder::shuffle`](crate::DatabaseBuilder::shuffle)).
+pub use sluice_engine::exchange::ShuffleSetup;
 pub use sluice_engine::process::placement::VnodePlacement;
 pub use sluice_engine::split::handover::{PreviousNode, SourceProgress, SplitHandover};
 pub use sluice_engine::split::{file_vnode, offset_generation, SourceSplit};
+pub use sluice_shuffle::{CreditBudget, OwnerTable, ShuffleServer};
 use sluice_storage::{CheckpointStore, CommitAuthority, ObjectStoreBackend};
 
 use crate::Result;

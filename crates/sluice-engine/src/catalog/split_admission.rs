@@ -16,8 +16,13 @@ use super::{Catalog, SourceConnector, StreamKind};
 use crate::error::{EngineError, Result};
 
 /// Refuse the first object of `catalog` whose split result would differ
-/// from the single-node result (see the module docs).
-pub fn certify(catalog: &Catalog) -> Result<()> {
+/// from the single-node result (see the module docs). With `shuffle`
+/// (keyed operators' rows cross to their vnode's owner), the aggregations
+/// [`crate::exchange::plan`] distributes are admitted too.
+pub fn certify(catalog: &Catalog, shuffle: bool) -> Result<()> {
+    // Streams whose rows come out of a keyed operator on each node
+    // (directly, or through row-by-row streams over one).
+    let mut keyed: Vec<&str> = Vec::new();
     for source in &catalog.sources {
         if let SourceConnector::Nexmark(_) = source.connector {
             return Err(refuse(
@@ -48,6 +53,23 @@ pub fn certify(catalog: &Catalog) -> Result<()> {
             ));
         }
         match &stream.kind {
+            StreamKind::Query(plan) if shuffle => {
+                let reads_keyed = plan.inputs().into_iter().find(|i| keyed.contains(&i.as_str()));
+                let stateful = stateful_operator(&plan.root);
+                if let (Some(op), Some(input)) = (stateful, &reads_keyed) {
+                    return Err(refuse(
+                        kind,
+                        &stream.name,
+                        &format!("its {op} reads '{input}', whose rows come out of a keyed operator on each node; a second shuffle after the first is not built yet"),
+                    ));
+                }
+                if let Some(why) = crate::exchange::plan::refusal(&plan.root, stateful_operator) {
+                    return Err(refuse(kind, &stream.name, &why));
+                }
+                if stateful.is_some() || reads_keyed.is_some() {
+                    keyed.push(&stream.name);
+                }
+            }
             StreamKind::Query(plan) => {
                 if let Some(op) = stateful_operator(&plan.root) {
                     return Err(refuse(
@@ -94,7 +116,7 @@ fn refuse(kind: &str, name: &str, why: &str) -> EngineError {
 /// The first operator of `node`'s tree that keeps state across rows, by
 /// its SQL name; `None` when every operator works row by row. Every
 /// operator kind is named here, so a new one must be decided on.
-fn stateful_operator(node: &StreamNode) -> Option<&'static str> {
+pub(crate) fn stateful_operator(node: &StreamNode) -> Option<&'static str> {
     match node {
         StreamNode::Scan { .. } => None,
         StreamNode::Filter { input, .. }

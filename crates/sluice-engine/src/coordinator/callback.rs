@@ -106,6 +106,19 @@ pub trait SourceIntake {
     fn current_watermark(&self) -> i64;
     /// Demote sources idle past their timeout.
     fn tick_idle_watermark(&mut self) {}
+    /// Wake the coordinator when inbound data or deferred shuffle work
+    /// becomes ready (rows, a watermark, an end or a failure on an
+    /// exchange between nodes). `None`: this node exchanges nothing.
+    fn shuffle_work_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
+    /// Take in what the other nodes sent. `Ok(true)`: something arrived,
+    /// and a cycle should fold it (even while source intake is paused:
+    /// a node that stopped taking the other nodes' rows could stall them
+    /// all). An error halts the pipeline.
+    fn take_shuffle_input(&mut self) -> Result<bool, CycleError> {
+        Ok(false)
+    }
     /// Whether source input must not be folded into state now (a stronger
     /// fence than backpressure: held input waits too). The coordinator
     /// checks it before each cycle; a single-node pipeline never sets it,

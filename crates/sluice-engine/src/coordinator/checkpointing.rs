@@ -130,6 +130,7 @@ impl ConnectorPipelineCallback {
             }
         }
         self.watermark = m.watermark;
+        self.local_watermark = m.watermark;
         self.shared.metrics.set_watermark(self.watermark);
         tracing::info!(checkpoint = m.id, "recovered");
         Ok(())

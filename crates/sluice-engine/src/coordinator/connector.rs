@@ -79,6 +79,12 @@ pub struct ConnectorPipelineCallback {
     /// The leader's attempt this follower is aligning for, until it is
     /// captured, declined or resolved.
     pub(super) following: Option<u64>,
+    /// The shuffle between the nodes of a split, if this node is one with
+    /// keyed operators (see [`crate::exchange`]).
+    pub(super) exchanges: Option<Arc<crate::exchange::ShuffleSetup>>,
+    /// The watermark of this node's own sources (the pipeline watermark
+    /// also waits for the other nodes' rows on its exchanges).
+    pub(super) local_watermark: i64,
 }
 
 impl ConnectorPipelineCallback {
@@ -101,6 +107,8 @@ impl ConnectorPipelineCallback {
             tails: super::tails::CheckpointTails::default(),
             max_drift_ms: None,
             following: None,
+            exchanges: None,
+            local_watermark: i64::MIN,
         }
     }
 
@@ -148,7 +156,11 @@ impl ConnectorPipelineCallback {
     }
 
     pub(super) fn recompute_watermark(&mut self) {
-        self.watermark = combine(self.sources.values().map(|s| &s.watermark), self.watermark);
+        self.local_watermark = combine(
+            self.sources.values().map(|s| &s.watermark),
+            self.local_watermark,
+        );
+        self.watermark = self.held_by_edges(self.local_watermark).max(self.watermark);
         self.shared.metrics.set_watermark(self.watermark);
         self.align_readers();
     }
@@ -300,7 +312,9 @@ impl SourceIntake for ConnectorPipelineCallback {
     }
 
     fn all_sources_finished(&self) -> bool {
-        !self.sources.is_empty() && self.sources.values().all(|s| s.watermark.is_finished())
+        !self.sources.is_empty()
+            && self.sources.values().all(|s| s.watermark.is_finished())
+            && self.exchanges_finished()
     }
 
     fn current_watermark(&self) -> i64 {
@@ -317,10 +331,11 @@ impl SourceIntake for ConnectorPipelineCallback {
         let (subscribers_full, subscriber_bytes) = self.shared.subscriptions.pressure();
         let sinks_full = self.sinks.iter().any(SinkRuntime::is_full);
         let sink_bytes: u64 = self.sinks.iter().map(SinkRuntime::queued_bytes).sum();
-        let full = subscribers_full || sinks_full;
-        self.shared
-            .metrics
-            .record_output_pressure(subscriber_bytes + sink_bytes, full);
+        let full = subscribers_full || sinks_full || self.exchanges_full();
+        self.shared.metrics.record_output_pressure(
+            subscriber_bytes + sink_bytes + self.exchange_queued_bytes(),
+            full,
+        );
         if full {
             ExternalOutputPressure::Full
         } else {
@@ -340,6 +355,17 @@ impl SourceIntake for ConnectorPipelineCallback {
             }
         }
         self.recompute_watermark();
+        // An idle source moves this node's watermark without a cycle: the
+        // other nodes wait for it.
+        self.flush_exchanges();
+    }
+
+    fn shuffle_work_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+        self.exchanges.as_ref().map(|s| s.wake())
+    }
+
+    fn take_shuffle_input(&mut self) -> Result<bool, CycleError> {
+        self.drain_exchanges()
     }
 }
 
@@ -386,6 +412,7 @@ impl CycleExecution for ConnectorPipelineCallback {
             })?;
             processed |= s.is_process();
         }
+        self.flush_exchanges();
         Ok(CycleOutcome { results: data })
     }
 
@@ -510,6 +537,9 @@ impl OutputPublication for ConnectorPipelineCallback {
     }
 
     async fn close_sinks(&mut self) -> Result<(), EngineError> {
+        // The other nodes take this node's last routed rows first: its
+        // sinks may publish only once its part of the run is complete.
+        self.settle_exchanges().await?;
         let results: Vec<Result<(), EngineError>> = self
             .sinks
             .iter_mut()

@@ -16,6 +16,7 @@ pub mod callback;
 mod checkpointing;
 mod cluster;
 pub mod connector;
+mod exchanges;
 mod follower;
 mod handle;
 pub mod streams;
@@ -192,6 +193,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         let paused = !self.stopped_intake
             && (self.callback.intake_paused()
                 || self.callback.external_output_pressure() == ExternalOutputPressure::Full);
+        let shuffle = self.callback.shuffle_work_wake();
         let relief = if paused {
             self.callback.output_pressure_wake()
         } else {
@@ -312,6 +314,22 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 self.callback.tick_idle_watermark();
                 if self.callback.current_watermark() != before {
                     self.run_cycle(BatchMap::default(), 0, 0).await;
+                }
+            }
+            // Another node sent rows, a watermark or its end (or an
+            // exchange failed): taken in even while intake is paused.
+            _ = async {
+                match &shuffle {
+                    Some(n) => n.notified().await,
+                    None => std::future::pending::<()>().await,
+                }
+            }, if !self.stopped_intake => {
+                match self.callback.take_shuffle_input() {
+                    Ok(true) => self.run_cycle(BatchMap::default(), 0, 0).await,
+                    Ok(false) => {}
+                    Err(e) => {
+                        self.settle(e);
+                    }
                 }
             }
             // An output drained: the next step re-checks the pressure.

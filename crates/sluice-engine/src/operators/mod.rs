@@ -81,6 +81,15 @@ pub enum Operator {
         /// Output schema.
         schema: SchemaRef,
     },
+    /// Routes rows to the node owning their key's vnode, and adds the rows
+    /// other nodes routed here (a split pipeline with a shuffle, see
+    /// [`crate::exchange`]).
+    Exchange {
+        /// Input.
+        input: Box<Operator>,
+        /// The routing and its edge.
+        exchange: Box<crate::exchange::route::ExchangeOp>,
+    },
     /// A stateful operator (window, session, updating or changelog
     /// aggregate, join) over its inputs; input `i` feeds port `i`.
     Stateful {
@@ -498,9 +507,9 @@ impl Operator {
     ) {
         match self {
             Operator::Scan { .. } => {}
-            Operator::Filter { input, .. } | Operator::Project { input, .. } => {
-                input.stateful_operators(out)
-            }
+            Operator::Filter { input, .. }
+            | Operator::Project { input, .. }
+            | Operator::Exchange { input, .. } => input.stateful_operators(out),
             Operator::Union { inputs, .. } => {
                 for i in inputs.iter_mut() {
                     i.stateful_operators(out);
@@ -580,6 +589,7 @@ impl Operator {
                 }
                 Ok(out)
             }
+            Operator::Exchange { input, exchange } => exchange.run(input.run(inputs, watermark)?),
             Operator::Stateful {
                 inputs: children,
                 op,
@@ -631,9 +641,9 @@ impl Operator {
     pub fn dropped_late(&self) -> u64 {
         match self {
             Operator::Scan { .. } => 0,
-            Operator::Filter { input, .. } | Operator::Project { input, .. } => {
-                input.dropped_late()
-            }
+            Operator::Filter { input, .. }
+            | Operator::Project { input, .. }
+            | Operator::Exchange { input, .. } => input.dropped_late(),
             Operator::Union { inputs, .. } => inputs.iter().map(|i| i.dropped_late()).sum(),
             Operator::Stateful { inputs, op } => {
                 inputs.iter().map(|i| i.dropped_late()).sum::<u64>() + op.dropped_late()

@@ -85,6 +85,9 @@ pub struct PipelineOptions {
     /// This node's share of a pipeline split across nodes (`None`: the
     /// whole pipeline). Set by the builder, never by `SET`.
     pub split: Option<crate::split::SourceSplit>,
+    /// The shuffle between the nodes of the split, for keyed operators
+    /// (`None`: a split runs row-by-row queries only). Set by the builder.
+    pub shuffle: Option<crate::exchange::ShuffleHandle>,
 }
 
 impl Default for PipelineOptions {
@@ -113,6 +116,7 @@ impl Default for PipelineOptions {
             subscription_buffer_bytes: 64 << 20,
             subscription_on_lag: OnLag::Backpressure,
             split: None,
+            shuffle: None,
         }
     }
 }

@@ -195,7 +195,15 @@ impl Pipeline {
     /// stream is installed with its source: None.
     pub(super) fn install_stream(&mut self, def: &StreamDef) -> Result<ControlMsg> {
         let producer = match &def.kind {
-            StreamKind::Query(plan) => StreamProducer::Query(Operator::compile(&plan.root)?),
+            StreamKind::Query(plan) => {
+                let op = Operator::compile(&plan.root)?;
+                StreamProducer::Query(match &self.options.shuffle {
+                    Some(shuffle) => {
+                        crate::exchange::plan::distribute(&def.name, &plan.root, op, &shuffle.0)?
+                    }
+                    None => op,
+                })
+            }
             StreamKind::Process(info) => {
                 let (input_schema, _) = self.catalog.readable(&info.input, &def.name)?;
                 let handler = (self
@@ -244,7 +252,7 @@ impl Pipeline {
         // A split pipeline's nodes run only what certifies: each
         // statement is refused as it is made, before a cluster seals it.
         if self.options.split.is_some() {
-            crate::catalog::split_admission::certify(next)?;
+            crate::catalog::split_admission::certify(next, self.options.shuffle.is_some())?;
         }
         if let (true, Some(delivery)) = (self.lifecycle.is_running(), self.checkpointing()) {
             crate::catalog::admission::admit_delivery(next, delivery)?;

@@ -196,7 +196,8 @@ impl Pipeline {
                 subscriptions: Arc::clone(&self.subscriptions),
             },
         )
-        .with_watermark_alignment(opts.watermark_max_drift);
+        .with_watermark_alignment(opts.watermark_max_drift)
+        .with_exchanges(opts.shuffle.as_ref().map(|h| Arc::clone(&h.0)));
         let config = CoordinatorConfig {
             max_batches_per_cycle: opts.max_batches_per_cycle,
             idle_tick: (opts.idle_timeout / 4)

@@ -55,7 +55,13 @@ pub(crate) struct EdgeInbox {
 }
 
 impl EdgeInbox {
-    pub fn new(edge: &str, schema: SchemaRef, senders: Vec<String>, budget: CreditBudget) -> Self {
+    pub fn new(
+        edge: &str,
+        schema: SchemaRef,
+        senders: Vec<String>,
+        budget: CreditBudget,
+        wake: Arc<Notify>,
+    ) -> Self {
         let channels = senders
             .iter()
             .map(|_| ChannelControl {
@@ -78,7 +84,7 @@ impl EdgeInbox {
                 closed: false,
             }),
             senders,
-            wake: Arc::new(Notify::new()),
+            wake,
         }
     }
 

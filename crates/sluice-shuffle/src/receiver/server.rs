@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status, Streaming};
@@ -129,6 +129,20 @@ impl ShuffleServer {
         senders: Vec<String>,
         budget: CreditBudget,
     ) -> Result<ShuffleReceiver> {
+        self.receiver_waking(edge_id, schema, senders, budget, Arc::new(Notify::new()))
+    }
+
+    /// [`Self::receiver`] whose arrivals notify `wake`: one node's
+    /// coordinator waits on a single wake for all of its edges (its
+    /// `shuffle_work_wake`).
+    pub fn receiver_waking(
+        &self,
+        edge_id: &str,
+        schema: SchemaRef,
+        senders: Vec<String>,
+        budget: CreditBudget,
+        wake: Arc<Notify>,
+    ) -> Result<ShuffleReceiver> {
         if senders.is_empty() {
             return Err(ShuffleError::InvalidConfig {
                 detail: format!("edge '{edge_id}' has no senders"),
@@ -141,7 +155,7 @@ impl ShuffleServer {
                 });
             }
         }
-        let inbox = Arc::new(EdgeInbox::new(edge_id, schema, senders, budget));
+        let inbox = Arc::new(EdgeInbox::new(edge_id, schema, senders, budget, wake));
         self.registry.insert(&inbox)?;
         Ok(ShuffleReceiver::new(inbox, Arc::clone(&self.registry)))
     }

@@ -12,6 +12,7 @@ mod credit;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -56,6 +57,36 @@ impl Remote {
     }
 }
 
+/// Open the channel to `node`, again while it is not listening or has not
+/// made the edge, until `deadline`.
+async fn open_patiently(
+    identity: ChannelIdentity,
+    node: &str,
+    endpoint: &str,
+    deadline: Instant,
+) -> Result<ChannelSender> {
+    let mut wait = Duration::from_millis(20);
+    loop {
+        match ChannelSender::open(identity.clone(), node, endpoint).await {
+            Err(e) if not_there_yet(&e) && Instant::now() + wait < deadline => {
+                tracing::debug!(edge = %identity.edge_id, node, error = %e, "shuffle channel not open yet; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+            opened => return opened,
+        }
+    }
+}
+
+/// A node that is not listening yet, or has not made the edge yet.
+fn not_there_yet(e: &ShuffleError) -> bool {
+    match e {
+        ShuffleError::Connect { .. } | ShuffleError::UnknownChannel { .. } => true,
+        ShuffleError::Refused { code, .. } => code == crate::error::CODE_UNKNOWN_CHANNEL,
+        _ => false,
+    }
+}
+
 /// The sending side of one edge on one node.
 #[derive(Debug)]
 pub struct ShuffleSender {
@@ -79,6 +110,31 @@ impl ShuffleSender {
         table: OwnerTable,
         endpoints: &HashMap<String, String>,
     ) -> Result<Self> {
+        Self::connect_patiently(
+            identity,
+            schema,
+            vnode_column,
+            table,
+            endpoints,
+            Duration::ZERO,
+        )
+        .await
+    }
+
+    /// [`Self::connect`], where each channel is opened again (with a
+    /// backoff up to 1 s) for up to `patience` while its node is not
+    /// listening yet or has not made the edge yet: nodes of one pipeline
+    /// start in any order. A channel that opened is kept while the others
+    /// retry, so no receiver sees a channel come and go.
+    pub async fn connect_patiently(
+        identity: ChannelIdentity,
+        schema: SchemaRef,
+        vnode_column: usize,
+        table: OwnerTable,
+        endpoints: &HashMap<String, String>,
+        patience: Duration,
+    ) -> Result<Self> {
+        let deadline = Instant::now() + patience;
         let local = table
             .nodes()
             .iter()
@@ -101,7 +157,7 @@ impl ShuffleSender {
                 })?;
             let identity = identity.clone();
             opens.push(async move {
-                ChannelSender::open(identity, node, endpoint)
+                open_patiently(identity, node, endpoint, deadline)
                     .await
                     .map(|c| (i, c))
             });

@@ -1,0 +1,105 @@
+//! The pipeline callback's side of the exchanges between the nodes of a
+//! split (see [`crate::exchange`]): the inbound rows and watermarks taken
+//! in between cycles, the outbox handed on after each cycle, the pipeline
+//! watermark held by the other nodes, and output pressure from an outbound
+//! queue that is full.
+
+use std::sync::Arc;
+
+use super::callback::CycleError;
+use super::connector::ConnectorPipelineCallback;
+use crate::error::EngineError;
+use crate::exchange::{ExchangeEdge, ShuffleSetup, CONNECT_PATIENCE};
+
+impl ConnectorPipelineCallback {
+    /// Route keyed operators' rows between the nodes of a split with
+    /// `setup` (`None`: this node runs everything it reads itself).
+    pub fn with_exchanges(mut self, setup: Option<Arc<ShuffleSetup>>) -> Self {
+        self.exchanges = setup;
+        self
+    }
+
+    fn edges(&self) -> Vec<Arc<ExchangeEdge>> {
+        self.exchanges
+            .as_ref()
+            .map(|s| s.edges())
+            .unwrap_or_default()
+    }
+
+    /// The pipeline watermark from this node's source watermark `local`:
+    /// no later than any edge's inbound watermark (the other nodes' rows
+    /// on it are complete only that far).
+    pub(super) fn held_by_edges(&self, local: i64) -> i64 {
+        self.edges()
+            .iter()
+            .filter_map(|e| e.inbound_watermark())
+            .fold(local, i64::min)
+    }
+
+    /// Every source of this node is done (its rows were all taken in).
+    fn local_sources_finished(&self) -> bool {
+        self.sources.values().all(|s| s.watermark.is_finished())
+    }
+
+    /// Every edge's other nodes ended and their rows were folded.
+    pub(super) fn exchanges_finished(&self) -> bool {
+        self.edges().iter().all(|e| e.inbound_finished())
+    }
+
+    /// Whether an edge's outbound queue is full: source intake pauses.
+    pub(super) fn exchanges_full(&self) -> bool {
+        self.edges().iter().any(|e| e.is_full())
+    }
+
+    /// Bytes routed to other nodes and not yet sent.
+    pub(super) fn exchange_queued_bytes(&self) -> u64 {
+        self.edges().iter().map(|e| e.queued_bytes()).sum()
+    }
+
+    /// After a cycle or an idle tick: hand every edge's outbox to its
+    /// outbound task, with this node's source watermark and, once every
+    /// source is done, the end.
+    pub(super) fn flush_exchanges(&self) {
+        let Some(setup) = &self.exchanges else { return };
+        if !self.started {
+            return;
+        }
+        let finished = self.local_sources_finished();
+        for edge in setup.edges() {
+            edge.flush(
+                || setup.channels(),
+                self.shared.subscriptions.relief(),
+                self.local_watermark,
+                finished,
+            );
+        }
+    }
+
+    /// Take in what the other nodes sent; `true` when anything arrived
+    /// (a cycle should fold it). A failed channel halts the pipeline.
+    pub(super) fn drain_exchanges(&mut self) -> Result<bool, CycleError> {
+        let mut arrived = false;
+        for edge in self.edges() {
+            arrived |= edge.drain().map_err(CycleError::Source)?;
+        }
+        if arrived {
+            self.recompute_watermark();
+        }
+        Ok(arrived)
+    }
+
+    /// At a clean shutdown: wait until the other nodes took every row of
+    /// the edges that ended. Owns what it waits on, so the callback is not
+    /// borrowed across the wait.
+    pub(super) fn settle_exchanges(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), EngineError>> + Send + 'static {
+        let edges = self.edges();
+        async move {
+            for edge in edges {
+                edge.settle(CONNECT_PATIENCE).await?;
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! One exchange edge on one node: the rows it received and has not yet
+//! folded, the rows it routed to other nodes and has not yet handed to its
+//! outbound task, and its inbound watermark.
+//!
+//! The exchange operator (`route.rs`, on the coordinator thread during a
+//! cycle) and the pipeline callback (between cycles) share it; its
+//! outbound task owns the channels.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use parking_lot::Mutex;
+use sluice_shuffle::{OwnerTable, ShuffleEvent, ShuffleReceiver};
+
+use super::outbound::{Channels, Outbound, Outgoing};
+use crate::budget::Relief;
+use crate::error::{EngineError, Result};
+
+/// One exchange edge of this node.
+#[derive(Debug)]
+pub struct ExchangeEdge {
+    id: String,
+    local: usize,
+    table: OwnerTable,
+    wire: SchemaRef,
+    /// `None` when this node is the only one (nothing is ever received).
+    receiver: Option<ShuffleReceiver>,
+    state: Mutex<EdgeState>,
+}
+
+#[derive(Debug)]
+struct EdgeState {
+    /// Received batches (wire schema) not yet folded by the operator.
+    inbound: Vec<RecordBatch>,
+    /// The minimum watermark over the nodes sending to this edge.
+    inbound_watermark: i64,
+    /// Every other node ended its channel.
+    inbound_finished: bool,
+    /// Routed rows for other nodes (wire schema), until the cycle ends.
+    outbox: Vec<RecordBatch>,
+    outbound: Option<Outbound>,
+    /// The last watermark queued for the other nodes.
+    sent_watermark: i64,
+    ended: bool,
+}
+
+impl ExchangeEdge {
+    pub(super) fn new(
+        id: &str,
+        local: usize,
+        table: OwnerTable,
+        wire: SchemaRef,
+        receiver: Option<ShuffleReceiver>,
+    ) -> Self {
+        let alone = receiver.is_none();
+        Self {
+            id: id.to_string(),
+            local,
+            table,
+            wire,
+            receiver,
+            state: Mutex::new(EdgeState {
+                inbound: Vec::new(),
+                inbound_watermark: if alone { i64::MAX } else { i64::MIN },
+                inbound_finished: alone,
+                outbox: Vec::new(),
+                outbound: None,
+                sent_watermark: i64::MIN,
+                ended: alone,
+            }),
+        }
+    }
+
+    /// The edge's name, alike on every node.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// This node's index in the owner table.
+    pub(super) fn local(&self) -> usize {
+        self.local
+    }
+
+    /// Who owns each vnode.
+    pub(super) fn table(&self) -> &OwnerTable {
+        &self.table
+    }
+
+    /// The batches this edge carries: the exchange's input columns, then
+    /// the `UInt32` vnode column.
+    pub(super) fn wire(&self) -> &SchemaRef {
+        &self.wire
+    }
+
+    /// Take in everything the other nodes sent that is ready, in order:
+    /// rows wait for the next cycle, watermarks and ends apply at once.
+    /// `true` when anything arrived. A failed channel or outbound task
+    /// fails the edge.
+    pub(crate) fn drain(&self) -> Result<bool> {
+        let mut state = self.state.lock();
+        if let Some(out) = &state.outbound {
+            if let Some(e) = out.failure() {
+                return Err(EngineError::Shared(e).context(format!(
+                    "sending rows of exchange '{}' to the other nodes",
+                    self.id
+                )));
+            }
+        }
+        let Some(receiver) = &self.receiver else {
+            return Ok(false);
+        };
+        let mut arrived = false;
+        while let Some(event) = receiver.try_next() {
+            arrived = true;
+            let event = event.map_err(|e| {
+                EngineError::from(e).context(format!(
+                    "receiving rows of exchange '{}' from the other nodes",
+                    self.id
+                ))
+            })?;
+            match event {
+                ShuffleEvent::Data(b) => state.inbound.push(b),
+                ShuffleEvent::Watermark(w) => {
+                    state.inbound_watermark = state.inbound_watermark.max(w);
+                }
+                ShuffleEvent::EndOfStream => {
+                    state.inbound_finished = true;
+                    state.inbound_watermark = i64::MAX;
+                }
+                ShuffleEvent::Barrier(b) => {
+                    return Err(EngineError::Internal(format!(
+                        "exchange '{}' received the barrier of {b}, but a pipeline with an \
+                         exchange takes no checkpoints",
+                        self.id
+                    )))
+                }
+            }
+        }
+        Ok(arrived)
+    }
+
+    /// The received rows not yet folded, taken.
+    pub(super) fn take_inbound(&self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.state.lock().inbound)
+    }
+
+    /// Rows routed to other nodes this cycle.
+    pub(super) fn push_outbox(&self, batch: RecordBatch) {
+        self.state.lock().outbox.push(batch);
+    }
+
+    /// How far the other nodes' rows on this edge are complete: `None` once
+    /// all of them ended (the edge holds nothing back).
+    pub(crate) fn inbound_watermark(&self) -> Option<i64> {
+        let state = self.state.lock();
+        (!state.inbound_finished).then_some(state.inbound_watermark)
+    }
+
+    /// Every other node ended its channel and every row was folded.
+    pub(crate) fn inbound_finished(&self) -> bool {
+        let state = self.state.lock();
+        state.inbound_finished && state.inbound.is_empty()
+    }
+
+    /// After a cycle (or an idle tick): hand the outbox to the outbound
+    /// task (started on first use), then this node's source watermark
+    /// `local` if it moved, then the end once `finished` (every source of
+    /// this node is done and its rows were routed).
+    pub(crate) fn flush(
+        &self,
+        channels: impl FnOnce() -> Channels,
+        relief: Arc<Relief>,
+        local: i64,
+        finished: bool,
+    ) {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        if state.ended {
+            return;
+        }
+        let outbound = state.outbound.get_or_insert_with(|| {
+            Outbound::spawn(&self.id, Arc::clone(&self.wire), channels(), relief)
+        });
+        for b in std::mem::take(&mut state.outbox) {
+            outbound.queue(Outgoing::Rows(b));
+        }
+        if local > state.sent_watermark {
+            outbound.queue(Outgoing::Watermark(local));
+            state.sent_watermark = local;
+        }
+        if finished {
+            outbound.queue(Outgoing::End);
+            state.ended = true;
+        }
+    }
+
+    /// Bytes routed to other nodes and not yet sent.
+    pub(crate) fn queued_bytes(&self) -> u64 {
+        let state = self.state.lock();
+        let outbox: u64 = state
+            .outbox
+            .iter()
+            .map(|b| b.get_array_memory_size() as u64)
+            .sum();
+        outbox + state.outbound.as_ref().map_or(0, Outbound::queued_bytes)
+    }
+
+    /// Whether the outbound queue passed the channel budget (source intake
+    /// pauses until it drains).
+    pub(crate) fn is_full(&self) -> bool {
+        let state = self.state.lock();
+        state.outbound.as_ref().is_some_and(Outbound::is_full)
+    }
+
+    /// Wait (up to `patience`) until the outbound task sent everything
+    /// queued and, once the edge ended, the other nodes took it all.
+    pub(crate) async fn settle(&self, patience: std::time::Duration) -> Result<()> {
+        let task = {
+            let mut state = self.state.lock();
+            if !state.ended {
+                // Stopped before its sources were done: nothing to finish.
+                return Ok(());
+            }
+            state.outbound.as_mut().and_then(Outbound::take_task)
+        };
+        let Some(task) = task else { return Ok(()) };
+        match tokio::time::timeout(patience, task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(EngineError::Internal(format!(
+                    "the outbound task of exchange '{}' failed: {e}",
+                    self.id
+                )))
+            }
+            Err(_) => {
+                return Err(EngineError::Option(format!(
+                    "exchange '{}': the other nodes did not take this node's last rows within {}",
+                    self.id,
+                    humantime::format_duration(patience)
+                )))
+            }
+        }
+        match self
+            .state
+            .lock()
+            .outbound
+            .as_ref()
+            .and_then(Outbound::failure)
+        {
+            Some(e) => Err(EngineError::Shared(e)
+                .context(format!("sending the last rows of exchange '{}'", self.id))),
+            None => Ok(()),
+        }
+    }
+}

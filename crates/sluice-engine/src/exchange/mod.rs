@@ -1,0 +1,258 @@
+//! Keyed operators across the nodes of a split: every row of a keyed
+//! aggregation crosses to the node that owns its key's vnode, so each key
+//! is aggregated on exactly one node.
+//!
+//! # Architecture
+//!
+//! ```text
+//!  node n1 (coordinator thread)                         node n2
+//!  ┌───────────────────────────────────────────┐        ┌──────────────────────┐
+//!  │ sources (its files) ─► filters/projections│        │                      │
+//!  │        │ rows                             │        │                      │
+//!  │        ▼                                  │        │                      │
+//!  │  Exchange (route.rs): key ─► vnode ─► owner│       │                      │
+//!  │        │ own rows            │ n2's rows   │        │                      │
+//!  │        │                     ▼ outbox      │        │                      │
+//!  │        │      after the cycle: outbound.rs ┼─gRPC──►│ ShuffleServer inbox  │
+//!  │        │      (task: rows, then the node's │ Arrow  │  (n2's edge)         │
+//!  │        │       source watermark, then end) │  IPC   │                      │
+//!  │        ▼                                  │        │                      │
+//!  │  aggregation ◄── inbound rows ◄─ drain ◄───┼◄───────┤ n2's outbound        │
+//!  │        │         (take_shuffle_input,     │        │                      │
+//!  │        ▼          woken by the edge wake) │        │                      │
+//!  │  sinks of n1                              │        │                      │
+//!  └───────────────────────────────────────────┘        └──────────────────────┘
+//! ```
+//!
+//! * [`plan`] certifies which queries can run this way (a windowed or
+//!   updating `GROUP BY` over append-only, row-by-row input) and puts an
+//!   exchange in front of each such aggregation; an edge is named after its
+//!   stream and position, so every node names it alike.
+//! * [`route`] is the exchange operator: it computes each row's vnode from
+//!   the canonical key encoding of the `GROUP BY` keys (the encoding process
+//!   functions document), keeps the rows this node owns in the cycle and
+//!   puts the others in the edge's outbox; it then adds the rows other
+//!   nodes sent.
+//! * [`outbound`] is one task per edge that sends the outbox over
+//!   `sluice-shuffle` channels. The coordinator never waits on it: when its
+//!   queue holds more than the edge's byte budget, the node takes no source
+//!   input (output pressure), but it keeps taking rows other nodes send, so
+//!   two nodes sending to each other never wait on each other.
+//!
+//! Time: a node sends the watermark of its own sources, never its
+//! pipeline watermark (that includes the other nodes', and two nodes
+//! waiting on each other's would never move). An edge's inbound watermark
+//! is the minimum over the nodes sending to it; the pipeline watermark is
+//! the minimum of the node's sources and its edges, so a window closes
+//! only once every node has passed it. Rows drained from an edge are
+//! folded in the same cycle as the watermark that followed them, and
+//! operators add a cycle's rows before they advance, so no row another
+//! node admitted is late here.
+//!
+//! Checkpoints across nodes need one cut through every node and every
+//! channel (barriers in band, one decision for all): until that comes, a
+//! pipeline with an exchange takes no checkpoints and says so at start.
+
+pub mod edge;
+mod outbound;
+pub mod plan;
+pub mod route;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use parking_lot::Mutex;
+use sluice_shuffle::{CreditBudget, OwnerTable, ShuffleServer};
+use tokio::sync::Notify;
+
+use crate::error::{EngineError, Result};
+pub use edge::ExchangeEdge;
+
+/// How long a node keeps trying to open its channels to the other nodes
+/// (they may start later than it).
+pub const CONNECT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One node's part in the shuffle between the nodes of a split: who it is,
+/// who owns each vnode, where the other nodes listen, and its own server.
+pub struct ShuffleSetup {
+    node: String,
+    pipeline: String,
+    generation: u64,
+    table: OwnerTable,
+    endpoints: HashMap<String, String>,
+    server: Arc<ShuffleServer>,
+    budget: CreditBudget,
+    /// One wake for every edge of this node: the coordinator's
+    /// `shuffle_work_wake`.
+    wake: Arc<Notify>,
+    /// The edges made so far, in the order their streams were installed.
+    edges: Mutex<Vec<Arc<ExchangeEdge>>>,
+}
+
+impl std::fmt::Debug for ShuffleSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShuffleSetup")
+            .field("node", &self.node)
+            .field("pipeline", &self.pipeline)
+            .field("generation", &self.generation)
+            .field("nodes", &self.table.nodes())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShuffleSetup {
+    /// Node `node` of pipeline `pipeline` under assignment `generation`:
+    /// `table` owns every vnode, `endpoints` has the `http://host:port` of
+    /// every other node of the table, and `server` is this node's own
+    /// (bound for the same pipeline, node and generation).
+    pub fn new(
+        node: &str,
+        pipeline: &str,
+        generation: u64,
+        table: OwnerTable,
+        endpoints: HashMap<String, String>,
+        server: Arc<ShuffleServer>,
+    ) -> Result<Self> {
+        let refuse = |why: String| EngineError::Option(format!("shuffle of node '{node}': {why}"));
+        if !table.nodes().iter().any(|n| n == node) {
+            return Err(refuse(format!(
+                "the node is not in the owner table (nodes: {})",
+                table.nodes().join(", ")
+            )));
+        }
+        if let Some(missing) = table
+            .nodes()
+            .iter()
+            .find(|n| *n != node && !endpoints.contains_key(*n))
+        {
+            return Err(refuse(format!("no endpoint for node '{missing}'")));
+        }
+        if server.generation() != generation {
+            return Err(refuse(format!(
+                "its server admits generation {}, the setup routes by generation {generation}",
+                server.generation()
+            )));
+        }
+        Ok(Self {
+            node: node.to_string(),
+            pipeline: pipeline.to_string(),
+            generation,
+            table,
+            endpoints,
+            server,
+            budget: CreditBudget::default(),
+            wake: Arc::new(Notify::new()),
+            edges: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Each channel's credit (frames and bytes in flight; 64 frames and 16
+    /// MiB by default); the outbound
+    /// queue of an edge pauses source intake past the same byte count.
+    pub fn with_budget(mut self, budget: CreditBudget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// This node.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Who owns each vnode.
+    pub fn table(&self) -> &OwnerTable {
+        &self.table
+    }
+
+    /// The vnodes this node owns.
+    pub fn owned_vnodes(&self) -> Vec<u32> {
+        let local = self.local_index();
+        (0..self.table.vnode_count())
+            .filter(|v| self.table.owner_index(*v) == Some(local as u32))
+            .collect()
+    }
+
+    fn local_index(&self) -> usize {
+        self.table
+            .nodes()
+            .iter()
+            .position(|n| *n == self.node)
+            .unwrap_or(0)
+    }
+
+    /// The coordinator's wake: notified whenever rows, a watermark, an end
+    /// or a failure arrive on any edge of this node.
+    pub fn wake(&self) -> Arc<Notify> {
+        Arc::clone(&self.wake)
+    }
+
+    /// Make the edge `id` carrying batches of `wire` (the exchange's input
+    /// columns and the vnode column): its receiver is registered with this
+    /// node's server at once, so other nodes can open their channels.
+    pub(crate) fn edge(&self, id: &str, wire: SchemaRef) -> Result<Arc<ExchangeEdge>> {
+        let mut edges = self.edges.lock();
+        if edges.iter().any(|e| e.id() == id) {
+            return Err(EngineError::Internal(format!(
+                "exchange edge '{id}' is made twice"
+            )));
+        }
+        let others: Vec<String> = self
+            .table
+            .nodes()
+            .iter()
+            .filter(|n| **n != self.node)
+            .cloned()
+            .collect();
+        let receiver = if others.is_empty() {
+            None
+        } else {
+            Some(self.server.receiver_waking(
+                id,
+                Arc::clone(&wire),
+                others,
+                self.budget,
+                self.wake(),
+            )?)
+        };
+        let edge = Arc::new(ExchangeEdge::new(
+            id,
+            self.local_index(),
+            self.table.clone(),
+            wire,
+            receiver,
+        ));
+        edges.push(Arc::clone(&edge));
+        Ok(edge)
+    }
+
+    /// Every edge made so far.
+    pub(crate) fn edges(&self) -> Vec<Arc<ExchangeEdge>> {
+        self.edges.lock().clone()
+    }
+
+    /// What an edge's outbound task needs to open its channels.
+    pub(crate) fn channels(&self) -> outbound::Channels {
+        outbound::Channels {
+            pipeline: self.pipeline.clone(),
+            node: self.node.clone(),
+            generation: self.generation,
+            table: self.table.clone(),
+            endpoints: self.endpoints.clone(),
+            budget_bytes: self.budget.bytes,
+            wake: self.wake(),
+        }
+    }
+}
+
+/// A [`ShuffleSetup`] as pipeline options hold it: compared by identity.
+#[derive(Debug, Clone)]
+pub struct ShuffleHandle(pub Arc<ShuffleSetup>);
+
+impl PartialEq for ShuffleHandle {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ShuffleHandle {}

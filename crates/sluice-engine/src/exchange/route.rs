@@ -1,0 +1,106 @@
+//! The exchange operator: in front of a keyed aggregation, it keeps the
+//! rows whose key's vnode this node owns, routes the rest to their owners
+//! (through the edge's outbox), and adds the rows other nodes routed here.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, UInt32Array};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+
+use super::ExchangeEdge;
+use crate::error::{EngineError, Result};
+use crate::operators::expr::{eval_column, PhysExpr};
+use crate::process::key::encode_keys;
+use crate::process::placement::vnode_of;
+
+/// The exchange in front of one keyed operator.
+pub struct ExchangeOp {
+    /// The `GROUP BY` keys, over the input.
+    keys: Vec<PhysExpr>,
+    /// How errors name each key.
+    key_names: Vec<String>,
+    /// The input's schema (the wire schema without the vnode column).
+    input: SchemaRef,
+    edge: Arc<ExchangeEdge>,
+}
+
+impl ExchangeOp {
+    /// An exchange routing by `keys` (named `key_names` in errors) over
+    /// `edge`.
+    pub fn new(keys: Vec<PhysExpr>, key_names: Vec<String>, edge: Arc<ExchangeEdge>) -> Self {
+        let wire = edge.wire();
+        let input = Arc::new(arrow::datatypes::Schema::new(
+            wire.fields()[..wire.fields().len().saturating_sub(1)].to_vec(),
+        ));
+        Self {
+            keys,
+            key_names,
+            input,
+            edge,
+        }
+    }
+
+    /// The edge.
+    pub fn edge(&self) -> &Arc<ExchangeEdge> {
+        &self.edge
+    }
+
+    /// Route this cycle's `input`: the rows this node owns, then the rows
+    /// other nodes sent since the last cycle.
+    pub fn run(&self, input: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        let table = self.edge.table();
+        let local = self.edge.local();
+        let mut out = Vec::with_capacity(input.len());
+        for batch in input {
+            let rows = batch.num_rows();
+            if rows == 0 {
+                continue;
+            }
+            if table.nodes().len() == 1 {
+                out.push(batch);
+                continue;
+            }
+            let columns = self
+                .keys
+                .iter()
+                .zip(&self.key_names)
+                .map(|(k, name)| eval_column(k, &batch, name))
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            let keys = encode_keys(&columns, rows).map_err(|e| {
+                EngineError::Internal(format!(
+                    "exchange '{}': encoding the keys: {e}",
+                    self.edge.id()
+                ))
+            })?;
+            let count = table.vnode_count();
+            let vnodes: UInt32Array = keys.iter().map(|k| vnode_of(k, count)).collect();
+            let mut wire_columns = batch.columns().to_vec();
+            wire_columns.push(Arc::new(vnodes.clone()));
+            let wire = RecordBatch::try_new(Arc::clone(self.edge.wire()), wire_columns)?;
+            let parts =
+                sluice_shuffle::route::split_by_vnode(self.edge.id(), &wire, &vnodes, table)?;
+            for (owner, part) in parts.into_iter().enumerate() {
+                let Some(part) = part else { continue };
+                if owner == local {
+                    out.push(self.unwire(&part)?);
+                } else {
+                    self.edge.push_outbox(part);
+                }
+            }
+        }
+        for received in self.edge.take_inbound() {
+            out.push(self.unwire(&received)?);
+        }
+        Ok(out)
+    }
+
+    /// A wire batch without its vnode column.
+    fn unwire(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let n = batch.num_columns().saturating_sub(1);
+        Ok(RecordBatch::try_new(
+            Arc::clone(&self.input),
+            batch.columns()[..n].to_vec(),
+        )?)
+    }
+}
