@@ -13,6 +13,7 @@ pub mod operators;
 pub mod options;
 pub mod output;
 pub mod panic;
+pub mod partition;
 pub mod pipeline;
 pub mod process;
 pub mod seam;

@@ -128,7 +128,10 @@ async fn open_node(
         table.clone(),
         endpoints,
         Arc::clone(&servers[n]),
-    )?;
+    )?
+    // Every node of a test starts at once: a node that never opens its
+    // channels is given up on in seconds.
+    .with_patience(std::time::Duration::from_secs(3));
     let placement = VnodePlacement::new(table.vnode_count(), setup.owned_vnodes()).unwrap();
     let db = Database::builder()
         .base_dir(dir)
@@ -199,4 +202,222 @@ async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
         union.sort();
         assert_eq!(union, single, "round {round}: totals over {nodes} nodes");
     }
+}
+
+/// A one-node shuffle (every vnode on `n0`): admission and start checks
+/// need no other node.
+async fn lone_node(dir: &Path, script: &str) -> sluice::Result<Database> {
+    let (servers, table) = servers(1, &[0; 8]).await;
+    open_node(dir, 0, &servers, &table, 4, script).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_query_a_shuffled_split_cannot_run_is_refused_by_name() {
+    const SRC: &str =
+        "CREATE SOURCE a (k BIGINT, v BIGINT, f DOUBLE, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+        WITH (connector = 'file', path = 'in/*.csv', format = 'csv');
+      CREATE SOURCE b (k BIGINT, w BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+        WITH (connector = 'file', path = 'in_b/*.csv', format = 'csv');";
+    let stateful = |op: &str| {
+        format!(
+            "stream 'x' cannot run split across nodes: its {op} keeps state across rows, and a \
+             shuffle between nodes carries the rows of windowed and updating GROUP BY \
+             aggregations only so far"
+        )
+    };
+    let window_y = "CREATE STREAM y AS SELECT k, tumble(ts, INTERVAL '1' SECOND) AS w, COUNT(*) AS n FROM a GROUP BY k, tumble(ts, INTERVAL '1' SECOND);";
+    let cases: Vec<(String, String)> = vec![
+        ("CREATE STREAM x AS SELECT DISTINCT k FROM a".into(), stateful("DISTINCT")),
+        (
+            "CREATE STREAM x AS SELECT * FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn FROM a) WHERE rn <= 3".into(),
+            stateful("top-N"),
+        ),
+        (
+            "CREATE STREAM x AS SELECT k, SUM(v) OVER (PARTITION BY k ORDER BY ts RANGE BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT ROW) AS s FROM a".into(),
+            stateful("OVER aggregation"),
+        ),
+        ("CREATE STREAM x AS SELECT a.k, b.w FROM a JOIN b ON a.k = b.k".into(), stateful("join")),
+        ("CREATE STREAM x AS SELECT a.k, b.w FROM a LEFT JOIN b ON a.k = b.k".into(), stateful("outer join")),
+        (
+            "CREATE STREAM x AS SELECT a.k, COUNT(*) AS n FROM a JOIN b ON a.k = b.k GROUP BY a.k".into(),
+            "stream 'x' cannot run split across nodes: its join feeds an aggregation".into(),
+        ),
+        (
+            format!("{window_y} CREATE STREAM x AS SELECT n, COUNT(*) AS c FROM y GROUP BY n"),
+            "stream 'x' cannot run split across nodes: its aggregation reads 'y', whose rows come out of a keyed operator on each node".into(),
+        ),
+        (
+            format!("{window_y} CREATE STREAM z AS SELECT n FROM y WHERE n > 1; CREATE STREAM x AS SELECT n, COUNT(*) AS c FROM z GROUP BY n"),
+            "stream 'x' cannot run split across nodes: its aggregation reads 'z', whose rows come out of a keyed operator on each node".into(),
+        ),
+        (
+            "CREATE STREAM x AS SELECT f, COUNT(*) AS n FROM a GROUP BY f".into(),
+            "stream 'x' cannot run split across nodes: its GROUP BY key a.f is of type Float64, which has no canonical key encoding".into(),
+        ),
+        (
+            "CREATE MATERIALIZED VIEW x AS SELECT k, COUNT(*) AS n FROM a GROUP BY k".into(),
+            "materialized view 'x' cannot run split across nodes: each node would hold only its share of the view".into(),
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (sub, text) in [
+        ("in/a.csv", "k,v,f,ts\n1,1,0.5,1970-01-01T00:00:01\n"),
+        ("in_b/b.csv", "k,w,ts\n1,1,1970-01-01T00:00:01\n"),
+    ] {
+        std::fs::create_dir_all(dir.path().join(sub).parent().unwrap()).unwrap();
+        std::fs::write(dir.path().join(sub), text).unwrap();
+    }
+    for (sql, expected) in &cases {
+        let db = lone_node(dir.path(), SRC).await.unwrap();
+        let err = db.execute(sql).await.expect_err(sql).to_string();
+        assert!(
+            err.contains(expected.as_str()),
+            "{sql}\n got: {err}\n want: {expected}"
+        );
+        db.start().await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        db.abort().await.unwrap();
+    }
+    // What a shuffle runs is admitted: windows, updating aggregates with
+    // HAVING, and row-by-row streams over them.
+    let db = lone_node(dir.path(), SRC).await.unwrap();
+    db.execute(&format!(
+        "{window_y} CREATE STREAM x AS SELECT k, COUNT(*) AS n FROM a GROUP BY k HAVING COUNT(*) > 1;
+         CREATE STREAM z AS SELECT k, n FROM y WHERE n > 1"
+    ))
+    .await
+    .unwrap();
+    tokio::time::timeout(LIMIT, db.run_to_completion())
+        .await
+        .unwrap()
+        .unwrap();
+    db.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shuffled_split_refuses_checkpoints_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    write_input(dir.path(), &mut Rng(3), 2);
+    let (servers, table) = servers(1, &[0; 8]).await;
+    let setup = ShuffleSetup::new(
+        "n0",
+        PIPELINE,
+        1,
+        table,
+        HashMap::new(),
+        Arc::clone(&servers[0]),
+    )
+    .unwrap();
+    let db = Database::builder()
+        .base_dir(dir.path())
+        .state_dir(state.path())
+        .set("delivery", "exactly_once")
+        .unwrap()
+        .split("n0", VnodePlacement::all(8).unwrap())
+        .unwrap()
+        .shuffle(setup)
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    db.execute(&SCRIPT.replace("BATCH", "4")).await.unwrap();
+    let err = db
+        .start()
+        .await
+        .expect_err("checkpoints refused")
+        .to_string();
+    assert!(
+        err.contains("a split pipeline whose keyed operators shuffle rows between nodes takes no checkpoints yet"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shuffle_whose_table_disagrees_with_the_split_is_refused() {
+    let (servers, table) = servers(2, &[0, 1, 0, 1]).await;
+    let endpoints: HashMap<String, String> = [("n1".to_string(), servers[1].endpoint())].into();
+    let setup = ShuffleSetup::new(
+        "n0",
+        PIPELINE,
+        1,
+        table.clone(),
+        endpoints.clone(),
+        Arc::clone(&servers[0]),
+    )
+    .unwrap();
+    let err = Database::builder()
+        .split("n0", VnodePlacement::new(4, [0, 1]).unwrap())
+        .unwrap()
+        .shuffle(setup)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("the owner table gives node 'n0' 2 of 4 vnodes, but the split of node 'n0' holds 2 of 4"), "{err}");
+    let err = ShuffleSetup::new(
+        "n0",
+        PIPELINE,
+        1,
+        table.clone(),
+        HashMap::new(),
+        Arc::clone(&servers[0]),
+    )
+    .expect_err("no endpoint")
+    .to_string();
+    assert!(err.contains("no endpoint for node 'n1'"), "{err}");
+    let err = ShuffleSetup::new(
+        "n9",
+        PIPELINE,
+        1,
+        table.clone(),
+        endpoints.clone(),
+        Arc::clone(&servers[0]),
+    )
+    .expect_err("not in the table")
+    .to_string();
+    assert!(
+        err.contains("shuffle of node 'n9': the node is not in the owner table (nodes: n0, n1)"),
+        "{err}"
+    );
+    let err = ShuffleSetup::new("n0", PIPELINE, 2, table, endpoints, Arc::clone(&servers[0]))
+        .expect_err("generation")
+        .to_string();
+    assert!(
+        err.contains("its server admits generation 1, the setup routes by generation 2"),
+        "{err}"
+    );
+}
+
+/// A node that leaves mid-run before it ever sent anything (its pipeline
+/// aborted: its receivers cut every channel, and it never opened one of
+/// its own) halts the others with the shuffle's error, naming the
+/// exchange and the node, instead of letting them publish a result
+/// without its rows or wait for it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_leaves_mid_run_halts_the_others_with_the_shuffle_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_input(dir.path(), &mut Rng(17), 6);
+    let owner: Vec<u32> = (0..64).map(|v| v % 2).collect();
+    let (servers, table) = servers(2, &owner).await;
+    let n0 = open_node(dir.path(), 0, &servers, &table, 4, SCRIPT)
+        .await
+        .unwrap();
+    let n1 = open_node(dir.path(), 1, &servers, &table, 4, SCRIPT)
+        .await
+        .unwrap();
+    n0.start().await.unwrap();
+    // n1 never starts: n0 reads its share, sends n1 its rows and waits for
+    // n1's. Then n1 goes.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    n1.abort().await.unwrap();
+    drop(n1);
+    let err = tokio::time::timeout(LIMIT, n0.run_to_completion())
+        .await
+        .expect("halted in time")
+        .expect_err("halted")
+        .to_string();
+    assert!(
+        err.contains("exchange '") && err.contains("SLC-SHF-"),
+        "{err}"
+    );
+    let _ = n0.abort().await;
 }

@@ -10,6 +10,8 @@
 //! node's own watermark), a materialized view (each node would hold its
 //! share of it), and a source without partitions (a Nexmark generator).
 
+use arrow::datatypes::DataType;
+use datafusion::logical_expr::{Expr, ExprSchemable};
 use sluice_sql::plan::StreamNode;
 
 use super::{Catalog, SourceConnector, StreamKind};
@@ -18,7 +20,8 @@ use crate::error::{EngineError, Result};
 /// Refuse the first object of `catalog` whose split result would differ
 /// from the single-node result (see the module docs). With `shuffle`
 /// (keyed operators' rows cross to their vnode's owner), the aggregations
-/// [`crate::exchange::plan`] distributes are admitted too.
+/// [`shuffle_refusal`] passes are admitted too (an exchange in front of
+/// each routes its rows, see `operators::exchange`).
 pub fn certify(catalog: &Catalog, shuffle: bool) -> Result<()> {
     // Streams whose rows come out of a keyed operator on each node
     // (directly, or through row-by-row streams over one).
@@ -63,7 +66,7 @@ pub fn certify(catalog: &Catalog, shuffle: bool) -> Result<()> {
                         &format!("its {op} reads '{input}', whose rows come out of a keyed operator on each node; a second shuffle after the first is not built yet"),
                     ));
                 }
-                if let Some(why) = crate::exchange::plan::refusal(&plan.root, stateful_operator) {
+                if let Some(why) = shuffle_refusal(&plan.root) {
                     return Err(refuse(kind, &stream.name, &why));
                 }
                 if stateful.is_some() || reads_keyed.is_some() {
@@ -107,6 +110,71 @@ pub fn certify(catalog: &Catalog, shuffle: bool) -> Result<()> {
     Ok(())
 }
 
+/// Why `root` cannot run across nodes with a shuffle, if it cannot: it
+/// can when its keyed operator is a windowed or updating `GROUP BY`
+/// reached from the root through filters and projections only (a
+/// `HAVING`, an outer `SELECT`), over append-only input computed row by
+/// row, keyed by columns of types the canonical key encoding has
+/// (integers, dates, timestamps, booleans, strings).
+fn shuffle_refusal(root: &StreamNode) -> Option<String> {
+    match root {
+        StreamNode::Filter { input, .. } | StreamNode::Project { input, .. } => {
+            shuffle_refusal(input)
+        }
+        StreamNode::WindowAggregate { input, keys, .. }
+        | StreamNode::Aggregate { input, keys, .. } => {
+            if input.is_changelog() {
+                return Some(
+                    "its aggregation reads an updating input; a shuffle between nodes carries \
+                     append-only rows only so far"
+                        .into(),
+                );
+            }
+            if let Some(op) = stateful_operator(input) {
+                return Some(format!(
+                    "its {op} feeds an aggregation; a shuffle between nodes runs one keyed \
+                     operator per query, over row-by-row input, so far"
+                ));
+            }
+            unsupported_key(keys, input).map(|(key, t)| {
+                format!(
+                    "its GROUP BY key {key} is of type {t}, which has no canonical key \
+                     encoding to place it on a vnode (integers, dates, timestamps, booleans \
+                     and strings have)"
+                )
+            })
+        }
+        other => stateful_operator(other).map(|op| {
+            format!(
+                "its {op} keeps state across rows, and a shuffle between nodes carries the rows \
+                 of windowed and updating GROUP BY aggregations only so far"
+            )
+        }),
+    }
+}
+
+fn unsupported_key(keys: &[Expr], input: &StreamNode) -> Option<(String, DataType)> {
+    keys.iter().find_map(|k| {
+        let t = k.get_type(input.schema()).ok()?;
+        let ok = matches!(
+            t,
+            DataType::Int8
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::UInt8
+                | DataType::UInt16
+                | DataType::UInt32
+                | DataType::UInt64
+                | DataType::Date32
+                | DataType::Timestamp(_, _)
+                | DataType::Boolean
+                | DataType::Utf8
+        );
+        (!ok).then(|| (k.schema_name().to_string(), t))
+    })
+}
+
 fn refuse(kind: &str, name: &str, why: &str) -> EngineError {
     EngineError::Option(format!(
         "{kind} '{name}' cannot run split across nodes: {why}"
@@ -116,7 +184,7 @@ fn refuse(kind: &str, name: &str, why: &str) -> EngineError {
 /// The first operator of `node`'s tree that keeps state across rows, by
 /// its SQL name; `None` when every operator works row by row. Every
 /// operator kind is named here, so a new one must be decided on.
-pub(crate) fn stateful_operator(node: &StreamNode) -> Option<&'static str> {
+fn stateful_operator(node: &StreamNode) -> Option<&'static str> {
     match node {
         StreamNode::Scan { .. } => None,
         StreamNode::Filter { input, .. }

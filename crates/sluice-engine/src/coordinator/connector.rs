@@ -358,6 +358,7 @@ impl SourceIntake for ConnectorPipelineCallback {
         // An idle source moves this node's watermark without a cycle: the
         // other nodes wait for it.
         self.flush_exchanges();
+        self.check_exchanges_attached();
     }
 
     fn shuffle_work_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
@@ -537,22 +538,24 @@ impl OutputPublication for ConnectorPipelineCallback {
     }
 
     async fn close_sinks(&mut self) -> Result<(), EngineError> {
-        // The other nodes take this node's last routed rows first: its
-        // sinks may publish only once its part of the run is complete.
-        self.settle_exchanges().await?;
-        let results: Vec<Result<(), EngineError>> = self
-            .sinks
-            .iter_mut()
-            .map(|sink| {
-                let name = sink.name().to_string();
-                crate::panic::contain(|| format!("closing sink '{name}'"), || sink.close())
-                    .and_then(|r| r.map(|_| ()))
-            })
-            .collect();
+        // The other nodes take this node's last routed rows first (their
+        // outputs need them; this node's own are complete once its
+        // pipeline finished), then its channels close.
+        let settled = self.settle_exchanges().await;
+        self.close_exchanges();
+        let mut results: Vec<Result<(), EngineError>> = vec![settled];
+        results.extend(self.sinks.iter_mut().map(|sink| {
+            let name = sink.name().to_string();
+            crate::panic::contain(|| format!("closing sink '{name}'"), || sink.close())
+                .and_then(|r| r.map(|_| ()))
+        }));
         first_error(results, "closing sink failed")
     }
 
     fn abort_sinks(&mut self) -> Result<(), EngineError> {
+        // A stopped pipeline's channels close: the other nodes learn it is
+        // gone instead of waiting for its rows.
+        self.close_exchanges();
         let results: Vec<Result<(), EngineError>> = self
             .sinks
             .iter_mut()

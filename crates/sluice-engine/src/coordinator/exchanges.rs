@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::callback::CycleError;
 use super::connector::ConnectorPipelineCallback;
 use crate::error::EngineError;
-use crate::exchange::{ExchangeEdge, ShuffleSetup, CONNECT_PATIENCE};
+use crate::exchange::{ExchangeEdge, ShuffleSetup};
 
 impl ConnectorPipelineCallback {
     /// Route keyed operators' rows between the nodes of a split with
@@ -75,6 +75,20 @@ impl ConnectorPipelineCallback {
         }
     }
 
+    /// On an idle tick: a node that never opened its channel to an edge
+    /// within the patience halts this one (see
+    /// [`ExchangeEdge::check_attached`]).
+    pub(super) fn check_exchanges_attached(&mut self) {
+        let Some(setup) = &self.exchanges else { return };
+        let patience = setup.patience();
+        for edge in setup.edges() {
+            if let Err(e) = edge.check_attached(patience) {
+                self.failure.get_or_insert(CycleError::Source(e));
+                return;
+            }
+        }
+    }
+
     /// Take in what the other nodes sent; `true` when anything arrived
     /// (a cycle should fold it). A failed channel halts the pipeline.
     pub(super) fn drain_exchanges(&mut self) -> Result<bool, CycleError> {
@@ -95,11 +109,23 @@ impl ConnectorPipelineCallback {
         &self,
     ) -> impl std::future::Future<Output = Result<(), EngineError>> + Send + 'static {
         let edges = self.edges();
+        let patience = self
+            .exchanges
+            .as_ref()
+            .map_or(crate::exchange::CONNECT_PATIENCE, |s| s.patience());
         async move {
             for edge in edges {
-                edge.settle(CONNECT_PATIENCE).await?;
+                edge.settle(patience).await?;
             }
             Ok(())
+        }
+    }
+
+    /// The pipeline stopped: cut every exchange's channels (after a clean
+    /// shutdown settled them, nothing is lost by it).
+    pub(super) fn close_exchanges(&self) {
+        for edge in self.edges() {
+            edge.close();
         }
     }
 }

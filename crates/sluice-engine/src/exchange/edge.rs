@@ -24,13 +24,14 @@ pub struct ExchangeEdge {
     local: usize,
     table: OwnerTable,
     wire: SchemaRef,
-    /// `None` when this node is the only one (nothing is ever received).
-    receiver: Option<ShuffleReceiver>,
     state: Mutex<EdgeState>,
 }
 
 #[derive(Debug)]
 struct EdgeState {
+    /// `None` when this node is the only one (nothing is ever received),
+    /// and once the edge is closed.
+    receiver: Option<ShuffleReceiver>,
     /// Received batches (wire schema) not yet folded by the operator.
     inbound: Vec<RecordBatch>,
     /// The minimum watermark over the nodes sending to this edge.
@@ -40,6 +41,8 @@ struct EdgeState {
     /// Routed rows for other nodes (wire schema), until the cycle ends.
     outbox: Vec<RecordBatch>,
     outbound: Option<Outbound>,
+    /// When the outbound task started (this node's first cycle).
+    started: Option<std::time::Instant>,
     /// The last watermark queued for the other nodes.
     sent_watermark: i64,
     ended: bool,
@@ -59,13 +62,14 @@ impl ExchangeEdge {
             local,
             table,
             wire,
-            receiver,
             state: Mutex::new(EdgeState {
+                receiver,
                 inbound: Vec::new(),
                 inbound_watermark: if alone { i64::MAX } else { i64::MIN },
                 inbound_finished: alone,
                 outbox: Vec::new(),
                 outbound: None,
+                started: None,
                 sent_watermark: i64::MIN,
                 ended: alone,
             }),
@@ -78,18 +82,18 @@ impl ExchangeEdge {
     }
 
     /// This node's index in the owner table.
-    pub(super) fn local(&self) -> usize {
+    pub(crate) fn local(&self) -> usize {
         self.local
     }
 
     /// Who owns each vnode.
-    pub(super) fn table(&self) -> &OwnerTable {
+    pub(crate) fn table(&self) -> &OwnerTable {
         &self.table
     }
 
     /// The batches this edge carries: the exchange's input columns, then
     /// the `UInt32` vnode column.
-    pub(super) fn wire(&self) -> &SchemaRef {
+    pub(crate) fn wire(&self) -> &SchemaRef {
         &self.wire
     }
 
@@ -107,11 +111,8 @@ impl ExchangeEdge {
                 )));
             }
         }
-        let Some(receiver) = &self.receiver else {
-            return Ok(false);
-        };
         let mut arrived = false;
-        while let Some(event) = receiver.try_next() {
+        while let Some(event) = state.receiver.as_ref().and_then(ShuffleReceiver::try_next) {
             arrived = true;
             let event = event.map_err(|e| {
                 EngineError::from(e).context(format!(
@@ -141,12 +142,12 @@ impl ExchangeEdge {
     }
 
     /// The received rows not yet folded, taken.
-    pub(super) fn take_inbound(&self) -> Vec<RecordBatch> {
+    pub(crate) fn take_inbound(&self) -> Vec<RecordBatch> {
         std::mem::take(&mut self.state.lock().inbound)
     }
 
     /// Rows routed to other nodes this cycle.
-    pub(super) fn push_outbox(&self, batch: RecordBatch) {
+    pub(crate) fn push_outbox(&self, batch: RecordBatch) {
         self.state.lock().outbox.push(batch);
     }
 
@@ -179,6 +180,7 @@ impl ExchangeEdge {
         if state.ended {
             return;
         }
+        state.started.get_or_insert_with(std::time::Instant::now);
         let outbound = state.outbound.get_or_insert_with(|| {
             Outbound::spawn(&self.id, Arc::clone(&self.wire), channels(), relief)
         });
@@ -192,6 +194,45 @@ impl ExchangeEdge {
         if finished {
             outbound.queue(Outgoing::End);
             state.ended = true;
+        }
+    }
+
+    /// This node's pipeline stopped (shut down, aborted or halted): cut
+    /// every channel of the edge both ways, so the other nodes learn it
+    /// is gone instead of waiting for its rows. An edge that ended and was
+    /// settled lost nothing by it.
+    pub(crate) fn close(&self) {
+        let mut state = self.state.lock();
+        state.receiver = None;
+        if let Some(out) = state.outbound.as_mut() {
+            out.abort();
+        }
+        state.ended = true;
+    }
+
+    /// Fail when a node has not opened its channel to this edge within
+    /// `patience` of this node's start: it died before it started, and no
+    /// channel of it can fail to say so.
+    pub(crate) fn check_attached(&self, patience: std::time::Duration) -> Result<()> {
+        let state = self.state.lock();
+        let (Some(started), Some(receiver)) = (state.started, &state.receiver) else {
+            return Ok(());
+        };
+        if state.inbound_finished || started.elapsed() < patience {
+            return Ok(());
+        }
+        match receiver.unattached_senders().first() {
+            Some(node) => Err(EngineError::from(sluice_shuffle::ShuffleError::PeerGone {
+                edge: self.id.clone(),
+                node: node.clone(),
+                detail: format!(
+                    "it did not open its channel within {} of this node's start",
+                    humantime::format_duration(patience)
+                ),
+                source: None,
+            })
+            .context(format!("exchange '{}'", self.id))),
+            None => Ok(()),
         }
     }
 

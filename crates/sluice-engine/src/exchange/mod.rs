@@ -10,7 +10,7 @@
 //!  │ sources (its files) ─► filters/projections│        │                      │
 //!  │        │ rows                             │        │                      │
 //!  │        ▼                                  │        │                      │
-//!  │  Exchange (route.rs): key ─► vnode ─► owner│       │                      │
+//!  │  Exchange (operators): key ─► vnode ─► own│       │                      │
 //!  │        │ own rows            │ n2's rows   │        │                      │
 //!  │        │                     ▼ outbox      │        │                      │
 //!  │        │      after the cycle: outbound.rs ┼─gRPC──►│ ShuffleServer inbox  │
@@ -24,16 +24,17 @@
 //!  └───────────────────────────────────────────┘        └──────────────────────┘
 //! ```
 //!
-//! * [`plan`] certifies which queries can run this way (a windowed or
-//!   updating `GROUP BY` over append-only, row-by-row input) and puts an
-//!   exchange in front of each such aggregation; an edge is named after its
-//!   stream and position, so every node names it alike.
-//! * [`route`] is the exchange operator: it computes each row's vnode from
+//! * `catalog::split_admission` certifies which queries can run this way
+//!   (a windowed or updating `GROUP BY` over append-only, row-by-row
+//!   input) and `operators::exchange::distribute` puts an exchange in
+//!   front of each such aggregation; an edge is named after its stream, so
+//!   every node names it alike.
+//! * `operators::exchange` is the exchange operator: it computes each row's vnode from
 //!   the canonical key encoding of the `GROUP BY` keys (the encoding process
 //!   functions document), keeps the rows this node owns in the cycle and
 //!   puts the others in the edge's outbox; it then adds the rows other
 //!   nodes sent.
-//! * [`outbound`] is one task per edge that sends the outbox over
+//! * `outbound` is one task per edge that sends the outbox over
 //!   `sluice-shuffle` channels. The coordinator never waits on it: when its
 //!   queue holds more than the edge's byte budget, the node takes no source
 //!   input (output pressure), but it keeps taking rows other nodes send, so
@@ -55,8 +56,6 @@
 
 pub mod edge;
 mod outbound;
-pub mod plan;
-pub mod route;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -83,6 +82,8 @@ pub struct ShuffleSetup {
     endpoints: HashMap<String, String>,
     server: Arc<ShuffleServer>,
     budget: CreditBudget,
+    /// How long channels to and from the other nodes may take to open.
+    patience: std::time::Duration,
     /// One wake for every edge of this node: the coordinator's
     /// `shuffle_work_wake`.
     wake: Arc<Notify>,
@@ -142,6 +143,7 @@ impl ShuffleSetup {
             endpoints,
             server,
             budget: CreditBudget::default(),
+            patience: CONNECT_PATIENCE,
             wake: Arc::new(Notify::new()),
             edges: Mutex::new(Vec::new()),
         })
@@ -153,6 +155,20 @@ impl ShuffleSetup {
     pub fn with_budget(mut self, budget: CreditBudget) -> Self {
         self.budget = budget;
         self
+    }
+
+    /// How long this node waits for its channels to the other nodes to
+    /// open, and for theirs to it ([`CONNECT_PATIENCE`] by default): a
+    /// node that never opens its channel (it died before it started) halts
+    /// the others after it, naming it.
+    pub fn with_patience(mut self, patience: std::time::Duration) -> Self {
+        self.patience = patience;
+        self
+    }
+
+    /// How long channels may take to open.
+    pub fn patience(&self) -> std::time::Duration {
+        self.patience
     }
 
     /// This node.
@@ -241,6 +257,7 @@ impl ShuffleSetup {
             endpoints: self.endpoints.clone(),
             budget_bytes: self.budget.bytes,
             wake: self.wake(),
+            patience: self.patience,
         }
     }
 }

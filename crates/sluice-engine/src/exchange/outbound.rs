@@ -20,7 +20,6 @@ use sluice_shuffle::{ChannelIdentity, OwnerTable, ShuffleError, ShuffleSender};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
-use super::CONNECT_PATIENCE;
 use crate::budget::Relief;
 use crate::error::EngineError;
 
@@ -37,6 +36,8 @@ pub(crate) struct Channels {
     /// The coordinator's shuffle wake: a failure must be seen even by an
     /// idle coordinator.
     pub wake: Arc<Notify>,
+    /// How long the channels may take to open.
+    pub patience: std::time::Duration,
 }
 
 /// What the coordinator queues for the other nodes.
@@ -117,6 +118,14 @@ impl Outbound {
         self.failure.lock().clone()
     }
 
+    /// Stop the task now (its channels drop, and their receivers see the
+    /// node gone).
+    pub(super) fn abort(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
     /// The task, to wait for its end (once).
     pub(super) fn take_task(&mut self) -> Option<JoinHandle<()>> {
         self.task.take()
@@ -165,7 +174,7 @@ impl Task {
 
     /// Open a channel to every other node, each retried while its node
     /// is not listening yet or has not made this edge yet, up to
-    /// [`CONNECT_PATIENCE`].
+    /// the setup's patience.
     async fn connect(&self) -> Result<ShuffleSender, ShuffleError> {
         let c = &self.channels;
         let identity = ChannelIdentity {
@@ -180,7 +189,7 @@ impl Task {
             self.wire.fields().len().saturating_sub(1),
             c.table.clone(),
             &c.endpoints,
-            CONNECT_PATIENCE,
+            c.patience,
         )
         .await
     }

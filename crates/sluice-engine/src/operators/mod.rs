@@ -11,6 +11,7 @@ pub mod changelog;
 pub mod changelog_over;
 pub mod distinct;
 pub mod distinct_family;
+pub mod exchange;
 pub mod expr;
 pub mod groups;
 pub mod join;
@@ -88,7 +89,7 @@ pub enum Operator {
         /// Input.
         input: Box<Operator>,
         /// The routing and its edge.
-        exchange: Box<crate::exchange::route::ExchangeOp>,
+        exchange: Box<exchange::ExchangeOp>,
     },
     /// A stateful operator (window, session, updating or changelog
     /// aggregate, join) over its inputs; input `i` feeds port `i`.

@@ -198,9 +198,9 @@ impl Pipeline {
             StreamKind::Query(plan) => {
                 let op = Operator::compile(&plan.root)?;
                 StreamProducer::Query(match &self.options.shuffle {
-                    Some(shuffle) => {
-                        crate::exchange::plan::distribute(&def.name, &plan.root, op, &shuffle.0)?
-                    }
+                    Some(shuffle) => crate::operators::exchange::distribute(
+                        &def.name, &plan.root, op, &shuffle.0,
+                    )?,
                     None => op,
                 })
             }

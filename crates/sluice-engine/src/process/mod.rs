@@ -18,10 +18,10 @@
 pub mod benchmark;
 mod capture;
 mod harness;
-pub mod key;
+pub use crate::partition::key;
 pub mod keyed;
 mod operator;
-pub mod placement;
+pub use crate::partition::placement;
 mod types;
 mod validate;
 

@@ -236,6 +236,17 @@ impl EdgeInbox {
         }
     }
 
+    /// The senders that have not opened their channel yet.
+    pub fn unattached(&self) -> Vec<String> {
+        let state = self.state.lock();
+        self.senders
+            .iter()
+            .zip(&state.channels)
+            .filter(|(_, c)| !c.attached)
+            .map(|(s, _)| s.clone())
+            .collect()
+    }
+
     /// Whether end of stream was delivered.
     pub fn finished(&self) -> bool {
         self.state.lock().finished

@@ -69,6 +69,13 @@ impl ShuffleReceiver {
         self.inbox.wake()
     }
 
+    /// The sending nodes that have not opened their channel yet: a node
+    /// that never does (it died before it started) is only noticed by
+    /// the consumer's own patience, since no channel of it can fail.
+    pub fn unattached_senders(&self) -> Vec<String> {
+        self.inbox.unattached()
+    }
+
     /// Frames and charged bytes queued (received, not yet consumed) over
     /// all channels. Bounded by the channel count times the budget.
     pub fn buffered(&self) -> (u64, u64) {

@@ -1,6 +1,8 @@
 //! The exchange operator: in front of a keyed aggregation, it keeps the
 //! rows whose key's vnode this node owns, routes the rest to their owners
-//! (through the edge's outbox), and adds the rows other nodes routed here.
+//! (through the edge's outbox, see [`crate::exchange`]), and adds the rows
+//! other nodes routed here; and [`distribute`], which puts one in front of
+//! the aggregation of a query that `catalog::split_admission` admitted.
 
 use std::sync::Arc;
 
@@ -8,11 +10,15 @@ use arrow::array::{ArrayRef, UInt32Array};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
-use super::ExchangeEdge;
+use arrow::datatypes::{DataType, Field, Schema};
+use sluice_sql::plan::StreamNode;
+
+use super::expr::{compile, eval_column, PhysExpr};
+use super::Operator;
 use crate::error::{EngineError, Result};
-use crate::operators::expr::{eval_column, PhysExpr};
-use crate::process::key::encode_keys;
-use crate::process::placement::vnode_of;
+use crate::exchange::{ExchangeEdge, ShuffleSetup};
+use crate::partition::key::encode_keys;
+use crate::partition::placement::vnode_of;
 
 /// The exchange in front of one keyed operator.
 pub struct ExchangeOp {
@@ -103,4 +109,81 @@ impl ExchangeOp {
             batch.columns()[..n].to_vec(),
         )?)
     }
+}
+
+/// Name of the vnode column a wire batch carries last.
+pub const VNODE_COLUMN: &str = "__sluice_vnode";
+
+/// Put an exchange in front of the keyed operator of `op` (compiled from
+/// `node`, a plan [`refusal`] passed) for stream `stream`. A row-by-row
+/// query is returned as it is.
+pub fn distribute(
+    stream: &str,
+    node: &StreamNode,
+    op: Operator,
+    setup: &ShuffleSetup,
+) -> Result<Operator> {
+    let mismatch = || {
+        EngineError::Internal(format!(
+            "stream '{stream}': its operators do not follow its plan"
+        ))
+    };
+    Ok(match (node, op) {
+        (
+            StreamNode::Filter { input, .. },
+            Operator::Filter {
+                input: child,
+                predicate,
+            },
+        ) => Operator::Filter {
+            input: Box::new(distribute(stream, input, *child, setup)?),
+            predicate,
+        },
+        (
+            StreamNode::Project { input, .. },
+            Operator::Project {
+                input: child,
+                exprs,
+                schema,
+            },
+        ) => Operator::Project {
+            input: Box::new(distribute(stream, input, *child, setup)?),
+            exprs,
+            schema,
+        },
+        (
+            StreamNode::WindowAggregate { input, keys, .. }
+            | StreamNode::Aggregate { input, keys, .. },
+            Operator::Stateful { mut inputs, op },
+        ) => {
+            let child = inputs
+                .pop()
+                .filter(|_| inputs.is_empty())
+                .ok_or_else(mismatch)?;
+            let in_schema = input.schema();
+            let mut fields: Vec<Field> = in_schema
+                .as_arrow()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect();
+            fields.push(Field::new(VNODE_COLUMN, DataType::UInt32, false));
+            let edge = setup.edge(&format!("{stream}#0"), Arc::new(Schema::new(fields)))?;
+            let exchange = ExchangeOp::new(
+                keys.iter()
+                    .map(|k| compile(k, in_schema))
+                    .collect::<Result<_>>()?,
+                keys.iter().map(|k| k.schema_name().to_string()).collect(),
+                edge,
+            );
+            Operator::Stateful {
+                inputs: vec![Operator::Exchange {
+                    input: Box::new(child),
+                    exchange: Box::new(exchange),
+                }],
+                op,
+            }
+        }
+        (_, op) => op,
+    })
 }
