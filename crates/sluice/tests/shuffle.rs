@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use sluice::split::{OwnerTable, ShuffleServer, ShuffleSetup, VnodePlacement};
+use sluice::split::{CreditBudget, OwnerTable, ShuffleServer, ShuffleSetup, VnodePlacement};
 use sluice::Database;
 use split_support::{lines, Rng, LIMIT};
 
@@ -44,7 +44,7 @@ fn write_input(dir: &Path, rng: &mut Rng, files: usize) {
         let path = dir.join(format!("in/part-{f:02}.csv"));
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         let mut text = String::from("id,k,v,ts\n");
-        for _ in 0..rng.below(60) {
+        for _ in 0..rng.below(150) {
             id += 1;
             let ts = f as i64 * 3_000 + rng.below(4_000) as i64;
             text.push_str(&format!(
@@ -114,6 +114,7 @@ async fn open_node(
     table: &OwnerTable,
     batch: u64,
     script: &str,
+    budget: CreditBudget,
 ) -> sluice::Result<Database> {
     let name = format!("n{n}");
     let endpoints: HashMap<String, String> = servers
@@ -131,7 +132,8 @@ async fn open_node(
     )?
     // Every node of a test starts at once: a node that never opens its
     // channels is given up on in seconds.
-    .with_patience(std::time::Duration::from_secs(3));
+    .with_patience(std::time::Duration::from_secs(3))
+    .with_budget(budget);
     let placement = VnodePlacement::new(table.vnode_count(), setup.owned_vnodes()).unwrap();
     let db = Database::builder()
         .base_dir(dir)
@@ -147,7 +149,7 @@ async fn open_node(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
     let mut rng = Rng(0x5eed_5f1e);
-    for round in 0..8 {
+    for round in 0..12 {
         let dir = tempfile::tempdir().unwrap();
         let files = 1 + rng.below(10) as usize;
         write_input(dir.path(), &mut rng, files);
@@ -155,12 +157,20 @@ async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
         let count = [1u32, 7, 64, 256][rng.below(4) as usize];
         let nodes = 1 + rng.below(3) as usize;
         let owner: Vec<u32> = (0..count).map(|_| rng.below(nodes as u64) as u32).collect();
+        // Half the rounds with a credit of a few frames and bytes: every
+        // frame waits for the receiver, and each node's intake pauses on
+        // its outbound queue while it still takes the others' rows.
+        let budget = if round % 2 == 0 {
+            CreditBudget::new(1 + rng.below(3), 1 + rng.below(4096)).unwrap()
+        } else {
+            CreditBudget::default()
+        };
         run_single(dir.path(), batch).await;
         let (servers, table) = servers(nodes, &owner).await;
         let mut dbs = Vec::new();
         for n in 0..nodes {
             dbs.push(
-                open_node(dir.path(), n, &servers, &table, batch, SCRIPT)
+                open_node(dir.path(), n, &servers, &table, batch, SCRIPT, budget)
                     .await
                     .unwrap(),
             );
@@ -185,7 +195,7 @@ async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
             union.sort();
             assert_eq!(
                 union, single,
-                "round {round}: {sink} over {nodes} nodes, {count} vnodes, batch {batch}"
+                "round {round}: {sink} over {nodes} nodes, {count} vnodes, batch {batch}, {budget:?}"
             );
             if sink == "per_window" {
                 assert!(
@@ -208,7 +218,7 @@ async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
 /// need no other node.
 async fn lone_node(dir: &Path, script: &str) -> sluice::Result<Database> {
     let (servers, table) = servers(1, &[0; 8]).await;
-    open_node(dir, 0, &servers, &table, 4, script).await
+    open_node(dir, 0, &servers, &table, 4, script, CreditBudget::default()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,12 +408,28 @@ async fn a_node_that_leaves_mid_run_halts_the_others_with_the_shuffle_error() {
     write_input(dir.path(), &mut Rng(17), 6);
     let owner: Vec<u32> = (0..64).map(|v| v % 2).collect();
     let (servers, table) = servers(2, &owner).await;
-    let n0 = open_node(dir.path(), 0, &servers, &table, 4, SCRIPT)
-        .await
-        .unwrap();
-    let n1 = open_node(dir.path(), 1, &servers, &table, 4, SCRIPT)
-        .await
-        .unwrap();
+    let n0 = open_node(
+        dir.path(),
+        0,
+        &servers,
+        &table,
+        4,
+        SCRIPT,
+        CreditBudget::default(),
+    )
+    .await
+    .unwrap();
+    let n1 = open_node(
+        dir.path(),
+        1,
+        &servers,
+        &table,
+        4,
+        SCRIPT,
+        CreditBudget::default(),
+    )
+    .await
+    .unwrap();
     n0.start().await.unwrap();
     // n1 never starts: n0 reads its share, sends n1 its rows and waits for
     // n1's. Then n1 goes.
