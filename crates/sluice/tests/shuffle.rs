@@ -28,10 +28,17 @@ const SCRIPT: &str = "
       FROM s GROUP BY tumble(ts, INTERVAL '2' SECOND);
     CREATE STREAM totals AS SELECT k, count(*) AS n, sum(v) AS total FROM s GROUP BY k;
     CREATE STREAM busy AS SELECT k, w, n FROM per_window WHERE n > 2;
+    CREATE SOURCE r (k BIGINT, w BIGINT, ts TIMESTAMP,
+                     WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+      WITH (connector = 'file', path = 'in_r/*.csv', format = 'csv', batch_size = 'BATCH');
+    CREATE STREAM joined AS SELECT s.id, s.k, r.w FROM s JOIN r ON s.k = r.k WHERE s.v > 300;
+    CREATE STREAM lefts AS SELECT s.id, r.w FROM s LEFT JOIN r ON s.k = r.k AND r.w > 980 WHERE s.v < -450;
     CREATE SINK a FROM per_window WITH (connector = 'file', path = 'out/per_window.csv', format = 'csv');
     CREATE SINK b FROM per_2s WITH (connector = 'file', path = 'out/per_2s.csv', format = 'csv');
     CREATE SINK c FROM totals WITH (connector = 'file', path = 'out/totals.csv', format = 'csv');
     CREATE SINK d FROM busy WITH (connector = 'file', path = 'out/busy.csv', format = 'csv');
+    CREATE SINK e FROM joined WITH (connector = 'file', path = 'out/joined.csv', format = 'csv');
+    CREATE SINK f FROM lefts WITH (connector = 'file', path = 'out/lefts.csv', format = 'csv');
 ";
 
 /// `files` CSV files whose times rise with the file (read in path order,
@@ -51,6 +58,21 @@ fn write_input(dir: &Path, rng: &mut Rng, files: usize) {
                 "{id},{},{},1970-01-01T00:{:02}:{:02}.{:03}\n",
                 rng.below(9),
                 rng.below(1000) as i64 - 500,
+                ts / 60_000,
+                ts / 1000 % 60,
+                ts % 1000
+            ));
+        }
+        std::fs::write(path, text).unwrap();
+        let path = dir.join(format!("in_r/part-{f:02}.csv"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut text = String::from("k,w,ts\n");
+        for _ in 0..rng.below(40) {
+            let ts = f as i64 * 3_000 + rng.below(4_000) as i64;
+            text.push_str(&format!(
+                "{},{},1970-01-01T00:{:02}:{:02}.{:03}\n",
+                rng.below(9),
+                rng.below(1000),
                 ts / 60_000,
                 ts / 1000 % 60,
                 ts % 1000
@@ -186,7 +208,7 @@ async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
             db.shutdown().await.unwrap();
         }
         let out = dir.path().join("out");
-        for sink in ["per_window", "per_2s", "busy"] {
+        for sink in ["per_window", "per_2s", "busy", "joined"] {
             let single = lines(&out.join(format!("{sink}.csv")));
             let mut union = Vec::new();
             for n in 0..nodes {
@@ -204,13 +226,15 @@ async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
                 );
             }
         }
-        let single = final_state(&out.join("totals.csv"));
-        let mut union = Vec::new();
-        for n in 0..nodes {
-            union.extend(final_state(&out.join(format!("n{n}/totals.csv"))));
+        for sink in ["totals", "lefts"] {
+            let single = final_state(&out.join(format!("{sink}.csv")));
+            let mut union = Vec::new();
+            for n in 0..nodes {
+                union.extend(final_state(&out.join(format!("n{n}/{sink}.csv"))));
+            }
+            union.sort();
+            assert_eq!(union, single, "round {round}: {sink} over {nodes} nodes");
         }
-        union.sort();
-        assert_eq!(union, single, "round {round}: totals over {nodes} nodes");
     }
 }
 
@@ -231,8 +255,8 @@ async fn every_query_a_shuffled_split_cannot_run_is_refused_by_name() {
     let stateful = |op: &str| {
         format!(
             "stream 'x' cannot run split across nodes: its {op} keeps state across rows, and a \
-             shuffle between nodes carries the rows of windowed and updating GROUP BY \
-             aggregations only so far"
+             shuffle between nodes carries the rows of GROUP BY aggregations and equi-joins \
+             only so far"
         )
     };
     let window_y = "CREATE STREAM y AS SELECT k, tumble(ts, INTERVAL '1' SECOND) AS w, COUNT(*) AS n FROM a GROUP BY k, tumble(ts, INTERVAL '1' SECOND);";
@@ -246,11 +270,17 @@ async fn every_query_a_shuffled_split_cannot_run_is_refused_by_name() {
             "CREATE STREAM x AS SELECT k, SUM(v) OVER (PARTITION BY k ORDER BY ts RANGE BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT ROW) AS s FROM a".into(),
             stateful("OVER aggregation"),
         ),
-        ("CREATE STREAM x AS SELECT a.k, b.w FROM a JOIN b ON a.k = b.k".into(), stateful("join")),
-        ("CREATE STREAM x AS SELECT a.k, b.w FROM a LEFT JOIN b ON a.k = b.k".into(), stateful("outer join")),
+        (
+            format!("{window_y} CREATE STREAM x AS SELECT y.k, b.w FROM y JOIN b ON y.k = b.k"),
+            "stream 'x' cannot run split across nodes: its join reads 'y', whose rows come out of a keyed operator on each node".into(),
+        ),
+        (
+            "CREATE STREAM x AS SELECT a.k, b.w FROM a JOIN b ON a.f = CAST(b.w AS DOUBLE)".into(),
+            "stream 'x' cannot run split across nodes: its join key a.f is of type Float64, which has no canonical key encoding".into(),
+        ),
         (
             "CREATE STREAM x AS SELECT a.k, COUNT(*) AS n FROM a JOIN b ON a.k = b.k GROUP BY a.k".into(),
-            "stream 'x' cannot run split across nodes: its join feeds an aggregation".into(),
+            "stream 'x' cannot run split across nodes: its join feeds its aggregation".into(),
         ),
         (
             format!("{window_y} CREATE STREAM x AS SELECT n, COUNT(*) AS c FROM y GROUP BY n"),
@@ -288,11 +318,13 @@ async fn every_query_a_shuffled_split_cannot_run_is_refused_by_name() {
         db.abort().await.unwrap();
     }
     // What a shuffle runs is admitted: windows, updating aggregates with
-    // HAVING, and row-by-row streams over them.
+    // HAVING, equi-joins (inner, outer), and row-by-row streams over them.
     let db = lone_node(dir.path(), SRC).await.unwrap();
     db.execute(&format!(
         "{window_y} CREATE STREAM x AS SELECT k, COUNT(*) AS n FROM a GROUP BY k HAVING COUNT(*) > 1;
-         CREATE STREAM z AS SELECT k, n FROM y WHERE n > 1"
+         CREATE STREAM z AS SELECT k, n FROM y WHERE n > 1;
+         CREATE STREAM j AS SELECT a.k, b.w FROM a JOIN b ON a.k = b.k;
+         CREATE STREAM lj AS SELECT a.k, b.w FROM a LEFT JOIN b ON a.k = b.k"
     ))
     .await
     .unwrap();

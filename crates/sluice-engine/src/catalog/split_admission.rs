@@ -123,34 +123,53 @@ fn shuffle_refusal(root: &StreamNode) -> Option<String> {
         }
         StreamNode::WindowAggregate { input, keys, .. }
         | StreamNode::Aggregate { input, keys, .. } => {
-            if input.is_changelog() {
-                return Some(
-                    "its aggregation reads an updating input; a shuffle between nodes carries \
-                     append-only rows only so far"
-                        .into(),
-                );
-            }
-            if let Some(op) = stateful_operator(input) {
-                return Some(format!(
-                    "its {op} feeds an aggregation; a shuffle between nodes runs one keyed \
-                     operator per query, over row-by-row input, so far"
-                ));
-            }
-            unsupported_key(keys, input).map(|(key, t)| {
-                format!(
-                    "its GROUP BY key {key} is of type {t}, which has no canonical key \
-                     encoding to place it on a vnode (integers, dates, timestamps, booleans \
-                     and strings have)"
-                )
-            })
+            keyed_input_refusal("aggregation", input, keys, "GROUP BY key")
+        }
+        StreamNode::Join {
+            left, right, on, ..
+        }
+        | StreamNode::OuterJoin {
+            left, right, on, ..
+        }
+        | StreamNode::AsofJoin {
+            left, right, on, ..
+        } => {
+            let op = stateful_operator(root).unwrap_or("join");
+            let left_keys: Vec<Expr> = on.iter().map(|(l, _)| l.clone()).collect();
+            let right_keys: Vec<Expr> = on.iter().map(|(_, r)| r.clone()).collect();
+            keyed_input_refusal(op, left, &left_keys, "join key")
+                .or_else(|| keyed_input_refusal(op, right, &right_keys, "join key"))
         }
         other => stateful_operator(other).map(|op| {
             format!(
                 "its {op} keeps state across rows, and a shuffle between nodes carries the rows \
-                 of windowed and updating GROUP BY aggregations only so far"
+                 of GROUP BY aggregations and equi-joins only so far"
             )
         }),
     }
+}
+
+/// Why the input of keyed operator `op` (keyed by `keys`, called
+/// `what` in messages) cannot cross between nodes, if it cannot.
+fn keyed_input_refusal(op: &str, input: &StreamNode, keys: &[Expr], what: &str) -> Option<String> {
+    if input.is_changelog() {
+        return Some(format!(
+            "its {op} reads an updating input; a shuffle between nodes carries append-only \
+             rows only so far"
+        ));
+    }
+    if let Some(inner) = stateful_operator(input) {
+        return Some(format!(
+            "its {inner} feeds its {op}; a shuffle between nodes runs one keyed operator per \
+             query, over row-by-row input, so far"
+        ));
+    }
+    unsupported_key(keys, input).map(|(key, t)| {
+        format!(
+            "its {what} {key} is of type {t}, which has no canonical key encoding to place it \
+             on a vnode (integers, dates, timestamps, booleans and strings have)"
+        )
+    })
 }
 
 fn unsupported_key(keys: &[Expr], input: &StreamNode) -> Option<(String, DataType)> {

@@ -11,6 +11,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use arrow::datatypes::{DataType, Field, Schema};
+use datafusion::logical_expr::Expr;
 use sluice_sql::plan::StreamNode;
 
 use super::expr::{compile, eval_column, PhysExpr};
@@ -160,30 +161,71 @@ pub fn distribute(
                 .pop()
                 .filter(|_| inputs.is_empty())
                 .ok_or_else(mismatch)?;
-            let in_schema = input.schema();
-            let mut fields: Vec<Field> = in_schema
-                .as_arrow()
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
-                .collect();
-            fields.push(Field::new(VNODE_COLUMN, DataType::UInt32, false));
-            let edge = setup.edge(&format!("{stream}#0"), Arc::new(Schema::new(fields)))?;
-            let exchange = ExchangeOp::new(
-                keys.iter()
-                    .map(|k| compile(k, in_schema))
-                    .collect::<Result<_>>()?,
-                keys.iter().map(|k| k.schema_name().to_string()).collect(),
-                edge,
-            );
             Operator::Stateful {
-                inputs: vec![Operator::Exchange {
-                    input: Box::new(child),
-                    exchange: Box::new(exchange),
-                }],
+                inputs: vec![in_front(stream, 0, input, keys, child, setup)?],
+                op,
+            }
+        }
+        // A join's two inputs cross by their side of the key pairs: the
+        // rows of one key meet on the key's owner.
+        (
+            StreamNode::Join {
+                left, right, on, ..
+            }
+            | StreamNode::OuterJoin {
+                left, right, on, ..
+            }
+            | StreamNode::AsofJoin {
+                left, right, on, ..
+            },
+            Operator::Stateful { mut inputs, op },
+        ) => {
+            let (r, l) = (inputs.pop(), inputs.pop());
+            let (Some(l), Some(r), true) = (l, r, inputs.is_empty()) else {
+                return Err(mismatch());
+            };
+            let left_keys: Vec<Expr> = on.iter().map(|(l, _)| l.clone()).collect();
+            let right_keys: Vec<Expr> = on.iter().map(|(_, r)| r.clone()).collect();
+            Operator::Stateful {
+                inputs: vec![
+                    in_front(stream, 0, left, &left_keys, l, setup)?,
+                    in_front(stream, 1, right, &right_keys, r, setup)?,
+                ],
                 op,
             }
         }
         (_, op) => op,
+    })
+}
+
+/// `child` (compiled from `input`) behind an exchange routing by `keys`,
+/// on edge `STREAM#port`.
+fn in_front(
+    stream: &str,
+    port: usize,
+    input: &StreamNode,
+    keys: &[Expr],
+    child: Operator,
+    setup: &ShuffleSetup,
+) -> Result<Operator> {
+    let in_schema = input.schema();
+    let mut fields: Vec<Field> = in_schema
+        .as_arrow()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    fields.push(Field::new(VNODE_COLUMN, DataType::UInt32, false));
+    let edge = setup.edge(&format!("{stream}#{port}"), Arc::new(Schema::new(fields)))?;
+    let exchange = ExchangeOp::new(
+        keys.iter()
+            .map(|k| compile(k, in_schema))
+            .collect::<Result<_>>()?,
+        keys.iter().map(|k| k.schema_name().to_string()).collect(),
+        edge,
+    );
+    Ok(Operator::Exchange {
+        input: Box::new(child),
+        exchange: Box::new(exchange),
     })
 }
