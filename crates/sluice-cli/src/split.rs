@@ -31,8 +31,9 @@
 //!
 //! What a static split does not do yet: move a down node's vnodes to the
 //! others while the rest run (its share waits for it, or the whole split
-//! is stopped and started with another list), or run keyed operators (they
-//! need their state placed by vnode and a shuffle between nodes).
+//! is stopped and started with another list), or run keyed operators (the
+//! library runs them with a shuffle between nodes, `DatabaseBuilder::shuffle`,
+//! but not checkpointed yet, and this mode checkpoints every node).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -101,8 +101,10 @@
 //!    with their state, timers and sequences
 //!    (`sluice_engine::process::placement`, `process::benchmark::PlacedOwners`).
 //! 3. Shuffle between hosts over gRPC with Arrow IPC frames, barriers in
-//!    band, bounded and backpressured (the transport exists as the
-//!    `sluice-shuffle` crate; the engine does not use it yet).
+//!    band, bounded and backpressured (the `sluice-shuffle` crate; the
+//!    engine's exchanges route keyed aggregations' and joins' rows over it
+//!    in a split, `DatabaseBuilder::shuffle`; checkpoints across it, and
+//!    the binary's use of it, are next).
 //! 4. `sluice run --cluster etcd=... --node-id ...`, `SHOW CLUSTER` and
 //!    metrics (leader, vnode owners, watermarks and lag per node).
 
