@@ -18,38 +18,11 @@ use sluice::object_store::aws::AmazonS3Builder;
 use sluice::object_store::memory::InMemory;
 use sluice::object_store::ObjectStore;
 use sluice::{CommitAuthority, Database};
-use sluice_cluster::assignment::Placement;
-use sluice_cluster::standby::{self, Turn};
-use sluice_cluster::testing::EtcdServer;
-use sluice_cluster::{
-    ClusterKeys, ClusterNode, FollowerCommitRecord, LeaderCommitRecord, NodeConfig, SealedCatalog,
-};
 use sluice_storage::testing::FaultyStore;
 
 mod support;
 use support::moto::Moto;
-
-const LIMIT: Duration = Duration::from_secs(20);
-
-async fn node(etcd: &EtcdServer, id: &str) -> ClusterNode {
-    let catalog = SealedCatalog {
-        fingerprint: "s,out".into(),
-        objects: Default::default(),
-        vnode_count: Default::default(),
-    };
-    let mut config = NodeConfig::new(etcd.endpoints(), "owners", id, catalog);
-    config.lease_ttl = Duration::from_secs(1);
-    config.placement = Placement::Members;
-    ClusterNode::start(config).await.expect("node starts")
-}
-
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let until = std::time::Instant::now() + LIMIT;
-    while !cond() {
-        assert!(std::time::Instant::now() < until, "never {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use support::owners::{eventually, follower_of, ids, two_nodes, LIMIT};
 
 /// Append `keys` to a node's input file (creating it with its header).
 fn append_input(dir: &Path, keys: &[i64]) {
@@ -154,53 +127,6 @@ async fn checkpoint(db: &Database) -> sluice::Result<Vec<RecordBatch>> {
     tokio::time::timeout(LIMIT, db.execute("CHECKPOINT"))
         .await
         .expect("in time")
-}
-
-/// Two nodes over Members placement with n1 leading: (etcd, n1, n2, the
-/// leader's record). Each test starts its own etcd.
-async fn two_nodes() -> (
-    EtcdServer,
-    ClusterNode,
-    ClusterNode,
-    Arc<LeaderCommitRecord>,
-) {
-    let etcd = EtcdServer::start().await.expect("etcd");
-    let n1 = node(&etcd, "n1").await;
-    let term = match tokio::time::timeout(LIMIT, standby::wait_for_turn(&n1))
-        .await
-        .expect("in time")
-        .expect("turn")
-    {
-        Turn::Lead { term } => term,
-        other => panic!("{other:?}"),
-    };
-    let n2 = node(&etcd, "n2").await;
-    eventually("both nodes own vnodes", || {
-        !n2.owned_vnodes().is_empty()
-            && n1
-                .assignment()
-                .ok()
-                .flatten()
-                .is_some_and(|a| a.members().len() == 2 && a.term() == term)
-    })
-    .await;
-    let client = sluice_cluster::client::connect(&etcd.endpoints())
-        .await
-        .unwrap();
-    let keys = ClusterKeys::new("owners").unwrap();
-    let leader = Arc::new(LeaderCommitRecord::new(client, keys, "n1").sharing_vnodes());
-    leader.lead(Arc::clone(n1.election()), term);
-    (etcd, n1, n2, leader)
-}
-
-fn follower_of(n2: &ClusterNode) -> Arc<dyn CommitAuthority> {
-    Arc::new(FollowerCommitRecord::new(Arc::clone(n2.session())))
-}
-
-/// The ids of a node's committed checkpoints.
-async fn ids(db: &Database) -> Vec<u64> {
-    let list = db.checkpoints().await.unwrap();
-    list.iter().map(|c| c.id).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

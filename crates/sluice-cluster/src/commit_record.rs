@@ -245,6 +245,11 @@ impl LeaderCommitRecord {
 
 #[async_trait]
 impl CommitAuthority for LeaderCommitRecord {
+    /// Shared vnodes: every owner acks each checkpoint, one decision.
+    fn one_cut_across_nodes(&self) -> bool {
+        !self.whole
+    }
+
     fn may_originate(&self) -> bool {
         let leading = self.leading.lock().clone();
         leading.is_some_and(|(election, term)| election.term() == Some(term))

@@ -218,6 +218,11 @@ async fn forward(
 
 #[async_trait]
 impl CommitAuthority for FollowerCommitRecord {
+    /// The leader's checkpoints: one decision for every owner.
+    fn one_cut_across_nodes(&self) -> bool {
+        true
+    }
+
     fn may_originate(&self) -> bool {
         false
     }

@@ -96,6 +96,16 @@ pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
         manifest: &BlobRef,
     ) -> Result<()>;
 
+    /// Whether this writer's checkpoints are one cut with every other
+    /// owner's: each is decided once for all of them (a leader sharing
+    /// vnodes with followers, or a follower). Only then may a pipeline
+    /// whose rows cross between nodes checkpoint: a node's state holds
+    /// the other nodes' rows up to its barrier, which is right only if
+    /// their positions are committed with it. Default: no (one host).
+    fn one_cut_across_nodes(&self) -> bool {
+        false
+    }
+
     /// Whether this writer may originate a checkpoint now (in a cluster:
     /// it leads). `false`: the pipeline starts no checkpoint, and one asked
     /// for by hand is refused by name. Default: always (one host).

@@ -369,7 +369,7 @@ async fn a_shuffled_split_refuses_checkpoints_at_start() {
         .expect_err("checkpoints refused")
         .to_string();
     assert!(
-        err.contains("a split pipeline whose keyed operators shuffle rows between nodes takes no checkpoints yet"),
+        err.contains("a split pipeline whose keyed operators shuffle rows between nodes checkpoints only as one cut through every node"),
         "{err}"
     );
 }

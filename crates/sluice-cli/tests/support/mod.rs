@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod moto;
+pub mod owners;
 
 /// A current-thread runtime for the few async calls a test makes (etcd).
 pub fn rt() -> tokio::runtime::Runtime {

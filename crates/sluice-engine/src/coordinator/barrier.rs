@@ -242,6 +242,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 return Err(self.give_up(&a, reason).await);
             }
         }
+        // The other nodes' rows up to their barrier (a split with
+        // exchanges; see `exchange_align.rs`).
+        if let Err(reason) = self.align_exchanges(attempt, deadline).await {
+            self.held.extend(held);
+            return Err(self.give_up(&a, reason).await);
+        }
         let capture_started = Instant::now();
         let outcome = match self.callback.reserve_subscription_cut(attempt) {
             Err(e) => BarrierOutcome::Failed(Arc::new(e.context("cutting subscription logs"))),

@@ -265,6 +265,20 @@ pub trait CheckpointLifecycle {
     /// Ask every source for the attempt's barrier. Returns the sources whose
     /// barrier must still arrive; the others are aligned already.
     fn inject_source_barriers(&mut self, attempt: CheckpointAttempt) -> Vec<Arc<str>>;
+    /// Every local source of `attempt` delivered its barrier and the rows
+    /// before it ran: send the barrier to the other nodes on every
+    /// exchange, behind the rows routed so far. Default: no exchanges.
+    fn forward_exchange_barriers(&mut self, _attempt: CheckpointAttempt) {}
+    /// The exchanges whose other nodes' barrier of `attempt` has not
+    /// arrived yet (empty: aligned; the rows before it were taken in).
+    /// An `Err`: the other nodes sent a newer attempt's barrier, so this
+    /// one can never align. Default: none.
+    fn exchanges_awaiting_barrier(
+        &self,
+        _attempt: CheckpointAttempt,
+    ) -> Result<Vec<String>, EngineError> {
+        Ok(Vec::new())
+    }
     /// All sources aligned: capture, persist, commit. `Committed`: the
     /// manifest is durable (a sink that could not commit afterwards is left
     /// for [`RuntimeControl::take_pipeline_failure`]); `Tailing`: captured,

@@ -262,6 +262,17 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         waiting
     }
 
+    fn forward_exchange_barriers(&mut self, attempt: CheckpointAttempt) {
+        self.forward_barriers(attempt.id);
+    }
+
+    fn exchanges_awaiting_barrier(
+        &self,
+        attempt: CheckpointAttempt,
+    ) -> std::result::Result<Vec<String>, EngineError> {
+        self.barriers_awaited(attempt.id)
+    }
+
     async fn checkpoint_with_barrier(
         &mut self,
         source_checkpoints: FxHashMap<String, SourceCheckpoint>,
@@ -271,6 +282,9 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         flags: u64,
         assignment_fence: Option<CheckpointAssignmentFence>,
     ) -> BarrierOutcome {
+        // Whatever follows, the other nodes' rows after this attempt's
+        // barriers belong to the next one (drained after this returns).
+        self.release_exchange_barriers(attempt.id);
         if let Err(e) = self.accept_fence(assignment_fence) {
             return BarrierOutcome::Aborted(Arc::new(e));
         }
@@ -506,6 +520,7 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         for s in self.sources.values() {
             s.control.withdraw();
         }
+        self.release_exchange_barriers(attempt.id);
         tracing::debug!(checkpoint = attempt.id, %reason, "source barriers withdrawn");
         // A followed attempt given up before capture: the leader hears why.
         if self.following == Some(attempt.id) {

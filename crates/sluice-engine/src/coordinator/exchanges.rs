@@ -83,18 +83,20 @@ impl ConnectorPipelineCallback {
         let patience = setup.patience();
         for edge in setup.edges() {
             if let Err(e) = edge.check_attached(patience) {
-                self.failure.get_or_insert(CycleError::Source(e));
+                self.failure.get_or_insert(CycleError::Execution(e));
                 return;
             }
         }
     }
 
     /// Take in what the other nodes sent; `true` when anything arrived
-    /// (a cycle should fold it). A failed channel halts the pipeline.
+    /// (a cycle should fold it). A failed channel fails the cycle as
+    /// execution does: a halt without checkpoints, a fault (recovered from
+    /// the last committed checkpoint) with them.
     pub(super) fn drain_exchanges(&mut self) -> Result<bool, CycleError> {
         let mut arrived = false;
         for edge in self.edges() {
-            arrived |= edge.drain().map_err(CycleError::Source)?;
+            arrived |= edge.drain().map_err(CycleError::Execution)?;
         }
         if arrived {
             self.recompute_watermark();
@@ -127,5 +129,36 @@ impl ConnectorPipelineCallback {
         for edge in self.edges() {
             edge.close();
         }
+    }
+
+    /// Checkpoint `id`'s local sources are aligned: every edge sends its
+    /// barrier behind the rows routed so far.
+    pub(super) fn forward_barriers(&mut self, id: u64) {
+        self.flush_exchanges();
+        for edge in self.edges() {
+            edge.start_barrier(id);
+        }
+    }
+
+    /// The edges still waiting for the other nodes' barrier of checkpoint
+    /// `id` (none: aligned). An `Err`: the other nodes are on a newer one.
+    pub(super) fn barriers_awaited(&self, id: u64) -> Result<Vec<String>, EngineError> {
+        let mut waiting = Vec::new();
+        for edge in self.edges() {
+            if !edge.barrier_aligned(id)? {
+                waiting.push(edge.id().to_string());
+            }
+        }
+        Ok(waiting)
+    }
+
+    /// Checkpoint `id` is over on this node (captured or given up): the
+    /// rows that followed its barriers are drained again.
+    pub(super) fn release_exchange_barriers(&self, id: u64) {
+        let Some(setup) = &self.exchanges else { return };
+        for edge in setup.edges() {
+            edge.release_barrier(id);
+        }
+        setup.wake().notify_one();
     }
 }

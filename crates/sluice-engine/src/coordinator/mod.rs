@@ -16,6 +16,7 @@ pub mod callback;
 mod checkpointing;
 mod cluster;
 pub mod connector;
+mod exchange_align;
 mod exchanges;
 mod follower;
 mod handle;

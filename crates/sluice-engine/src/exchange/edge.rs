@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
-use sluice_shuffle::{OwnerTable, ShuffleEvent, ShuffleReceiver};
+use sluice_shuffle::{BarrierId, OwnerTable, ShuffleEvent, ShuffleReceiver};
 
 use super::outbound::{Channels, Outbound, Outgoing};
 use crate::budget::Relief;
@@ -43,6 +43,12 @@ struct EdgeState {
     outbound: Option<Outbound>,
     /// When the outbound task started (this node's first cycle).
     started: Option<std::time::Instant>,
+    /// The inbound barrier held back until this node captured its
+    /// checkpoint (nothing after it is drained meanwhile).
+    barrier: Option<BarrierId>,
+    /// The newest checkpoint this node is done with: barriers up to it
+    /// are stale.
+    resolved: u64,
     /// The last watermark queued for the other nodes.
     sent_watermark: i64,
     ended: bool,
@@ -70,6 +76,8 @@ impl ExchangeEdge {
                 outbox: Vec::new(),
                 outbound: None,
                 started: None,
+                barrier: None,
+                resolved: 0,
                 sent_watermark: i64::MIN,
                 ended: alone,
             }),
@@ -112,7 +120,12 @@ impl ExchangeEdge {
             }
         }
         let mut arrived = false;
-        while let Some(event) = state.receiver.as_ref().and_then(ShuffleReceiver::try_next) {
+        // A barrier held back stops the edge: what follows it belongs to
+        // the next checkpoint, folded only after this node captured.
+        while state.barrier.is_none() {
+            let Some(event) = state.receiver.as_ref().and_then(ShuffleReceiver::try_next) else {
+                break;
+            };
             arrived = true;
             let event = event.map_err(|e| {
                 EngineError::from(e).context(format!(
@@ -129,16 +142,73 @@ impl ExchangeEdge {
                     state.inbound_finished = true;
                     state.inbound_watermark = i64::MAX;
                 }
-                ShuffleEvent::Barrier(b) => {
-                    return Err(EngineError::Internal(format!(
-                        "exchange '{}' received the barrier of {b}, but a pipeline with an \
-                         exchange takes no checkpoints",
-                        self.id
-                    )))
+                // A barrier of an attempt this node is past (it captured,
+                // gave up or never took part in it) is stale.
+                ShuffleEvent::Barrier(b) if b.checkpoint_id <= state.resolved => {
+                    tracing::debug!(edge = %self.id, barrier = %b, "stale barrier passed over");
                 }
+                ShuffleEvent::Barrier(b) => state.barrier = Some(b),
             }
         }
         Ok(arrived)
+    }
+
+    /// Checkpoint `id` starts aligning here: send its barrier to the
+    /// other nodes behind every row routed so far (unless this node's end
+    /// went out already: an ended channel holds no barrier back), and pass
+    /// over barriers of older attempts.
+    pub(crate) fn start_barrier(&self, id: u64) {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        state.resolved = state.resolved.max(id.saturating_sub(1));
+        if state
+            .barrier
+            .is_some_and(|b| b.checkpoint_id <= state.resolved)
+        {
+            state.barrier = None;
+        }
+        if state.ended {
+            return;
+        }
+        if let Some(out) = state.outbound.as_ref() {
+            for b in std::mem::take(&mut state.outbox) {
+                out.queue(Outgoing::Rows(b));
+            }
+            out.queue(Outgoing::Barrier(BarrierId {
+                checkpoint_id: id,
+                attempt: 0,
+            }));
+        }
+    }
+
+    /// Where this edge stands for checkpoint `id`: `Ok(true)` once every
+    /// other node's rows before its barrier arrived (or every other node
+    /// ended); an `Err` names a newer attempt the other nodes are on (this
+    /// one can never align).
+    pub(crate) fn barrier_aligned(&self, id: u64) -> Result<bool> {
+        let state = self.state.lock();
+        if state.receiver.is_none() || state.inbound_finished {
+            return Ok(true);
+        }
+        match state.barrier {
+            Some(b) if b.checkpoint_id == id => Ok(true),
+            Some(b) => Err(EngineError::Checkpoint(format!(
+                "exchange '{}': the other nodes sent the barrier of checkpoint {} while this \
+                 node aligns checkpoint {id}",
+                self.id, b.checkpoint_id
+            ))),
+            None => Ok(false),
+        }
+    }
+
+    /// Checkpoint `id` is over here (captured or given up): its barrier
+    /// is let go, and what followed it is drained from now on.
+    pub(crate) fn release_barrier(&self, id: u64) {
+        let mut state = self.state.lock();
+        state.resolved = state.resolved.max(id);
+        if state.barrier.is_some_and(|b| b.checkpoint_id <= id) {
+            state.barrier = None;
+        }
     }
 
     /// The received rows not yet folded, taken.

@@ -204,14 +204,16 @@ impl ShuffleSetup {
     }
 
     /// Make the edge `id` carrying batches of `wire` (the exchange's input
-    /// columns and the vnode column): its receiver is registered with this
-    /// node's server at once, so other nodes can open their channels.
+    /// columns and the vnode column), in place of an edge of that id made
+    /// before (a restart): its receiver is registered with this node's
+    /// server at once, so other nodes can open their channels.
     pub(crate) fn edge(&self, id: &str, wire: SchemaRef) -> Result<Arc<ExchangeEdge>> {
         let mut edges = self.edges.lock();
-        if edges.iter().any(|e| e.id() == id) {
-            return Err(EngineError::Internal(format!(
-                "exchange edge '{id}' is made twice"
-            )));
+        // A pipeline restarted in the process (after a fault) makes its
+        // edges again: the old one's channels are cut first, so its
+        // receiver leaves the server before the new one registers.
+        if let Some(at) = edges.iter().position(|e| e.id() == id) {
+            edges.remove(at).close();
         }
         let others: Vec<String> = self
             .table
@@ -240,6 +242,15 @@ impl ShuffleSetup {
         ));
         edges.push(Arc::clone(&edge));
         Ok(edge)
+    }
+
+    /// Close and forget every edge (a pipeline restarting in the process
+    /// makes them again): a new coordinator never sees an old channel's
+    /// failure, and the old receivers leave the server first.
+    pub(crate) fn reset(&self) {
+        for edge in std::mem::take(&mut *self.edges.lock()) {
+            edge.close();
+        }
     }
 
     /// Every edge made so far.

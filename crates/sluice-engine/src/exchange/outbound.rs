@@ -47,6 +47,8 @@ pub(super) enum Outgoing {
     Rows(RecordBatch),
     /// This node's source watermark.
     Watermark(i64),
+    /// A checkpoint's barrier, behind every row routed before it.
+    Barrier(sluice_shuffle::BarrierId),
     /// This node's sources are done and every row was routed.
     End,
 }
@@ -152,6 +154,7 @@ impl Task {
             let sent = match item {
                 Outgoing::Rows(b) => sender.send(&b).await.map(|_| ()),
                 Outgoing::Watermark(w) => sender.send_watermark(w).await,
+                Outgoing::Barrier(b) => sender.send_barrier(b).await,
                 Outgoing::End => sender.finish().await,
             };
             self.queued.fetch_sub(bytes, Ordering::AcqRel);

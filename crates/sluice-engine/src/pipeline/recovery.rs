@@ -95,6 +95,9 @@ impl Pipeline {
             // The fault being recovered from, reported by the old coordinator.
             tracing::debug!(error = %e, "teardown before a restart");
         }
+        if let Some(shuffle) = &self.options.shuffle {
+            shuffle.0.reset();
+        }
         self.coordinator = Some(self.spawn_coordinator()?);
         for name in self.created.clone() {
             let msg = if let Some(def) = self.catalog.sources.iter().find(|s| s.name == name) {

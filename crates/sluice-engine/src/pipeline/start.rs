@@ -36,12 +36,18 @@ impl Pipeline {
             .shuffle
             .as_ref()
             .is_some_and(|s| !s.0.edges().is_empty());
-        if exchanges && config.is_some() {
+        let one_cut = |c: &CheckpointConfig| {
+            c.store
+                .authority()
+                .is_some_and(|a| a.one_cut_across_nodes())
+        };
+        if exchanges && config.as_ref().is_some_and(|c| !one_cut(c)) {
             return Err(EngineError::Option(
-                "a split pipeline whose keyed operators shuffle rows between nodes takes no \
-                 checkpoints yet: a checkpoint must be one cut through every node and every \
-                 channel between them, decided for all at once, which is not built; run it \
-                 without checkpoint_interval, checkpoint_store and delivery = 'exactly_once'"
+                "a split pipeline whose keyed operators shuffle rows between nodes checkpoints \
+                 only as one cut through every node, decided for all at once: give it the \
+                 cluster's checkpoint record as commit_authority (the leader's \
+                 LeaderCommitRecord::sharing_vnodes, a FollowerCommitRecord on the others), \
+                 or run it without checkpoints"
                     .into(),
             ));
         }

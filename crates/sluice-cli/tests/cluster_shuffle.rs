@@ -1,0 +1,239 @@
+//! Keyed aggregations and a join across two nodes whose rows cross by
+//! vnode over a real shuffle, checkpointed as one cut through a real etcd
+//! (n1 leads with the leader's record sharing vnodes, n2 follows): each
+//! checkpoint holds every node's rows before its barriers on both nodes,
+//! and a node killed mid-run comes back from the last committed
+//! checkpoint while the other recovers from the same one, so the nodes'
+//! published output together is the single-node output, each row once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice::split::{OwnerTable, ShuffleServer, ShuffleSetup, VnodePlacement};
+use sluice::{CommitAuthority, Database};
+
+mod support;
+use support::owners::{follower_of, ids, two_nodes, LIMIT};
+
+const SCRIPT: &str = "
+    CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
+                     WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+      WITH (connector = 'file', path = 'in/*.csv', format = 'csv', batch_size = '3');
+    CREATE STREAM per_window AS
+      SELECT k, tumble(ts, INTERVAL '1' SECOND) AS w, count(*) AS n, sum(v) AS total
+      FROM s GROUP BY k, tumble(ts, INTERVAL '1' SECOND);
+    CREATE STREAM totals AS SELECT k, count(*) AS n, sum(v) AS total FROM s GROUP BY k;
+    CREATE STREAM pairs AS SELECT a.id AS a, b.id AS b FROM s a JOIN s b ON a.k = b.k
+      WHERE a.v > 480 AND b.v < -480;
+    CREATE SINK w FROM per_window WITH (connector = 'file', path = 'out/per_window.csv', format = 'csv');
+    CREATE SINK t FROM totals WITH (connector = 'file', path = 'out/totals.csv', format = 'csv');
+    CREATE SINK p FROM pairs WITH (connector = 'file', path = 'out/pairs.csv', format = 'csv');
+";
+
+/// Files whose times rise with the file (a 4 s span each, 3 s apart, read
+/// in path order): no row is late on either node or on one node.
+fn write_input(dir: &Path, files: usize) {
+    let mut x: u64 = 0x5eed_c1a5;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut id = 0;
+    for f in 0..files {
+        let path = dir.join(format!("in/part-{f:02}.csv"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut text = String::from("id,k,v,ts\n");
+        for _ in 0..200 {
+            id += 1;
+            let ts = f as u64 * 3_000 + next(4_000);
+            text.push_str(&format!(
+                "{id},{},{},1970-01-01T00:{:02}:{:02}.{:03}\n",
+                next(7),
+                next(1000) as i64 - 500,
+                ts / 60_000,
+                ts / 1000 % 60,
+                ts % 1000
+            ));
+        }
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+/// The data lines of a sink file, sorted (none while it does not exist).
+fn lines(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut l: Vec<String> = text.lines().skip(1).map(str::to_string).collect();
+    l.sort();
+    l
+}
+
+/// The final state of a changelog sink file: each row inserted and not
+/// retracted (the change kind is the last column).
+fn final_state(path: &Path) -> Vec<String> {
+    let mut state: BTreeMap<String, i64> = BTreeMap::new();
+    for line in lines(path) {
+        let (row, change) = line.rsplit_once(',').unwrap();
+        *state.entry(row.to_string()).or_default() += if change == "insert" { 1 } else { -1 };
+    }
+    state
+        .into_iter()
+        .flat_map(|(row, n)| {
+            assert!(n >= 0, "{row} retracted more often than inserted");
+            std::iter::repeat_n(row, n as usize)
+        })
+        .collect()
+}
+
+/// One node of the split: its shuffle over `servers`, its checkpoints
+/// in `state` under `authority`, started.
+async fn open_node(
+    data: &Path,
+    state: &Path,
+    node: &str,
+    table: &OwnerTable,
+    servers: &HashMap<String, Arc<ShuffleServer>>,
+    authority: Arc<dyn CommitAuthority>,
+) -> Database {
+    let endpoints = servers
+        .iter()
+        .map(|(n, s)| (n.clone(), s.endpoint()))
+        .collect();
+    let setup = ShuffleSetup::new(
+        node,
+        "owners",
+        1,
+        table.clone(),
+        endpoints,
+        Arc::clone(&servers[node]),
+    )
+    .unwrap()
+    .with_patience(Duration::from_secs(20));
+    let placement = VnodePlacement::new(table.vnode_count(), setup.owned_vnodes()).unwrap();
+    let db = Database::builder()
+        .base_dir(data)
+        .state_dir(state)
+        .set("checkpoint_interval", "50ms")
+        .unwrap()
+        .set("checkpoint_timeout", "3s")
+        .unwrap()
+        .set("delivery", "exactly_once")
+        .unwrap()
+        .commit_authority(authority)
+        .split(node, placement)
+        .unwrap()
+        .shuffle(setup)
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    db.execute(SCRIPT).await.unwrap();
+    db.start().await.unwrap();
+    db
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shuffled_owners_checkpoint_as_one_cut_and_a_killed_node_loses_and_repeats_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    write_input(data.path(), 16);
+    // One node, no checkpoints: the output to match.
+    let single = Database::builder()
+        .base_dir(data.path())
+        .open()
+        .await
+        .unwrap();
+    single.execute(SCRIPT).await.unwrap();
+    tokio::time::timeout(LIMIT, single.run_to_completion())
+        .await
+        .expect("in time")
+        .unwrap();
+    single.shutdown().await.unwrap();
+
+    let (_etcd, n1, n2, leader) = two_nodes().await;
+    let assignment = n1.assignment().unwrap().unwrap();
+    let members = assignment.members().to_vec();
+    let owners = (0..assignment.vnode_count())
+        .map(|v| {
+            let owner = assignment.owner_of(v).unwrap();
+            members.iter().position(|m| m == owner).unwrap() as u32
+        })
+        .collect();
+    let table = OwnerTable::new(members.clone(), owners).unwrap();
+    let mut servers = HashMap::new();
+    for m in &members {
+        let addr = "127.0.0.1:0".parse().unwrap();
+        let server = ShuffleServer::bind(addr, "owners", m, 1).await.unwrap();
+        servers.insert(m.clone(), Arc::new(server));
+    }
+    let (s1, s2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let db1 = open_node(data.path(), s1.path(), "n1", &table, &servers, leader).await;
+    let db2 = open_node(
+        data.path(),
+        s2.path(),
+        "n2",
+        &table,
+        &servers,
+        follower_of(&n2),
+    )
+    .await;
+
+    // A checkpoint commits on both nodes, under one id.
+    let committed = async {
+        loop {
+            if !ids(&db1).await.is_empty() && !ids(&db2).await.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, committed)
+        .await
+        .expect("a checkpoint of both nodes");
+    // n2 dies mid-run: n1 faults on the cut channels and recovers in its
+    // process from the last committed checkpoint, waiting for n2; n2
+    // comes back from the same checkpoint.
+    let running = db1.status().await.is_some_and(|s| !s.finished);
+    db2.abort().await.ok();
+    drop(db2);
+    let db2 = open_node(
+        data.path(),
+        s2.path(),
+        "n2",
+        &table,
+        &servers,
+        follower_of(&n2),
+    )
+    .await;
+    let runs = async { tokio::join!(db1.run_to_completion(), db2.run_to_completion()) };
+    let (r1, r2) = tokio::time::timeout(LIMIT * 3, runs)
+        .await
+        .expect("both nodes finish");
+    r1.unwrap();
+    r2.unwrap();
+    assert!(
+        db1.restarts().await >= 1,
+        "n1 recovered in its process when n2 went (running at the kill: {running})"
+    );
+    // The leader's shutdown checkpoint is the follower's last one too.
+    db1.shutdown().await.unwrap();
+    db2.shutdown().await.unwrap();
+    let c1 = ids(&db1).await;
+    assert_eq!(c1, ids(&db2).await, "one checkpoint, one id on both nodes");
+
+    let out = data.path().join("out");
+    for sink in ["per_window", "pairs"] {
+        let mut union = lines(&out.join(format!("n1/{sink}.csv")));
+        union.extend(lines(&out.join(format!("n2/{sink}.csv"))));
+        union.sort();
+        assert_eq!(union, lines(&out.join(format!("{sink}.csv"))), "{sink}");
+    }
+    let mut union = final_state(&out.join("n1/totals.csv"));
+    union.extend(final_state(&out.join("n2/totals.csv")));
+    union.sort();
+    assert_eq!(union, final_state(&out.join("totals.csv")), "totals");
+}
