@@ -33,7 +33,8 @@
 //! others while the rest run (its share waits for it, or the whole split
 //! is stopped and started with another list), or run keyed operators (the
 //! library runs them with a shuffle between nodes, `DatabaseBuilder::shuffle`,
-//! but not checkpointed yet, and this mode checkpoints every node).
+//! checkpointed as one cut under the cluster's leader and follower records,
+//! while this mode checkpoints each node on its own).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

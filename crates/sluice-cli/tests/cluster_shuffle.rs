@@ -2,9 +2,10 @@
 //! vnode over a real shuffle, checkpointed as one cut through a real etcd
 //! (n1 leads with the leader's record sharing vnodes, n2 follows): each
 //! checkpoint holds every node's rows before its barriers on both nodes,
-//! and a node killed mid-run comes back from the last committed
-//! checkpoint while the other recovers from the same one, so the nodes'
-//! published output together is the single-node output, each row once.
+//! and when a node is killed mid-run the other halts (it never recovers
+//! alone) and both come back from the last checkpoint committed for both,
+//! so the nodes' published output together is the single-node output,
+//! each row once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,6 +18,8 @@ use sluice::split::{OwnerTable, ShuffleServer, ShuffleSetup, VnodePlacement};
 use sluice::{CommitAuthority, Database};
 
 mod support;
+use sluice_cluster::testing::EtcdServer;
+use sluice_cluster::ClusterNode;
 use support::owners::{follower_of, ids, two_nodes, LIMIT};
 
 const SCRIPT: &str = "
@@ -137,103 +140,157 @@ async fn open_node(
     db
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shuffled_owners_checkpoint_as_one_cut_and_a_killed_node_loses_and_repeats_nothing() {
-    let data = tempfile::tempdir().unwrap();
-    write_input(data.path(), 16);
-    // One node, no checkpoints: the output to match.
-    let single = Database::builder()
-        .base_dir(data.path())
-        .open()
-        .await
-        .unwrap();
-    single.execute(SCRIPT).await.unwrap();
-    tokio::time::timeout(LIMIT, single.run_to_completion())
-        .await
-        .expect("in time")
-        .unwrap();
-    single.shutdown().await.unwrap();
+/// Two nodes of the split on a real etcd (n1 leads, n2 follows), each
+/// with its shuffle server, and the single-node output to match.
+struct Split {
+    data: tempfile::TempDir,
+    states: [tempfile::TempDir; 2],
+    table: OwnerTable,
+    servers: HashMap<String, Arc<ShuffleServer>>,
+    _etcd: EtcdServer,
+    _n1: ClusterNode,
+    n2: ClusterNode,
+    leader: Arc<dyn CommitAuthority>,
+}
 
-    let (_etcd, n1, n2, leader) = two_nodes().await;
-    let assignment = n1.assignment().unwrap().unwrap();
-    let members = assignment.members().to_vec();
-    let owners = (0..assignment.vnode_count())
-        .map(|v| {
-            let owner = assignment.owner_of(v).unwrap();
-            members.iter().position(|m| m == owner).unwrap() as u32
-        })
-        .collect();
-    let table = OwnerTable::new(members.clone(), owners).unwrap();
-    let mut servers = HashMap::new();
-    for m in &members {
-        let addr = "127.0.0.1:0".parse().unwrap();
-        let server = ShuffleServer::bind(addr, "owners", m, 1).await.unwrap();
-        servers.insert(m.clone(), Arc::new(server));
+impl Split {
+    async fn new() -> Self {
+        let data = tempfile::tempdir().unwrap();
+        write_input(data.path(), 16);
+        // One node, no checkpoints: the output to match.
+        let single = Database::builder()
+            .base_dir(data.path())
+            .open()
+            .await
+            .unwrap();
+        single.execute(SCRIPT).await.unwrap();
+        tokio::time::timeout(LIMIT, single.run_to_completion())
+            .await
+            .expect("in time")
+            .unwrap();
+        single.shutdown().await.unwrap();
+        let (etcd, n1, n2, leader) = two_nodes().await;
+        let assignment = n1.assignment().unwrap().unwrap();
+        let members = assignment.members().to_vec();
+        let owners = (0..assignment.vnode_count())
+            .map(|v| {
+                let owner = assignment.owner_of(v).unwrap();
+                members.iter().position(|m| m == owner).unwrap() as u32
+            })
+            .collect();
+        let table = OwnerTable::new(members.clone(), owners).unwrap();
+        let mut servers = HashMap::new();
+        for m in &members {
+            let addr = "127.0.0.1:0".parse().unwrap();
+            let server = ShuffleServer::bind(addr, "owners", m, 1).await.unwrap();
+            servers.insert(m.clone(), Arc::new(server));
+        }
+        Split {
+            data,
+            states: [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()],
+            table,
+            servers,
+            _etcd: etcd,
+            _n1: n1,
+            n2,
+            leader,
+        }
     }
-    let (s1, s2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let db1 = open_node(data.path(), s1.path(), "n1", &table, &servers, leader).await;
-    let db2 = open_node(
-        data.path(),
-        s2.path(),
-        "n2",
-        &table,
-        &servers,
-        follower_of(&n2),
-    )
-    .await;
 
-    // A checkpoint commits on both nodes, under one id.
+    async fn open(&self, node: usize) -> Database {
+        let (name, authority) = match node {
+            0 => ("n1", Arc::clone(&self.leader)),
+            _ => ("n2", follower_of(&self.n2)),
+        };
+        open_node(
+            self.data.path(),
+            self.states[node].path(),
+            name,
+            &self.table,
+            &self.servers,
+            authority,
+        )
+        .await
+    }
+
+    /// Both nodes stopped: their outputs together are the single node's.
+    fn check_outputs(&self) {
+        let out = self.data.path().join("out");
+        for sink in ["per_window", "pairs"] {
+            let mut union = lines(&out.join(format!("n1/{sink}.csv")));
+            union.extend(lines(&out.join(format!("n2/{sink}.csv"))));
+            union.sort();
+            assert_eq!(union, lines(&out.join(format!("{sink}.csv"))), "{sink}");
+        }
+        let mut union = final_state(&out.join("n1/totals.csv"));
+        union.extend(final_state(&out.join("n2/totals.csv")));
+        union.sort();
+        assert_eq!(union, final_state(&out.join("totals.csv")), "totals");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shuffled_owners_checkpoint_mid_run_as_one_cut() {
+    let split = Split::new().await;
+    let db1 = split.open(0).await;
+    let db2 = split.open(1).await;
+    let runs = async { tokio::join!(db1.run_to_completion(), db2.run_to_completion()) };
+    let (r1, r2) = tokio::time::timeout(LIMIT, runs)
+        .await
+        .expect("both nodes finish");
+    r1.unwrap();
+    r2.unwrap();
+    // The leader's shutdown checkpoint is the follower's last one too.
+    db1.shutdown().await.unwrap();
+    db2.shutdown().await.unwrap();
+    let committed = ids(&db1).await;
+    assert!(committed.len() >= 2, "checkpoints mid-run: {committed:?}");
+    assert_eq!(
+        committed,
+        ids(&db2).await,
+        "one checkpoint, one id on both nodes"
+    );
+    split.check_outputs();
+}
+
+/// A node killed mid-run: the other halts on the cut channels (it never
+/// recovers alone); both are started again, each resumes from the last
+/// checkpoint committed for both, and what followed it is computed again,
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_shuffled_owner_halts_the_other_and_both_resume_one_checkpoint() {
+    let split = Split::new().await;
+    let db1 = split.open(0).await;
+    let db2 = split.open(1).await;
     let committed = async {
-        loop {
-            if !ids(&db1).await.is_empty() && !ids(&db2).await.is_empty() {
-                return;
-            }
+        while ids(&db1).await.is_empty() || ids(&db2).await.is_empty() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
     tokio::time::timeout(LIMIT, committed)
         .await
         .expect("a checkpoint of both nodes");
-    // n2 dies mid-run: n1 faults on the cut channels and recovers in its
-    // process from the last committed checkpoint, waiting for n2; n2
-    // comes back from the same checkpoint.
     let running = db1.status().await.is_some_and(|s| !s.finished);
-    db2.abort().await.ok();
+    db2.abort().await.unwrap();
     drop(db2);
-    let db2 = open_node(
-        data.path(),
-        s2.path(),
-        "n2",
-        &table,
-        &servers,
-        follower_of(&n2),
-    )
-    .await;
+    let err = tokio::time::timeout(LIMIT, db1.run_to_completion())
+        .await
+        .expect("n1 stops")
+        .expect_err("n1 halts without n2");
+    assert!(err.to_string().contains("SLC-SHF-005") || !running, "{err}");
+    assert_eq!(db1.restarts().await, 0, "n1 never recovers alone");
+    db1.abort().await.ok();
+    drop(db1);
+    let db1 = split.open(0).await;
+    let db2 = split.open(1).await;
     let runs = async { tokio::join!(db1.run_to_completion(), db2.run_to_completion()) };
-    let (r1, r2) = tokio::time::timeout(LIMIT * 3, runs)
+    let (r1, r2) = tokio::time::timeout(LIMIT, runs)
         .await
         .expect("both nodes finish");
     r1.unwrap();
     r2.unwrap();
-    assert!(
-        db1.restarts().await >= 1,
-        "n1 recovered in its process when n2 went (running at the kill: {running})"
-    );
-    // The leader's shutdown checkpoint is the follower's last one too.
     db1.shutdown().await.unwrap();
     db2.shutdown().await.unwrap();
-    let c1 = ids(&db1).await;
-    assert_eq!(c1, ids(&db2).await, "one checkpoint, one id on both nodes");
-
-    let out = data.path().join("out");
-    for sink in ["per_window", "pairs"] {
-        let mut union = lines(&out.join(format!("n1/{sink}.csv")));
-        union.extend(lines(&out.join(format!("n2/{sink}.csv"))));
-        union.sort();
-        assert_eq!(union, lines(&out.join(format!("{sink}.csv"))), "{sink}");
-    }
-    let mut union = final_state(&out.join("n1/totals.csv"));
-    union.extend(final_state(&out.join("n2/totals.csv")));
-    union.sort();
-    assert_eq!(union, final_state(&out.join("totals.csv")), "totals");
+    assert_eq!(ids(&db1).await, ids(&db2).await);
+    split.check_outputs();
 }

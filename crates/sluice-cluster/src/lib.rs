@@ -103,8 +103,9 @@
 //! 3. Shuffle between hosts over gRPC with Arrow IPC frames, barriers in
 //!    band, bounded and backpressured (the `sluice-shuffle` crate; the
 //!    engine's exchanges route keyed aggregations' and joins' rows over it
-//!    in a split, `DatabaseBuilder::shuffle`; checkpoints across it, and
-//!    the binary's use of it, are next).
+//!    in a split, `DatabaseBuilder::shuffle`, checkpointed as one cut under
+//!    `LeaderCommitRecord::sharing_vnodes` and `FollowerCommitRecord`; the
+//!    binary's use of it and coordinated recovery are next).
 //! 4. `sluice run --cluster etcd=... --node-id ...`, `SHOW CLUSTER` and
 //!    metrics (leader, vnode owners, watermarks and lag per node).
 

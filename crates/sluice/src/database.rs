@@ -171,8 +171,12 @@ impl DatabaseBuilder {
     /// Arrow IPC, bounded by credit), so each key is aggregated on one node
     /// and the nodes' outputs together are the single-node output (see
     /// `sluice_engine::exchange`). The table must give this node exactly
-    /// the vnodes of its split. Such a pipeline takes no checkpoints yet
-    /// (refused at start). Refused before [`Self::split`].
+    /// the vnodes of its split. Its checkpoints are one cut through every
+    /// node, so it checkpoints only under a commit authority that decides
+    /// every node's checkpoint at once (the cluster's leader and follower
+    /// records; anything else is refused at start), and a node never
+    /// recovers alone (start every node again). Refused before
+    /// [`Self::split`].
     pub fn shuffle(mut self, setup: sluice_engine::exchange::ShuffleSetup) -> Result<Self> {
         let Some(split) = &self.options.split else {
             return Err(Error::Option(
@@ -455,14 +459,7 @@ impl Database {
     /// fault is returned once the budget is spent (see
     /// [`restarts`](Self::restarts)). Live subscriptions end at a restart.
     pub async fn run_to_completion(&self) -> Result<MetricsSnapshot> {
-        match self.start().await {
-            Ok(()) => {}
-            // Started before and faulted since: its supervisor restarts it
-            // from the last committed checkpoint (or says why it cannot),
-            // and that end is the one to wait for.
-            Err(Error::Fault { .. }) if self.is_supervised() => {}
-            Err(e) => return Err(e),
-        }
+        self.start().await?;
         if self
             .inner
             .pipeline

@@ -83,20 +83,22 @@ impl ConnectorPipelineCallback {
         let patience = setup.patience();
         for edge in setup.edges() {
             if let Err(e) = edge.check_attached(patience) {
-                self.failure.get_or_insert(CycleError::Execution(e));
+                self.failure.get_or_insert(CycleError::Source(e));
                 return;
             }
         }
     }
 
     /// Take in what the other nodes sent; `true` when anything arrived
-    /// (a cycle should fold it). A failed channel fails the cycle as
-    /// execution does: a halt without checkpoints, a fault (recovered from
-    /// the last committed checkpoint) with them.
+    /// (a cycle should fold it). A failed channel halts the pipeline, with
+    /// checkpoints too: a node must never recover alone (it would resume
+    /// from a checkpoint the others have moved past, or wait for nodes that
+    /// finished); every node is started again and resumes from the last
+    /// checkpoint committed for all of them.
     pub(super) fn drain_exchanges(&mut self) -> Result<bool, CycleError> {
         let mut arrived = false;
         for edge in self.edges() {
-            arrived |= edge.drain().map_err(CycleError::Execution)?;
+            arrived |= edge.drain().map_err(CycleError::Source)?;
         }
         if arrived {
             self.recompute_watermark();

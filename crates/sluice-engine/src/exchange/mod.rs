@@ -50,9 +50,15 @@
 //! operators add a cycle's rows before they advance, so no row another
 //! node admitted is late here.
 //!
-//! Checkpoints across nodes need one cut through every node and every
-//! channel (barriers in band, one decision for all): until that comes, a
-//! pipeline with an exchange takes no checkpoints and says so at start.
+//! Checkpoints are one cut through every node and channel: a checkpoint's
+//! barrier goes on every edge behind the rows routed before it, an edge
+//! holds back what follows the other nodes' barrier until this node has
+//! captured (`coordinator/exchange_align.rs`), and only a commit authority
+//! that decides every node's checkpoint at once may commit it
+//! (`CommitAuthority::one_cut_across_nodes`, checked at start). A node
+//! never recovers alone: its channels failing halts it, and a fault is not
+//! restarted in its process; every node is started again from the last
+//! checkpoint committed for all.
 
 pub mod edge;
 mod outbound;

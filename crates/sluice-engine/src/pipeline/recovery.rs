@@ -81,6 +81,21 @@ impl Pipeline {
         if self.checkpointing().is_none() {
             return Some("checkpointing is off".into());
         }
+        if self
+            .options
+            .shuffle
+            .as_ref()
+            .is_some_and(|s| !s.0.edges().is_empty())
+        {
+            // Its state holds the other nodes' rows up to a checkpoint they
+            // may have moved past (or finished after): every node resumes
+            // from the last checkpoint committed for all, together.
+            return Some(
+                "its keyed operators exchange rows with other nodes: every node must be \
+                 started again to resume from one checkpoint"
+                    .into(),
+            );
+        }
         self.catalog
             .sources
             .iter()

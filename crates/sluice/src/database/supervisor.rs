@@ -46,11 +46,6 @@ impl Default for Supervision {
 }
 
 impl Database {
-    /// Whether a supervisor was started for the pipeline.
-    pub(super) fn is_supervised(&self) -> bool {
-        self.inner.supervision.started.load(Ordering::Acquire)
-    }
-
     /// Start supervising the pipeline (once; later calls do nothing).
     pub(super) fn supervise(&self) {
         // Outside a tokio runtime nothing runs in the background: then
