@@ -273,11 +273,15 @@ async fn a_killed_shuffled_owner_halts_the_other_and_both_resume_one_checkpoint(
     let running = db1.status().await.is_some_and(|s| !s.finished);
     db2.abort().await.unwrap();
     drop(db2);
-    let err = tokio::time::timeout(LIMIT, db1.run_to_completion())
+    // n1 halts on the cut channels, unless it had finished before n2 went
+    // (then nothing of n2's was missing on it).
+    let ended = tokio::time::timeout(LIMIT, db1.run_to_completion())
         .await
-        .expect("n1 stops")
-        .expect_err("n1 halts without n2");
-    assert!(err.to_string().contains("SLC-SHF-005") || !running, "{err}");
+        .expect("n1 stops");
+    match ended {
+        Err(e) => assert!(e.to_string().contains("SLC-SHF-005"), "{e}"),
+        Ok(_) => assert!(!running, "n1 finished without n2's rows"),
+    }
     assert_eq!(db1.restarts().await, 0, "n1 never recovers alone");
     db1.abort().await.ok();
     drop(db1);

@@ -372,6 +372,49 @@ async fn a_shuffled_split_refuses_checkpoints_at_start() {
         err.contains("a split pipeline whose keyed operators shuffle rows between nodes checkpoints only as one cut through every node"),
         "{err}"
     );
+    // Started with only row-by-row streams, the same refusal meets a
+    // keyed stream made later.
+    let table = OwnerTable::new(vec!["n0".into()], vec![0; 8]).unwrap();
+    let setup = ShuffleSetup::new(
+        "n0",
+        PIPELINE,
+        1,
+        table,
+        HashMap::new(),
+        Arc::clone(&servers[0]),
+    )
+    .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let db = Database::builder()
+        .base_dir(dir.path())
+        .state_dir(state.path())
+        .set("delivery", "exactly_once")
+        .unwrap()
+        .split("n0", VnodePlacement::all(8).unwrap())
+        .unwrap()
+        .shuffle(setup)
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    db.execute(
+        "CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+           WITH (connector = 'file', path = 'in/*.csv', format = 'csv');
+         CREATE STREAM picked AS SELECT id, k FROM s WHERE v > 0",
+    )
+    .await
+    .unwrap();
+    db.start().await.unwrap();
+    let err = db
+        .execute("CREATE STREAM per_key AS SELECT k, count(*) AS n FROM s GROUP BY k")
+        .await
+        .expect_err("a keyed stream under lone checkpoints")
+        .to_string();
+    assert!(
+        err.contains("checkpoints only as one cut through every node"),
+        "{err}"
+    );
+    db.abort().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

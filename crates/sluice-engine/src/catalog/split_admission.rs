@@ -174,7 +174,8 @@ fn keyed_input_refusal(op: &str, input: &StreamNode, keys: &[Expr], what: &str) 
 
 fn unsupported_key(keys: &[Expr], input: &StreamNode) -> Option<(String, DataType)> {
     keys.iter().find_map(|k| {
-        let t = k.get_type(input.schema()).ok()?;
+        // A type the plan cannot tell is no type the encoding has.
+        let t = k.get_type(input.schema()).unwrap_or(DataType::Null);
         let ok = matches!(
             t,
             DataType::Int8
@@ -191,6 +192,15 @@ fn unsupported_key(keys: &[Expr], input: &StreamNode) -> Option<(String, DataTyp
                 | DataType::Utf8
         );
         (!ok).then(|| (k.schema_name().to_string(), t))
+    })
+}
+
+/// The first stream of `catalog` with a keyed operator (with a shuffle,
+/// it exchanges rows with the other nodes).
+pub fn keyed_stream(catalog: &Catalog) -> Option<&str> {
+    catalog.streams.iter().find_map(|s| match &s.kind {
+        StreamKind::Query(plan) => stateful_operator(&plan.root).map(|_| s.name.as_str()),
+        _ => None,
     })
 }
 

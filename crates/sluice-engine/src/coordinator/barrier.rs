@@ -494,6 +494,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     /// The leader aborted `attempt` before this node captured it: resolve
     /// local state; a failure to do so exactly faults for recovery.
     pub(super) fn resolve_abort(&mut self, attempt: CheckpointAttempt) {
+        self.callback.release_exchange_barrier(attempt);
         if let Err(e) = self.callback.resolve_authoritative_follower_abort(attempt) {
             let e = e.context(format!("resolving aborted checkpoint {}", attempt.id));
             self.settle(CycleError::FollowerState(e));

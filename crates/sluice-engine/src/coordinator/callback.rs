@@ -119,6 +119,13 @@ pub trait SourceIntake {
     fn take_shuffle_input(&mut self) -> Result<bool, CycleError> {
         Ok(false)
     }
+    /// Whether rows other nodes sent may be folded now: not while the
+    /// intake fence is up, nor while a sink or subscriber is full (only a
+    /// full exchange queue leaves them open, so that two nodes sending to
+    /// each other both drain). Default: while intake is not fenced.
+    fn shuffle_input_open(&self) -> bool {
+        !self.intake_paused()
+    }
     /// Whether source input must not be folded into state now (a stronger
     /// fence than backpressure: held input waits too). The coordinator
     /// checks it before each cycle; a single-node pipeline never sets it,
@@ -269,6 +276,10 @@ pub trait CheckpointLifecycle {
     /// before it ran: send the barrier to the other nodes on every
     /// exchange, behind the rows routed so far. Default: no exchanges.
     fn forward_exchange_barriers(&mut self, _attempt: CheckpointAttempt) {}
+    /// This node is done with `attempt` without capturing it here (the
+    /// leader aborted it, or following it failed): the other nodes' rows
+    /// after its barrier are taken in again. Default: no exchanges.
+    fn release_exchange_barrier(&mut self, _attempt: CheckpointAttempt) {}
     /// The exchanges whose other nodes' barrier of `attempt` has not
     /// arrived yet (empty: aligned; the rows before it were taken in).
     /// An `Err`: the other nodes sent a newer attempt's barrier, so this

@@ -266,6 +266,10 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         self.forward_barriers(attempt.id);
     }
 
+    fn release_exchange_barrier(&mut self, attempt: CheckpointAttempt) {
+        self.release_exchange_barriers(attempt.id);
+    }
+
     fn exchanges_awaiting_barrier(
         &self,
         attempt: CheckpointAttempt,

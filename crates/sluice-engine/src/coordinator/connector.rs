@@ -368,6 +368,11 @@ impl SourceIntake for ConnectorPipelineCallback {
     fn take_shuffle_input(&mut self) -> Result<bool, CycleError> {
         self.drain_exchanges()
     }
+
+    fn shuffle_input_open(&self) -> bool {
+        let (subscribers_full, _) = self.shared.subscriptions.pressure();
+        !self.intake_paused() && !subscribers_full && !self.sinks.iter().any(SinkRuntime::is_full)
+    }
 }
 
 impl CycleExecution for ConnectorPipelineCallback {
@@ -652,6 +657,11 @@ impl RuntimeControl for ConnectorPipelineCallback {
                     s.control.stop();
                 }
                 self.streams.retain(|s| &*s.name != name.as_str());
+                // Its exchanges go too: they no longer hold the watermark
+                // back, and the other nodes' channels to them are cut.
+                if let Some(setup) = &self.exchanges {
+                    setup.drop_stream(&name);
+                }
                 self.shared.subscriptions.close(&name);
                 let mut dropped: Vec<SinkRuntime> = Vec::new();
                 let mut kept = Vec::new();

@@ -38,7 +38,7 @@ impl ConnectorPipelineCallback {
 
     /// Every source of this node is done (its rows were all taken in).
     fn local_sources_finished(&self) -> bool {
-        self.sources.values().all(|s| s.watermark.is_finished())
+        !self.sources.is_empty() && self.sources.values().all(|s| s.watermark.is_finished())
     }
 
     /// Every edge's other nodes ended and their rows were folded.

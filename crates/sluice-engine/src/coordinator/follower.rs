@@ -53,6 +53,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 return false;
             }
             CheckpointControlOutcome::Failed { attempt, error } => {
+                // Not taken here: the other nodes' rows after its barrier
+                // are taken in again.
+                self.callback.release_exchange_barrier(attempt);
                 let e =
                     crate::EngineError::Shared(error).context("following the leader's checkpoint");
                 self.callback.record_checkpoint_failure(attempt.id, &e);

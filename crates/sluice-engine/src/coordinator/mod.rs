@@ -194,7 +194,10 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         let paused = !self.stopped_intake
             && (self.callback.intake_paused()
                 || self.callback.external_output_pressure() == ExternalOutputPressure::Full);
-        let shuffle = self.callback.shuffle_work_wake();
+        let shuffle = self
+            .callback
+            .shuffle_work_wake()
+            .filter(|_| self.callback.shuffle_input_open());
         let relief = if paused {
             self.callback.output_pressure_wake()
         } else {
@@ -318,7 +321,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 }
             }
             // Another node sent rows, a watermark or its end (or an
-            // exchange failed): taken in even while intake is paused.
+            // exchange failed): taken in even while source intake pauses
+            // for a full exchange queue (not while fenced, nor while a sink
+            // or subscriber is full; see `shuffle_input_open`).
             _ = async {
                 match &shuffle {
                     Some(n) => n.notified().await,

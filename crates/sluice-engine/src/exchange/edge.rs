@@ -2,8 +2,8 @@
 //! folded, the rows it routed to other nodes and has not yet handed to its
 //! outbound task, and its inbound watermark.
 //!
-//! The exchange operator (`route.rs`, on the coordinator thread during a
-//! cycle) and the pipeline callback (between cycles) share it; its
+//! The exchange operator (`operators/exchange.rs`, on the coordinator
+//! thread during a cycle) and the pipeline callback (between cycles) share it; its
 //! outbound task owns the channels.
 
 use std::sync::Arc;
@@ -119,6 +119,22 @@ impl ExchangeEdge {
                 )));
             }
         }
+        let receiving = |e| {
+            EngineError::from(e).context(format!(
+                "receiving rows of exchange '{}' from the other nodes",
+                self.id
+            ))
+        };
+        if state.barrier.is_some() {
+            // Nothing after the barrier is taken, but a node gone is.
+            if let Some(e) = state
+                .receiver
+                .as_ref()
+                .and_then(ShuffleReceiver::take_failure)
+            {
+                return Err(receiving(e));
+            }
+        }
         let mut arrived = false;
         // A barrier held back stops the edge: what follows it belongs to
         // the next checkpoint, folded only after this node captured.
@@ -127,12 +143,7 @@ impl ExchangeEdge {
                 break;
             };
             arrived = true;
-            let event = event.map_err(|e| {
-                EngineError::from(e).context(format!(
-                    "receiving rows of exchange '{}' from the other nodes",
-                    self.id
-                ))
-            })?;
+            let event = event.map_err(receiving)?;
             match event {
                 ShuffleEvent::Data(b) => state.inbound.push(b),
                 ShuffleEvent::Watermark(w) => {
@@ -325,7 +336,8 @@ impl ExchangeEdge {
     }
 
     /// Wait (up to `patience`) until the outbound task sent everything
-    /// queued and, once the edge ended, the other nodes took it all.
+    /// queued and, once the edge ended, every other node's channel received
+    /// it all (queued there; not necessarily processed yet).
     pub(crate) async fn settle(&self, patience: std::time::Duration) -> Result<()> {
         let task = {
             let mut state = self.state.lock();
@@ -335,8 +347,8 @@ impl ExchangeEdge {
             }
             state.outbound.as_mut().and_then(Outbound::take_task)
         };
-        let Some(task) = task else { return Ok(()) };
-        match tokio::time::timeout(patience, task).await {
+        let Some(mut task) = task else { return Ok(()) };
+        match tokio::time::timeout(patience, &mut task).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 return Err(EngineError::Internal(format!(
@@ -345,11 +357,18 @@ impl ExchangeEdge {
                 )))
             }
             Err(_) => {
-                return Err(EngineError::Option(format!(
-                    "exchange '{}': the other nodes did not take this node's last rows within {}",
-                    self.id,
-                    humantime::format_duration(patience)
-                )))
+                // Stopped now: its channels close, and the other nodes see
+                // this node gone instead of waiting on it.
+                task.abort();
+                return Err(EngineError::from(sluice_shuffle::ShuffleError::PeerGone {
+                    edge: self.id.clone(),
+                    node: self.table.nodes().join(", "),
+                    detail: format!(
+                        "the other nodes did not take this node's last rows within {}",
+                        humantime::format_duration(patience)
+                    ),
+                    source: None,
+                }));
             }
         }
         match self

@@ -259,6 +259,17 @@ impl ShuffleSetup {
         }
     }
 
+    /// Close and forget the edges of stream `stream` (it was dropped).
+    pub(crate) fn drop_stream(&self, stream: &str) {
+        let of_stream =
+            |e: &Arc<ExchangeEdge>| e.id().rsplit_once('#').is_some_and(|(s, _)| s == stream);
+        let mut edges = self.edges.lock();
+        for edge in edges.iter().filter(|e| of_stream(e)) {
+            edge.close();
+        }
+        edges.retain(|e| !of_stream(e));
+    }
+
     /// Every edge made so far.
     pub(crate) fn edges(&self) -> Vec<Arc<ExchangeEdge>> {
         self.edges.lock().clone()

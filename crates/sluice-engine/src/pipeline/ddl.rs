@@ -254,6 +254,10 @@ impl Pipeline {
         if self.options.split.is_some() {
             crate::catalog::split_admission::certify(next, self.options.shuffle.is_some())?;
         }
+        let keyed = crate::catalog::split_admission::keyed_stream(next).is_some();
+        if self.lone_checkpoints && self.options.shuffle.is_some() && keyed {
+            return Err(super::start::lone_checkpoints_refused());
+        }
         if let (true, Some(delivery)) = (self.lifecycle.is_running(), self.checkpointing()) {
             crate::catalog::admission::admit_delivery(next, delivery)?;
         }

@@ -82,6 +82,10 @@ pub struct Pipeline {
     coordinator: Option<Coordinator>,
     /// Restarts after faults so far (see `recovery`).
     restarts: u32,
+    /// Started with checkpoints under a commit authority that decides this
+    /// node's checkpoints alone: no stream may exchange rows with other
+    /// nodes (checked at start and for streams made later).
+    lone_checkpoints: bool,
     base_dir: Option<PathBuf>,
     metrics: Arc<PipelineMetrics>,
     subscriptions: Arc<SubscriptionRegistry>,
@@ -108,6 +112,7 @@ impl Pipeline {
             created: Vec::new(),
             coordinator: None,
             restarts: 0,
+            lone_checkpoints: false,
             exits_after_stop: false,
             base_dir,
             metrics: Arc::new(PipelineMetrics::new()),

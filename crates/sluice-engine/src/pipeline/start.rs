@@ -36,20 +36,13 @@ impl Pipeline {
             .shuffle
             .as_ref()
             .is_some_and(|s| !s.0.edges().is_empty());
-        let one_cut = |c: &CheckpointConfig| {
-            c.store
+        self.lone_checkpoints = config.as_ref().is_some_and(|c| {
+            !c.store
                 .authority()
                 .is_some_and(|a| a.one_cut_across_nodes())
-        };
-        if exchanges && config.as_ref().is_some_and(|c| !one_cut(c)) {
-            return Err(EngineError::Option(
-                "a split pipeline whose keyed operators shuffle rows between nodes checkpoints \
-                 only as one cut through every node, decided for all at once: give it the \
-                 cluster's checkpoint record as commit_authority (the leader's \
-                 LeaderCommitRecord::sharing_vnodes, a FollowerCommitRecord on the others), \
-                 or run it without checkpoints"
-                    .into(),
-            ));
+        });
+        if exchanges && self.lone_checkpoints {
+            return Err(lone_checkpoints_refused());
         }
         let recovered = match &config {
             Some(cfg) => latest_matching(cfg).await?,
@@ -215,4 +208,16 @@ pub(super) async fn latest_matching(cfg: &CheckpointConfig) -> Result<Option<Loa
         )));
     }
     Ok(Some(cp))
+}
+
+/// Why a stream that exchanges rows with other nodes cannot checkpoint
+/// under a commit authority that decides this node's checkpoints alone.
+pub(super) fn lone_checkpoints_refused() -> EngineError {
+    EngineError::Option(
+        "a split pipeline whose keyed operators shuffle rows between nodes checkpoints only as \
+         one cut through every node, decided for all at once: give it the cluster's checkpoint \
+         record as commit_authority (the leader's LeaderCommitRecord::sharing_vnodes, a \
+         FollowerCommitRecord on the others), or run it without checkpoints"
+            .into(),
+    )
 }

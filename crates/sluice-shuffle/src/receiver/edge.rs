@@ -190,6 +190,12 @@ impl EdgeInbox {
         }
     }
 
+    /// A channel failure waiting for the consumer, without popping any
+    /// event.
+    pub fn take_failure(&self) -> Option<ShuffleError> {
+        self.state.lock().failures.pop_front()
+    }
+
     /// The next event or failure for the consumer, if one is ready.
     pub fn try_next(&self) -> Option<Result<ShuffleEvent>> {
         let mut state = self.state.lock();

@@ -48,6 +48,13 @@ impl ShuffleReceiver {
         self.inbox.try_next()
     }
 
+    /// A channel failure, if one is waiting, without taking any event: a
+    /// consumer that holds back what follows a barrier still learns that a
+    /// sender is gone.
+    pub fn take_failure(&self) -> Option<crate::error::ShuffleError> {
+        self.inbox.take_failure()
+    }
+
     /// The next event or failure; `None` after end of stream.
     pub async fn next(&self) -> Option<Result<ShuffleEvent>> {
         let wake = self.inbox.wake();
