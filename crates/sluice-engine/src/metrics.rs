@@ -34,6 +34,7 @@ pub struct PipelineMetrics {
     watermark: AtomicI64,
     per_source: Mutex<BTreeMap<String, SourceCounters>>,
     per_output: Mutex<BTreeMap<String, u64>>,
+    per_exchange: Mutex<BTreeMap<String, ExchangeCounters>>,
     /// Per stream, rows its operators dropped as late (see
     /// [`MetricsSnapshot::operator_late_rows`]).
     per_stream_late: Mutex<BTreeMap<String, u64>>,
@@ -95,6 +96,20 @@ pub struct SourceCounters {
     /// Times the reader was held back by watermark alignment
     /// (`watermark_max_drift`).
     pub alignment_holds: u64,
+}
+
+/// What one exchange between the nodes of a split carried on this node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExchangeCounters {
+    /// Rows whose key's vnode this node owns (they stayed here).
+    pub rows_kept: u64,
+    /// Rows routed to the other nodes.
+    pub rows_sent: u64,
+    /// Rows the other nodes routed here.
+    pub rows_received: u64,
+    /// Encoded bytes of the frames sent to the other nodes (rows as Arrow
+    /// IPC, watermarks, barriers, the end).
+    pub bytes_sent: u64,
 }
 
 /// A consistent-enough copy of the metrics.
@@ -166,6 +181,8 @@ pub struct MetricsSnapshot {
     /// another window's start. Streams that dropped nothing are absent.
     /// Continues across a restore: operators checkpoint their count.
     pub operator_late_rows: BTreeMap<String, u64>,
+    /// Per exchange with the other nodes of a split (`STREAM#PORT`).
+    pub exchanges: BTreeMap<String, ExchangeCounters>,
     /// Bytes of batches in the source channel now.
     pub source_queue_bytes: u64,
     /// The most bytes the source channel ever held.
@@ -288,6 +305,17 @@ impl PipelineMetrics {
         *self.per_output.lock().entry(name.to_string()).or_default() += rows;
     }
 
+    /// What exchange `id` carried so far.
+    pub fn set_exchange(&self, id: &str, counters: ExchangeCounters) {
+        let mut all = self.per_exchange.lock();
+        match all.get_mut(id) {
+            Some(c) => *c = counters,
+            None => {
+                all.insert(id.to_string(), counters);
+            }
+        }
+    }
+
     /// Record a stream's operators' count of rows dropped as late (their
     /// running total; a stream that dropped none is not recorded).
     pub fn set_operator_late(&self, name: &str, total: u64) {
@@ -360,6 +388,7 @@ impl PipelineMetrics {
             sources: self.per_source.lock().clone(),
             rows_out: self.per_output.lock().clone(),
             operator_late_rows: self.per_stream_late.lock().clone(),
+            exchanges: self.per_exchange.lock().clone(),
             source_queue_bytes: source_queue.as_ref().map_or(0, |b| b.queued()),
             source_queue_peak_bytes: source_queue.as_ref().map_or(0, |b| b.peak()),
             output_queue_bytes: self.output_queue_bytes.load(Ordering::Relaxed),

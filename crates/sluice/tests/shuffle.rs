@@ -204,8 +204,30 @@ async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
         for r in done {
             r.unwrap();
         }
+        let mut carried: BTreeMap<String, (u64, u64, u64, u64)> = BTreeMap::new();
         for db in &dbs {
-            db.shutdown().await.unwrap();
+            let m = db.shutdown().await.unwrap();
+            for (edge, c) in m.exchanges {
+                let t = carried.entry(edge).or_default();
+                t.0 += c.rows_kept;
+                t.1 += c.rows_sent;
+                t.2 += c.rows_received;
+                t.3 += c.bytes_sent;
+            }
+        }
+        // What one node sent, another received; frames crossed only
+        // between nodes.
+        for (edge, (kept, sent, received, bytes)) in &carried {
+            assert_eq!(sent, received, "round {round}: {edge}: sent and received");
+            if nodes == 1 {
+                assert_eq!((*sent, *bytes), (0, 0), "round {round}: {edge}: one node");
+            } else if *sent > 0 {
+                assert!(*bytes > 0, "round {round}: {edge}: {sent} rows in no bytes");
+            }
+            assert!(
+                kept + sent > 0 || files == 0,
+                "round {round}: {edge} carried nothing"
+            );
         }
         let out = dir.path().join("out");
         for sink in ["per_window", "per_2s", "busy", "joined"] {

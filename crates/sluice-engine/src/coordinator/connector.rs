@@ -547,6 +547,7 @@ impl OutputPublication for ConnectorPipelineCallback {
         // outputs need them; this node's own are complete once its
         // pipeline finished), then its channels close.
         let settled = self.settle_exchanges().await;
+        self.publish_exchange_counters();
         self.close_exchanges();
         let mut results: Vec<Result<(), EngineError>> = vec![settled];
         results.extend(self.sinks.iter_mut().map(|sink| {

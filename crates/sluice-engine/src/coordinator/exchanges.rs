@@ -66,6 +66,7 @@ impl ConnectorPipelineCallback {
         }
         let finished = self.local_sources_finished();
         for edge in setup.edges() {
+            self.shared.metrics.set_exchange(edge.id(), edge.counters());
             edge.flush(
                 || setup.channels(),
                 self.shared.subscriptions.relief(),
@@ -122,6 +123,14 @@ impl ConnectorPipelineCallback {
                 edge.settle(patience).await?;
             }
             Ok(())
+        }
+    }
+
+    /// Every exchange's counts into the metrics (after each cycle, and
+    /// once more when the last frames went out).
+    pub(super) fn publish_exchange_counters(&self) {
+        for edge in self.edges() {
+            self.shared.metrics.set_exchange(edge.id(), edge.counters());
         }
     }
 

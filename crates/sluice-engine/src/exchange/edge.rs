@@ -6,6 +6,7 @@
 //! thread during a cycle) and the pipeline callback (between cycles) share it; its
 //! outbound task owns the channels.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
@@ -15,11 +16,24 @@ use sluice_shuffle::{BarrierId, OwnerTable, ShuffleEvent, ShuffleReceiver};
 
 use super::outbound::{Channels, Outbound, Outgoing};
 use crate::budget::Relief;
+use crate::metrics::ExchangeCounters;
+
+/// The edge's running counts (see [`ExchangeCounters`]).
+#[derive(Debug, Default)]
+struct Counters {
+    rows_kept: AtomicU64,
+    rows_sent: AtomicU64,
+    rows_received: AtomicU64,
+    /// Shared with the outbound task, which sends the bytes.
+    bytes_sent: Arc<AtomicU64>,
+}
 use crate::error::{EngineError, Result};
 
 /// One exchange edge of this node.
 #[derive(Debug)]
 pub struct ExchangeEdge {
+    /// What it carried (rows kept, sent, received; bytes sent).
+    counters: Counters,
     id: String,
     local: usize,
     table: OwnerTable,
@@ -64,6 +78,7 @@ impl ExchangeEdge {
     ) -> Self {
         let alone = receiver.is_none();
         Self {
+            counters: Counters::default(),
             id: id.to_string(),
             local,
             table,
@@ -145,7 +160,12 @@ impl ExchangeEdge {
             arrived = true;
             let event = event.map_err(receiving)?;
             match event {
-                ShuffleEvent::Data(b) => state.inbound.push(b),
+                ShuffleEvent::Data(b) => {
+                    self.counters
+                        .rows_received
+                        .fetch_add(b.num_rows() as u64, Ordering::Relaxed);
+                    state.inbound.push(b);
+                }
                 ShuffleEvent::Watermark(w) => {
                     state.inbound_watermark = state.inbound_watermark.max(w);
                 }
@@ -227,8 +247,28 @@ impl ExchangeEdge {
         std::mem::take(&mut self.state.lock().inbound)
     }
 
+    /// Rows of this cycle that stay on this node.
+    pub(crate) fn count_kept(&self, rows: usize) {
+        self.counters
+            .rows_kept
+            .fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    /// What the edge carried so far.
+    pub(crate) fn counters(&self) -> ExchangeCounters {
+        ExchangeCounters {
+            rows_kept: self.counters.rows_kept.load(Ordering::Relaxed),
+            rows_sent: self.counters.rows_sent.load(Ordering::Relaxed),
+            rows_received: self.counters.rows_received.load(Ordering::Relaxed),
+            bytes_sent: self.counters.bytes_sent.load(Ordering::Relaxed),
+        }
+    }
+
     /// Rows routed to other nodes this cycle.
     pub(crate) fn push_outbox(&self, batch: RecordBatch) {
+        self.counters
+            .rows_sent
+            .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
         self.state.lock().outbox.push(batch);
     }
 
@@ -263,7 +303,13 @@ impl ExchangeEdge {
         }
         state.started.get_or_insert_with(std::time::Instant::now);
         let outbound = state.outbound.get_or_insert_with(|| {
-            Outbound::spawn(&self.id, Arc::clone(&self.wire), channels(), relief)
+            Outbound::spawn(
+                &self.id,
+                Arc::clone(&self.wire),
+                channels(),
+                relief,
+                Arc::clone(&self.counters.bytes_sent),
+            )
         });
         for b in std::mem::take(&mut state.outbox) {
             outbound.queue(Outgoing::Rows(b));

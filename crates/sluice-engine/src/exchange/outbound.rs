@@ -70,6 +70,7 @@ impl Outbound {
         wire: SchemaRef,
         channels: Channels,
         relief: Arc<Relief>,
+        bytes_sent: Arc<AtomicU64>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicU64::new(0));
@@ -82,6 +83,7 @@ impl Outbound {
             queued: Arc::clone(&queued),
             failure: Arc::clone(&failure),
             relief,
+            bytes_sent,
         };
         Self {
             tx,
@@ -141,6 +143,7 @@ struct Task {
     queued: Arc<AtomicU64>,
     failure: Arc<Mutex<Option<Arc<EngineError>>>>,
     relief: Arc<Relief>,
+    bytes_sent: Arc<AtomicU64>,
 }
 
 impl Task {
@@ -158,6 +161,8 @@ impl Task {
                 Outgoing::End => sender.finish().await,
             };
             self.queued.fetch_sub(bytes, Ordering::AcqRel);
+            self.bytes_sent
+                .store(sender.sent_bytes(), Ordering::Relaxed);
             self.relief.notify();
             if let Err(e) = sent {
                 return self.fail(e);

@@ -65,6 +65,7 @@ impl ExchangeOp {
                 continue;
             }
             if table.nodes().len() == 1 {
+                self.edge.count_kept(rows);
                 out.push(batch);
                 continue;
             }
@@ -90,6 +91,7 @@ impl ExchangeOp {
             for (owner, part) in parts.into_iter().enumerate() {
                 let Some(part) = part else { continue };
                 if owner == local {
+                    self.edge.count_kept(part.num_rows());
                     out.push(self.unwire(&part)?);
                 } else {
                     self.edge.push_outbox(part);

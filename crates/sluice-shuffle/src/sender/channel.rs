@@ -44,6 +44,8 @@ pub struct ChannelSender {
     credit: Arc<CreditWindow>,
     reader: JoinHandle<()>,
     ended: bool,
+    /// Encoded bytes of the frames sent so far.
+    sent_bytes: u64,
 }
 
 impl ChannelSender {
@@ -133,7 +135,14 @@ impl ChannelSender {
             credit,
             reader,
             ended: false,
+            sent_bytes: 0,
         })
+    }
+
+    /// Encoded bytes of the frames sent so far (what crossed the network,
+    /// less gRPC's own framing).
+    pub fn sent_bytes(&self) -> u64 {
+        self.sent_bytes
     }
 
     /// The destination node.
@@ -187,6 +196,7 @@ impl ChannelSender {
                 .take_failure()
                 .unwrap_or_else(|| gone("the request stream closed")));
         }
+        self.sent_bytes += size as u64;
         if is_end {
             self.ended = true;
             // Closing the request half tells the receiver nothing follows.

@@ -265,6 +265,15 @@ impl ShuffleSender {
         }
     }
 
+    /// Encoded bytes sent so far over every channel of this edge.
+    pub fn sent_bytes(&self) -> u64 {
+        self.remotes
+            .iter()
+            .flatten()
+            .map(|r| r.channel.sent_bytes())
+            .sum()
+    }
+
     /// The credit window of the channel to `node`, if it is remote.
     pub fn credit(&self, node: &str) -> Option<&CreditWindow> {
         let i = self.table.nodes().iter().position(|n| n == node)?;
