@@ -15,8 +15,8 @@ use parking_lot::Mutex;
 use sluice_shuffle::{BarrierId, OwnerTable, ShuffleEvent, ShuffleReceiver};
 
 use super::outbound::{Channels, Outbound, Outgoing};
+use super::ExchangeCounters;
 use crate::budget::Relief;
-use crate::metrics::ExchangeCounters;
 
 /// The edge's running counts (see [`ExchangeCounters`]).
 #[derive(Debug, Default)]

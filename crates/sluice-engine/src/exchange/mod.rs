@@ -290,6 +290,20 @@ impl ShuffleSetup {
     }
 }
 
+/// What one exchange between the nodes of a split carried on this node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExchangeCounters {
+    /// Rows whose key's vnode this node owns (they stayed here).
+    pub rows_kept: u64,
+    /// Rows routed to the other nodes.
+    pub rows_sent: u64,
+    /// Rows the other nodes routed here.
+    pub rows_received: u64,
+    /// Encoded bytes of the frames sent to the other nodes (rows as Arrow
+    /// IPC, watermarks, barriers, the end).
+    pub bytes_sent: u64,
+}
+
 /// A [`ShuffleSetup`] as pipeline options hold it: compared by identity.
 #[derive(Debug, Clone)]
 pub struct ShuffleHandle(pub Arc<ShuffleSetup>);
