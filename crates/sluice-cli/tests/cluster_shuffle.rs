@@ -229,20 +229,25 @@ impl Split {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shuffled_owners_checkpoint_mid_run_as_one_cut() {
-    let split = Split::new().await;
-    let db1 = split.open(0).await;
-    let db2 = split.open(1).await;
+/// Run both nodes to their end, then stop them, the leader first: its
+/// shutdown checkpoint is the follower's last one too.
+async fn run_both(db1: &Database, db2: &Database) {
     let runs = async { tokio::join!(db1.run_to_completion(), db2.run_to_completion()) };
     let (r1, r2) = tokio::time::timeout(LIMIT, runs)
         .await
         .expect("both nodes finish");
     r1.unwrap();
     r2.unwrap();
-    // The leader's shutdown checkpoint is the follower's last one too.
     db1.shutdown().await.unwrap();
     db2.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shuffled_owners_checkpoint_mid_run_as_one_cut() {
+    let split = Split::new().await;
+    let db1 = split.open(0).await;
+    let db2 = split.open(1).await;
+    run_both(&db1, &db2).await;
     let committed = ids(&db1).await;
     assert!(committed.len() >= 2, "checkpoints mid-run: {committed:?}");
     assert_eq!(
@@ -287,14 +292,7 @@ async fn a_killed_shuffled_owner_halts_the_other_and_both_resume_one_checkpoint(
     drop(db1);
     let db1 = split.open(0).await;
     let db2 = split.open(1).await;
-    let runs = async { tokio::join!(db1.run_to_completion(), db2.run_to_completion()) };
-    let (r1, r2) = tokio::time::timeout(LIMIT, runs)
-        .await
-        .expect("both nodes finish");
-    r1.unwrap();
-    r2.unwrap();
-    db1.shutdown().await.unwrap();
-    db2.shutdown().await.unwrap();
+    run_both(&db1, &db2).await;
     assert_eq!(ids(&db1).await, ids(&db2).await);
     split.check_outputs();
 }

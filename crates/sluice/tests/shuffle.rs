@@ -357,6 +357,23 @@ async fn every_query_a_shuffled_split_cannot_run_is_refused_by_name() {
     db.shutdown().await.unwrap();
 }
 
+/// The one node of a one-node shuffle, exactly-once with checkpoints in
+/// `state` and no commit authority (its checkpoints are its own).
+async fn exactly_once_lone_node(dir: &Path, state: &Path, setup: ShuffleSetup) -> Database {
+    Database::builder()
+        .base_dir(dir)
+        .state_dir(state)
+        .set("delivery", "exactly_once")
+        .unwrap()
+        .split("n0", VnodePlacement::all(8).unwrap())
+        .unwrap()
+        .shuffle(setup)
+        .unwrap()
+        .open()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shuffled_split_refuses_checkpoints_at_start() {
     let dir = tempfile::tempdir().unwrap();
@@ -372,18 +389,7 @@ async fn a_shuffled_split_refuses_checkpoints_at_start() {
         Arc::clone(&servers[0]),
     )
     .unwrap();
-    let db = Database::builder()
-        .base_dir(dir.path())
-        .state_dir(state.path())
-        .set("delivery", "exactly_once")
-        .unwrap()
-        .split("n0", VnodePlacement::all(8).unwrap())
-        .unwrap()
-        .shuffle(setup)
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
+    let db = exactly_once_lone_node(dir.path(), state.path(), setup).await;
     db.execute(&SCRIPT.replace("BATCH", "4")).await.unwrap();
     let err = db
         .start()
@@ -407,18 +413,7 @@ async fn a_shuffled_split_refuses_checkpoints_at_start() {
     )
     .unwrap();
     let state = tempfile::tempdir().unwrap();
-    let db = Database::builder()
-        .base_dir(dir.path())
-        .state_dir(state.path())
-        .set("delivery", "exactly_once")
-        .unwrap()
-        .split("n0", VnodePlacement::all(8).unwrap())
-        .unwrap()
-        .shuffle(setup)
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
+    let db = exactly_once_lone_node(dir.path(), state.path(), setup).await;
     db.execute(
         "CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
            WITH (connector = 'file', path = 'in/*.csv', format = 'csv');
