@@ -211,6 +211,17 @@ async fn every_abort_reaches_the_follower_waiting_or_not() {
         .abandon(2, "the pipeline stopped")
         .await
         .expect("aborted");
+    // The follower mirrors Prepares and decisions through two watches: it
+    // is asked once its decisions have caught up with the abort (a
+    // Prepare handed out first is found aborted before capture instead).
+    let caught_up = async {
+        while follower.attempt_aborted(2).await.ok().flatten().is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), caught_up)
+        .await
+        .expect("the follower sees the abort");
     assert_eq!(
         announced(&follower).await,
         Announcement::Aborted {
