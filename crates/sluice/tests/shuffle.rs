@@ -10,6 +10,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
+use sluice::process::{
+    NativeProcessFunction, ProcessActivation, ProcessActivationResult, ProcessCallback,
+    ValueMutation, ValueState,
+};
 use sluice::split::{CreditBudget, OwnerTable, ShuffleServer, ShuffleSetup, VnodePlacement};
 use sluice::Database;
 use split_support::{lines, Rng, LIMIT};
@@ -538,4 +542,151 @@ async fn a_node_that_leaves_mid_run_halts_the_others_with_the_shuffle_error() {
         "{err}"
     );
     let _ = n0.abort().await;
+}
+
+/// Emits `(key, running count)` for every input row: per key the same
+/// rows whatever order a key's rows arrive in, so a split run's output
+/// equals one node's.
+struct RunningCount;
+
+fn count_schema() -> Arc<sluice::arrow::datatypes::Schema> {
+    use sluice::arrow::datatypes::{DataType, Field, Schema};
+    Arc::new(Schema::new(vec![
+        Field::new("key", DataType::Int64, false),
+        Field::new("n", DataType::Int64, false),
+    ]))
+}
+
+impl NativeProcessFunction for RunningCount {
+    fn process(
+        &mut self,
+        activations: &[ProcessActivation],
+    ) -> Result<Vec<ProcessActivationResult>, String> {
+        use sluice::arrow::array::{AsArray, Int64Array};
+        use sluice::arrow::datatypes::Int64Type;
+        activations
+            .iter()
+            .map(|a| {
+                let ProcessCallback::Input(row) = &a.callback else {
+                    return Err("no timers are set".to_string());
+                };
+                let n = match a.state {
+                    ValueState::Int64(n) => n + 1,
+                    _ => 1,
+                };
+                let key = row.column(0).as_primitive::<Int64Type>().value(0);
+                let output = sluice::arrow::record_batch::RecordBatch::try_new(
+                    count_schema(),
+                    vec![
+                        Arc::new(Int64Array::from(vec![key])),
+                        Arc::new(Int64Array::from(vec![n])),
+                    ],
+                )
+                .map_err(|e| e.to_string())?;
+                Ok(ProcessActivationResult {
+                    activation_id: a.id,
+                    output: Some(output),
+                    mutations: vec![ValueMutation::Set(Some(n))],
+                    timers: vec![],
+                })
+            })
+            .collect()
+    }
+}
+
+const PROCESS_SCRIPT: &str = "
+    CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
+                     WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+      WITH (connector = 'file', path = 'in/*.csv', format = 'csv', batch_size = 'BATCH');
+    CREATE STREAM keyed_in AS SELECT k AS key, v AS amount FROM s;
+    CREATE STREAM counts AS PROCESS running_count VERSION 1 FROM keyed_in;
+    CREATE SINK c FROM counts WITH (connector = 'file', path = 'out/counts.csv', format = 'csv');
+";
+
+async fn with_running_count(db: Database) -> Database {
+    let descriptor = sluice::process::ProcessFunctionDescriptor {
+        name: "running_count".into(),
+        output_schema: count_schema(),
+        ..sluice::process::benchmark::descriptor("running_count")
+    };
+    db.register_process_function(descriptor, || RunningCount)
+        .await
+        .unwrap();
+    db
+}
+
+/// A keyed process function across shuffled nodes: each key runs on its
+/// vnode's owner (the processor placed on its vnodes refuses any other
+/// key), and the nodes' outputs together equal one node's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_function_across_shuffled_nodes_equals_one_node() {
+    let mut rng = Rng(0x5eed_9f0c);
+    for round in 0..6 {
+        let dir = tempfile::tempdir().unwrap();
+        let files = 1 + rng.below(8) as usize;
+        write_input(dir.path(), &mut rng, files);
+        let batch = 1 + rng.below(16);
+        let nodes = 1 + rng.below(3) as usize;
+        let count = [7u32, 64, 256][rng.below(3) as usize];
+        let owner: Vec<u32> = (0..count).map(|_| rng.below(nodes as u64) as u32).collect();
+        let single = with_running_count(
+            Database::builder()
+                .base_dir(dir.path())
+                .open()
+                .await
+                .unwrap(),
+        )
+        .await;
+        single
+            .execute(&PROCESS_SCRIPT.replace("BATCH", &batch.to_string()))
+            .await
+            .unwrap();
+        tokio::time::timeout(LIMIT, single.run_to_completion())
+            .await
+            .expect("in time")
+            .unwrap();
+        single.shutdown().await.unwrap();
+        let (servers, table) = servers(nodes, &owner).await;
+        let mut dbs = Vec::new();
+        for n in 0..nodes {
+            let db = open_node(
+                dir.path(),
+                n,
+                &servers,
+                &table,
+                batch,
+                "",
+                CreditBudget::default(),
+            )
+            .await
+            .unwrap();
+            let db = with_running_count(db).await;
+            db.execute(&PROCESS_SCRIPT.replace("BATCH", &batch.to_string()))
+                .await
+                .unwrap();
+            dbs.push(db);
+        }
+        let runs = dbs.iter().map(|db| db.run_to_completion());
+        for r in tokio::time::timeout(LIMIT, futures::future::join_all(runs))
+            .await
+            .expect("in time")
+        {
+            r.unwrap();
+        }
+        for db in &dbs {
+            db.shutdown().await.unwrap();
+        }
+        let out = dir.path().join("out");
+        let mut union = Vec::new();
+        for n in 0..nodes {
+            union.extend(lines(&out.join(format!("n{n}/counts.csv"))));
+        }
+        union.sort();
+        let expected = lines(&out.join("counts.csv"));
+        assert!(!expected.is_empty(), "round {round}: no rows");
+        assert_eq!(
+            union, expected,
+            "round {round}: {nodes} nodes, {count} vnodes, batch {batch}"
+        );
+    }
 }

@@ -4,11 +4,14 @@
 //!
 //! An object is refused, by name and with the reason, when its result on
 //! split input would differ from the single-node result: an operator that
-//! keeps state across rows (rows of one key are read on different nodes
-//! until keyed state is placed by vnode with a shuffle between nodes), a
-//! process function, a late-data stream (lateness is judged against each
-//! node's own watermark), a materialized view (each node would hold its
-//! share of it), and a source without partitions (a Nexmark generator).
+//! keeps state across rows (rows of one key are read on different nodes),
+//! a process function, a late-data stream (lateness is judged against
+//! each node's own watermark), a materialized view (each node would hold
+//! its share of it), and a source without partitions (a Nexmark
+//! generator). With a shuffle between the nodes (`crate::exchange`),
+//! windowed and updating `GROUP BY`s, equi-joins and process functions
+//! over row-by-row, append-only input are admitted: their rows cross to
+//! their key's owner (`shuffle_refusal` says why any other is not).
 
 use arrow::datatypes::DataType;
 use datafusion::logical_expr::{Expr, ExprSchemable};
@@ -88,6 +91,33 @@ pub fn certify(catalog: &Catalog, shuffle: bool) -> Result<()> {
                     &stream.name,
                     "late rows are judged against each node's own watermark",
                 ))
+            }
+            // With a shuffle, each key's rows go to its vnode's owner,
+            // whose processor is placed on its vnodes.
+            StreamKind::Process(info) if shuffle => {
+                let function = &info.descriptor.name;
+                if keyed.contains(&info.input.as_str()) {
+                    return Err(refuse(
+                        kind,
+                        &stream.name,
+                        &format!("process function '{function}' reads '{}', whose rows come out of a keyed operator on each node; a second shuffle after the first is not built yet", info.input),
+                    ));
+                }
+                let schema = &info.descriptor.input_schema;
+                let unsupported = info.descriptor.key_columns.iter().find_map(|k| {
+                    let t = schema
+                        .field_with_name(k)
+                        .map_or(DataType::Null, |f| f.data_type().clone());
+                    (!encodable(&t)).then(|| (k.clone(), t))
+                });
+                if let Some((key, t)) = unsupported {
+                    return Err(refuse(
+                        kind,
+                        &stream.name,
+                        &format!("process function '{function}' is keyed by {key} of type {t}, which has no canonical key encoding to place it on a vnode (integers, dates, timestamps, booleans and strings have)"),
+                    ));
+                }
+                keyed.push(&stream.name);
             }
             StreamKind::Process(info) => {
                 return Err(refuse(
@@ -172,25 +202,30 @@ fn keyed_input_refusal(op: &str, input: &StreamNode, keys: &[Expr], what: &str) 
     })
 }
 
+/// Whether the canonical key encoding has values of type `t`.
+fn encodable(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+            | DataType::Date32
+            | DataType::Timestamp(_, _)
+            | DataType::Boolean
+            | DataType::Utf8
+    )
+}
+
 fn unsupported_key(keys: &[Expr], input: &StreamNode) -> Option<(String, DataType)> {
     keys.iter().find_map(|k| {
         // A type the plan cannot tell is no type the encoding has.
         let t = k.get_type(input.schema()).unwrap_or(DataType::Null);
-        let ok = matches!(
-            t,
-            DataType::Int8
-                | DataType::Int16
-                | DataType::Int32
-                | DataType::Int64
-                | DataType::UInt8
-                | DataType::UInt16
-                | DataType::UInt32
-                | DataType::UInt64
-                | DataType::Date32
-                | DataType::Timestamp(_, _)
-                | DataType::Boolean
-                | DataType::Utf8
-        );
+        let ok = encodable(&t);
         (!ok).then(|| (k.schema_name().to_string(), t))
     })
 }
@@ -200,7 +235,8 @@ fn unsupported_key(keys: &[Expr], input: &StreamNode) -> Option<(String, DataTyp
 pub fn keyed_stream(catalog: &Catalog) -> Option<&str> {
     catalog.streams.iter().find_map(|s| match &s.kind {
         StreamKind::Query(plan) => stateful_operator(&plan.root).map(|_| s.name.as_str()),
-        _ => None,
+        StreamKind::Process(_) => Some(s.name.as_str()),
+        StreamKind::LateData { .. } => None,
     })
 }
 

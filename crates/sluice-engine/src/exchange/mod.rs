@@ -1,6 +1,6 @@
 //! Keyed operators across the nodes of a split: every row of a keyed
-//! aggregation crosses to the node that owns its key's vnode, so each key
-//! is aggregated on exactly one node.
+//! aggregation, join or process function crosses to the node that owns
+//! its key's vnode, so each key is handled on exactly one node.
 //!
 //! # Architecture
 //!

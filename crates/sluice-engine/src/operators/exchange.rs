@@ -56,24 +56,36 @@ impl ExchangeOp {
     /// Route this cycle's `input`: the rows this node owns, then the rows
     /// other nodes sent since the last cycle.
     pub fn run(&self, input: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        let (kept, received) = self.route_each(&input)?;
+        Ok(kept
+            .into_iter()
+            .filter(|b| b.num_rows() > 0)
+            .chain(received)
+            .collect())
+    }
+
+    /// Route each batch of `input`: per input batch, the part this node
+    /// owns (empty when none, so positions among the input batches hold),
+    /// and apart, the rows other nodes sent since the last cycle.
+    pub fn route_each(
+        &self,
+        input: &[RecordBatch],
+    ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
         let table = self.edge.table();
         let local = self.edge.local();
-        let mut out = Vec::with_capacity(input.len());
+        let mut kept = Vec::with_capacity(input.len());
         for batch in input {
             let rows = batch.num_rows();
-            if rows == 0 {
-                continue;
-            }
-            if table.nodes().len() == 1 {
+            if rows == 0 || table.nodes().len() == 1 {
                 self.edge.count_kept(rows);
-                out.push(batch);
+                kept.push(batch.clone());
                 continue;
             }
             let columns = self
                 .keys
                 .iter()
                 .zip(&self.key_names)
-                .map(|(k, name)| eval_column(k, &batch, name))
+                .map(|(k, name)| eval_column(k, batch, name))
                 .collect::<Result<Vec<ArrayRef>>>()?;
             let keys = encode_keys(&columns, rows).map_err(|e| {
                 EngineError::Internal(format!(
@@ -88,20 +100,25 @@ impl ExchangeOp {
             let wire = RecordBatch::try_new(Arc::clone(self.edge.wire()), wire_columns)?;
             let parts =
                 sluice_shuffle::route::split_by_vnode(self.edge.id(), &wire, &vnodes, table)?;
+            let mut mine = None;
             for (owner, part) in parts.into_iter().enumerate() {
                 let Some(part) = part else { continue };
                 if owner == local {
                     self.edge.count_kept(part.num_rows());
-                    out.push(self.unwire(&part)?);
+                    mine = Some(self.unwire(&part)?);
                 } else {
                     self.edge.push_outbox(part);
                 }
             }
+            kept.push(mine.unwrap_or_else(|| RecordBatch::new_empty(Arc::clone(&self.input))));
         }
-        for received in self.edge.take_inbound() {
-            out.push(self.unwire(&received)?);
-        }
-        Ok(out)
+        let received = self
+            .edge
+            .take_inbound()
+            .iter()
+            .map(|b| self.unwire(b))
+            .collect::<Result<_>>()?;
+        Ok((kept, received))
     }
 
     /// A wire batch without its vnode column.
@@ -200,6 +217,32 @@ pub fn distribute(
     })
 }
 
+/// The exchange in front of process function stream `stream`, routing its
+/// input (of `input` schema) by the function's `key_columns`, on edge
+/// `STREAM#0`.
+pub fn for_process(
+    stream: &str,
+    input: &SchemaRef,
+    key_columns: &[String],
+    setup: &ShuffleSetup,
+) -> Result<ExchangeOp> {
+    let keys = key_columns
+        .iter()
+        .map(|k| Ok(datafusion::physical_expr::expressions::col(k, input)?))
+        .collect::<Result<Vec<PhysExpr>>>()?;
+    let wire = wire_schema(input.fields().iter().map(|f| f.as_ref()));
+    let edge = setup.edge(&format!("{stream}#0"), wire)?;
+    Ok(ExchangeOp::new(keys, key_columns.to_vec(), edge))
+}
+
+/// The batches an edge carries: `input`'s columns (nullable: a routed
+/// part keeps whatever the input held) and the vnode column last.
+fn wire_schema<'a>(input: impl Iterator<Item = &'a Field>) -> SchemaRef {
+    let mut fields: Vec<Field> = input.map(|f| f.clone().with_nullable(true)).collect();
+    fields.push(Field::new(VNODE_COLUMN, DataType::UInt32, false));
+    Arc::new(Schema::new(fields))
+}
+
 /// `child` (compiled from `input`) behind an exchange routing by `keys`,
 /// on edge `STREAM#port`.
 fn in_front(
@@ -211,14 +254,8 @@ fn in_front(
     setup: &ShuffleSetup,
 ) -> Result<Operator> {
     let in_schema = input.schema();
-    let mut fields: Vec<Field> = in_schema
-        .as_arrow()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone().with_nullable(true))
-        .collect();
-    fields.push(Field::new(VNODE_COLUMN, DataType::UInt32, false));
-    let edge = setup.edge(&format!("{stream}#{port}"), Arc::new(Schema::new(fields)))?;
+    let wire = wire_schema(in_schema.as_arrow().fields().iter().map(|f| f.as_ref()));
+    let edge = setup.edge(&format!("{stream}#{port}"), wire)?;
     let exchange = ExchangeOp::new(
         keys.iter()
             .map(|k| compile(k, in_schema))

@@ -216,11 +216,25 @@ impl Pipeline {
                         ))
                     })?
                     .factory)();
-                StreamProducer::Process(Box::new(ProcessOperator::new(
-                    (**info).clone(),
-                    &input_schema,
-                    handler,
-                )?))
+                let mut op = ProcessOperator::new((**info).clone(), &input_schema, handler)?;
+                if let Some(shuffle) = &self.options.shuffle {
+                    // Each key runs on its vnode's owner, numbering its
+                    // activations by vnode.
+                    let setup = &shuffle.0;
+                    let owned = crate::process::VnodePlacement::new(
+                        setup.table().vnode_count(),
+                        setup.owned_vnodes(),
+                    )
+                    .map_err(EngineError::Option)?;
+                    op.place(owned)?;
+                    op.route_through(crate::operators::exchange::for_process(
+                        &def.name,
+                        &input_schema,
+                        &info.descriptor.key_columns,
+                        setup,
+                    )?);
+                }
+                StreamProducer::Process(Box::new(op))
             }
             StreamKind::LateData { source } => {
                 return Err(EngineError::Internal(format!(

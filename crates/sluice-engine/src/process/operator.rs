@@ -52,6 +52,9 @@ pub struct ProcessOperator {
     /// input stream.
     projection: Vec<usize>,
     processor: KeyedProcessor<Box<dyn NativeProcessFunction>>,
+    /// In a split with a shuffle: routes each input row to its key's
+    /// owner first (see [`Self::route_through`]).
+    exchange: Option<Box<crate::operators::exchange::ExchangeOp>>,
 }
 
 impl std::fmt::Debug for ProcessOperator {
@@ -131,7 +134,17 @@ impl ProcessOperator {
             info,
             projection,
             processor,
+            exchange: None,
         })
+    }
+
+    /// Route every input row to the node that owns its key's vnode before
+    /// the function sees it (a split with a shuffle; place the processor
+    /// on this node's vnodes too). The rows other nodes sent are fed
+    /// before this cycle's own batches, at the watermark the function had
+    /// reached: they were sent before any watermark this cycle applies.
+    pub fn route_through(&mut self, exchange: crate::operators::exchange::ExchangeOp) {
+        self.exchange = Some(Box::new(exchange));
     }
 
     /// Run only the keys of the vnodes `placement` holds, numbering
@@ -162,6 +175,22 @@ impl ProcessOperator {
         marks: Option<&[(usize, i64)]>,
         watermark: i64,
     ) -> Result<Vec<RecordBatch>> {
+        let routed;
+        let shifted: Vec<(usize, i64)>;
+        let (batches, marks) = match &self.exchange {
+            None => (batches, marks),
+            Some(exchange) => {
+                let (kept, received) = exchange.route_each(batches)?;
+                let ahead = received.len();
+                routed = received.into_iter().chain(kept).collect::<Vec<_>>();
+                shifted = marks
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|(n, w)| (n + ahead, *w))
+                    .collect();
+                (routed.as_slice(), marks.map(|_| shifted.as_slice()))
+            }
+        };
         let mut out = Vec::new();
         let mut next = 0;
         for (n, w) in marks.unwrap_or_default() {
