@@ -10,10 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use sluice::process::{
-    NativeProcessFunction, ProcessActivation, ProcessActivationResult, ProcessCallback,
-    ValueMutation, ValueState,
-};
+use sluice::process::benchmark::{running_count_descriptor, RunningCount};
 use sluice::split::{CreditBudget, OwnerTable, ShuffleServer, ShuffleSetup, VnodePlacement};
 use sluice::Database;
 use split_support::{lines, Rng, LIMIT};
@@ -544,56 +541,6 @@ async fn a_node_that_leaves_mid_run_halts_the_others_with_the_shuffle_error() {
     let _ = n0.abort().await;
 }
 
-/// Emits `(key, running count)` for every input row: per key the same
-/// rows whatever order a key's rows arrive in, so a split run's output
-/// equals one node's.
-struct RunningCount;
-
-fn count_schema() -> Arc<sluice::arrow::datatypes::Schema> {
-    use sluice::arrow::datatypes::{DataType, Field, Schema};
-    Arc::new(Schema::new(vec![
-        Field::new("key", DataType::Int64, false),
-        Field::new("n", DataType::Int64, false),
-    ]))
-}
-
-impl NativeProcessFunction for RunningCount {
-    fn process(
-        &mut self,
-        activations: &[ProcessActivation],
-    ) -> Result<Vec<ProcessActivationResult>, String> {
-        use sluice::arrow::array::{AsArray, Int64Array};
-        use sluice::arrow::datatypes::Int64Type;
-        activations
-            .iter()
-            .map(|a| {
-                let ProcessCallback::Input(row) = &a.callback else {
-                    return Err("no timers are set".to_string());
-                };
-                let n = match a.state {
-                    ValueState::Int64(n) => n + 1,
-                    _ => 1,
-                };
-                let key = row.column(0).as_primitive::<Int64Type>().value(0);
-                let output = sluice::arrow::record_batch::RecordBatch::try_new(
-                    count_schema(),
-                    vec![
-                        Arc::new(Int64Array::from(vec![key])),
-                        Arc::new(Int64Array::from(vec![n])),
-                    ],
-                )
-                .map_err(|e| e.to_string())?;
-                Ok(ProcessActivationResult {
-                    activation_id: a.id,
-                    output: Some(output),
-                    mutations: vec![ValueMutation::Set(Some(n))],
-                    timers: vec![],
-                })
-            })
-            .collect()
-    }
-}
-
 const PROCESS_SCRIPT: &str = "
     CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
                      WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
@@ -604,12 +551,7 @@ const PROCESS_SCRIPT: &str = "
 ";
 
 async fn with_running_count(db: Database) -> Database {
-    let descriptor = sluice::process::ProcessFunctionDescriptor {
-        name: "running_count".into(),
-        output_schema: count_schema(),
-        ..sluice::process::benchmark::descriptor("running_count")
-    };
-    db.register_process_function(descriptor, || RunningCount)
+    db.register_process_function(running_count_descriptor("running_count"), || RunningCount)
         .await
         .unwrap();
     db

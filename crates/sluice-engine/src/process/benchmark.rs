@@ -1,7 +1,8 @@
 //! Benchmark fixtures for native process functions and the private
 //! cluster execution hooks.
 //!
-//! Handlers used by benchmarks and tests: a per-key counter, a fraud-style
+//! Handlers used by benchmarks and tests: a per-key counter (silent, or
+//! emitting its running count), a fraud-style
 //! detector that arms a timer on a suspicious amount and flags the key if a
 //! second suspicious amount arrives before the timer fires, and an
 //! activation log. [`PlacedOwners`] runs a function under a vnode
@@ -83,6 +84,68 @@ impl NativeProcessFunction for KeyedCounter {
                 ..Default::default()
             })
             .collect())
+    }
+}
+
+/// Emits `(key, n)` for every input row, `n` the key's running count in
+/// engine-owned state: per key the same rows whatever order its rows
+/// arrive in, so a run split across nodes (each key on its vnode's
+/// owner) emits exactly what one node does.
+#[derive(Debug, Default)]
+pub struct RunningCount;
+
+/// Output of [`RunningCount`]: `(key BIGINT, n BIGINT)`.
+pub fn running_count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("key", DataType::Int64, false),
+        Field::new("n", DataType::Int64, false),
+    ]))
+}
+
+/// The descriptor of [`RunningCount`] as `name`.
+pub fn running_count_descriptor(name: &str) -> ProcessFunctionDescriptor {
+    ProcessFunctionDescriptor {
+        output_schema: running_count_schema(),
+        ..descriptor(name)
+    }
+}
+
+impl NativeProcessFunction for RunningCount {
+    fn process(
+        &mut self,
+        activations: &[ProcessActivation],
+    ) -> Result<Vec<ProcessActivationResult>, String> {
+        activations
+            .iter()
+            .map(|a| {
+                let ProcessCallback::Input(row) = &a.callback else {
+                    return Err("RunningCount sets no timers".to_string());
+                };
+                let key = row
+                    .column(0)
+                    .as_primitive_opt::<Int64Type>()
+                    .ok_or("key is not BIGINT")?
+                    .value(0);
+                let n = match a.state {
+                    ValueState::Int64(n) => n + 1,
+                    _ => 1,
+                };
+                let output = RecordBatch::try_new(
+                    running_count_schema(),
+                    vec![
+                        Arc::new(Int64Array::from(vec![key])),
+                        Arc::new(Int64Array::from(vec![n])),
+                    ],
+                )
+                .map_err(|e| e.to_string())?;
+                Ok(ProcessActivationResult {
+                    activation_id: a.id,
+                    output: Some(output),
+                    mutations: vec![ValueMutation::Set(Some(n))],
+                    ..Default::default()
+                })
+            })
+            .collect()
     }
 }
 
