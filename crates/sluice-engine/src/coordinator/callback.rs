@@ -119,10 +119,13 @@ pub trait SourceIntake {
     fn take_shuffle_input(&mut self) -> Result<bool, CycleError> {
         Ok(false)
     }
-    /// Whether rows other nodes sent may be folded now: not while the
-    /// intake fence is up, nor while a sink or subscriber is full (only a
-    /// full exchange queue leaves them open, so that two nodes sending to
-    /// each other both drain). Default: while intake is not fenced.
+    /// Whether rows other nodes sent may be folded now: not before this
+    /// node started (its state may still be replaced by a recovered
+    /// checkpoint, and its sinks are not open in their delivery mode), not
+    /// while the intake fence is up, nor while a sink or subscriber is
+    /// full (only a full exchange queue leaves them open, so that two nodes
+    /// sending to each other both drain). Default: while intake is not
+    /// fenced.
     fn shuffle_input_open(&self) -> bool {
         !self.intake_paused()
     }
@@ -243,6 +246,14 @@ pub trait RuntimeControl {
     /// `StatefulOperator::forget_state`). Nothing runs on this callback
     /// afterwards. Default: nothing.
     fn forget_operator_state(&mut self) {}
+    /// Whether `ControlMsg::Start` was applied. Until then a recovered
+    /// checkpoint may still replace the operators' state and the sinks
+    /// are not open in their delivery mode, so no checkpoint is taken or
+    /// followed (a follower takes part in the leader's attempts once it
+    /// started; the leader's deadline bounds its wait). Default: started.
+    fn is_started(&self) -> bool {
+        true
+    }
 }
 
 /// The checkpoint lifecycle: reserve, align, capture, commit, or give up.

@@ -370,6 +370,12 @@ impl SourceIntake for ConnectorPipelineCallback {
     }
 
     fn shuffle_input_open(&self) -> bool {
+        // Before `Start`, a row folded would be lost to the recovered
+        // state that replaces the operators' (or written to a sink opened
+        // before its delivery mode is known): it waits in the channel.
+        if !self.started {
+            return false;
+        }
         let (subscribers_full, _) = self.shared.subscriptions.pressure();
         !self.intake_paused() && !subscribers_full && !self.sinks.iter().any(SinkRuntime::is_full)
     }
@@ -589,6 +595,10 @@ fn first_error(results: Vec<Result<(), EngineError>>, what: &str) -> Result<(), 
 }
 
 impl RuntimeControl for ConnectorPipelineCallback {
+    fn is_started(&self) -> bool {
+        self.started
+    }
+
     fn forget_operator_state(&mut self) {
         for s in &mut self.streams {
             s.forget_state();

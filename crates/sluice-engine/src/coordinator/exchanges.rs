@@ -97,6 +97,11 @@ impl ConnectorPipelineCallback {
     /// finished); every node is started again and resumes from the last
     /// checkpoint committed for all of them.
     pub(super) fn drain_exchanges(&mut self) -> Result<bool, CycleError> {
+        // Before `Start` the rows wait in their channels: folded now, a
+        // recovered checkpoint would replace the state that holds them.
+        if !self.started {
+            return Ok(false);
+        }
         let mut arrived = false;
         for edge in self.edges() {
             arrived |= edge.drain().map_err(CycleError::Source)?;

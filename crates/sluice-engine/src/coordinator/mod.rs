@@ -186,7 +186,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         // A follower acts on the leader's checkpoint control. The wake is
         // awaited while leading too (and then ignored): leadership can be
         // lost without any other event, and the fallback keeps asking.
-        let following = !self.stopped_intake && control.is_some();
+        let following = !self.stopped_intake && control.is_some() && self.callback.is_started();
         // Backpressure: while an output is full, no source input is taken
         // (neither held nor new); commands, checkpoints and idleness still
         // run, so a pipeline whose subscriber never reads still checkpoints
@@ -286,7 +286,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 // Nothing changed since the last checkpoint: nothing to capture.
                 // At the tail bound the checkpoint is skipped: the previous
                 // one is still being written, and the next tick takes it.
-                if self.cycles_since_checkpoint > 0 {
+                if self.cycles_since_checkpoint > 0 && self.callback.is_started() {
                     if !self.callback.is_leader() {
                         // A follower (or a deposed leader) originates nothing.
                         tracing::debug!("periodic checkpoint skipped: this node does not lead");
