@@ -1,10 +1,11 @@
-//! Keyed aggregations and a join across two nodes whose rows cross by
-//! vnode over a real shuffle, checkpointed as one cut through a real etcd
-//! (n1 leads with the leader's record sharing vnodes, n2 follows): each
-//! checkpoint holds every node's rows before its barriers on both nodes,
-//! and when a node is killed mid-run the other halts (it never recovers
-//! alone) and both come back from the last checkpoint committed for both,
-//! and what they write is exactly one node's output.
+//! Keyed aggregations and a join across two or three nodes whose rows
+//! cross by vnode over a real shuffle, checkpointed as one cut through a
+//! real etcd (n1 leads with the leader's record sharing vnodes, the others
+//! follow): each checkpoint holds every node's rows before its barriers on
+//! every node, and when a node (the leader too) is killed mid-run the
+//! others halt (none recovers alone), every node comes back from the last
+//! checkpoint committed for all, and what they write together is exactly
+//! one node's output.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,7 +20,7 @@ use sluice::{CommitAuthority, Database};
 mod support;
 use sluice_cluster::testing::EtcdServer;
 use sluice_cluster::ClusterNode;
-use support::owners::{follower_of, ids, two_nodes, LIMIT};
+use support::owners::{follower_of, ids, nodes as cluster_of, LIMIT};
 
 const SCRIPT: &str = "
     CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
@@ -143,21 +144,20 @@ async fn open_node(
     db
 }
 
-/// Two nodes of the split on a real etcd (n1 leads, n2 follows), each
-/// with its shuffle server, and the single-node output to match.
+/// The nodes of the split on a real etcd (n1 leads, the others follow),
+/// each with its shuffle server, and the single-node output to match.
 struct Split {
     data: tempfile::TempDir,
-    states: [tempfile::TempDir; 2],
+    states: Vec<tempfile::TempDir>,
     table: OwnerTable,
     servers: HashMap<String, Arc<ShuffleServer>>,
     _etcd: EtcdServer,
-    _n1: ClusterNode,
-    n2: ClusterNode,
+    nodes: Vec<ClusterNode>,
     leader: Arc<dyn CommitAuthority>,
 }
 
 impl Split {
-    async fn new() -> Self {
+    async fn new(count: usize) -> Self {
         let data = tempfile::tempdir().unwrap();
         write_input(data.path(), 16);
         // One node, no checkpoints: the output to match.
@@ -172,8 +172,8 @@ impl Split {
             .expect("in time")
             .unwrap();
         single.shutdown().await.unwrap();
-        let (etcd, n1, n2, leader) = two_nodes().await;
-        let assignment = n1.assignment().unwrap().unwrap();
+        let (etcd, nodes, leader) = cluster_of(count).await;
+        let assignment = nodes[0].assignment().unwrap().unwrap();
         let members = assignment.members().to_vec();
         let owners = (0..assignment.vnode_count())
             .map(|v| {
@@ -190,27 +190,26 @@ impl Split {
         }
         Split {
             data,
-            states: [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()],
+            states: (0..count).map(|_| tempfile::tempdir().unwrap()).collect(),
             table,
             servers,
             _etcd: etcd,
-            _n1: n1,
-            n2,
+            nodes,
             leader,
         }
     }
 
     /// Node `node` (0: n1, the leader), started at once (n1) or after a
-    /// pause in which n1's rows reach it (n2).
+    /// pause in which the others' rows reach it (a follower).
     async fn open(&self, node: usize) -> Database {
-        let (name, authority, pause) = match node {
-            0 => ("n1", Arc::clone(&self.leader), Duration::ZERO),
-            _ => ("n2", follower_of(&self.n2), Duration::from_millis(300)),
+        let (authority, pause) = match node {
+            0 => (Arc::clone(&self.leader), Duration::ZERO),
+            _ => (follower_of(&self.nodes[node]), Duration::from_millis(300)),
         };
         open_node(
             self.data.path(),
             self.states[node].path(),
-            name,
+            &format!("n{}", node + 1),
             &self.table,
             &self.servers,
             authority,
@@ -219,21 +218,37 @@ impl Split {
         .await
     }
 
-    /// Both nodes stopped: their outputs together are the single node's.
+    /// Every node, the leader first.
+    async fn open_all(&self) -> Vec<Database> {
+        let mut dbs = Vec::new();
+        for node in 0..self.nodes.len() {
+            dbs.push(self.open(node).await);
+        }
+        dbs
+    }
+
+    /// Every node stopped: their outputs together are the single node's.
     fn check_outputs(&self) {
         let out = self.data.path().join("out");
+        let names: Vec<String> = (1..=self.nodes.len()).map(|i| format!("n{i}")).collect();
         for sink in ["per_window", "pairs"] {
-            let nodes = ["n1", "n2"].map(|n| lines(&out.join(format!("{n}/{sink}.csv"))));
+            let nodes: Vec<Vec<String>> = names
+                .iter()
+                .map(|n| lines(&out.join(format!("{n}/{sink}.csv"))))
+                .collect();
             same_rows(sink, &nodes, lines(&out.join(format!("{sink}.csv"))));
         }
-        let nodes = ["n1", "n2"].map(|n| final_state(&out.join(format!("{n}/totals.csv"))));
+        let nodes: Vec<Vec<String>> = names
+            .iter()
+            .map(|n| final_state(&out.join(format!("{n}/totals.csv"))))
+            .collect();
         same_rows("totals", &nodes, final_state(&out.join("totals.csv")));
     }
 }
 
 /// The rows of `nodes` together are `expected` (sorted); a difference is
 /// reported as the rows missing and, per node, the rows too many.
-fn same_rows(sink: &str, nodes: &[Vec<String>; 2], expected: Vec<String>) {
+fn same_rows(sink: &str, nodes: &[Vec<String>], expected: Vec<String>) {
     let mut union: Vec<String> = nodes.concat();
     union.sort();
     if union == expected {
@@ -243,7 +258,7 @@ fn same_rows(sink: &str, nodes: &[Vec<String>; 2], expected: Vec<String>) {
     for row in &expected {
         *left.entry(row).or_default() += 1;
     }
-    let mut extra = [Vec::new(), Vec::new()];
+    let mut extra = vec![Vec::new(); nodes.len()];
     for (i, rows) in nodes.iter().enumerate() {
         for row in rows {
             match left.get_mut(row) {
@@ -257,35 +272,63 @@ fn same_rows(sink: &str, nodes: &[Vec<String>; 2], expected: Vec<String>) {
         .flat_map(|(row, n)| std::iter::repeat_n(*row, (*n).max(0) as usize))
         .collect();
     panic!(
-        "sink '{sink}' differs from one node's: missing {missing:?}; too many on n1 {:?}, on n2 {:?}",
-        extra[0], extra[1]
+        "sink '{sink}' differs from one node's: missing {missing:?}; too many per node {extra:?}"
     );
 }
 
-/// Run both nodes to their end, then stop them, the leader first: its
-/// shutdown checkpoint is the follower's last one too.
-async fn run_both(db1: &Database, db2: &Database) {
-    let runs = async { tokio::join!(db1.run_to_completion(), db2.run_to_completion()) };
-    let (r1, r2) = tokio::time::timeout(LIMIT, runs)
+/// Run every node to its end, then stop them, the leader first: its
+/// shutdown checkpoint is the followers' last one too.
+async fn run_all(dbs: &[Database]) {
+    // Each pipeline runs on its own: waiting for them in turn is enough.
+    let runs = async {
+        for db in dbs {
+            db.run_to_completion().await.unwrap();
+        }
+    };
+    tokio::time::timeout(LIMIT, runs)
         .await
-        .expect("both nodes finish");
-    r1.unwrap();
-    r2.unwrap();
-    db1.shutdown().await.unwrap();
-    db2.shutdown().await.unwrap();
+        .expect("every node finishes");
+    for db in dbs {
+        db.shutdown().await.unwrap();
+    }
+}
+
+/// Kill node `victim` of the running `dbs`: the others halt on the cut
+/// channels (none recovers alone), unless the victim had ended every
+/// channel before it went (a node finishes only once every edge delivered
+/// the others' end; then nothing of the victim's was missing on it). A
+/// follower that answered a checkpoint of a killed leader, and has no
+/// channel left to lose, stops when no decision comes (`SLC-CLU-019`).
+/// Every node is stopped after.
+async fn kill(dbs: Vec<Database>, victim: usize) {
+    dbs[victim].abort().await.unwrap();
+    for (i, db) in dbs.iter().enumerate() {
+        if i == victim {
+            continue;
+        }
+        let ended = tokio::time::timeout(LIMIT, db.run_to_completion())
+            .await
+            .expect("a node whose peer was killed stops");
+        if let Err(e) = ended {
+            let e = e.to_string();
+            let leader_gone = victim == 0 && e.contains("SLC-CLU-019");
+            assert!(e.contains("SLC-SHF-005") || leader_gone, "{e}");
+        }
+        assert_eq!(db.restarts().await, 0, "no node recovers alone");
+        db.abort().await.ok();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shuffled_owners_checkpoint_mid_run_as_one_cut() {
-    let split = Split::new().await;
-    let db1 = split.open(0).await;
-    let db2 = split.open(1).await;
-    run_both(&db1, &db2).await;
-    let committed = ids(&db1).await;
+    let split = Split::new(2).await;
+    let dbs = split.open_all().await;
+    run_all(&dbs).await;
+    let committed = ids(&dbs[0]).await;
     assert!(committed.len() >= 2, "checkpoints mid-run: {committed:?}");
     assert_eq!(
         committed,
-        ids(&db2).await,
+        ids(&dbs[1]).await,
         "one checkpoint, one id on both nodes"
     );
     split.check_outputs();
@@ -303,38 +346,78 @@ async fn shuffled_owners_checkpoint_mid_run_as_one_cut() {
 /// cycle in the atomic mode (its first epoch lost at the kill).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_shuffled_owner_halts_the_other_and_both_resume_one_checkpoint() {
-    let split = Split::new().await;
-    let db1 = split.open(0).await;
-    let db2 = split.open(1).await;
-    let committed = async {
-        while ids(&db1).await.is_empty() || ids(&db2).await.is_empty() {
+    let split = Split::new(2).await;
+    let dbs = split.open_all().await;
+    until_checkpointed(&dbs, 0).await;
+    let delay = Duration::from_millis(u64::from(std::process::id()) % 200);
+    tokio::time::sleep(delay).await;
+    eprintln!("n2 killed {delay:?} after the first checkpoint of both");
+    kill(dbs, 1).await;
+    let dbs = split.open_all().await;
+    run_all(&dbs).await;
+    assert_eq!(ids(&dbs[0]).await, ids(&dbs[1]).await);
+    split.check_outputs();
+}
+
+/// Until every node of `dbs` committed a checkpoint newer than `after`
+/// (or every node finished its input); returns the newest id all have.
+async fn until_checkpointed(dbs: &[Database], after: u64) -> u64 {
+    let newest = async {
+        loop {
+            let mut newest = u64::MAX;
+            let mut finished = true;
+            for db in dbs {
+                newest = newest.min(ids(db).await.last().copied().unwrap_or(0));
+                finished &= db.status().await.is_some_and(|s| s.finished);
+            }
+            if newest > after || finished {
+                return newest;
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
-    tokio::time::timeout(LIMIT, committed)
+    tokio::time::timeout(LIMIT, newest)
         .await
-        .expect("a checkpoint of both nodes");
-    let delay = Duration::from_millis(u64::from(std::process::id()) % 200);
-    tokio::time::sleep(delay).await;
-    let running = db1.status().await.is_some_and(|s| !s.finished);
-    eprintln!("n2 killed {delay:?} after the first checkpoint; n1 running: {running}");
-    db2.abort().await.unwrap();
-    drop(db2);
-    // n1 halts on the cut channels, unless n2 had ended every channel
-    // before it went (a node finishes only once every edge delivered the
-    // others' end; then nothing of n2's was missing on it).
-    let ended = tokio::time::timeout(LIMIT, db1.run_to_completion())
-        .await
-        .expect("n1 stops");
-    if let Err(e) = ended {
-        assert!(e.to_string().contains("SLC-SHF-005"), "{e}");
+        .expect("a checkpoint of every node")
+}
+
+/// Three nodes, one of them (the leader too) killed at a random time
+/// after a checkpoint of all, three times over, every node started again
+/// after each kill: together they write exactly one node's output. The
+/// seed is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_shuffled_owners_killed_again_and_again_write_each_row_once() {
+    let split = Split::new(3).await;
+    let mut x = u64::from(std::process::id()) | 1;
+    eprintln!("seed {x}");
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut after = 0;
+    for round in 0..3 {
+        let dbs = split.open_all().await;
+        after = until_checkpointed(&dbs, after).await;
+        let delay = Duration::from_millis(next(150));
+        tokio::time::sleep(delay).await;
+        let victim = next(3) as usize;
+        eprintln!(
+            "round {round}: n{} killed {delay:?} after checkpoint {after}",
+            victim + 1
+        );
+        kill(dbs, victim).await;
     }
-    assert_eq!(db1.restarts().await, 0, "n1 never recovers alone");
-    db1.abort().await.ok();
-    drop(db1);
-    let db1 = split.open(0).await;
-    let db2 = split.open(1).await;
-    run_both(&db1, &db2).await;
-    assert_eq!(ids(&db1).await, ids(&db2).await);
+    let dbs = split.open_all().await;
+    run_all(&dbs).await;
+    let committed = ids(&dbs[0]).await;
+    for db in &dbs[1..] {
+        assert_eq!(
+            ids(db).await,
+            committed,
+            "one checkpoint, one id on every node"
+        );
+    }
     split.check_outputs();
 }

@@ -44,6 +44,15 @@ pub async fn two_nodes() -> (
     ClusterNode,
     Arc<LeaderCommitRecord>,
 ) {
+    let (etcd, mut nodes, leader) = nodes(2).await;
+    let n2 = nodes.pop().expect("two nodes");
+    let n1 = nodes.pop().expect("two nodes");
+    (etcd, n1, n2, leader)
+}
+
+/// `count` nodes (n1, n2, ...) over Members placement with n1 leading:
+/// (etcd, the nodes, the leader's record), once every node owns vnodes.
+pub async fn nodes(count: usize) -> (EtcdServer, Vec<ClusterNode>, Arc<LeaderCommitRecord>) {
     let etcd = EtcdServer::start().await.expect("etcd");
     let n1 = node(&etcd, "n1").await;
     let term = match tokio::time::timeout(LIMIT, standby::wait_for_turn(&n1))
@@ -54,14 +63,17 @@ pub async fn two_nodes() -> (
         Turn::Lead { term } => term,
         other => panic!("{other:?}"),
     };
-    let n2 = node(&etcd, "n2").await;
-    eventually("both nodes own vnodes", || {
-        !n2.owned_vnodes().is_empty()
-            && n1
+    let mut nodes = vec![n1];
+    for i in 2..=count {
+        nodes.push(node(&etcd, &format!("n{i}")).await);
+    }
+    eventually("every node owns vnodes", || {
+        nodes.iter().all(|n| !n.owned_vnodes().is_empty())
+            && nodes[0]
                 .assignment()
                 .ok()
                 .flatten()
-                .is_some_and(|a| a.members().len() == 2 && a.term() == term)
+                .is_some_and(|a| a.members().len() == count && a.term() == term)
     })
     .await;
     let client = sluice_cluster::client::connect(&etcd.endpoints())
@@ -69,8 +81,8 @@ pub async fn two_nodes() -> (
         .unwrap();
     let keys = ClusterKeys::new("owners").unwrap();
     let leader = Arc::new(LeaderCommitRecord::new(client, keys, "n1").sharing_vnodes());
-    leader.lead(Arc::clone(n1.election()), term);
-    (etcd, n1, n2, leader)
+    leader.lead(Arc::clone(nodes[0].election()), term);
+    (etcd, nodes, leader)
 }
 
 pub fn follower_of(n2: &ClusterNode) -> Arc<dyn CommitAuthority> {
