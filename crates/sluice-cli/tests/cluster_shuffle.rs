@@ -37,16 +37,22 @@ const SCRIPT: &str = "
     CREATE SINK p FROM pairs WITH (connector = 'file', path = 'out/pairs.csv', format = 'csv');
 ";
 
-/// Files whose times rise with the file (a 4 s span each, 3 s apart, read
-/// in path order): no row is late on either node or on one node.
-fn write_input(dir: &Path, files: usize) {
-    let mut x: u64 = 0x5eed_c1a5;
-    let mut next = move |n: u64| {
+/// A xorshift generator from `seed` (not 0): each call gives a number
+/// below its argument.
+fn numbers(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut x = seed;
+    move |n| {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         x % n
-    };
+    }
+}
+
+/// Files whose times rise with the file (a 4 s span each, 3 s apart, read
+/// in path order): no row is late on either node or on one node.
+fn write_input(dir: &Path, files: usize) {
+    let mut next = numbers(0x5eed_c1a5);
     let mut id = 0;
     for f in 0..files {
         let path = dir.join(format!("in/part-{f:02}.csv"));
@@ -388,14 +394,9 @@ async fn until_checkpointed(dbs: &[Database], after: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_shuffled_owners_killed_again_and_again_write_each_row_once() {
     let split = Split::new(3).await;
-    let mut x = u64::from(std::process::id()) | 1;
-    eprintln!("seed {x}");
-    let mut next = move |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let seed = u64::from(std::process::id()) | 1;
+    eprintln!("seed {seed}");
+    let mut next = numbers(seed);
     let mut after = 0;
     for round in 0..3 {
         let dbs = split.open_all().await;
