@@ -632,3 +632,104 @@ async fn a_process_function_across_shuffled_nodes_equals_one_node() {
         );
     }
 }
+
+/// A commit authority that decides every node's checkpoints at once, as
+/// the cluster's leader and follower records do (nothing is recorded:
+/// these pipelines are refused before any checkpoint).
+#[derive(Debug)]
+struct OneCut;
+
+#[async_trait::async_trait]
+impl sluice::CommitAuthority for OneCut {
+    async fn record_commit(
+        &self,
+        _: u64,
+        _: Option<u64>,
+        _: &sluice::BlobRef,
+    ) -> Result<(), sluice::StorageError> {
+        Ok(())
+    }
+
+    fn one_cut_across_nodes(&self) -> bool {
+        true
+    }
+
+    async fn committed(
+        &self,
+    ) -> Result<Option<std::collections::BTreeSet<u64>>, sluice::StorageError> {
+        Ok(None)
+    }
+
+    async fn forget_below(&self, _: u64) -> Result<(), sluice::StorageError> {
+        Ok(())
+    }
+}
+
+/// Node n0 of two, checkpointed at least once under one cut for all.
+async fn checkpointed_node_of_two(dir: &Path, state: &Path) -> Database {
+    let (servers, table) = servers(2, &[0, 1, 0, 1]).await;
+    let endpoints = ["n0", "n1"]
+        .iter()
+        .zip(&servers)
+        .map(|(n, s)| (n.to_string(), s.endpoint()))
+        .collect();
+    let setup =
+        ShuffleSetup::new("n0", PIPELINE, 1, table, endpoints, Arc::clone(&servers[0])).unwrap();
+    let placement = VnodePlacement::new(4, setup.owned_vnodes()).unwrap();
+    let db = Database::builder()
+        .base_dir(dir)
+        .state_dir(state)
+        .set("delivery", "at_least_once")
+        .unwrap()
+        .set("checkpoint_interval", "1h")
+        .unwrap()
+        .commit_authority(Arc::new(OneCut))
+        .split("n0", placement)
+        .unwrap()
+        .shuffle(setup)
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    with_running_count(db).await
+}
+
+/// A process function whose input crosses between nodes merges channels
+/// that interleave differently on every run: checkpoints could not replay
+/// its activations, so a checkpointed split refuses it by name, at start
+/// and when it is made later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpointed_split_refuses_a_process_function_across_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    write_input(dir.path(), &mut Rng(5), 2);
+    let refused = |e: sluice::Error| {
+        let e = e.to_string();
+        assert!(e.contains("running_count"), "{e}");
+        assert!(
+            e.contains("its input merges this node's batches with the other nodes' rows"),
+            "{e}"
+        );
+    };
+    let state = tempfile::tempdir().unwrap();
+    let db = checkpointed_node_of_two(dir.path(), state.path()).await;
+    db.execute(&PROCESS_SCRIPT.replace("BATCH", "4"))
+        .await
+        .unwrap();
+    refused(db.start().await.expect_err("refused at start"));
+    db.abort().await.ok();
+    let state = tempfile::tempdir().unwrap();
+    let db = checkpointed_node_of_two(dir.path(), state.path()).await;
+    db.execute(
+        "CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+           WITH (connector = 'file', path = 'in/*.csv', format = 'csv');
+         CREATE STREAM keyed_in AS SELECT k AS key, v AS amount FROM s",
+    )
+    .await
+    .unwrap();
+    db.start().await.unwrap();
+    let later = db
+        .execute("CREATE STREAM counts AS PROCESS running_count VERSION 1 FROM keyed_in")
+        .await;
+    refused(later.expect_err("refused when made later"));
+    db.abort().await.unwrap();
+}

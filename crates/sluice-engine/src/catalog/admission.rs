@@ -102,6 +102,30 @@ fn admit_one(
     }
 }
 
+/// Admit the process functions of a checkpointed split whose rows cross
+/// between nodes: none. A function's input there merges its own node's
+/// batches with the rows the other nodes send, which arrive interleaved
+/// differently on every run, so a replay after a crash could not hand it
+/// the same activations in the same order (the merge of independent
+/// channels the at-least-once rules leave unadmitted). Unchecked
+/// pipelines run them (`shuffle::a_process_function_across_*`).
+pub fn admit_shuffled(catalog: &Catalog) -> Result<(), ProcessError> {
+    for stream in &catalog.streams {
+        let StreamKind::Process(info) = &stream.kind else {
+            continue;
+        };
+        return Err(refuse(
+            info,
+            "checkpoints replay its activations after a crash, but on a split whose rows \
+             cross between nodes its input merges this node's batches with the other nodes' \
+             rows, which interleave differently on every run, so the replay could not \
+             reproduce them; run it without checkpoints, or on one node"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Admit the whole pipeline under `delivery` when checkpointing is on:
 /// every bound process function (see [`admit`]) and, for exactly-once,
 /// every source (it must replay) and sink (it must commit epochs). Checked

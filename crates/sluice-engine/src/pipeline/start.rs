@@ -44,6 +44,9 @@ impl Pipeline {
         if exchanges && self.lone_checkpoints {
             return Err(lone_checkpoints_refused());
         }
+        if config.is_some() && self.shuffles_between_nodes() {
+            crate::catalog::admission::admit_shuffled(&self.catalog)?;
+        }
         let recovered = match &config {
             Some(cfg) => latest_matching(cfg).await?,
             None => None,
@@ -208,6 +211,17 @@ pub(super) async fn latest_matching(cfg: &CheckpointConfig) -> Result<Option<Loa
         )));
     }
     Ok(Some(cp))
+}
+
+impl Pipeline {
+    /// Whether this node's keyed rows cross to other nodes: a shuffle
+    /// whose owner table has more than this node.
+    pub(super) fn shuffles_between_nodes(&self) -> bool {
+        self.options
+            .shuffle
+            .as_ref()
+            .is_some_and(|s| s.0.table().nodes().len() > 1)
+    }
 }
 
 /// Why a stream that exchanges rows with other nodes cannot checkpoint
