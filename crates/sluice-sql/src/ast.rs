@@ -49,6 +49,10 @@ pub enum Statement {
     /// `SHOW CLUSTER`: the cluster's members, leader, vnode owners and
     /// progress (only where the database runs in a cluster).
     ShowCluster,
+    /// `SHOW EXCHANGES`: what each exchange of a shuffled split carried
+    /// between this node and the others (only where the database has a
+    /// shuffle).
+    ShowExchanges,
     /// `SHOW PROCESS FUNCTIONS`.
     ShowProcessFunctions,
     /// A one-shot query, answered from materialized views.

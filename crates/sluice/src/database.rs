@@ -31,6 +31,7 @@ use crate::{Error, Result};
 mod checkpoint_store;
 mod cluster;
 mod declare;
+mod exchanges;
 mod lookup;
 mod outputs;
 mod process;
@@ -356,6 +357,11 @@ impl Database {
                 drop(p);
                 cluster::show(self.inner.cluster.as_ref()).await
             }
+            Statement::ShowExchanges => {
+                let shuffle = p.options().shuffle.clone();
+                drop(p);
+                exchanges::show(shuffle.as_ref(), &self.metrics().exchanges)
+            }
             Statement::Describe(name) => Ok(vec![p.catalog().describe(&name)?]),
             Statement::Explain(inner) => {
                 let text = explain(&p, *inner).await?;
@@ -622,6 +628,7 @@ fn statement_name(s: &Statement) -> &'static str {
         Statement::Checkpoint => "CHECKPOINT",
         Statement::ShowCheckpoints => "SHOW CHECKPOINTS",
         Statement::ShowCluster => "SHOW CLUSTER",
+        Statement::ShowExchanges => "SHOW EXCHANGES",
         Statement::Query(_) => "SELECT",
     }
 }

@@ -86,6 +86,8 @@ pub fn reaches_outside(stmt: &Statement) -> bool {
         Statement::ShowCheckpoints => true,
         // Reads etcd, where the database runs in a cluster.
         Statement::ShowCluster => true,
+        // Counters of this process only.
+        Statement::ShowExchanges => false,
         Statement::Explain(inner) => reaches_outside(inner),
         Statement::CreateStream(_)
         | Statement::CreateProcessStream(_)

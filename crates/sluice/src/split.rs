@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// What one exchange carried between this node and the others
+/// ([`MetricsSnapshot::exchanges`](crate::MetricsSnapshot), `SHOW EXCHANGES`).
+pub use sluice_engine::exchange::ExchangeCounters;
 /// The shuffle between the nodes of a split
 /// ([`DatabaseBuilder::shuffle`](crate::DatabaseBuilder::shuffle)).
 pub use sluice_engine::exchange::ShuffleSetup;

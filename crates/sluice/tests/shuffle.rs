@@ -206,7 +206,12 @@ async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
             r.unwrap();
         }
         let mut carried: BTreeMap<String, (u64, u64, u64, u64)> = BTreeMap::new();
-        for db in &dbs {
+        for (n, db) in dbs.iter().enumerate() {
+            assert_eq!(
+                shown_exchanges(db, &format!("n{n}")).await,
+                counted_rows(&db.metrics().exchanges),
+                "round {round}: SHOW EXCHANGES on n{n}"
+            );
             let m = db.shutdown().await.unwrap();
             for (edge, c) in m.exchanges {
                 let t = carried.entry(edge).or_default();
@@ -631,6 +636,71 @@ async fn a_process_function_across_shuffled_nodes_equals_one_node() {
             "round {round}: {nodes} nodes, {count} vnodes, batch {batch}"
         );
     }
+}
+
+/// Rows kept, sent and received per exchange, as `SHOW EXCHANGES` on `db`
+/// (node `node`) gives them.
+async fn shown_exchanges(db: &Database, node: &str) -> BTreeMap<String, (u64, u64, u64)> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{Float64Type, UInt64Type};
+    let batches = db.execute("SHOW EXCHANGES").await.unwrap();
+    let mut shown = BTreeMap::new();
+    for b in &batches {
+        let text = |c: &str| b.column_by_name(c).unwrap().as_string::<i32>().clone();
+        let count = |c: &str| {
+            b.column_by_name(c)
+                .unwrap()
+                .as_primitive::<UInt64Type>()
+                .clone()
+        };
+        let (exchange, nodes) = (text("exchange"), text("node"));
+        let (kept, sent, received) = (
+            count("rows_kept"),
+            count("rows_sent"),
+            count("rows_received"),
+        );
+        let bytes = count("bytes_sent");
+        let per_row = b
+            .column_by_name("bytes_per_row_sent")
+            .unwrap()
+            .as_primitive::<Float64Type>()
+            .clone();
+        for i in 0..b.num_rows() {
+            assert_eq!(nodes.value(i), node);
+            assert_eq!(per_row.is_null(i), sent.value(i) == 0, "bytes per row sent");
+            if sent.value(i) > 0 {
+                let each = bytes.value(i) as f64 / sent.value(i) as f64;
+                assert_eq!(per_row.value(i), each, "bytes per row sent");
+            }
+            shown.insert(
+                exchange.value(i).to_string(),
+                (kept.value(i), sent.value(i), received.value(i)),
+            );
+        }
+    }
+    shown
+}
+
+/// Rows kept, sent and received per exchange, as metrics count them.
+fn counted_rows(
+    exchanges: &BTreeMap<String, sluice::split::ExchangeCounters>,
+) -> BTreeMap<String, (u64, u64, u64)> {
+    exchanges
+        .iter()
+        .map(|(e, c)| (e.clone(), (c.rows_kept, c.rows_sent, c.rows_received)))
+        .collect()
+}
+
+/// `SHOW EXCHANGES` on a database without a shuffle says it has none.
+#[tokio::test]
+async fn show_exchanges_without_a_shuffle_is_refused_by_name() {
+    let db = Database::builder().open().await.unwrap();
+    let err = db.execute("SHOW EXCHANGES").await.expect_err("no shuffle");
+    assert!(
+        err.to_string()
+            .contains("SHOW EXCHANGES: this database exchanges no rows with other nodes"),
+        "{err}"
+    );
 }
 
 /// A commit authority that decides every node's checkpoints at once, as

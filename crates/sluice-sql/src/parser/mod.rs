@@ -199,6 +199,12 @@ fn parse_statement_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     if lead(0, "SHOW") && lead(1, "CLUSTER") && words.len() == 2 {
         return Ok(Statement::ShowCluster);
     }
+    if lead(0, "SHOW") && lead(1, "EXCHANGES") {
+        if words.len() != 2 {
+            return Err(SqlError::Syntax("SHOW EXCHANGES takes no arguments".into()));
+        }
+        return Ok(Statement::ShowExchanges);
+    }
     if lead(0, "SHOW") && lead(1, "PROCESS") {
         if !(lead(2, "FUNCTIONS") && words.len() == 3) {
             return Err(SqlError::Syntax("expected SHOW PROCESS FUNCTIONS".into()));
@@ -704,6 +710,18 @@ mod tests {
         );
         assert_eq!(src.late_data_to.as_deref(), Some("late_bids"));
         assert_eq!(src.options.entries().len(), 3);
+    }
+
+    #[test]
+    fn show_exchanges_takes_no_arguments() {
+        for text in ["SHOW EXCHANGES", "show exchanges;"] {
+            assert!(matches!(
+                parse_sql(text).unwrap().as_slice(),
+                [Statement::ShowExchanges]
+            ));
+        }
+        let err = parse_sql("SHOW EXCHANGES now").unwrap_err().to_string();
+        assert!(err.contains("SHOW EXCHANGES takes no arguments"), "{err}");
     }
 
     #[test]
