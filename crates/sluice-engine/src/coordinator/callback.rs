@@ -248,9 +248,12 @@ pub trait RuntimeControl {
     fn forget_operator_state(&mut self) {}
     /// Whether `ControlMsg::Start` was applied. Until then a recovered
     /// checkpoint may still replace the operators' state and the sinks
-    /// are not open in their delivery mode, so no checkpoint is taken or
-    /// followed (a follower takes part in the leader's attempts once it
-    /// started; the leader's deadline bounds its wait). Default: started.
+    /// are not open in their delivery mode, so a follower takes part in no
+    /// leader's attempt (it does once it started; the leader's deadline
+    /// bounds the wait). A leader's periodic tick is not held back by it:
+    /// `Start` follows `Recover` at once, and a tick skipped before `Start`
+    /// would put the leader's first checkpoint a whole interval later.
+    /// Default: started.
     fn is_started(&self) -> bool {
         true
     }

@@ -286,7 +286,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 // Nothing changed since the last checkpoint: nothing to capture.
                 // At the tail bound the checkpoint is skipped: the previous
                 // one is still being written, and the next tick takes it.
-                if self.cycles_since_checkpoint > 0 && self.callback.is_started() {
+                if self.cycles_since_checkpoint > 0 {
                     if !self.callback.is_leader() {
                         // A follower (or a deposed leader) originates nothing.
                         tracing::debug!("periodic checkpoint skipped: this node does not lead");
