@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::split::{OwnerTable, ShuffleServer, ShuffleSetup, VnodePlacement};
+use sluice::split::{CreditBudget, OwnerTable, ShuffleServer, ShuffleSetup, VnodePlacement};
 use sluice::{CommitAuthority, Database};
 
 mod support;
@@ -25,7 +25,7 @@ use support::owners::{follower_of, ids, nodes as cluster_of, LIMIT};
 const SCRIPT: &str = "
     CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
                      WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
-      WITH (connector = 'file', path = 'in/*.csv', format = 'csv', batch_size = '3');
+      WITH (connector = 'file', path = 'in/*.csv', format = 'csv', batch_size = 'BATCH');
     CREATE STREAM per_window AS
       SELECT k, tumble(ts, INTERVAL '1' SECOND) AS w, count(*) AS n, sum(v) AS total
       FROM s GROUP BY k, tumble(ts, INTERVAL '1' SECOND);
@@ -99,10 +99,24 @@ fn final_state(path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// How the split runs: the source's batch size and each channel's credit.
+#[derive(Debug, Clone, Copy)]
+struct Knobs {
+    batch: u64,
+    budget: CreditBudget,
+}
+
+impl Knobs {
+    fn script(&self) -> String {
+        SCRIPT.replace("BATCH", &self.batch.to_string())
+    }
+}
+
 /// One node of the split: its shuffle over `servers`, its checkpoints
 /// in `state` under `authority`, started `pause` after its statements
 /// (its exchanges exist then, and the other nodes' rows may arrive before
 /// its `start` recovers and opens its sinks).
+#[allow(clippy::too_many_arguments)]
 async fn open_node(
     data: &Path,
     state: &Path,
@@ -111,6 +125,7 @@ async fn open_node(
     servers: &HashMap<String, Arc<ShuffleServer>>,
     authority: Arc<dyn CommitAuthority>,
     pause: Duration,
+    knobs: Knobs,
 ) -> Database {
     let endpoints = servers
         .iter()
@@ -125,7 +140,8 @@ async fn open_node(
         Arc::clone(&servers[node]),
     )
     .unwrap()
-    .with_patience(Duration::from_secs(20));
+    .with_patience(Duration::from_secs(20))
+    .with_budget(knobs.budget);
     let placement = VnodePlacement::new(table.vnode_count(), setup.owned_vnodes()).unwrap();
     let db = Database::builder()
         .base_dir(data)
@@ -144,7 +160,7 @@ async fn open_node(
         .open()
         .await
         .unwrap();
-    db.execute(SCRIPT).await.unwrap();
+    db.execute(&knobs.script()).await.unwrap();
     tokio::time::sleep(pause).await;
     db.start().await.unwrap();
     db
@@ -160,10 +176,16 @@ struct Split {
     _etcd: EtcdServer,
     nodes: Vec<ClusterNode>,
     leader: Arc<dyn CommitAuthority>,
+    knobs: Knobs,
 }
 
 impl Split {
     async fn new(count: usize) -> Self {
+        let budget = CreditBudget::default();
+        Self::with(count, Knobs { batch: 3, budget }).await
+    }
+
+    async fn with(count: usize, knobs: Knobs) -> Self {
         let data = tempfile::tempdir().unwrap();
         write_input(data.path(), 16);
         // One node, no checkpoints: the output to match.
@@ -172,7 +194,7 @@ impl Split {
             .open()
             .await
             .unwrap();
-        single.execute(SCRIPT).await.unwrap();
+        single.execute(&knobs.script()).await.unwrap();
         tokio::time::timeout(LIMIT, single.run_to_completion())
             .await
             .expect("in time")
@@ -202,6 +224,7 @@ impl Split {
             _etcd: etcd,
             nodes,
             leader,
+            knobs,
         }
     }
 
@@ -220,6 +243,7 @@ impl Split {
             &self.servers,
             authority,
             pause,
+            self.knobs,
         )
         .await
     }
@@ -286,14 +310,25 @@ fn same_rows(sink: &str, nodes: &[Vec<String>], expected: Vec<String>) {
 /// shutdown checkpoint is the followers' last one too.
 async fn run_all(dbs: &[Database]) {
     // Each pipeline runs on its own: waiting for them in turn is enough.
+    // Every node's end is reported, so a failure names its first cause.
     let runs = async {
+        let mut ends = Vec::new();
         for db in dbs {
-            db.run_to_completion().await.unwrap();
+            ends.push(db.run_to_completion().await.map(|_| ()));
         }
+        ends
     };
-    tokio::time::timeout(LIMIT, runs)
+    let ends = tokio::time::timeout(LIMIT, runs)
         .await
         .expect("every node finishes");
+    if ends.iter().any(Result::is_err) {
+        let ends: Vec<String> = ends
+            .iter()
+            .enumerate()
+            .map(|(i, e)| format!("n{}: {e:?}", i + 1))
+            .collect();
+        panic!("not every node finished: {}", ends.join("; "));
+    }
     for db in dbs {
         db.shutdown().await.unwrap();
     }
@@ -390,13 +425,25 @@ async fn until_checkpointed(dbs: &[Database], after: u64) -> u64 {
 /// Three nodes, one of them (the leader too) killed at a random time
 /// after a checkpoint of all, three times over, every node started again
 /// after each kill: together they write exactly one node's output. The
-/// seed is printed.
+/// batch size and the channels' credit (half the runs a few frames and
+/// bytes) come from the seed, which is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_shuffled_owners_killed_again_and_again_write_each_row_once() {
-    let split = Split::new(3).await;
-    let seed = u64::from(std::process::id()) | 1;
-    eprintln!("seed {seed}");
+    // SLUICE_TEST_SEED replays a printed seed.
+    let seed = std::env::var("SLUICE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| u64::from(std::process::id()))
+        | 1;
     let mut next = numbers(seed);
+    let batch = 1 + next(8);
+    let budget = match next(2) {
+        0 => CreditBudget::new(1 + next(3), 1 + next(4096)).unwrap(),
+        _ => CreditBudget::default(),
+    };
+    let knobs = Knobs { batch, budget };
+    eprintln!("seed {seed}: {knobs:?}");
+    let split = Split::with(3, knobs).await;
     let mut after = 0;
     for round in 0..3 {
         let dbs = split.open_all().await;
