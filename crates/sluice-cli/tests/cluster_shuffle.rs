@@ -20,7 +20,7 @@ use sluice::{CommitAuthority, Database};
 mod support;
 use sluice_cluster::testing::EtcdServer;
 use sluice_cluster::ClusterNode;
-use support::owners::{follower_of, ids, nodes as cluster_of, LIMIT};
+use support::owners::{follower_of, fresh_leader, ids, nodes as cluster_of, LIMIT};
 
 const SCRIPT: &str = "
     CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
@@ -173,9 +173,8 @@ struct Split {
     states: Vec<tempfile::TempDir>,
     table: OwnerTable,
     servers: HashMap<String, Arc<ShuffleServer>>,
-    _etcd: EtcdServer,
+    etcd: EtcdServer,
     nodes: Vec<ClusterNode>,
-    leader: Arc<dyn CommitAuthority>,
     knobs: Knobs,
 }
 
@@ -200,7 +199,7 @@ impl Split {
             .expect("in time")
             .unwrap();
         single.shutdown().await.unwrap();
-        let (etcd, nodes, leader) = cluster_of(count).await;
+        let (etcd, nodes, _) = cluster_of(count).await;
         let assignment = nodes[0].assignment().unwrap().unwrap();
         let members = assignment.members().to_vec();
         let owners = (0..assignment.vnode_count())
@@ -221,18 +220,22 @@ impl Split {
             states: (0..count).map(|_| tempfile::tempdir().unwrap()).collect(),
             table,
             servers,
-            _etcd: etcd,
+            etcd,
             nodes,
-            leader,
             knobs,
         }
     }
 
     /// Node `node` (0: n1, the leader), started at once (n1) or after a
-    /// pause in which the others' rows reach it (a follower).
+    /// pause in which the others' rows reach it (a follower). Each start
+    /// makes its commit record anew, as a restarted process does (the
+    /// leader's aborts the attempts its earlier records left undecided).
     async fn open(&self, node: usize) -> Database {
-        let (authority, pause) = match node {
-            0 => (Arc::clone(&self.leader), Duration::ZERO),
+        let (authority, pause): (Arc<dyn CommitAuthority>, _) = match node {
+            0 => (
+                fresh_leader(&self.etcd, &self.nodes[0]).await,
+                Duration::ZERO,
+            ),
             _ => (follower_of(&self.nodes[node]), Duration::from_millis(300)),
         };
         open_node(

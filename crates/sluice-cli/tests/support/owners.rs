@@ -85,6 +85,21 @@ pub async fn nodes(count: usize) -> (EtcdServer, Vec<ClusterNode>, Arc<LeaderCom
     (etcd, nodes, leader)
 }
 
+/// A new leader's record for `n1` (which leads), as a restarted leader
+/// process makes one: it leads in `n1`'s term and aborts every attempt an
+/// earlier record of it left undecided.
+pub async fn fresh_leader(etcd: &EtcdServer, n1: &ClusterNode) -> Arc<LeaderCommitRecord> {
+    let client = sluice_cluster::client::connect(&etcd.endpoints())
+        .await
+        .unwrap();
+    let keys = ClusterKeys::new("owners").unwrap();
+    let leader = Arc::new(LeaderCommitRecord::new(client, keys, "n1").sharing_vnodes());
+    let term = n1.term().expect("n1 leads");
+    leader.lead(Arc::clone(n1.election()), term);
+    leader.take_over().await.expect("orphans aborted");
+    leader
+}
+
 pub fn follower_of(n2: &ClusterNode) -> Arc<dyn CommitAuthority> {
     Arc::new(FollowerCommitRecord::new(Arc::clone(n2.session())))
 }
