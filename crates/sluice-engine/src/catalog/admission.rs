@@ -110,20 +110,21 @@ fn admit_one(
 /// channels the at-least-once rules leave unadmitted). Unchecked
 /// pipelines run them (`shuffle::a_process_function_across_*`).
 pub fn admit_shuffled(catalog: &Catalog) -> Result<(), ProcessError> {
-    for stream in &catalog.streams {
-        let StreamKind::Process(info) = &stream.kind else {
-            continue;
-        };
-        return Err(refuse(
+    let process = catalog.streams.iter().find_map(|s| match &s.kind {
+        StreamKind::Process(info) => Some(info),
+        _ => None,
+    });
+    match process {
+        Some(info) => Err(refuse(
             info,
             "checkpoints replay its activations after a crash, but on a split whose rows \
              cross between nodes its input merges this node's batches with the other nodes' \
              rows, which interleave differently on every run, so the replay could not \
              reproduce them; run it without checkpoints, or on one node"
                 .into(),
-        ));
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Admit the whole pipeline under `delivery` when checkpointing is on:

@@ -27,11 +27,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     /// node is out of the cluster) it asks nothing: it could not take part.
     pub(super) async fn follow_checkpoint_control(&mut self) {
         loop {
-            if self.callback.is_leader()
-                || self.stopped_intake
-                || self.callback.intake_paused()
-                || !self.callback.is_started()
-            {
+            if self.callback.is_leader() || self.stopped_intake || self.callback.intake_paused() {
                 return;
             }
             if self.callback.checkpoint_tails_in_flight() >= self.callback.max_checkpoint_tails() {

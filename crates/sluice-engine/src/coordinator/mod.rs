@@ -186,6 +186,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         // A follower acts on the leader's checkpoint control. The wake is
         // awaited while leading too (and then ignored): leadership can be
         // lost without any other event, and the fallback keeps asking.
+        // Not before `Start`: the wake waits for it (see `is_started`).
         let following = !self.stopped_intake && control.is_some() && self.callback.is_started();
         // Backpressure: while an output is full, no source input is taken
         // (neither held nor new); commands, checkpoints and idleness still
