@@ -98,9 +98,17 @@ async fn drive(
                 }),
                 (s, w) => s.or(w),
             };
-            let up_to_date = current
-                .as_ref()
-                .is_some_and(|a| a.members() == live.as_slice() && a.vnode_count() == count.get());
+            // A static split's table keeps its members across leaders, but
+            // a leader admits checkpoints only under a table placed in its
+            // own term (`LeaderCommitRecord::sharing_vnodes`): a new term
+            // places the same members again. Only an older term does; a
+            // table of a newer term means this node is already deposed.
+            let fixed = matches!(placement, Placement::Fixed(_));
+            let up_to_date = current.as_ref().is_some_and(|a| {
+                a.members() == live.as_slice()
+                    && a.vnode_count() == count.get()
+                    && (!fixed || a.term() >= term)
+            });
             written = current.clone();
             if !up_to_date {
                 let expected = current.as_ref().map_or(0, Assignment::generation);

@@ -178,3 +178,38 @@ async fn a_leader_that_shares_its_vnodes_is_refused_admission_by_name() {
     let words = format!("SLC-CLU-022: node 'n1' cannot admit a checkpoint at assignment generation {g}: it owns {owned} of 256 vnodes; this leader runs every vnode");
     assert!(chain(&e).contains(&words), "{}", chain(&e));
 }
+
+/// A static split keeps its members across leaders, and a leader sharing
+/// vnodes admits only under a table placed in its own term: a new leader
+/// places the same members again, in its term, and admits under that
+/// table (before, the first leader's table stayed and every admission of
+/// the next leader was refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_of_a_fixed_split_places_it_again_in_its_term() {
+    let etcd = etcd().await;
+    let fixed = Placement::Fixed(vec!["n2".into(), "n1".into()]);
+    let n1 = start_placed(&etcd, "adm3", "n1", fixed.clone()).await;
+    let t1 = lead(&n1).await;
+    let placed_in = |node: &ClusterNode, term: u64| {
+        node.assignment()
+            .ok()
+            .flatten()
+            .is_some_and(|a| a.term() == term && a.members() == ["n1", "n2"])
+    };
+    eventually("the first leader's table", LIMIT, || placed_in(&n1, t1)).await;
+    let first = n1.generation();
+    let n2 = start_placed(&etcd, "adm3", "n2", fixed).await;
+    n1.shutdown().await.expect("n1 leaves");
+    let t2 = lead(&n2).await;
+    assert!(t2 > t1, "{t2} after {t1}");
+    eventually("the new leader's table", LIMIT, || placed_in(&n2, t2)).await;
+    let second = n2.generation();
+    assert!(second > first, "{second} after {first}");
+    let client = sluice_cluster::client::connect(&etcd.endpoints())
+        .await
+        .expect("connect");
+    let keys = ClusterKeys::new("adm3").expect("keys");
+    let r2 = LeaderCommitRecord::new(client, keys, "n2").sharing_vnodes();
+    r2.lead(Arc::clone(n2.election()), t2);
+    assert_eq!(r2.admit().await.expect("admitted"), Some(second));
+}
