@@ -685,6 +685,7 @@ mod tests {
             let f = sluice_cluster::status::MemberFinished {
                 rows_in,
                 rows_out: 1,
+                leader_term: None,
             };
             s.finished_members.insert(node.into(), f);
         }

@@ -28,6 +28,7 @@ mod signals;
 mod split;
 mod split_change;
 mod split_members;
+mod split_shuffle;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -112,6 +113,13 @@ pub struct RunArgs {
     /// own (`out/NODE/x.csv`); row-by-row queries only. Needs --cluster.
     #[arg(long, value_name = "NODE,NODE,...", requires = "cluster")]
     pub split: Option<String>,
+
+    /// Run keyed queries (aggregations, joins) across the nodes of the
+    /// split: each key's rows go to its vnode's owner, and every node
+    /// listens for the others' rows at its address here. Every node gets
+    /// the same list, naming each node of --split once.
+    #[arg(long, value_name = "NODE=IP:PORT,...", requires = "split")]
+    pub shuffle: Option<String>,
 
     /// How long a silent node stays a member (and leader), e.g. `5s`, `1500ms`.
     #[arg(long, value_name = "DURATION", default_value = "5s")]

@@ -40,9 +40,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice::split::{SplitHandover, VnodePlacement};
+use sluice::CommitAuthority;
 use sluice_cluster::assignment::Placement;
 use sluice_cluster::split_record::{self, SplitCommitRecord};
-use sluice_cluster::status::{self, MemberFinished};
+use sluice_cluster::status::{self, Client, MemberFinished};
 use sluice_cluster::vnodes::VnodeCount;
 use sluice_cluster::{ClusterError, ClusterKeys, ClusterNode, NodeConfig};
 
@@ -54,6 +55,7 @@ use crate::run::{self, RunEnd};
 use crate::signals::Signals;
 use crate::split_change::{self, Part};
 use crate::split_members::{node_store, parse_list, share_of};
+use crate::split_shuffle::{self, Role, RoleAuthority, ShuffleList};
 use crate::RunArgs;
 
 /// How often a node whose id is still held by its previous process's
@@ -67,11 +69,19 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
     let p: Prepared = cluster::prepare(&args).await?;
     let node_id = p.node_id;
     let members = parse_list(list)?;
+    let shuffle = args
+        .shuffle
+        .as_deref()
+        .map(|spec| split_shuffle::parse(spec, &members))
+        .transpose()?;
     let count = VnodeCount::default();
     // The member list, by generation: a list that differs from the
     // recorded one changes the split once its old members stopped.
     let client = status::connect(&p.endpoints).await?;
     let keys = ClusterKeys::new(&args.cluster_id)?;
+    if shuffle.is_some() {
+        refuse_changed_list(&client, &keys, &members).await?;
+    }
     let (record, revision, part) = split_change::settle_part(
         &client,
         &keys,
@@ -80,6 +90,14 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
         p.lease_ttl,
     )
     .await?;
+    if let (Some(_), Some(previous)) = (&shuffle, &record.previous) {
+        return Err(CliError::usage(format!(
+            "--shuffle: this split's member list was changed (generation {} after {}); keyed \
+             state does not move with its vnodes yet, so a shuffled split runs only on a list \
+             never changed: use a new --cluster-id",
+            record.generation, previous.generation
+        )));
+    }
     let (share, handover) = match (&part, &record.previous) {
         (Part::Member, previous) => {
             let handover = previous
@@ -107,25 +125,54 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
         generation = record.generation,
         "this node's share of the split"
     );
-    // Its checkpoints count once recorded in etcd, which it does only
-    // while the split's list is the one it runs under.
-    let commits = SplitCommitRecord::new(client.clone(), keys.clone(), &node_id, revision)?;
     let mut builder = p
         .builder
         .set("checkpoint_store", &node_store(&p.store, &node_id))?
-        .commit_authority(Arc::new(commits))
         .split(&node_id, share)?
         .split_generation(record.generation)?;
+    let role = Arc::new(RoleAuthority::default());
+    builder = match &shuffle {
+        // One cut for every node, under the leader's record or a
+        // follower's, known once the node joined.
+        Some(list) => {
+            let setup = list
+                .setup(
+                    &args.cluster_id,
+                    &node_id,
+                    record.generation,
+                    &members,
+                    count,
+                )
+                .await?;
+            builder
+                .commit_authority(Arc::clone(&role) as Arc<dyn CommitAuthority>)
+                .shuffle(setup)?
+        }
+        // Its checkpoints count once recorded in etcd, which it does only
+        // while the split's list is the one it runs under.
+        None => builder.commit_authority(Arc::new(SplitCommitRecord::new(
+            client.clone(),
+            keys.clone(),
+            &node_id,
+            revision,
+        )?)),
+    };
     if let Some(handover) = handover {
         builder = builder.split_handover(handover)?;
     }
     let db = builder.cluster_info(Arc::new(p.info)).open().await?;
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &p.text).await?;
-    let catalog = cluster::sealed_catalog(&db, &p.store).await;
+    let mut catalog = cluster::sealed_catalog(&db, &p.store).await;
+    let exchange = shuffle
+        .as_ref()
+        .map_or("off".into(), ShuffleList::canonical);
+    catalog.objects.insert("option shuffle".into(), exchange);
     let mut config = NodeConfig::new(p.endpoints, &args.cluster_id, &node_id, catalog);
     config.lease_ttl = p.lease_ttl;
     config.placement = Placement::Fixed(members.clone());
+    // A shuffled split's checkpoints are led by one designated member.
+    config.campaigns = shuffle.is_none() || split_shuffle::designated_leader(&members) == node_id;
     let node = loop {
         let joined = tokio::select! {
             biased;
@@ -159,6 +206,14 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
             members.join(",")
         )));
     }
+    let role = match &shuffle {
+        Some(_) => {
+            let etcd = (client.clone(), keys.clone());
+            let leader = split_shuffle::designated_leader(&members);
+            Some(split_shuffle::take_role(&node, etcd, leader, &role).await?)
+        }
+        None => None,
+    };
     // A script that sets its own checkpoint store would put every node's
     // checkpoints in one store: each would resume from another's.
     let expected_store = node_store(&p.store, &node_id);
@@ -190,14 +245,13 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
         // Stopped by the signal, which `first` returns again at once.
         Ok(None) => Ok(RunEnd::Signalled(signals.first().await)),
         Ok(Some(cpu_at_start)) => {
-            finish(
-                &node,
-                &db,
-                matches!(part, Part::Member),
-                cpu_at_start,
-                started,
-            )
-            .await
+            let end = End {
+                member: matches!(part, Part::Member),
+                role,
+                client: &client,
+                keys: &keys,
+            };
+            finish(&node, &db, end, cpu_at_start, started).await
         }
         Err(e) => Err(e),
     };
@@ -210,6 +264,26 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
         tracing::warn!(error = %e, "leaving the cluster");
     }
     outcome
+}
+
+/// A shuffled split runs only on the list it was first recorded with:
+/// keyed state does not move with its vnodes yet.
+async fn refuse_changed_list(
+    client: &Client,
+    keys: &ClusterKeys,
+    members: &[String],
+) -> Result<(), CliError> {
+    match split_record::read(client, keys).await?.0 {
+        Some(recorded) if recorded.members != members => Err(CliError::usage(format!(
+            "--shuffle: this split runs on {} (generation {}), not {}; keyed state does not \
+             move with its vnodes yet, so a shuffled split cannot change its member list: start \
+             it with the recorded list, or under a new --cluster-id",
+            recorded.members.join(","),
+            recorded.generation,
+            members.join(",")
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Resolves once this node's etcd lease is known lost.
@@ -239,21 +313,44 @@ async fn run_share(
     }
 }
 
+/// How a finished share ends.
+struct End<'a> {
+    /// A member of the split's list (not a dropped node).
+    member: bool,
+    /// Its role in a shuffled split (`None`: it checkpoints on its own).
+    role: Option<Role>,
+    client: &'a Client,
+    keys: &'a ClusterKeys,
+}
+
 /// Shut the finished share down (its last checkpoint, then the sinks'
 /// publish), record in etcd that this member finished (`sluice cluster
-/// status` lists the members that did), and print the summary.
+/// status` lists the members that did), and print the summary. In a
+/// shuffled split, a follower first waits for the leader's shutdown
+/// checkpoint (it covers every node's rows), and the leader's record
+/// says it finished as leader, which is what the followers wait for.
 async fn finish(
     node: &ClusterNode,
     db: &sluice::Database,
-    member: bool,
+    end: End<'_>,
     cpu_at_start: f64,
     started: Instant,
 ) -> Result<RunEnd, CliError> {
+    if let Some(Role::Follower { leader, seen }) = &end.role {
+        let term = seen.load(std::sync::atomic::Ordering::SeqCst);
+        let client = end.client.clone();
+        split_shuffle::leader_finished(node, client, end.keys, leader, term).await?;
+    }
     let metrics = db.shutdown().await?;
-    if member {
+    if end.member {
+        let leader_term = match end.role {
+            Some(Role::Leader { term }) => Some(term),
+            _ => None,
+        };
         let finished = MemberFinished {
             rows_in: metrics.rows_in(),
             rows_out: metrics.rows_emitted(),
+            leader_term,
         };
         status::record_member_finished(node.session(), &finished).await?;
     }

@@ -163,12 +163,14 @@ impl LeaderCommitRecord {
             &prepare.value,
             instant_of(prepare.value.deadline_ms),
         );
+        let owners = prepare.value.owning_nodes();
         let moved = tokio::select! {
             answers = answered => {
                 answers.map_err(|e| Self::authority(what(), e))?;
                 None
             }
-            current = table_moved(session, generation) => Some(current),
+            current = table_moved(session, generation) => Some(Err(current)),
+            gone = owner_gone(session, id, owners) => Some(Ok(gone)),
         };
         let abort = |reason: String| async move {
             abort_attempt(election, term, id, generation, &reason)
@@ -176,12 +178,21 @@ impl LeaderCommitRecord {
                 .map(Some)
                 .map_err(|e| Self::refusal(id, what(), e))
         };
-        if let Some(current) = moved {
-            return abort(format!(
-                "the assignment moved from generation {generation} to {current} \
-                 before every owner answered"
-            ))
-            .await;
+        match moved {
+            Some(Err(current)) => {
+                return abort(format!(
+                    "the assignment moved from generation {generation} to {current} \
+                     before every owner answered"
+                ))
+                .await;
+            }
+            Some(Ok(gone)) => {
+                return abort(format!(
+                    "node '{gone}' left the cluster (its lease lapsed) before it answered"
+                ))
+                .await;
+            }
+            None => {}
         }
         // Past the wait, an owner still missing is as good as late.
         let now = now_ms().max(prepare.value.deadline_ms);
@@ -501,6 +512,43 @@ pub(crate) fn authority_error(what: String, e: ClusterError) -> StorageError {
 
 /// Resolves with the current generation (0: no table) once the assignment
 /// is no longer at `generation`; pending while it is.
+/// Resolves with the first owner of attempt `id` that is no longer a live
+/// member and has not answered: a killed node's lease lapses, and its
+/// answer will never come, so the leader aborts at once instead of at the
+/// Prepare's deadline (which is as long as the checkpoint timeout).
+async fn owner_gone(
+    session: &crate::session::Session,
+    id: u64,
+    owners: BTreeSet<String>,
+) -> String {
+    let members_key = session.keys().nodes_prefix();
+    let answers_key = session.keys().checkpoint_answers(id);
+    let mut members = crate::watch::spawn(session.client(), members_key.clone(), true);
+    let mut answers = crate::watch::spawn(session.client(), answers_key.clone(), true);
+    loop {
+        {
+            let live = members.borrow_and_update();
+            let answered = answers.borrow_and_update();
+            if live.revision > 0 && answered.revision > 0 {
+                let gone = owners.iter().find(|o| {
+                    !live.entries.contains_key(&format!("{members_key}{o}"))
+                        && !answered.entries.contains_key(&format!("{answers_key}{o}"))
+                });
+                if let Some(gone) = gone {
+                    return gone.clone();
+                }
+            }
+        }
+        tokio::select! {
+            changed = members.changed() => if changed.is_err() { break },
+            changed = answers.changed() => if changed.is_err() { break },
+        }
+    }
+    // A mirror ended (it does not while its receiver lives): never
+    // resolve, the answers' deadline ends the wait.
+    std::future::pending().await
+}
+
 async fn table_moved(session: &crate::session::Session, generation: u64) -> u64 {
     let key = session.keys().assignment();
     let mut table = crate::watch::spawn(session.client(), key.clone(), false);

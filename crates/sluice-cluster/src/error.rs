@@ -205,7 +205,8 @@ pub enum ClusterError {
         node: String,
         /// The attempt.
         id: u64,
-        /// How long it waited after the Prepare's deadline.
+        /// How long it waited for the decision (to the Prepare's deadline
+        /// and a grace, or until the leader lost its term).
         waited_ms: u64,
     },
     /// The node's pipeline could not apply a checkpoint decision (a sink

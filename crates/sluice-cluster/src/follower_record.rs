@@ -38,6 +38,7 @@ use crate::checkpoint::record::{
     decode, Answer, CheckpointPrepare, Decision, DecisionRecord, Stored,
 };
 use crate::checkpoint::txn::{instant_of, now_ms};
+use crate::checkpoint::wait::term_ended;
 use crate::checkpoint::{answer_checkpoint, wait_for_decision};
 use crate::commit_record::{authority_error, committed_ids, part_of};
 use crate::error::ClusterError;
@@ -323,10 +324,20 @@ impl CommitAuthority for FollowerCommitRecord {
         answer_checkpoint(&self.session, &prepare, ack)
             .await
             .map_err(|e| self.refusal(id, what(), e))?;
+        let asked = std::time::Instant::now();
         let until = instant_of(prepare.value.deadline_ms) + DECISION_GRACE;
-        let decision = wait_for_decision(&self.session, id, until)
-            .await
-            .map_err(|e| authority_error(what(), e))?;
+        // A leader that lost its term writes no decision: a successor's
+        // take-over may still abort the attempt, so the wait goes on for
+        // the grace, and the outcome is unknown then rather than at the
+        // deadline (as long as the checkpoint timeout).
+        let decided = tokio::select! {
+            d = wait_for_decision(&self.session, id, until) => d,
+            () = term_ended(&self.session, prepare.value.term) => {
+                let grace = tokio::time::Instant::now() + DECISION_GRACE;
+                wait_for_decision(&self.session, id, grace.min(until)).await
+            }
+        };
+        let decision = decided.map_err(|e| authority_error(what(), e))?;
         match decision.map(|d| d.value.decision) {
             Some(Decision::Commit { .. }) => Ok(()),
             Some(Decision::Abort { reason }) => Err(StorageError::Aborted { id, reason }),
@@ -335,7 +346,7 @@ impl CommitAuthority for FollowerCommitRecord {
                 ClusterError::DecisionOverdue {
                     node: self.session.node().to_string(),
                     id,
-                    waited_ms: u64::try_from(DECISION_GRACE.as_millis()).unwrap_or(u64::MAX),
+                    waited_ms: u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX),
                 },
             )),
         }

@@ -83,8 +83,20 @@ impl Election {
     /// Start campaigning. The node leads once it wins; it never campaigns
     /// again after its session lease is lost (it must rejoin).
     pub fn start(session: Arc<Session>) -> Self {
+        Self::spawn(session, true)
+    }
+
+    /// Follow leadership without ever campaigning: the node learns who
+    /// leads (and when nobody does) but never leads itself. A shuffled
+    /// split lets one designated member lead, so a member that runs as a
+    /// follower cannot become the leader halfway through.
+    pub fn observe(session: Arc<Session>) -> Self {
+        Self::spawn(session, false)
+    }
+
+    fn spawn(session: Arc<Session>, may_lead: bool) -> Self {
         let (tx, state) = watch::channel(LeaderState::default());
-        let task = tokio::spawn(campaign(Arc::clone(&session), tx));
+        let task = tokio::spawn(campaign(Arc::clone(&session), tx, may_lead));
         Self {
             session,
             state,
@@ -192,8 +204,9 @@ impl Drop for Election {
     }
 }
 
-/// The campaign loop: see the module docs.
-async fn campaign(session: Arc<Session>, tx: watch::Sender<LeaderState>) {
+/// The campaign loop: see the module docs. A node that may not lead only
+/// reports who does.
+async fn campaign(session: Arc<Session>, tx: watch::Sender<LeaderState>, may_lead: bool) {
     let key = session.keys().leader();
     let node = session.node().to_string();
     let mut lost = session.lost();
@@ -205,7 +218,14 @@ async fn campaign(session: Arc<Session>, tx: watch::Sender<LeaderState>) {
         }
         // Wait for a listing that shows no leader, then race for the key.
         let current = leader_key.borrow_and_update().clone();
-        let won = if current.revision > 0 && current.entries.is_empty() {
+        let won = if current.revision > 0 && current.entries.is_empty() && !may_lead {
+            tx.send_if_modified(|s| {
+                let changed = *s != LeaderState::default();
+                *s = LeaderState::default();
+                changed
+            });
+            None
+        } else if current.revision > 0 && current.entries.is_empty() {
             match try_acquire(&session, &key, &node).await {
                 Ok(won) => won,
                 Err(e) => {

@@ -33,6 +33,9 @@ pub struct NodeConfig {
     pub catalog: SealedCatalog,
     /// Whom the leader places vnodes on.
     pub placement: Placement,
+    /// Whether this node campaigns for leadership (by default it does).
+    /// `false`: it follows whoever leads and never leads itself.
+    pub campaigns: bool,
 }
 
 impl NodeConfig {
@@ -45,6 +48,7 @@ impl NodeConfig {
             lease_ttl: DEFAULT_LEASE_TTL,
             catalog,
             placement: Placement::default(),
+            campaigns: true,
         }
     }
 }
@@ -83,7 +87,11 @@ impl ClusterNode {
         .await?;
         let membership = Membership::join(Arc::clone(&session)).await?;
         let members = membership::live_members(&session);
-        let election = Arc::new(Election::start(Arc::clone(&session)));
+        let election = Arc::new(if config.campaigns {
+            Election::start(Arc::clone(&session))
+        } else {
+            Election::observe(Arc::clone(&session))
+        });
         let view = AssignmentView::start(&session);
         let driver = AssignmentDriver::start(
             Arc::clone(&election),

@@ -60,6 +60,12 @@ pub struct MemberFinished {
     pub rows_in: u64,
     /// Rows out.
     pub rows_out: u64,
+    /// The leader term under which a shuffled split's leader finished:
+    /// its shutdown checkpoint covered every member's rows, so the
+    /// followers may stop (see [`wait_for_leader_finished`]). `None` for
+    /// the members of a split whose nodes checkpoint on their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_term: Option<u64>,
 }
 
 /// One member, as the status shows it.
@@ -217,6 +223,59 @@ pub async fn record_member_finished(session: &Session, finished: &MemberFinished
         Err(ClusterError::LeaseLost {
             node: session.node().to_string(),
         })
+    }
+}
+
+/// Wait until `leader` recorded that it finished as the leader of `term`
+/// ([`MemberFinished::leader_term`]): a record of an earlier run or term
+/// does not count. Ends with an error only if etcd's answer cannot be
+/// read; the caller stops waiting when that leader loses its term.
+pub async fn wait_for_leader_finished(
+    client: Client,
+    keys: &ClusterKeys,
+    leader: &str,
+    term: u64,
+) -> Result<MemberFinished> {
+    let key = keys.finished_member(&crate::keys::NodeId::new(leader)?);
+    let mut records = crate::watch::spawn(client, key.clone(), false);
+    loop {
+        let value = records
+            .borrow_and_update()
+            .entries
+            .get(&key)
+            .map(|e| e.value.clone());
+        if let Some(value) = value {
+            let finished: MemberFinished = decode(&key, &value)?;
+            if finished.leader_term == Some(term) {
+                return Ok(finished);
+            }
+        }
+        if records.changed().await.is_err() {
+            return Err(ClusterError::Corrupt {
+                key,
+                reason: "the watch of the leader's finish ended".into(),
+            });
+        }
+    }
+}
+
+/// Node `node`'s record of a finished share, read from etcd now (not from
+/// a watch): a reader that saw a leader resign reads what that leader
+/// wrote before it.
+pub async fn read_member_finished(
+    client: &Client,
+    keys: &ClusterKeys,
+    node: &str,
+) -> Result<Option<MemberFinished>> {
+    let key = keys.finished_member(&crate::keys::NodeId::new(node)?);
+    let got = client
+        .clone()
+        .get(key.clone(), None)
+        .await
+        .map_err(|e| ClusterError::etcd("read of a finished member's record", e))?;
+    match got.kvs().first() {
+        Some(kv) => Ok(Some(decode(&key, kv.value())?)),
+        None => Ok(None),
     }
 }
 

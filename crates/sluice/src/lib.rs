@@ -54,7 +54,7 @@ pub use sluice_sql::CHANGE_COLUMN;
 pub use sluice_storage::object_store;
 pub use sluice_storage::CheckpointInfo;
 /// Re-exported for [`DatabaseBuilder::commit_authority`].
-pub use sluice_storage::{BlobRef, CommitAuthority, StorageError};
+pub use sluice_storage::{Announcement, BlobRef, CommitAuthority, StorageError};
 
 /// Result alias of the public API.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -80,6 +80,31 @@ pub async fn wait_for_decision(
     bounded("decision on the attempt", read_decision(session, id)).await
 }
 
+/// Resolves once the leader of `term` no longer holds its key (it
+/// resigned, or its lease lapsed: a killed leader), so a follower stops
+/// waiting for a decision that leader will never write.
+pub async fn term_ended(session: &Session, term: u64) {
+    let key = session.keys().leader();
+    let mut leader = key_watch::spawn(session.client(), key.clone(), false);
+    loop {
+        {
+            let snapshot = leader.borrow_and_update();
+            let holds = snapshot
+                .entries
+                .get(&key)
+                .is_some_and(|e| u64::try_from(e.create_revision).ok() == Some(term));
+            if snapshot.revision > 0 && !holds {
+                return;
+            }
+        }
+        if leader.changed().await.is_err() {
+            // The mirror ended (it does not while this receiver lives):
+            // the caller's own bound ends the wait.
+            return std::future::pending().await;
+        }
+    }
+}
+
 /// How long the read that ends a wait may take.
 pub const FINAL_READ: Duration = Duration::from_secs(5);
 

@@ -353,12 +353,14 @@ async fn an_owner_that_leaves_ends_the_leaders_wait_long_before_the_deadline() {
         let leader = Arc::clone(&leader);
         tokio::spawn(async move { leader.record_commit(1, Some(g), &part(1)).await })
     };
-    // n2 dies before it acks: its lease lapses, the leader moves its
-    // vnodes, and the wait for its answer ends with that move.
+    // n2 dies before it acks: its lease lapses, and the wait for its
+    // answer ends with that (or with the move of its vnodes that follows).
     n2.session().stop_keep_alive();
     let e = refused(committing).await;
     assert!(
-        matches!(&e, StorageError::Aborted { id: 1, reason } if reason.contains("the assignment moved from generation")),
+        matches!(&e, StorageError::Aborted { id: 1, reason }
+            if reason.contains("node 'n2' left the cluster (its lease lapsed) before it answered")
+                || reason.contains("the assignment moved from generation")),
         "{e:?}"
     );
     assert!(
@@ -396,4 +398,77 @@ async fn unreadable_and_overdue_prepares_are_passed_over() {
         prepared(&leader, &follower, 3, g).await,
         Announcement::Prepared { id: 3, .. }
     ));
+}
+
+/// A static split's table does not move when an owner dies (its vnodes
+/// wait for it): the leader's wait for a dead owner's answer ends when
+/// the owner's lease lapses, not at the Prepare's deadline (a minute
+/// here; the checkpoint timeout in a pipeline, ten by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_owner_of_a_fixed_split_ends_the_leaders_wait_at_its_lease() {
+    let etcd = etcd().await;
+    let fixed = Placement::Fixed(vec!["n1".into(), "n2".into()]);
+    let n1 = start_placed(&etcd, "own8", "n1", fixed.clone()).await;
+    let term = match tokio::time::timeout(LIMIT, standby::wait_for_turn(&n1))
+        .await
+        .expect("in time")
+        .expect("turn")
+    {
+        Turn::Lead { term } => term,
+        other => panic!("n1: {other:?}"),
+    };
+    eventually("the table of n1's term", LIMIT, || {
+        n1.assignment()
+            .ok()
+            .flatten()
+            .is_some_and(|a| a.term() == term)
+    })
+    .await;
+    let n2 = start_placed(&etcd, "own8", "n2", fixed).await;
+    let client = sluice_cluster::client::connect(&etcd.endpoints())
+        .await
+        .expect("connect");
+    let keys = ClusterKeys::new("own8").expect("keys");
+    let leader = Arc::new(LeaderCommitRecord::new(client, keys, "n1").sharing_vnodes());
+    leader.lead(Arc::clone(n1.election()), term);
+    let follower = FollowerCommitRecord::new(Arc::clone(n2.session()));
+    let g = leader.admit().await.expect("admitted").expect("fenced");
+    prepared(&leader, &follower, 1, g).await;
+    let started = std::time::Instant::now();
+    let committing = {
+        let leader = Arc::clone(&leader);
+        tokio::spawn(async move { leader.record_commit(1, Some(g), &part(1)).await })
+    };
+    n2.session().stop_keep_alive();
+    let e = refused(committing).await;
+    assert!(
+        matches!(&e, StorageError::Aborted { id: 1, reason }
+            if reason.contains("node 'n2' left the cluster (its lease lapsed) before it answered")),
+        "{e:?}"
+    );
+    assert!(started.elapsed() < LIMIT, "{:?}", started.elapsed());
+    // The table stayed: nothing but the lapsed lease ended the wait.
+    assert_eq!(n1.generation(), g);
+}
+
+/// A follower that acked waits for the decision only while the leader
+/// that prepared the attempt holds its term: a leader killed before it
+/// decided leaves the outcome unknown at its lease, not at the Prepare's
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_stops_waiting_when_the_preparing_leader_loses_its_term() {
+    let etcd = etcd().await;
+    let (n1, _n2, leader, follower, g) = two_owners(&etcd, "own9").await;
+    prepared(&leader, &follower, 1, g).await;
+    let started = std::time::Instant::now();
+    let acking = ack(&follower, 1, g);
+    n1.session().stop_keep_alive();
+    // The lease, then the grace a successor has to abort the attempt.
+    let bound = Duration::from_secs(30);
+    let done = tokio::time::timeout(bound, acking)
+        .await
+        .expect("long before the deadline");
+    let e = done.expect("joined").expect_err("no decision");
+    assert!(e.to_string().contains("SLC-CLU-019"), "{e}");
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
 }

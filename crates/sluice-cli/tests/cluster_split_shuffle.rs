@@ -1,0 +1,373 @@
+//! `sluice run --cluster ... --split n1,n2,n3 --shuffle n1=IP:PORT,...`:
+//! real `sluice` processes on one real etcd running keyed queries (window
+//! and updating aggregations, a self-join) across three nodes, each key's
+//! rows sent to its vnode's owner and every checkpoint one cut under the
+//! elected leader. Together the nodes write exactly the rows of one
+//! uninterrupted single-node run, also when a random node (the leader
+//! too) is SIGKILLed at a random time and every node is started again;
+//! nodes that disagree on the shuffle, or a shuffled split whose list
+//! changed, are refused by name.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_cluster::testing::EtcdServer;
+use support::*;
+
+const FILES: u64 = 12;
+const ROWS_PER_FILE: u64 = 4_000;
+/// Longest one node may take before the test fails instead of hanging.
+const WATCHDOG: Duration = Duration::from_secs(240);
+const LEASE: &str = "1s";
+const NODES: [&str; 3] = ["n1", "n2", "n3"];
+
+const SCRIPT: &str = "
+    CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
+                     WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+      WITH (connector = 'file', path = 'in/*.csv', format = 'csv', batch_size = '200');
+    CREATE STREAM per_window AS
+      SELECT k, tumble(ts, INTERVAL '1' SECOND) AS w, count(*) AS n, sum(v) AS total
+      FROM s GROUP BY k, tumble(ts, INTERVAL '1' SECOND);
+    CREATE STREAM totals AS SELECT k, count(*) AS n, sum(v) AS total FROM s GROUP BY k;
+    CREATE STREAM pairs AS SELECT a.id AS a, b.id AS b FROM s a JOIN s b ON a.k = b.k
+      WHERE a.v > 995 AND b.v < 3;
+    CREATE SINK w FROM per_window WITH (connector = 'file', path = 'out/per_window.csv', format = 'csv');
+    CREATE SINK t FROM totals WITH (connector = 'file', path = 'out/totals.csv', format = 'csv');
+    CREATE SINK p FROM pairs WITH (connector = 'file', path = 'out/pairs.csv', format = 'csv');";
+
+/// `FILES` files of events about 10 ms apart, each a later stretch of
+/// time, disordered by less than the watermark's delay: no row is late on
+/// one node or on a split.
+fn write_input(dir: &Path) {
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    let mut rng = Lcg(29);
+    for f in 0..FILES {
+        let mut out = String::from("id,k,v,ts\n");
+        for r in 0..ROWS_PER_FILE {
+            let id = f * ROWS_PER_FILE + r;
+            let ts = 1_700_000_000_000 + id as i64 * 10 - (rng.next() % 1500) as i64;
+            out.push_str(&format!(
+                "{id},{},{},{ts}\n",
+                rng.next() % 50,
+                rng.next() % 1000
+            ));
+        }
+        std::fs::write(dir.join(format!("in/part-{f:02}.csv")), out).unwrap();
+    }
+    std::fs::write(dir.join("pipeline.sql"), SCRIPT).unwrap();
+}
+
+/// The data lines of a sink file, sorted (none while it does not exist).
+fn lines(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut l: Vec<String> = text.lines().skip(1).map(str::to_string).collect();
+    l.sort();
+    l
+}
+
+/// The final state of a changelog sink file: each row inserted and not
+/// retracted (the change kind is the last column).
+fn final_state(path: &Path) -> Vec<String> {
+    let mut state: BTreeMap<String, i64> = BTreeMap::new();
+    for line in lines(path) {
+        let (row, change) = line.rsplit_once(',').unwrap();
+        *state.entry(row.to_string()).or_default() += if change == "insert" { 1 } else { -1 };
+    }
+    state
+        .into_iter()
+        .flat_map(|(row, n)| {
+            assert!(n >= 0, "{row} retracted more often than inserted");
+            std::iter::repeat_n(row, n as usize)
+        })
+        .collect()
+}
+
+/// What a run wrote, per sink: the window and pair rows, and the final
+/// state of the updating totals. `nodes`: the per-node files of a split.
+fn outputs(out: &Path, nodes: &[&str]) -> BTreeMap<&'static str, Vec<String>> {
+    let files = |name: &str| -> Vec<std::path::PathBuf> {
+        if nodes.is_empty() {
+            vec![out.join(name)]
+        } else {
+            nodes.iter().map(|n| out.join(n).join(name)).collect()
+        }
+    };
+    let mut all = BTreeMap::new();
+    for sink in ["per_window", "pairs", "totals"] {
+        let mut rows: Vec<String> = files(&format!("{sink}.csv"))
+            .iter()
+            .flat_map(|p| {
+                if sink == "totals" {
+                    final_state(p)
+                } else {
+                    lines(p)
+                }
+            })
+            .collect();
+        rows.sort();
+        all.insert(sink, rows);
+    }
+    all
+}
+
+/// The output of an uninterrupted single-node run.
+fn reference(base: &Path) -> BTreeMap<&'static str, Vec<String>> {
+    let dir = base.join("reference");
+    write_input(&dir);
+    let (status, stderr) = Run::spawn(sluice(&dir, &[])).wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
+    let refs = outputs(&dir.join("out"), &[]);
+    assert!(
+        refs["per_window"].len() > 1000,
+        "{:?}",
+        refs["per_window"].len()
+    );
+    assert!(!refs["pairs"].is_empty());
+    assert_eq!(refs["totals"].len(), 50);
+    refs
+}
+
+/// Fail naming how many rows of each sink are missing or too many.
+fn same_rows(got: &BTreeMap<&str, Vec<String>>, expected: &BTreeMap<&str, Vec<String>>) {
+    if got == expected {
+        return;
+    }
+    let mut report = Vec::new();
+    for (sink, want) in expected {
+        let mut count: BTreeMap<&str, i64> = BTreeMap::new();
+        for r in got.get(sink).into_iter().flatten() {
+            *count.entry(r).or_default() += 1;
+        }
+        for r in want {
+            *count.entry(r).or_default() -= 1;
+        }
+        let missing: Vec<&&str> = count
+            .iter()
+            .filter(|(_, n)| **n < 0)
+            .map(|(r, _)| r)
+            .collect();
+        let extra: Vec<&&str> = count
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, _)| r)
+            .collect();
+        report.push(format!(
+            "{sink}: {} missing (first {:?}), {} too many (first {:?})",
+            missing.len(),
+            missing.first(),
+            extra.len(),
+            extra.first()
+        ));
+    }
+    panic!("{}", report.join("; "));
+}
+
+/// A free loopback port for each node (bound, then released).
+fn shuffle_list() -> String {
+    let each: Vec<String> = NODES
+        .iter()
+        .map(|n| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("{n}={}", l.local_addr().unwrap())
+        })
+        .collect();
+    each.join(",")
+}
+
+/// `sluice run --cluster ... --split n1,n2,n3 --shuffle LIST` as `node`
+/// in `dir`, with every node's state under `dir/state`.
+fn node(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str, shuffle: &str) -> Run {
+    let state = format!("file://{}", dir.join("state").display());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    c.current_dir(dir)
+        .env(
+            "RUST_LOG",
+            std::env::var("SLUICE_NODE_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .arg("run")
+        .args(["--cluster", &format!("etcd={}", etcd.endpoint())])
+        .args(["--cluster-id", cluster, "--node-id", node])
+        .args(["--split", &NODES.join(","), "--shuffle", shuffle])
+        .args(["--lease-ttl", LEASE, "--state", &state])
+        .args(["--set", "checkpoint_interval=50ms"])
+        .arg("pipeline.sql")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    Run::spawn(c)
+}
+
+fn start_all(dir: &Path, etcd: &EtcdServer, cluster: &str, shuffle: &str) -> Vec<Run> {
+    NODES
+        .iter()
+        .map(|n| node(dir, etcd, cluster, n, shuffle))
+        .collect()
+}
+
+/// Every node's process ends with success.
+fn wait_all(nodes: Vec<Run>) {
+    for (name, run) in NODES.iter().zip(nodes) {
+        let (status, stderr) = run.wait(WATCHDOG);
+        assert!(status.success(), "node {name}: {stderr}");
+    }
+}
+
+/// The newest checkpoint id of each node whose manifest is written (0:
+/// none).
+fn newest_checkpoints(dir: &Path) -> Vec<u64> {
+    NODES
+        .iter()
+        .map(|n| {
+            std::fs::read_dir(dir.join(format!("state/nodes/{n}/checkpoints")))
+                .map(|rd| {
+                    rd.filter_map(Result::ok)
+                        .filter(|e| e.path().join("MANIFEST").exists())
+                        .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+                        .max()
+                        .unwrap_or(0)
+                })
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+#[test]
+fn three_shuffled_split_nodes_write_exactly_the_single_node_rows() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("split");
+    write_input(&dir);
+    wait_all(start_all(&dir, &etcd, "keyed", &shuffle_list()));
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    // Every node computed a part: each wrote window rows of its own keys.
+    for n in NODES {
+        assert!(
+            !lines(&dir.join(format!("out/{n}/per_window.csv"))).is_empty(),
+            "{n}"
+        );
+    }
+    // Each recorded its end; the leader's says in which term it led,
+    // which is what the followers waited for before they stopped.
+    let status = cluster_status(&etcd, "keyed");
+    let finished = status.finished_members;
+    assert_eq!(finished.len(), 3, "{finished:?}");
+    let leaders: Vec<&String> = finished
+        .iter()
+        .filter(|(_, f)| f.leader_term.is_some())
+        .map(|(n, _)| n)
+        .collect();
+    // The first member of the sorted list leads.
+    assert_eq!(leaders, ["n1"], "{finished:?}");
+    assert_eq!(
+        finished.values().map(|f| f.rows_in).sum::<u64>(),
+        FILES * ROWS_PER_FILE
+    );
+}
+
+/// A random node (the leader too) SIGKILLed at a random time after every
+/// node checkpointed: the others halt (none recovers alone) and every
+/// node is started again, twice over; together they still write exactly
+/// the single-node rows.
+#[test]
+fn shuffled_split_nodes_killed_and_restarted_write_each_row_once() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("split");
+    write_input(&dir);
+    let shuffle = shuffle_list();
+    // SLUICE_TEST_SEED replays a printed seed.
+    let seed = std::env::var("SLUICE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| u64::from(std::process::id()));
+    let mut rng = Lcg(seed);
+    eprintln!("seed {seed}");
+    for round in 0..2 {
+        let before = newest_checkpoints(&dir).into_iter().max().unwrap_or(0);
+        let mut nodes = start_all(&dir, &etcd, "kills", &shuffle);
+        let until = Instant::now() + WATCHDOG;
+        // A checkpoint of this round on every node: all of them run.
+        while newest_checkpoints(&dir).iter().any(|id| *id <= before)
+            && nodes.iter_mut().all(Run::running)
+        {
+            assert!(Instant::now() < until, "no checkpoint of every node");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(rng.next() % 300));
+        let victim = (rng.next() % 3) as usize;
+        if !nodes[victim].running() {
+            eprintln!("round {round}: n{} had already ended", victim + 1);
+        } else {
+            eprintln!("round {round}: n{} killed", victim + 1);
+            nodes[victim].signal(libc::SIGKILL);
+        }
+        // The others halt on the cut channels (or finish, when the victim
+        // had delivered everything before it went).
+        let halted = Instant::now();
+        for (name, run) in NODES.iter().zip(nodes) {
+            let (status, stderr) = run.wait(WATCHDOG);
+            let last = stderr.lines().last().unwrap_or_default().to_string();
+            eprintln!(
+                "  {name} ended {status} after {:?}: {last}",
+                halted.elapsed()
+            );
+        }
+    }
+    let last = Instant::now();
+    wait_all(start_all(&dir, &etcd, "kills", &shuffle));
+    eprintln!("the last run took {:?}", last.elapsed());
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+}
+
+/// Nodes must agree on the shuffle (a node with other addresses is
+/// refused by its sealed catalog), and a shuffled split runs only on the
+/// list it was first recorded with.
+#[test]
+fn a_node_with_another_shuffle_or_list_is_refused_by_name() {
+    let base = tempfile::tempdir().unwrap();
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("split");
+    write_input(&dir);
+    let shuffle = shuffle_list();
+    let mut n1 = node(&dir, &etcd, "refuse", "n1", &shuffle);
+    // n1 sealed the catalog once it joined.
+    let until = Instant::now() + WATCHDOG;
+    while cluster_status(&etcd, "refuse").members.is_empty() {
+        assert!(Instant::now() < until && n1.running(), "{}", n1.stderr());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let other = shuffle_list();
+    let (status, stderr) = node(&dir, &etcd, "refuse", "n2", &other).wait(WATCHDOG);
+    assert!(!status.success());
+    assert!(stderr.contains("option shuffle"), "{stderr}");
+    // A list the split was not recorded with.
+    let state = format!("file://{}", dir.join("state").display());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    c.current_dir(&dir)
+        .arg("run")
+        .args(["--cluster", &format!("etcd={}", etcd.endpoint())])
+        .args(["--cluster-id", "refuse", "--node-id", "n1"])
+        .args([
+            "--split",
+            "n1,n2",
+            "--shuffle",
+            "n1=127.0.0.1:1,n2=127.0.0.1:2",
+        ])
+        .args(["--lease-ttl", LEASE, "--state", &state])
+        .arg("pipeline.sql")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let (status, stderr) = Run::spawn(c).wait(WATCHDOG);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("error[SLC-CLI-001]: --shuffle: this split runs on n1,n2,n3")
+            && stderr.contains("cannot change its member list"),
+        "{stderr}"
+    );
+    n1.kill();
+}
