@@ -3,6 +3,7 @@
 //! ```text
 //! sluice run [--state-dir DIR] [--set name=value]... FILE.sql
 //! sluice run --cluster etcd=URL --node-id NAME --state URL [--cluster-id C] FILE.sql
+//! sluice run --cluster etcd=URL --node-id NAME --split N1,N2 [--shuffle N1=IP:PORT,N2=IP:PORT] --state URL FILE.sql
 //! sluice bench nexmark --query q5 --events 1000000 [--rate N] [--json]
 //! sluice cluster status --cluster etcd=URL [--cluster-id C]
 //! ```
@@ -110,7 +111,8 @@ pub struct RunArgs {
 
     /// Run as one node of a static split: every listed node runs at once,
     /// each reading the files of its vnodes and writing sink files of its
-    /// own (`out/NODE/x.csv`); row-by-row queries only. Needs --cluster.
+    /// own (`out/NODE/x.csv`); row-by-row queries only, unless --shuffle.
+    /// Needs --cluster.
     #[arg(long, value_name = "NODE,NODE,...", requires = "cluster")]
     pub split: Option<String>,
 

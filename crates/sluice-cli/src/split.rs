@@ -10,8 +10,8 @@
 //! (`Placement::Fixed`), and each node runs as that share of the pipeline
 //! (`DatabaseBuilder::split`): its file sources read the files of its
 //! vnodes, its sinks write files of its own (`out/x.csv` becomes
-//! `out/N/x.csv`), and only row-by-row queries are admitted (the others
-//! are refused by name). Each node checkpoints its share on its own, in
+//! `out/N/x.csv`), and without `--shuffle` only row-by-row queries are
+//! admitted (the others are refused by name). Each such node checkpoints its share on its own, in
 //! `STATE/nodes/N` (exactly-once by default): rows of one share never meet
 //! rows of another, so no checkpoint needs the other nodes, and a node
 //! killed at any time is started again with the same arguments and resumes
@@ -29,12 +29,12 @@
 //!   share to its end ─► shutdown (publish) ─► record finished ─► leave
 //! ```
 //!
-//! What a static split does not do yet: move a down node's vnodes to the
-//! others while the rest run (its share waits for it, or the whole split
-//! is stopped and started with another list), or run keyed operators (the
-//! library runs them with a shuffle between nodes, `DatabaseBuilder::shuffle`,
-//! checkpointed as one cut under the cluster's leader and follower records,
-//! while this mode checkpoints each node on its own).
+//! With `--shuffle`, keyed queries run too: each key's rows cross to its
+//! vnode's owner and the nodes checkpoint as one cut under a designated
+//! leader (`split_shuffle`). What a static split does not do yet: move a
+//! down node's vnodes to the others while the rest run (its share waits
+//! for it, or the whole split is stopped and started with another list;
+//! a shuffled split cannot change its list at all yet).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
