@@ -182,6 +182,18 @@ fn shuffle_list() -> String {
 /// in `dir`, with every node's state under `dir/state`.
 fn node(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str, shuffle: &str) -> Run {
     let state = format!("file://{}", dir.join("state").display());
+    node_on(dir, etcd, (cluster, node), shuffle, &state, &[])
+}
+
+/// [`node`] with its state at `state`, and `env` set.
+fn node_on(
+    dir: &Path,
+    etcd: &EtcdServer,
+    (cluster, node): (&str, &str),
+    shuffle: &str,
+    state: &str,
+    env: &[(&'static str, String)],
+) -> Run {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
     c.current_dir(dir)
         .env(
@@ -192,7 +204,8 @@ fn node(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str, shuffle: &str)
         .args(["--cluster", &format!("etcd={}", etcd.endpoint())])
         .args(["--cluster-id", cluster, "--node-id", node])
         .args(["--split", &NODES.join(","), "--shuffle", shuffle])
-        .args(["--lease-ttl", LEASE, "--state", &state])
+        .args(["--lease-ttl", LEASE, "--state", state])
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .args(["--set", "checkpoint_interval=50ms"])
         .arg("pipeline.sql")
         .stdout(Stdio::null())
@@ -207,31 +220,31 @@ fn start_all(dir: &Path, etcd: &EtcdServer, cluster: &str, shuffle: &str) -> Vec
         .collect()
 }
 
+/// The newest checkpoint the leader committed for every node (etcd's
+/// committed pointer; 0 before the first).
+fn committed(etcd: &EtcdServer, cluster: &str) -> u64 {
+    cluster_status(etcd, cluster).committed
+}
+
+/// Until the leader committed a checkpoint newer than `after` (or a node
+/// of `nodes` ended).
+fn until_committed(etcd: &EtcdServer, cluster: &str, nodes: &mut [Run], after: u64) {
+    let until = Instant::now() + WATCHDOG;
+    while committed(etcd, cluster) <= after && nodes.iter_mut().all(Run::running) {
+        assert!(
+            Instant::now() < until,
+            "no checkpoint committed after {after}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Every node's process ends with success.
 fn wait_all(nodes: Vec<Run>) {
     for (name, run) in NODES.iter().zip(nodes) {
         let (status, stderr) = run.wait(WATCHDOG);
         assert!(status.success(), "node {name}: {stderr}");
     }
-}
-
-/// The newest checkpoint id of each node whose manifest is written (0:
-/// none).
-fn newest_checkpoints(dir: &Path) -> Vec<u64> {
-    NODES
-        .iter()
-        .map(|n| {
-            std::fs::read_dir(dir.join(format!("state/nodes/{n}/checkpoints")))
-                .map(|rd| {
-                    rd.filter_map(Result::ok)
-                        .filter(|e| e.path().join("MANIFEST").exists())
-                        .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
-                        .max()
-                        .unwrap_or(0)
-                })
-                .unwrap_or(0)
-        })
-        .collect()
 }
 
 #[test]
@@ -288,16 +301,10 @@ fn shuffled_split_nodes_killed_and_restarted_write_each_row_once() {
     let mut rng = Lcg(seed);
     eprintln!("seed {seed}");
     for round in 0..2 {
-        let before = newest_checkpoints(&dir).into_iter().max().unwrap_or(0);
+        let before = committed(&etcd, "kills");
         let mut nodes = start_all(&dir, &etcd, "kills", &shuffle);
-        let until = Instant::now() + WATCHDOG;
-        // A checkpoint of this round on every node: all of them run.
-        while newest_checkpoints(&dir).iter().any(|id| *id <= before)
-            && nodes.iter_mut().all(Run::running)
-        {
-            assert!(Instant::now() < until, "no checkpoint of every node");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        // A checkpoint of this round: every node runs.
+        until_committed(&etcd, "kills", &mut nodes, before);
         std::thread::sleep(Duration::from_millis(rng.next() % 300));
         let victim = (rng.next() % 3) as usize;
         if !nodes[victim].running() {
@@ -370,4 +377,85 @@ fn a_node_with_another_shuffle_or_list_is_refused_by_name() {
         "{stderr}"
     );
     n1.kill();
+}
+
+/// Every node's checkpoints on S3 (a real S3-compatible server on
+/// loopback): one node killed mid-run, every node started again, and the
+/// nodes still write each row once.
+#[test]
+fn shuffled_split_nodes_with_state_on_s3_resume_a_kill_exactly_once() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let moto = support::moto::Moto::start();
+    moto.create_bucket("keyed");
+    let dir = base.path().join("split");
+    write_input(&dir);
+    let shuffle = shuffle_list();
+    let start = || -> Vec<Run> {
+        NODES
+            .iter()
+            .map(|n| {
+                node_on(
+                    &dir,
+                    &etcd,
+                    ("s3", n),
+                    &shuffle,
+                    "s3://keyed/state",
+                    &moto.env(),
+                )
+            })
+            .collect()
+    };
+    let mut nodes = start();
+    until_committed(&etcd, "s3", &mut nodes, 0);
+    let victim = (std::process::id() % 3) as usize;
+    if nodes[victim].running() {
+        nodes[victim].signal(libc::SIGKILL);
+    }
+    for run in nodes {
+        let _ = run.wait(WATCHDOG);
+    }
+    for (name, run) in NODES.iter().zip(start()) {
+        let (status, stderr) = run.wait(WATCHDOG);
+        assert!(status.success(), "node {name}: {stderr}");
+    }
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+}
+
+/// A follower paused (SIGSTOP) past its lease: the leader's checkpoints
+/// stop committing once its lease lapsed (its answer will never count),
+/// and when it wakes it stops, publishing nothing; the others halt, every
+/// node is started again, and each row is written once.
+#[test]
+fn a_paused_shuffled_node_is_fenced_and_publishes_nothing() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("split");
+    write_input(&dir);
+    let shuffle = shuffle_list();
+    let mut nodes = start_all(&dir, &etcd, "pause", &shuffle);
+    until_committed(&etcd, "pause", &mut nodes, 0);
+    let victim = 1;
+    nodes[victim].signal(libc::SIGSTOP);
+    // Past its lease (1 s), and the answers it owed were given up.
+    std::thread::sleep(Duration::from_secs(3));
+    let fenced = committed(&etcd, "pause");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        committed(&etcd, "pause"),
+        fenced,
+        "a checkpoint committed without the paused node"
+    );
+    nodes[victim].signal(libc::SIGCONT);
+    for (name, run) in NODES.iter().zip(nodes) {
+        let (status, stderr) = run.wait(WATCHDOG);
+        assert!(!status.success(), "node {name} should stop: {stderr}");
+        if *name == "n2" {
+            assert!(stderr.contains("SLC-CLU"), "{stderr}");
+        }
+    }
+    wait_all(start_all(&dir, &etcd, "pause", &shuffle));
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
 }
