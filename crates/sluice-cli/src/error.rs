@@ -34,6 +34,9 @@ pub const CODE_USAGE: &str = "SLC-CLI-001";
 pub const CODE_IO: &str = "SLC-CLI-002";
 /// The script cannot run to completion unattended.
 pub const CODE_SCRIPT: &str = "SLC-CLI-003";
+/// A follower of a shuffled split finished its share, but the split's
+/// leader stopped before it recorded the end of the run.
+pub const CODE_LEADER_GONE: &str = "SLC-CLI-004";
 
 impl CliError {
     /// The stable code printed as `error[CODE]`.
@@ -58,6 +61,14 @@ impl CliError {
         CliError::Cli {
             code: CODE_IO,
             message: format!("{what}: {e}"),
+        }
+    }
+
+    /// The leader of a shuffled split stopped before the end of the run.
+    pub fn leader_gone(message: impl Into<String>) -> Self {
+        CliError::Cli {
+            code: CODE_LEADER_GONE,
+            message: message.into(),
         }
     }
 

@@ -62,11 +62,48 @@ use crate::RunArgs;
 /// lease asks again.
 const JOIN_RETRY: Duration = Duration::from_millis(500);
 
-/// `sluice run --cluster ... --split ...` (see the module docs).
+/// How many times a node of a shuffled split rejoins after another node
+/// stopped mid-run, before it gives up.
+const MAX_REJOINS: u32 = 10;
+
+/// `sluice run --cluster ... --split ...` (see the module docs). A node of
+/// a shuffled split whose peer stopped mid-run (`SLC-SHF-005`: killed, or
+/// its process ended) halts without recovering alone, then rejoins: it
+/// opens its share again from the last checkpoint committed for every
+/// node and waits (the channel patience) for the peer to be started
+/// again. So only the node that died needs restarting.
 pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<RunEnd, CliError> {
     let signals = Signals::install(progress)?;
     let started = Instant::now();
-    let p: Prepared = cluster::prepare(&args).await?;
+    let mut rejoins = 0;
+    loop {
+        match run_node(&args, progress, list, &signals, started).await {
+            Err(e) if args.shuffle.is_some() && rejoins_after(&e) && rejoins < MAX_REJOINS => {
+                rejoins += 1;
+                tracing::warn!(error = %e, rejoins, "another node of the split stopped; rejoining to resume from the last checkpoint committed for all");
+            }
+            end => return end,
+        }
+    }
+}
+
+/// Whether a node of a shuffled split rejoins after `e`: another node
+/// went away mid-run (a halt on a cut shuffle channel, `SLC-SHF-005`) or
+/// the leader stopped before it recorded the end (`SLC-CLI-004`). Its own
+/// lease lost, or a peer that never came (`SLC-SHF-001`), ends the node.
+fn rejoins_after(e: &CliError) -> bool {
+    matches!(e.code(), "SLC-SHF-005" | crate::error::CODE_LEADER_GONE)
+}
+
+/// One run of this node: prepare, join, run its share to its end.
+async fn run_node(
+    args: &RunArgs,
+    progress: &ProgressSlot,
+    list: &str,
+    signals: &Signals,
+    started: Instant,
+) -> Result<RunEnd, CliError> {
+    let p: Prepared = cluster::prepare(args).await?;
     let node_id = p.node_id;
     let members = parse_list(list)?;
     let shuffle = args
@@ -229,14 +266,14 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
     let ran = tokio::select! {
         biased;
         signal = signals.first() => {
-            crate::interrupt::stop(&db, signal, &signals, Resume::SplitNode).await;
+            crate::interrupt::stop(&db, signal, signals, Resume::SplitNode).await;
             Ok(None)
         }
         // Cut off past its lease (paused, or away from etcd): the same
         // node started again may run this share now, so stop and publish
         // nothing more (the store's lease already fences its writes).
         () = lease_lost(&node) => Err(ClusterError::LeaseLost { node: node_id.clone() }.into()),
-        r = run_share(&node, &db, progress, &signals) => r.map(Some),
+        r = run_share(&node, &db, progress, signals) => r.map(Some),
     };
     // Once the share ran to its end, its shutdown (the final checkpoint,
     // then the sinks' publish) runs whole: cancelling it halfway would
@@ -262,6 +299,17 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
     }
     if let Err(e) = node.shutdown().await {
         tracing::warn!(error = %e, "leaving the cluster");
+    }
+    if shuffle.is_some() && outcome.as_ref().is_err_and(rejoins_after) {
+        // Before it rejoins, every member's halted run has left (a killed
+        // one's lease lapses): a channel of a previous run must not reach
+        // this node's next server and halt it again.
+        let until = tokio::time::Instant::now() + p.lease_ttl * 3;
+        let left = sluice_cluster::membership::wait_for_members_to_leave(client, &keys, until);
+        let still = left.await;
+        if !still.is_empty() {
+            tracing::warn!(members = ?still, "rejoining while these members are still in the cluster");
+        }
     }
     outcome
 }

@@ -49,6 +49,11 @@ use sluice_cluster::{
 
 use crate::error::CliError;
 
+/// How often, and how many times, a node binds its shuffle address again
+/// while a server of its previous run still holds it.
+const BIND_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+const BIND_TRIES: u32 = 50;
+
 /// Where every node of a shuffled split listens for the others' rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ShuffleList {
@@ -125,9 +130,20 @@ impl ShuffleList {
                 "--shuffle gives node '{node}' no address"
             )));
         };
-        let server = ShuffleServer::bind(*addr, cluster, node, generation)
-            .await
-            .map_err(sluice::Error::from)?;
+        // A node that rejoins binds the address its previous run held,
+        // whose server may still be closing: ask again for a while.
+        let mut tries = 0;
+        let server = loop {
+            match ShuffleServer::bind(*addr, cluster, node, generation).await {
+                Ok(server) => break server,
+                Err(e) if tries < BIND_TRIES => {
+                    tries += 1;
+                    tracing::debug!(error = %e, "the shuffle address is still held; binding again");
+                    tokio::time::sleep(BIND_RETRY).await;
+                }
+                Err(e) => return Err(sluice::Error::from(e).into()),
+            }
+        };
         let table = OwnerTable::new(members.to_vec(), vnodes::place(count, members))
             .map_err(sluice::Error::from)?;
         let endpoints: HashMap<String, String> = self
@@ -385,9 +401,9 @@ pub(crate) async fn leader_finished(
             if record.is_some_and(|r| r.leader_term == Some(term)) {
                 return Ok(());
             }
-            return Err(CliError::script(format!(
+            return Err(CliError::leader_gone(format!(
                 "the split's leader '{leader}' lost its term {term} before it finished; \
-                 start every node of the split again to resume from its last checkpoint"
+                 this node rejoins to resume from the last checkpoint committed for all"
             )));
         }
         tokio::select! {

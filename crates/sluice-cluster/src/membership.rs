@@ -95,3 +95,65 @@ pub fn live_members(session: &Session) -> watch::Receiver<BTreeSet<String>> {
     });
     rx
 }
+
+/// Wait until every member of cluster `keys` listed now has left: its key
+/// of this moment is gone (the process stopped, or its lease lapsed). A
+/// member that joined again since has a new key (a later create revision)
+/// and counts as gone. Returns at `until` at the latest, with the members
+/// still there.
+///
+/// A node of a shuffled split that halted waits for this before it
+/// rejoins: every member's previous run has then closed its channels, so
+/// none of them reaches the server of the node's next run.
+pub async fn wait_for_members_to_leave(
+    client: etcd_client::Client,
+    keys: &crate::keys::ClusterKeys,
+    until: tokio::time::Instant,
+) -> Vec<String> {
+    let prefix = keys.nodes_prefix();
+    let mut snapshots = key_watch::spawn(client, prefix.clone(), true);
+    let mut first: Option<Vec<(String, i64)>> = None;
+    loop {
+        {
+            let snapshot = snapshots.borrow_and_update();
+            if snapshot.revision > 0 {
+                let listed = first.get_or_insert_with(|| {
+                    snapshot
+                        .entries
+                        .iter()
+                        .map(|(k, e)| (k.clone(), e.create_revision))
+                        .collect()
+                });
+                let left: Vec<String> = listed
+                    .iter()
+                    .filter(|(k, rev)| {
+                        snapshot
+                            .entries
+                            .get(k)
+                            .is_some_and(|e| e.create_revision == *rev)
+                    })
+                    .map(|(k, _)| k.strip_prefix(&prefix).unwrap_or(k).to_string())
+                    .collect();
+                if left.is_empty() {
+                    return left;
+                }
+            }
+        }
+        tokio::select! {
+            changed = snapshots.changed() => if changed.is_err() { break },
+            () = tokio::time::sleep_until(until) => break,
+        }
+    }
+    let snapshot = snapshots.borrow();
+    first
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, rev)| {
+            snapshot
+                .entries
+                .get(k)
+                .is_some_and(|e| e.create_revision == *rev)
+        })
+        .map(|(k, _)| k.strip_prefix(&prefix).unwrap_or(&k).to_string())
+        .collect()
+}
