@@ -21,6 +21,7 @@ mod support;
 use sluice_cluster::testing::EtcdServer;
 use sluice_cluster::ClusterNode;
 use support::owners::{follower_of, fresh_leader, ids, nodes as cluster_of, LIMIT};
+use support::sinks::{final_state, lines};
 
 const SCRIPT: &str = "
     CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
@@ -72,31 +73,6 @@ fn write_input(dir: &Path, files: usize) {
         }
         std::fs::write(path, text).unwrap();
     }
-}
-
-/// The data lines of a sink file, sorted (none while it does not exist).
-fn lines(path: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut l: Vec<String> = text.lines().skip(1).map(str::to_string).collect();
-    l.sort();
-    l
-}
-
-/// The final state of a changelog sink file: each row inserted and not
-/// retracted (the change kind is the last column).
-fn final_state(path: &Path) -> Vec<String> {
-    let mut state: BTreeMap<String, i64> = BTreeMap::new();
-    for line in lines(path) {
-        let (row, change) = line.rsplit_once(',').unwrap();
-        *state.entry(row.to_string()).or_default() += if change == "insert" { 1 } else { -1 };
-    }
-    state
-        .into_iter()
-        .flat_map(|(row, n)| {
-            assert!(n >= 0, "{row} retracted more often than inserted");
-            std::iter::repeat_n(row, n as usize)
-        })
-        .collect()
 }
 
 /// How the split runs: the source's batch size and each channel's credit.

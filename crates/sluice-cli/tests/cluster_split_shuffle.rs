@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice_cluster::testing::EtcdServer;
+use support::sinks::{final_state, lines};
 use support::*;
 
 const FILES: u64 = 12;
@@ -59,31 +60,6 @@ fn write_input(dir: &Path) {
         std::fs::write(dir.join(format!("in/part-{f:02}.csv")), out).unwrap();
     }
     std::fs::write(dir.join("pipeline.sql"), SCRIPT).unwrap();
-}
-
-/// The data lines of a sink file, sorted (none while it does not exist).
-fn lines(path: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut l: Vec<String> = text.lines().skip(1).map(str::to_string).collect();
-    l.sort();
-    l
-}
-
-/// The final state of a changelog sink file: each row inserted and not
-/// retracted (the change kind is the last column).
-fn final_state(path: &Path) -> Vec<String> {
-    let mut state: BTreeMap<String, i64> = BTreeMap::new();
-    for line in lines(path) {
-        let (row, change) = line.rsplit_once(',').unwrap();
-        *state.entry(row.to_string()).or_default() += if change == "insert" { 1 } else { -1 };
-    }
-    state
-        .into_iter()
-        .flat_map(|(row, n)| {
-            assert!(n >= 0, "{row} retracted more often than inserted");
-            std::iter::repeat_n(row, n as usize)
-        })
-        .collect()
 }
 
 /// What a run wrote, per sink: the window and pair rows, and the final
