@@ -40,21 +40,7 @@ const SCRIPT: &str = "
 /// a later stretch of time, disordered by less than the watermark's
 /// delay: no row is late on one node or on a split.
 fn write_input(dir: &Path, script: &str) {
-    std::fs::create_dir_all(dir.join("in")).unwrap();
-    let mut rng = Lcg(17);
-    for f in 0..FILES {
-        let mut out = String::from("id,k,v,ts\n");
-        for r in 0..ROWS_PER_FILE {
-            let id = f * ROWS_PER_FILE + r;
-            let ts = 1_700_000_000_000 + id as i64 * 10 - (rng.next() % 1500) as i64;
-            out.push_str(&format!(
-                "{id},{},{},{ts}\n",
-                rng.next() % 100,
-                rng.next() % 1000
-            ));
-        }
-        std::fs::write(dir.join(format!("in/part-{f:02}.csv")), out).unwrap();
-    }
+    write_rising_parts(dir, FILES, ROWS_PER_FILE, 100, 17);
     std::fs::write(dir.join("pipeline.sql"), script).unwrap();
 }
 

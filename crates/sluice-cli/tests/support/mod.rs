@@ -50,6 +50,28 @@ impl Lcg {
     }
 }
 
+/// `files` files `in/part-NN.csv` of `rows` events `id,k,v,ts` each
+/// (`keys` keys, values below 1000), about 10 ms apart, each file a later
+/// stretch of time, disordered by less than 1.5 s: with a watermark delay
+/// of 2 s no row is late on one node or on a split.
+pub fn write_rising_parts(dir: &Path, files: u64, rows: u64, keys: u64, seed: u64) {
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    let mut rng = Lcg(seed);
+    for f in 0..files {
+        let mut out = String::from("id,k,v,ts\n");
+        for r in 0..rows {
+            let id = f * rows + r;
+            let ts = 1_700_000_000_000 + id as i64 * 10 - (rng.next() % 1500) as i64;
+            out.push_str(&format!(
+                "{id},{},{},{ts}\n",
+                rng.next() % keys,
+                rng.next() % 1000
+            ));
+        }
+        std::fs::write(dir.join(format!("in/part-{f:02}.csv")), out).unwrap();
+    }
+}
+
 /// `events.csv`: `rows` events `id,k,v,ts` about 10 ms apart with up to
 /// 1.5 s of disorder and a late straggler now and then.
 pub fn write_events(dir: &Path, rows: u64, seed: u64) {
