@@ -66,6 +66,10 @@ const JOIN_RETRY: Duration = Duration::from_millis(500);
 /// stopped mid-run, before it gives up.
 const MAX_REJOINS: u32 = 10;
 
+/// The code of a node that lost its etcd lease (it stops; see
+/// [`lease_lost`]).
+const LEASE_LOST: &str = "SLC-CLU-007";
+
 /// `sluice run --cluster ... --split ...` (see the module docs). A node of
 /// a shuffled split whose peer stopped mid-run (`SLC-SHF-005`: killed, or
 /// its process ended) halts without recovering alone, then rejoins: it
@@ -88,11 +92,17 @@ pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<R
 }
 
 /// Whether a node of a shuffled split rejoins after `e`: another node
-/// went away mid-run (a halt on a cut shuffle channel, `SLC-SHF-005`) or
-/// the leader stopped before it recorded the end (`SLC-CLI-004`). Its own
-/// lease lost, or a peer that never came (`SLC-SHF-001`), ends the node.
+/// went away mid-run (a halt on a cut shuffle channel, `SLC-SHF-005`),
+/// the leader stopped before it recorded the end (`SLC-CLI-004`), or the
+/// leader's shutdown checkpoint was aborted (`SLC-STO-011`: a member went
+/// away before it answered; the sinks keep the committed epochs, and the
+/// run resumes from there with that member's new process). Its own lease
+/// lost, or a peer that never came (`SLC-SHF-001`), ends the node.
 fn rejoins_after(e: &CliError) -> bool {
-    matches!(e.code(), "SLC-SHF-005" | crate::error::CODE_LEADER_GONE)
+    let code = e.code();
+    code == "SLC-SHF-005"
+        || code == crate::error::CODE_LEADER_GONE
+        || code == sluice::StorageError::ABORTED_CODE
 }
 
 /// One run of this node: prepare, join, run its share to its end.
@@ -263,6 +273,23 @@ async fn run_node(
             )));
         }
     }
+    // A follower killed after it answered the split's final checkpoint
+    // comes back to a run that ended: its peers are gone for good, so it
+    // publishes its share of that checkpoint and ends.
+    if let Some(Role::Follower { leader, .. }) = &role {
+        if let Some(ended) = status::missed_run_end(&client, &keys, &node_id, leader).await? {
+            let outcome = publish_ended_run(&node, &db, (leader, &ended), started).await;
+            if outcome.is_err() {
+                if let Err(e) = db.abort().await {
+                    tracing::debug!(error = %e, "abort after a failure");
+                }
+            }
+            if let Err(e) = node.shutdown().await {
+                tracing::warn!(error = %e, "leaving the cluster");
+            }
+            return outcome;
+        }
+    }
     let ran = tokio::select! {
         biased;
         signal = signals.first() => {
@@ -273,6 +300,7 @@ async fn run_node(
         // node started again may run this share now, so stop and publish
         // nothing more (the store's lease already fences its writes).
         () = lease_lost(&node) => Err(ClusterError::LeaseLost { node: node_id.clone() }.into()),
+        e = outlived(&node, &client, &keys, role.as_ref()) => Err(e),
         r = run_share(&node, &db, progress, signals) => r.map(Some),
     };
     // Once the share ran to its end, its shutdown (the final checkpoint,
@@ -284,7 +312,7 @@ async fn run_node(
         Ok(Some(cpu_at_start)) => {
             let end = End {
                 member: matches!(part, Part::Member),
-                role,
+                role: role.clone(),
                 client: &client,
                 keys: &keys,
             };
@@ -300,6 +328,22 @@ async fn run_node(
     if let Err(e) = node.shutdown().await {
         tracing::warn!(error = %e, "leaving the cluster");
     }
+    // A follower started again while the leader decided the final
+    // checkpoint (answered by its killed process) runs on, and fails
+    // when its peers never come: it rejoins to publish its share.
+    let outcome = match (outcome, &role) {
+        (Err(e), Some(Role::Follower { leader, .. })) if e.code() != LEASE_LOST => {
+            match status::missed_run_end(&client, &keys, &node_id, leader).await {
+                Ok(Some(ended)) => Err(CliError::leader_gone(format!(
+                    "the split's leader '{leader}' finished the run (term {}) while this node \
+                     started again ({e}); rejoining to publish this node's share of it",
+                    ended.leader_term.unwrap_or_default()
+                ))),
+                _ => Err(e),
+            }
+        }
+        (outcome, _) => outcome,
+    };
     if shuffle.is_some() && outcome.as_ref().is_err_and(rejoins_after) {
         // Before it rejoins, every member's halted run has left (a killed
         // one's lease lapses): a channel of a previous run must not reach
@@ -331,6 +375,22 @@ async fn refuse_changed_list(
             members.join(",")
         ))),
         _ => Ok(()),
+    }
+}
+
+/// For a follower of a shuffled split, resolves once its run is over
+/// without its end ([`split_shuffle::run_outlived`]); never otherwise.
+async fn outlived(
+    node: &ClusterNode,
+    client: &Client,
+    keys: &ClusterKeys,
+    role: Option<&Role>,
+) -> CliError {
+    match role {
+        Some(Role::Follower { leader, .. }) => {
+            split_shuffle::run_outlived(node, client.clone(), keys, leader).await
+        }
+        _ => std::future::pending().await,
     }
 }
 
@@ -385,9 +445,11 @@ async fn finish(
     started: Instant,
 ) -> Result<RunEnd, CliError> {
     if let Some(Role::Follower { leader, seen }) = &end.role {
+        crash_point("follower-share-ended");
         let term = seen.load(std::sync::atomic::Ordering::SeqCst);
         let client = end.client.clone();
         split_shuffle::leader_finished(node, client, end.keys, leader, term).await?;
+        crash_point("follower-before-shutdown");
     }
     let metrics = db.shutdown().await?;
     if end.member {
@@ -405,4 +467,46 @@ async fn finish(
     let cpu = run::process_cpu_secs() - cpu_at_start;
     run::print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
     Ok(RunEnd::Completed)
+}
+
+/// The share of a run that ended while this follower was away (see
+/// [`status::missed_run_end`]): it resumes from the split's final
+/// checkpoint, which commits the epochs its sinks sealed for that
+/// checkpoint, and stops at once without another checkpoint (it
+/// publishes nothing later; rows of files that appeared since are read
+/// by the split's next run). Then it records that it finished.
+async fn publish_ended_run(
+    node: &ClusterNode,
+    db: &sluice::Database,
+    (leader, ended): (&str, &MemberFinished),
+    started: Instant,
+) -> Result<RunEnd, CliError> {
+    tracing::warn!(
+        leader,
+        term = ended.leader_term,
+        "the split's run ended while this node was away; publishing its share of the final checkpoint"
+    );
+    let cpu_at_start = run::process_cpu_secs();
+    cluster::start_leading(db).await?;
+    let metrics = db.abort().await?;
+    let finished = MemberFinished {
+        rows_in: metrics.rows_in(),
+        rows_out: metrics.rows_emitted(),
+        leader_term: None,
+    };
+    status::record_member_finished(node.session(), &finished).await?;
+    let cpu = run::process_cpu_secs() - cpu_at_start;
+    run::print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
+    Ok(RunEnd::Completed)
+}
+
+/// A kill at a named point of a node's end, for tests of windows too
+/// short to hit with a signal: in debug builds, `SLUICE_TEST_CRASH=NAME`
+/// aborts the process at the point `NAME` (as SIGKILL would: no cleanup,
+/// no record). Release builds have no such points.
+fn crash_point(name: &str) {
+    if cfg!(debug_assertions) && std::env::var("SLUICE_TEST_CRASH").is_ok_and(|v| v == name) {
+        tracing::warn!(point = name, "SLUICE_TEST_CRASH: aborting here");
+        std::process::abort();
+    }
 }

@@ -415,6 +415,52 @@ pub(crate) async fn leader_finished(
     }
 }
 
+/// Resolves (with the error to rejoin on) once the run this follower
+/// takes part in is over without its end: the leader term it first saw
+/// `leader` lead in ended, and that leader recorded no finish in it.
+/// Every run of a shuffled split is one term of its leader (a leader that
+/// loses its term stops; its next process leads a new one), so a
+/// follower still running after that term is in a run the others
+/// abandoned: a process started again while the others had not yet
+/// halted for its predecessor would otherwise follow the dead run's
+/// checkpoints and carry their barriers into the next run's channels.
+/// Never resolves for a term that ended with the leader's finish (the
+/// follower's share is ending too) or while no leader was seen.
+pub(crate) async fn run_outlived(
+    node: &ClusterNode,
+    client: Client,
+    keys: &ClusterKeys,
+    leader: &str,
+) -> CliError {
+    let mut state = node.leader();
+    let mut followed = None;
+    loop {
+        let now = state.borrow_and_update().clone();
+        let leads = now.leader.as_deref() == Some(leader);
+        match followed {
+            None if leads => followed = Some(now.term),
+            Some(term) if !leads || now.term != term => {
+                let record = status::read_member_finished(&client, keys, leader).await;
+                if matches!(&record, Ok(Some(r)) if r.leader_term == Some(term)) {
+                    return std::future::pending().await;
+                }
+                return CliError::leader_gone(format!(
+                    "the split's leader '{leader}' lost its term {term} while this node ran \
+                     (that run is over); rejoining to resume from the last checkpoint \
+                     committed for all"
+                ));
+            }
+            _ => {}
+        }
+        if state.changed().await.is_err() {
+            return ClusterError::LeaseLost {
+                node: node.node_id().to_string(),
+            }
+            .into();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]

@@ -279,6 +279,55 @@ pub async fn read_member_finished(
     }
 }
 
+/// The end of a shuffled split's run that `node` missed: `leader`
+/// recorded that it finished the run as leader (its shutdown checkpoint
+/// covered every member's rows, `node`'s too), and since then `node`
+/// recorded no finish of its own, no node leads, and no checkpoint was
+/// committed. Returns that record of the leader, or `None` when the
+/// newest run is not one `node` missed.
+///
+/// That is a follower killed after it answered the final checkpoint and
+/// before it published: started again, its peers are gone for good, so
+/// it publishes its share of that checkpoint instead of waiting for them.
+/// A split started again for a new run has a leader, or commits, or this
+/// node's own finish is the newer record: each makes this `None`. Read in
+/// one transaction, so the answer is one revision of the cluster.
+pub async fn missed_run_end(
+    client: &Client,
+    keys: &ClusterKeys,
+    node: &str,
+    leader: &str,
+) -> Result<Option<MemberFinished>> {
+    let leader_key = keys.finished_member(&crate::keys::NodeId::new(leader)?);
+    let own_key = keys.finished_member(&crate::keys::NodeId::new(node)?);
+    let txn = Txn::new().and_then([
+        TxnOp::get(leader_key.clone(), None),
+        TxnOp::get(own_key, None),
+        TxnOp::get(keys.leader(), None),
+        TxnOp::get(keys.checkpoint_committed(), None),
+    ]);
+    let response = client
+        .clone()
+        .txn(txn)
+        .await
+        .map_err(|e| ClusterError::etcd("read of the split's end", e))?;
+    let first = |i: usize| match response.op_responses().get(i) {
+        Some(TxnOpResponse::Get(get)) => get.kvs().first().cloned(),
+        _ => None,
+    };
+    let Some(ended) = first(0) else {
+        return Ok(None);
+    };
+    let record: MemberFinished = decode(&leader_key, ended.value())?;
+    let at = ended.mod_revision();
+    let own_older = first(1).is_none_or(|own| own.mod_revision() < at);
+    let nobody_leads = first(2).is_none();
+    let nothing_committed_since = first(3).is_some_and(|c| c.mod_revision() < at);
+    let missed =
+        record.leader_term.is_some() && own_older && nobody_leads && nothing_committed_since;
+    Ok(missed.then_some(record))
+}
+
 /// The finished record, read from etcd now (not from a watch).
 pub async fn read_finished(client: &Client, keys: &ClusterKeys) -> Result<Option<Finished>> {
     let key = keys.finished();

@@ -31,7 +31,7 @@ pub fn cluster_status(
     })
 }
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -140,11 +140,23 @@ impl Run {
         let mut pipe = child.stderr.take().unwrap();
         let stderr = Arc::new(Mutex::new(String::new()));
         let sink = Arc::clone(&stderr);
+        // A debugging aid: SLUICE_TEST_STDERR_DIR keeps every child's
+        // stderr in DIR/PID.log (headed by its arguments), also of the
+        // children that succeed, whose stderr a test does not print.
+        let mut tee = std::env::var_os("SLUICE_TEST_STDERR_DIR").map(|dir| {
+            let path = Path::new(&dir).join(format!("{}.log", child.id()));
+            let mut file = std::fs::File::create(path).unwrap();
+            writeln!(file, "{:?}", cmd.get_args().collect::<Vec<_>>()).unwrap();
+            file
+        });
         let reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = pipe.read(&mut buf) {
                 if n == 0 {
                     break;
+                }
+                if let Some(file) = tee.as_mut() {
+                    let _ = file.write_all(&buf[..n]);
                 }
                 sink.lock()
                     .unwrap()
