@@ -19,7 +19,11 @@
 //! ```
 //!
 //! The record hands out each Prepare once, in id order, and only those it
-//! owns vnodes in and that were still due when it started. A decision it
+//! owns vnodes in, that were still due when it started, and whose leader
+//! still holds its term: a Prepare a killed leader left undecided is
+//! passed over (its successor aborts it), so a follower that joins
+//! before the successor leads never aligns on the dead leader's attempt
+//! while the others align on the successor's. A decision it
 //! does not see by the Prepare's deadline plus [`DECISION_GRACE`] leaves
 //! the outcome unknown (`StorageError::Authority`): the pipeline counts a
 //! failed checkpoint, and the next leader's take-over aborts the attempt.
@@ -182,6 +186,23 @@ impl FollowerCommitRecord {
         }
     }
 
+    /// Whether the leader of `term` still holds its key, read from etcd
+    /// now: a Prepare is seen only after its leader's key was created, so
+    /// the read sees that key unless the term ended.
+    async fn term_is_current(&self, term: u64) -> Result<bool, StorageError> {
+        let key = self.session.keys().leader();
+        let got = self.session.client().get(key, None).await.map_err(|e| {
+            authority_error(
+                "reading the leader's term".into(),
+                ClusterError::etcd("read of the leader", e),
+            )
+        })?;
+        Ok(got
+            .kvs()
+            .first()
+            .is_some_and(|kv| u64::try_from(kv.create_revision()).ok() == Some(term)))
+    }
+
     fn prepare_of(&self, id: u64) -> Result<Stored<CheckpointPrepare>, StorageError> {
         self.pending
             .lock()
@@ -246,6 +267,13 @@ impl CommitAuthority for FollowerCommitRecord {
             // deadline (after a pause): nothing to take part in.
             if !prepare.value.owning_nodes().contains(&me) || due < self.started_ms || due <= now {
                 tracing::debug!(node = %me, id, "checkpoint Prepare passed over");
+                *self.handled.lock() = id;
+                continue;
+            }
+            // Its leader is gone: the successor aborts it, and a barrier
+            // for it would meet the successor's in the channels.
+            if !self.term_is_current(prepare.value.term).await? {
+                tracing::info!(node = %me, id, term = prepare.value.term, "checkpoint Prepare of an ended leader term passed over");
                 *self.handled.lock() = id;
                 continue;
             }

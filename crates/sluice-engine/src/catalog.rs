@@ -194,6 +194,8 @@ impl SourceDef {
                 let mut cfg = NexmarkConfig::new(stream, Arc::clone(&stmt.schema))
                     .map_err(|e| EngineError::Schema(format!("{context}: {e}")))?;
                 cfg.batch_size = opts.batch_size;
+                // A split node generates only its share of the partitions.
+                cfg.share = opts.split.as_ref().map(|split| split.file_share());
                 for name in sluice_connectors::nexmark::NEXMARK_OPTIONS {
                     if let Some(v) = with.take(name) {
                         cfg.set(name, &v).map_err(in_context)?;

@@ -11,11 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sluice::process::benchmark::{running_count_descriptor, RunningCount};
-use sluice::split::{CreditBudget, OwnerTable, ShuffleServer, ShuffleSetup, VnodePlacement};
+use sluice::split::{CreditBudget, OwnerTable, ShuffleSetup, VnodePlacement};
 use sluice::Database;
-use split_support::{lines, Rng, LIMIT};
-
-const PIPELINE: &str = "shuffled";
+use split_support::shuffle::{open_node, servers, PIPELINE};
+use split_support::{final_state, lines, Rng, LIMIT};
 
 const SCRIPT: &str = "
     CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
@@ -83,27 +82,6 @@ fn write_input(dir: &Path, rng: &mut Rng, files: usize) {
     }
 }
 
-/// The final state of a changelog sink file: each row inserted and not
-/// retracted, sorted (the change kind is the last column).
-fn final_state(path: &Path) -> Vec<String> {
-    let mut state: BTreeMap<String, i64> = BTreeMap::new();
-    for line in lines(path) {
-        let (row, change) = line.rsplit_once(',').unwrap();
-        *state.entry(row.to_string()).or_default() += match change {
-            "insert" => 1,
-            "retract" => -1,
-            other => panic!("change kind {other} in {}", path.display()),
-        };
-    }
-    state
-        .into_iter()
-        .flat_map(|(row, n)| {
-            assert!(n >= 0, "{row} retracted more often than inserted");
-            std::iter::repeat_n(row, n as usize)
-        })
-        .collect()
-}
-
 async fn run_single(dir: &Path, batch: u64) {
     let db = Database::builder().base_dir(dir).open().await.unwrap();
     db.execute(&SCRIPT.replace("BATCH", &batch.to_string()))
@@ -114,59 +92,6 @@ async fn run_single(dir: &Path, batch: u64) {
         .expect("in time")
         .unwrap();
     db.shutdown().await.unwrap();
-}
-
-/// Servers for `nodes` nodes on loopback, and the owner table.
-async fn servers(nodes: usize, owner: &[u32]) -> (Vec<Arc<ShuffleServer>>, OwnerTable) {
-    let names: Vec<String> = (0..nodes).map(|n| format!("n{n}")).collect();
-    let mut servers = Vec::new();
-    for name in &names {
-        let addr = "127.0.0.1:0".parse().unwrap();
-        servers.push(Arc::new(
-            ShuffleServer::bind(addr, PIPELINE, name, 1).await.unwrap(),
-        ));
-    }
-    (servers, OwnerTable::new(names, owner.to_vec()).unwrap())
-}
-
-/// Open node `n` of the split with its shuffle and the script.
-async fn open_node(
-    dir: &Path,
-    n: usize,
-    servers: &[Arc<ShuffleServer>],
-    table: &OwnerTable,
-    batch: u64,
-    script: &str,
-    budget: CreditBudget,
-) -> sluice::Result<Database> {
-    let name = format!("n{n}");
-    let endpoints: HashMap<String, String> = servers
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (format!("n{i}"), s.endpoint()))
-        .collect();
-    let setup = ShuffleSetup::new(
-        &name,
-        PIPELINE,
-        1,
-        table.clone(),
-        endpoints,
-        Arc::clone(&servers[n]),
-    )?
-    // Every node of a test starts at once: a node that never opens its
-    // channels is given up on in seconds.
-    .with_patience(std::time::Duration::from_secs(3))
-    .with_budget(budget);
-    let placement = VnodePlacement::new(table.vnode_count(), setup.owned_vnodes()).unwrap();
-    let db = Database::builder()
-        .base_dir(dir)
-        .split(&name, placement)?
-        .shuffle(setup)?
-        .open()
-        .await?;
-    db.execute(&script.replace("BATCH", &batch.to_string()))
-        .await?;
-    Ok(db)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

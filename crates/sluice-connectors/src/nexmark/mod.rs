@@ -27,6 +27,15 @@
 //! * **Replay.** [`BatchReader::offset`](crate::BatchReader::offset) is the
 //!   number of rows of the stream already emitted; reopening there
 //!   regenerates the identical continuation.
+//! * **Partitions.** A stream's natural partitions are blocks of
+//!   [`PARTITION_ROWS`] consecutive rows, block `b` of stream `bid` named by
+//!   the partition key `bid/b`. A node of a split reads only the blocks its
+//!   share holds ([`NexmarkConfig::share`], the same kind of share a file
+//!   source has, asked per key), skipping the others; the nodes' shares
+//!   together read every row once, each row with the same contents and
+//!   event time as on one node. Its offset is then the row it reached in
+//!   the whole stream, and records the share: resuming under another share
+//!   is refused, since the skipped blocks were some other node's.
 
 mod columns;
 mod reader;
@@ -38,6 +47,7 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::error::{ConnectorError, Result};
+use crate::FileShare;
 
 pub use reader::NexmarkReader;
 
@@ -52,6 +62,16 @@ pub const MAX_SEED: u64 = (1 << 20) - 1;
 
 /// Events per cycle of the generator's mix (1 person, 3 auctions, 46 bids).
 const MIX: u64 = 50;
+
+/// Rows of one stream per partition (see the module docs): large enough
+/// that a node's batches stay long, small enough that a few hundred
+/// thousand events spread over every node of a split.
+pub const PARTITION_ROWS: u64 = 1024;
+
+/// The partition key of row `row` of `stream` (see the module docs).
+pub fn partition_key(stream: NexmarkStream, row: u64) -> String {
+    format!("{}/{}", stream.name(), row / PARTITION_ROWS)
+}
 
 /// One of the three Nexmark streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -197,6 +217,8 @@ pub struct NexmarkConfig {
     pub schema: SchemaRef,
     /// Index of each declared column in [`NexmarkStream::schema`].
     projection: Vec<usize>,
+    /// On a node of a split: the partitions it reads (`None`: all).
+    pub share: Option<FileShare>,
 }
 
 /// Option names [`NexmarkConfig::set`] accepts.
@@ -253,6 +275,7 @@ impl NexmarkConfig {
             batch_size: 8192,
             schema,
             projection,
+            share: None,
         })
     }
 
@@ -269,6 +292,7 @@ impl NexmarkConfig {
             seed: 0,
             batch_size: 8192,
             schema,
+            share: None,
         }
     }
 
@@ -356,8 +380,12 @@ impl NexmarkConfig {
             DEFAULT_EVENT_TIME_RATE => String::new(),
             r => format!(", event_time_rate {r}"),
         };
+        let share = match &self.share {
+            Some(share) => format!(", {}", share.describe()),
+            None => String::new(),
+        };
         format!(
-            "nexmark {} ({events}, {rate}{density}, out_of_order_ms {}, seed {})",
+            "nexmark {} ({events}, {rate}{density}, out_of_order_ms {}, seed {}{share})",
             self.stream, self.out_of_order_ms, self.seed
         )
     }

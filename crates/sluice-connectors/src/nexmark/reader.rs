@@ -9,17 +9,27 @@ use arrow::record_batch::RecordBatch;
 use nexmark::EventGenerator;
 
 use super::columns::Columns;
-use super::{NexmarkConfig, NexmarkStream, BASE_TIME_MS, SEED_STRIDE};
+use super::{NexmarkConfig, NexmarkStream, BASE_TIME_MS, PARTITION_ROWS, SEED_STRIDE};
 use crate::error::{ConnectorError, Result};
 use crate::reader::BatchReader;
 
-/// Where a Nexmark reader stands: `produced` rows of `stream` were emitted.
+/// Where a Nexmark reader stands: `produced` rows of `stream` were emitted
+/// (or, for a node's share, skipped as other nodes' partitions).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct NexmarkPosition {
     stream: String,
     seed: u64,
     produced: u64,
+    /// The identity of the share read (`None`: the whole stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    share: Option<String>,
 }
+
+/// Most partitions a share's reader skips in a row before it takes the
+/// share to hold none of this stream (a node left without vnodes) and
+/// ends: 67 million rows, where a share holding even one vnode of 256
+/// misses with a chance below 10^-100.
+const MAX_SKIPPED_PARTITIONS: u64 = 65_536;
 
 /// Wall-clock pacing of a throttled reader: global event `g` is due
 /// `(g - first) / rate` seconds after the first batch was asked for.
@@ -77,24 +87,27 @@ impl NexmarkReader {
                 ),
             ));
         }
+        let share = cfg.share.as_ref().map(|s| s.identity().to_string());
+        if pos.share != share {
+            let read = |share: &Option<String>| match share {
+                Some(identity) => format!("the partitions of share '{identity}'"),
+                None => "the whole stream".to_string(),
+            };
+            return Err(ConnectorError::invalid_option(
+                "offset",
+                format!(
+                    "checkpointed offset of the {} stream was read from {}, but the source now reads {}; a Nexmark source's partitions do not move between nodes",
+                    cfg.stream,
+                    read(&pos.share),
+                    read(&share)
+                ),
+            ));
+        }
         Ok(Self::open_at(cfg, pos.produced))
     }
 
     fn open_at(cfg: NexmarkConfig, produced: u64) -> Self {
-        let mut base = nexmark::config::NexmarkConfig {
-            base_time: BASE_TIME_MS.unsigned_abs(),
-            // The generator's own clock stays at Nexmark's density whatever
-            // `event_time_rate` is: its random draws depend on it (an
-            // auction's length), so the rows stay the same and the columns
-            // scale the lengths instead.
-            first_rate: 10_000,
-            next_rate: 10_000,
-            ..Default::default()
-        };
-        base.first_event_id = usize::try_from(cfg.seed.saturating_mul(SEED_STRIDE)).unwrap_or(0);
-        let generator = EventGenerator::new(base)
-            .with_type_filter(cfg.stream.event_type())
-            .with_offset(produced);
+        let generator = generator(&cfg, produced);
         let pacing = (cfg.rate > 0).then_some(Pacing {
             rate: cfg.rate,
             started: None,
@@ -108,6 +121,51 @@ impl NexmarkReader {
         }
     }
 
+    /// Move past the partitions this reader's share does not hold, to the
+    /// next row it reads (or `total`). `false` when the share holds no
+    /// partition within [`MAX_SKIPPED_PARTITIONS`]: it reads nothing more.
+    fn skip_to_held(&mut self, total: u64) -> bool {
+        let Some(share) = &self.cfg.share else {
+            return true;
+        };
+        let start = self.produced;
+        let mut skipped = 0;
+        while self.produced < total
+            && !share.holds(&super::partition_key(self.cfg.stream, self.produced))
+        {
+            if skipped == MAX_SKIPPED_PARTITIONS {
+                return false;
+            }
+            skipped += 1;
+            let next = (self.produced / PARTITION_ROWS + 1).saturating_mul(PARTITION_ROWS);
+            self.produced = next.min(total);
+        }
+        if self.produced != start {
+            self.generator = generator(&self.cfg, self.produced);
+        }
+        true
+    }
+}
+
+/// The generator of `cfg`'s stream at its row `produced`.
+fn generator(cfg: &NexmarkConfig, produced: u64) -> EventGenerator {
+    let mut base = nexmark::config::NexmarkConfig {
+        base_time: BASE_TIME_MS.unsigned_abs(),
+        // The generator's own clock stays at Nexmark's density whatever
+        // `event_time_rate` is: its random draws depend on it (an
+        // auction's length), so the rows stay the same and the columns
+        // scale the lengths instead.
+        first_rate: 10_000,
+        next_rate: 10_000,
+        ..Default::default()
+    };
+    base.first_event_id = usize::try_from(cfg.seed.saturating_mul(SEED_STRIDE)).unwrap_or(0);
+    EventGenerator::new(base)
+        .with_type_filter(cfg.stream.event_type())
+        .with_offset(produced)
+}
+
+impl NexmarkReader {
     /// Rows of the stream emitted so far (including those before a reopen).
     pub fn produced(&self) -> u64 {
         self.produced
@@ -165,6 +223,7 @@ impl NexmarkReader {
             stream: self.cfg.stream.name().to_string(),
             seed: self.cfg.seed,
             produced: self.produced,
+            share: self.cfg.share.as_ref().map(|s| s.identity().to_string()),
         }
     }
 }
@@ -179,14 +238,19 @@ fn mix(seed: u64, g: u64) -> u64 {
 
 impl BatchReader for NexmarkReader {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
-        let remaining = match self.total {
-            Some(t) => t.saturating_sub(self.produced),
-            None => u64::MAX,
-        };
+        let total = self.total.unwrap_or(u64::MAX);
+        if !self.skip_to_held(total) {
+            return Ok(None);
+        }
+        let remaining = total.saturating_sub(self.produced);
         if remaining == 0 {
             return Ok(None);
         }
-        let wanted = remaining.min(self.cfg.batch_size as u64);
+        let mut wanted = remaining.min(self.cfg.batch_size as u64);
+        if self.cfg.share.is_some() {
+            // A batch ends with its partition: the next may be another's.
+            wanted = wanted.min(PARTITION_ROWS - self.produced % PARTITION_ROWS);
+        }
         let n = self.due_rows(wanted);
         let stream: NexmarkStream = self.cfg.stream;
         let what = format!("nexmark {stream} stream");

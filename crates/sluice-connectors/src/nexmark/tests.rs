@@ -347,3 +347,104 @@ fn rate_paces_emission_in_wall_clock_time() {
     // 1,000 events at 10,000 events/s: about 0.1 s.
     assert!((0.08..2.0).contains(&secs), "{secs}");
 }
+
+/// A share of the partitions whose block number is `part` modulo `of`.
+fn share_of(part: u64, of: u64) -> FileShare {
+    FileShare::new(
+        format!("{part} of {of}"),
+        format!("part {part}"),
+        move |key| {
+            let block: u64 = key
+                .rsplit('/')
+                .next()
+                .and_then(|b| b.parse().ok())
+                .expect("block");
+            block % of == part
+        },
+    )
+}
+
+/// Every row as (global event number, row): which node generated it
+/// does not change it.
+fn keyed_rows(batches: &[RecordBatch]) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    for b in batches {
+        let times = b.column(5).as_primitive::<TimestampMillisecondType>();
+        let auction = b.column(0).as_primitive::<Int64Type>();
+        let bidder = b.column(1).as_primitive::<Int64Type>();
+        let price = b.column(2).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            out.push((
+                times.value(i),
+                format!(
+                    "{} {} {}",
+                    auction.value(i),
+                    bidder.value(i),
+                    price.value(i)
+                ),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn shares_of_the_partitions_generate_every_row_once() {
+    let events = 5 * PARTITION_ROWS + 300;
+    let whole = keyed_rows(&drain(
+        NexmarkReader::open(config(NexmarkStream::Bid, events)).expect("open"),
+    ));
+    for of in [1, 2, 3, 7] {
+        let mut union = Vec::new();
+        for part in 0..of {
+            let mut cfg = config(NexmarkStream::Bid, events);
+            cfg.share = Some(share_of(part, of));
+            union.extend(keyed_rows(&drain(NexmarkReader::open(cfg).expect("open"))));
+        }
+        assert_eq!(union.len(), whole.len(), "{of} shares");
+        let mut sorted = union.clone();
+        sorted.sort();
+        let mut expected = whole.clone();
+        expected.sort();
+        assert_eq!(sorted, expected, "{of} shares");
+    }
+}
+
+#[test]
+fn a_share_resumes_where_it_stopped_and_only_under_itself() {
+    let events = 4 * PARTITION_ROWS;
+    let mut cfg = config(NexmarkStream::Bid, events);
+    cfg.share = Some(share_of(1, 2));
+    let whole = keyed_rows(&drain(NexmarkReader::open(cfg.clone()).expect("open")));
+    let mut reader = NexmarkReader::open(cfg.clone()).expect("open");
+    let mut head = Vec::new();
+    for _ in 0..5 {
+        head.push(reader.next_batch().expect("batch").expect("rows"));
+    }
+    let offset = reader.offset().expect("offset");
+    let rest = drain(NexmarkReader::open_at_offset(cfg.clone(), &offset).expect("reopen"));
+    let mut resumed = keyed_rows(&head);
+    resumed.extend(keyed_rows(&rest));
+    assert_eq!(resumed, whole);
+    // Under another share, or the whole stream, the offset means nothing.
+    let mut other = cfg.clone();
+    other.share = Some(share_of(0, 2));
+    let e = NexmarkReader::open_at_offset(other, &offset).expect_err("other share");
+    assert!(e.to_string().contains("share '1 of 2'"), "{e}");
+    cfg.share = None;
+    let e = NexmarkReader::open_at_offset(cfg, &offset).expect_err("whole stream");
+    assert!(
+        e.to_string()
+            .contains("the source now reads the whole stream"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_share_holding_no_partition_ends_an_unbounded_stream() {
+    let mut cfg = config(NexmarkStream::Bid, 1);
+    cfg.events = None;
+    cfg.share = Some(FileShare::new("none", "no vnodes", |_| false));
+    let mut reader = NexmarkReader::open(cfg).expect("open");
+    assert!(reader.next_batch().expect("no error").is_none());
+}

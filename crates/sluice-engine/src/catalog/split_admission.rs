@@ -7,8 +7,10 @@
 //! keeps state across rows (rows of one key are read on different nodes),
 //! a process function, a late-data stream (lateness is judged against
 //! each node's own watermark), a materialized view (each node would hold
-//! its share of it), and a source without partitions (a Nexmark
-//! generator). With a shuffle between the nodes (`crate::exchange`),
+//! its share of it). Every source has partitions to split: files, a
+//! Nexmark stream's blocks of rows (each node generates its share) and
+//! push sources (the program feeds each node). With a shuffle between
+//! the nodes (`crate::exchange`),
 //! windowed and updating `GROUP BY`s, equi-joins and process functions
 //! over row-by-row, append-only input are admitted: their rows cross to
 //! their key's owner (`shuffle_refusal` says why any other is not).
@@ -17,7 +19,7 @@ use arrow::datatypes::DataType;
 use datafusion::logical_expr::{Expr, ExprSchemable};
 use sluice_sql::plan::StreamNode;
 
-use super::{Catalog, SourceConnector, StreamKind};
+use super::{Catalog, StreamKind};
 use crate::error::{EngineError, Result};
 
 /// Refuse the first object of `catalog` whose split result would differ
@@ -30,13 +32,6 @@ pub fn certify(catalog: &Catalog, shuffle: bool) -> Result<()> {
     // (directly, or through row-by-row streams over one).
     let mut keyed: Vec<&str> = Vec::new();
     for source in &catalog.sources {
-        if let SourceConnector::Nexmark(_) = source.connector {
-            return Err(refuse(
-                "source",
-                &source.name,
-                "a nexmark generator has no partitions to split, so every node would generate the whole stream",
-            ));
-        }
         if source.late_data_to.is_some() {
             return Err(refuse(
                 "source",

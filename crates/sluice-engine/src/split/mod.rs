@@ -15,15 +15,18 @@
 //! name (`out/x.csv` becomes `out/n1/x.csv`), so nodes sharing a file system
 //! never write one file.
 //!
+//! A Nexmark source's partitions are blocks of its rows
+//! (`sluice_connectors::nexmark::partition_key`, for example `bid/17`),
+//! placed the same way: each node generates the rows of its blocks.
+//!
 //! Certification (`catalog::split_admission::certify`) refuses, by name and with the
 //! reason, every object whose result on split input would differ from the
 //! single-node result: operators that keep state across rows (their rows
 //! would meet on no node until keyed state is placed by vnode with a
 //! shuffle between nodes), process functions, late-data streams and
-//! materialized views, and sources without partitions (a Nexmark generator
-//! would be read whole by every node). Row-by-row queries (filters,
-//! projections, `UNION ALL`, lookup joins) and push sources (the program
-//! feeds each node) run split.
+//! materialized views. Row-by-row queries (filters, projections,
+//! `UNION ALL`, lookup joins) and push sources (the program feeds each
+//! node) run split.
 //!
 //! Lateness is judged at each source, per batch, against the watermark of
 //! the rows this node read before the batch. A node reads other rows and

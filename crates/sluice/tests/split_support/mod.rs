@@ -2,6 +2,9 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod shuffle;
+
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -113,4 +116,25 @@ pub fn lines(path: &Path) -> Vec<String> {
     let mut l: Vec<String> = text.lines().skip(1).map(str::to_string).collect();
     l.sort();
     l
+}
+
+/// The final state of a changelog sink file: each row inserted and not
+/// retracted, sorted (the change kind is the last column).
+pub fn final_state(path: &Path) -> Vec<String> {
+    let mut state: BTreeMap<String, i64> = BTreeMap::new();
+    for line in lines(path) {
+        let (row, change) = line.rsplit_once(',').unwrap();
+        *state.entry(row.to_string()).or_default() += match change {
+            "insert" => 1,
+            "retract" => -1,
+            other => panic!("change kind {other} in {}", path.display()),
+        };
+    }
+    state
+        .into_iter()
+        .flat_map(|(row, n)| {
+            assert!(n >= 0, "{row} retracted more often than inserted");
+            std::iter::repeat_n(row, n as usize)
+        })
+        .collect()
 }
