@@ -16,15 +16,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice_cluster::testing::EtcdServer;
+use support::shuffled::*;
 use support::sinks::{final_state, lines};
 use support::*;
 
 const FILES: u64 = 12;
 const ROWS_PER_FILE: u64 = 4_000;
-/// Longest one node may take before the test fails instead of hanging.
-const WATCHDOG: Duration = Duration::from_secs(240);
-const LEASE: &str = "1s";
-const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
 const SCRIPT: &str = "
     CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
@@ -93,168 +90,6 @@ fn reference(base: &Path) -> BTreeMap<&'static str, Vec<String>> {
     refs
 }
 
-/// Fail naming how many rows of each sink are missing or too many.
-fn same_rows(got: &BTreeMap<&str, Vec<String>>, expected: &BTreeMap<&str, Vec<String>>) {
-    if got == expected {
-        return;
-    }
-    let mut report = Vec::new();
-    for (sink, want) in expected {
-        let mut count: BTreeMap<&str, i64> = BTreeMap::new();
-        for r in got.get(sink).into_iter().flatten() {
-            *count.entry(r).or_default() += 1;
-        }
-        for r in want {
-            *count.entry(r).or_default() -= 1;
-        }
-        let missing: Vec<&&str> = count
-            .iter()
-            .filter(|(_, n)| **n < 0)
-            .map(|(r, _)| r)
-            .collect();
-        let extra: Vec<&&str> = count
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(r, _)| r)
-            .collect();
-        report.push(format!(
-            "{sink}: {} missing (first {:?}), {} too many (first {:?})",
-            missing.len(),
-            missing.first(),
-            extra.len(),
-            extra.first()
-        ));
-    }
-    panic!("{}", report.join("; "));
-}
-
-/// A free loopback port for each node (bound, then released).
-fn shuffle_list() -> String {
-    let each: Vec<String> = NODES
-        .iter()
-        .map(|n| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            format!("{n}={}", l.local_addr().unwrap())
-        })
-        .collect();
-    each.join(",")
-}
-
-/// `sluice run --cluster ... --split n1,n2,n3 --shuffle LIST` as `node`
-/// in `dir`, with every node's state under `dir/state`.
-fn node(dir: &Path, etcd: &EtcdServer, cluster: &str, node: &str, shuffle: &str) -> Run {
-    let state = format!("file://{}", dir.join("state").display());
-    node_on(dir, etcd, (cluster, node), shuffle, &state, &[])
-}
-
-/// [`node`] with its state at `state`, and `env` set.
-fn node_on(
-    dir: &Path,
-    etcd: &EtcdServer,
-    (cluster, node): (&str, &str),
-    shuffle: &str,
-    state: &str,
-    env: &[(&'static str, String)],
-) -> Run {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    c.current_dir(dir)
-        .env(
-            "RUST_LOG",
-            std::env::var("SLUICE_NODE_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .arg("run")
-        .args(["--cluster", &format!("etcd={}", etcd.endpoint())])
-        .args(["--cluster-id", cluster, "--node-id", node])
-        .args(["--split", &NODES.join(","), "--shuffle", shuffle])
-        .args(["--lease-ttl", LEASE, "--state", state])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .args(["--set", "checkpoint_interval=50ms"])
-        .arg("pipeline.sql")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    Run::spawn(c)
-}
-
-fn start_all(dir: &Path, etcd: &EtcdServer, cluster: &str, shuffle: &str) -> Vec<Run> {
-    NODES
-        .iter()
-        .map(|n| node(dir, etcd, cluster, n, shuffle))
-        .collect()
-}
-
-/// What a process supervisor (systemd's `Restart=on-failure`) does: a
-/// node that exits with a failure is started again by `start`, until every
-/// node exited with success. Returns each node's last stderr and the
-/// number of restarts. A node that halts because another went away
-/// rejoins in its process; one that cannot (a node whose peer never came
-/// back within the channel patience, one that lost its lease) is this
-/// supervisor's to restart.
-fn supervise(nodes: Vec<Run>, start: impl Fn(usize) -> Run) -> (Vec<String>, u32) {
-    let mut slots: Vec<Option<Run>> = nodes.into_iter().map(Some).collect();
-    let mut ends = vec![String::new(); slots.len()];
-    let mut restarts = 0;
-    let deadline = Instant::now() + WATCHDOG;
-    while slots.iter().any(Option::is_some) {
-        assert!(Instant::now() < deadline, "the nodes never all finished");
-        for (i, slot) in slots.iter_mut().enumerate() {
-            if slot.as_mut().is_none_or(|r| r.running()) {
-                continue;
-            }
-            let (status, stderr) = slot.take().unwrap().wait(WATCHDOG);
-            if status.success() {
-                ends[i] = stderr;
-                continue;
-            }
-            restarts += 1;
-            assert!(restarts <= 20, "restarted too often; n{}: {stderr}", i + 1);
-            let last = stderr.lines().last().unwrap_or_default().to_string();
-            eprintln!("n{} exited ({status}), started again: {last}", i + 1);
-            *slot = Some(start(i));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (ends, restarts)
-}
-
-/// The newest checkpoint the leader committed for every node (etcd's
-/// committed pointer; 0 before the first).
-fn committed(etcd: &EtcdServer, cluster: &str) -> u64 {
-    cluster_status(etcd, cluster).committed
-}
-
-/// Until the leader committed a checkpoint newer than `after` (or a node
-/// of `nodes` ended).
-fn until_committed(etcd: &EtcdServer, cluster: &str, nodes: &mut [Run], after: u64) {
-    let until = Instant::now() + WATCHDOG;
-    while committed(etcd, cluster) <= after && nodes.iter_mut().all(Run::running) {
-        assert!(
-            Instant::now() < until,
-            "no checkpoint committed after {after}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Every node's process ends with success; a failure shows every
-/// node's stderr. Returns the stderr of each.
-fn wait_all(nodes: Vec<Run>) -> Vec<String> {
-    wait_all_of(nodes, &NODES)
-}
-
-/// [`wait_all`] for the nodes `names`.
-fn wait_all_of(nodes: Vec<Run>, names: &[&str]) -> Vec<String> {
-    let ends: Vec<_> = nodes.into_iter().map(|run| run.wait(WATCHDOG)).collect();
-    if ends.iter().any(|(status, _)| !status.success()) {
-        let each: Vec<String> = names
-            .iter()
-            .zip(&ends)
-            .map(|(name, (status, stderr))| format!("node {name} ({status}):\n{stderr}"))
-            .collect();
-        panic!("not every node succeeded\n{}", each.join("\n"));
-    }
-    ends.into_iter().map(|(_, stderr)| stderr).collect()
-}
-
 #[test]
 fn three_shuffled_split_nodes_write_exactly_the_single_node_rows() {
     let base = tempfile::tempdir().unwrap();
@@ -301,48 +136,7 @@ fn a_killed_shuffled_node_restarted_alone_resumes_with_the_rejoined_others_exact
     let etcd = rt().block_on(EtcdServer::start()).unwrap();
     let dir = base.path().join("split");
     write_input(&dir);
-    let shuffle = shuffle_list();
-    // SLUICE_TEST_SEED replays a printed seed.
-    let seed = std::env::var("SLUICE_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| u64::from(std::process::id()));
-    let mut rng = Lcg(seed);
-    eprintln!("seed {seed}");
-    let mut nodes = start_all(&dir, &etcd, "kills", &shuffle);
-    let mut killed = 0;
-    for round in 0..2 {
-        let before = committed(&etcd, "kills");
-        until_committed(&etcd, "kills", &mut nodes, before);
-        std::thread::sleep(Duration::from_millis(rng.next() % 300));
-        let victim = (rng.next() % 3) as usize;
-        if !nodes[victim].running() {
-            eprintln!("round {round}: n{} had already ended", victim + 1);
-            continue;
-        }
-        eprintln!("round {round}: n{} killed", victim + 1);
-        nodes[victim].signal(libc::SIGKILL);
-        killed += 1;
-        let replaced = node(&dir, &etcd, "kills", NODES[victim], &shuffle);
-        let _ = std::mem::replace(&mut nodes[victim], replaced).wait(WATCHDOG);
-    }
-    let (ends, _) = supervise(nodes, |i| node(&dir, &etcd, "kills", NODES[i], &shuffle));
-    let recovered: usize = ends
-        .iter()
-        .map(|stderr| {
-            stderr.matches("rejoining to resume").count()
-                + stderr
-                    .matches("the split's run ended while this node was away")
-                    .count()
-        })
-        .sum();
-    // Every kill of a running node made at least one other node rejoin,
-    // or (a follower killed after the final checkpoint) the killed node
-    // publish its share alone.
-    assert!(
-        recovered >= killed,
-        "{recovered} recoveries for {killed} kills"
-    );
+    kill_twice_and_supervise(&dir, &etcd, "kills");
     same_rows(&outputs(&dir.join("out"), &NODES), &expected);
 }
 

@@ -6,6 +6,7 @@
 
 pub mod moto;
 pub mod owners;
+pub mod shuffled;
 pub mod sinks;
 
 /// A current-thread runtime for the few async calls a test makes (etcd).
