@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Cluster benchmark: Nexmark q5 and q7 through `sluice run --cluster` on 1,
-2 and 3 local nodes (active-standby: the leader runs the pipeline), against
-the same query on a single node without a cluster, plus the failover time
-when the leader is killed mid-run.
+2 and 3 local nodes, active-standby (the leader runs the pipeline) and as a
+shuffled split (`--split` with `--shuffle`: each node generates its share
+of the Nexmark partitions and every row crosses to its key's owner),
+against the same query on a single node without a cluster, plus the
+failover time when the leader is killed mid-run. A split row's *shuffle
+bytes* are the Arrow IPC frames (and watermarks and barriers) every node
+sent to the others, from each node's summary.
 
 All nodes run on this machine, so the figures are per-core efficiency (events
 per CPU second of every node together), the etcd control-plane bytes per
@@ -38,6 +42,7 @@ from markdown_section import write_section  # noqa: E402
 
 SUMMARY = re.compile(
     r"sluice: (\d+) rows in, (\d+) rows out, \d+ late rows dropped, ([\d.]+)s, ([\d.]+)s CPU")
+SHUFFLE = re.compile(r"sluice: shuffle: \d+ rows kept, \d+ rows sent \((\d+) bytes\)")
 COMMITTED = re.compile(r"checkpoint committed.*duration_ms=(\d+)")
 # Only the line of each committed checkpoint, besides warnings.
 LOG_ENV = dict(os.environ, RUST_LOG="warn,sluice_engine::coordinator::checkpointing=debug")
@@ -213,6 +218,60 @@ def run_cluster(sluice, work, etcd, query, events, nodes, kill_at=None, rate=Non
             "output": open(os.path.join(d, "out", f"{query}.csv")).read()}
 
 
+def run_split(sluice, work, etcd, query, events, nodes):
+    """The query on a shuffled split of `nodes` processes (`--split` with
+    `--shuffle`): each generates its share of the Nexmark partitions and
+    every row crosses to its key's vnode owner; one checkpoint cut across
+    all of them under n1. Returns the summary figures and the union of the
+    nodes' outputs (sorted rows, header first)."""
+    d = tempfile.mkdtemp(dir=work)
+    with open(os.path.join(d, "pipeline.sql"), "w") as f:
+        f.write(query_sql(query, events))
+    cluster = os.path.basename(d).replace("_", "-")
+    members = [f"n{i + 1}" for i in range(nodes)]
+    shuffle = ",".join(f"{n}=127.0.0.1:{free_port()}" for n in members)
+    before = etcd.grpc_bytes()
+    started = time.time()
+    procs = {}
+    for n in members:
+        out = open(os.path.join(d, f"{n}.stdout"), "w")
+        err = open(os.path.join(d, f"{n}.stderr"), "w")
+        procs[n] = (subprocess.Popen(
+            [sluice, "run", "--cluster", f"etcd={etcd.endpoint}", "--cluster-id", cluster,
+             "--node-id", n, "--split", ",".join(members), "--shuffle", shuffle,
+             "--lease-ttl", "1s", "--state", f"file://{d}/state",
+             "--set", "checkpoint_interval=1s", "pipeline.sql"],
+            cwd=d, stdout=out, stderr=err, env=LOG_ENV), out, err)
+    cpu, shuffled = 0.0, 0
+    for n, (p, out, err) in procs.items():
+        p.wait()
+        out.close()
+        err.close()
+        text = open(out.name).read()
+        if p.returncode != 0:
+            raise RuntimeError(f"node {n} failed: {open(err.name).read()}")
+        cpu += float(SUMMARY.search(text).group(4))
+        m = SHUFFLE.search(text)
+        shuffled += int(m.group(1)) if m else 0
+    wall = time.time() - started
+    rows = []
+    header = None
+    for n in members:
+        path = os.path.join(d, "out", n, f"{query}.csv")
+        if os.path.exists(path):
+            lines = open(path).read().splitlines()
+            header, rows = lines[0], rows + lines[1:]
+    return {"wall": wall, "cpu": cpu, "shuffle_bytes": shuffled,
+            "checkpoints": durations(open(os.path.join(d, "n1.stderr")).read()),
+            "control_bytes": etcd.grpc_bytes() - before,
+            "rows": [header] + sorted(rows)}
+
+
+def sorted_rows(output):
+    lines = output.splitlines()
+    return lines[:1] + sorted(lines[1:])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sluice", required=True)
@@ -230,6 +289,12 @@ def main():
                 r = run_cluster(args.sluice, work, etcd, query, args.events, n)
                 assert r["output"] == single["output"], f"{query} on {n} nodes differs"
                 rows.append((query, f"cluster, {n} node{'s' if n > 1 else ''}", r, single))
+            for n in (1, 2, 3):
+                r = run_split(args.sluice, work, etcd, query, args.events, n)
+                assert r["rows"] == sorted_rows(single["output"]), \
+                    f"{query} on a shuffled split of {n} differs"
+                rows.append((query, f"shuffled split, {n} node{'s' if n > 1 else ''}", r,
+                             single))
             # Paced so that the run lasts about 10 s and the kill lands
             # mid-run: wall and CPU of this row are not comparable.
             rate = args.events // 10
@@ -247,19 +312,21 @@ def main():
         f"({os.cpu_count()} cores; every node on this machine; output equal to "
         "the single-node run in every row; the paced row: to a paced single-node run)", "",
         "| query | run | wall s | CPU s (all nodes) | M events / CPU s | etcd bytes / event "
-        "| failover s | checkpoints | checkpoint ms (median / max) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        "| shuffle bytes / event | failover s | checkpoints | checkpoint ms (median / max) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for query, what, r, _ in rows:
         per_cpu = args.events / r["cpu"] / 1e6 if r["cpu"] else 0.0
         control = r.get("control_bytes")
         control = "-" if control is None else f"{control / args.events:.3f}"
+        shuffle = r.get("shuffle_bytes")
+        shuffle = "-" if shuffle is None else f"{shuffle / args.events:.2f}"
         failover = r.get("failover")
         failover = "-" if failover is None else f"{failover:.2f}"
         cps = sorted(r["checkpoints"])
         spread = f"{cps[len(cps) // 2]} / {cps[-1]}" if cps else "-"
         lines.append(
             f"| {query} | {what} | {r['wall']:.2f} | {r['cpu']:.2f} | {per_cpu:.2f} | "
-            f"{control} | {failover} | {len(cps)} | {spread} |")
+            f"{control} | {shuffle} | {failover} | {len(cps)} | {spread} |")
     table = "\n".join(lines)
     print(table)
     if args.write:

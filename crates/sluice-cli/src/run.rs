@@ -248,13 +248,56 @@ pub(crate) fn print_summary(m: &MetricsSnapshot, secs: f64, cpu: f64) -> Result<
         m.rows_emitted(),
         m.late_rows()
     )
+    .and_then(|()| match shuffle_summary(m) {
+        // A node of a shuffled split: what crossed between the nodes.
+        Some(line) => writeln!(out, "{line}"),
+        None => Ok(()),
+    })
     .and_then(|()| out.flush())
     .map_err(|e| CliError::io("writing to stdout", e))
+}
+
+/// The second summary line of a node with exchanges: rows kept on this
+/// node, rows sent to and received from the others, and the bytes sent
+/// (Arrow IPC frames, watermarks and barriers), over every exchange.
+fn shuffle_summary(m: &MetricsSnapshot) -> Option<String> {
+    if m.exchanges.is_empty() {
+        return None;
+    }
+    let (mut kept, mut sent, mut received, mut bytes) = (0, 0, 0, 0);
+    for c in m.exchanges.values() {
+        kept += c.rows_kept;
+        sent += c.rows_sent;
+        received += c.rows_received;
+        bytes += c.bytes_sent;
+    }
+    Some(format!(
+        "sluice: shuffle: {kept} rows kept, {sent} rows sent ({bytes} bytes), {received} rows received"
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shuffle_line_sums_every_exchange_and_only_on_a_shuffled_node() {
+        let mut m = MetricsSnapshot::default();
+        assert_eq!(shuffle_summary(&m), None);
+        for (edge, n) in [("a#0", 1), ("b#0", 10)] {
+            let c = sluice::split::ExchangeCounters {
+                rows_kept: n,
+                rows_sent: 2 * n,
+                rows_received: 3 * n,
+                bytes_sent: 100 * n,
+            };
+            m.exchanges.insert(edge.to_string(), c);
+        }
+        assert_eq!(
+            shuffle_summary(&m).as_deref(),
+            Some("sluice: shuffle: 11 rows kept, 22 rows sent (1100 bytes), 33 rows received")
+        );
+    }
 
     #[test]
     fn set_pairs() {
