@@ -211,6 +211,35 @@ impl StreamNode {
     }
 }
 
+impl StreamNode {
+    /// The columns of its input a keyed aggregation reads, whatever reads
+    /// its output (which is only its keys and aggregates): its keys, its
+    /// aggregates' arguments and filters, and a window's time column.
+    /// `None` for any other node.
+    pub fn aggregate_input_columns(&self) -> Option<HashSet<Column>> {
+        match self {
+            StreamNode::WindowAggregate {
+                window,
+                keys,
+                aggregates,
+                ..
+            } => {
+                let mut cols = refs(keys);
+                add_refs(&mut cols, aggregates.iter().chain([&window.time]));
+                Some(cols)
+            }
+            StreamNode::Aggregate {
+                keys, aggregates, ..
+            } => {
+                let mut cols = refs(keys);
+                add_refs(&mut cols, aggregates);
+                Some(cols)
+            }
+            _ => None,
+        }
+    }
+}
+
 fn refs(exprs: &[Expr]) -> HashSet<Column> {
     let mut cols = HashSet::new();
     add_refs(&mut cols, exprs);

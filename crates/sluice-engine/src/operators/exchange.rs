@@ -4,13 +4,14 @@
 //! other nodes routed here; and [`distribute`], which puts one in front of
 //! the aggregation of a query that `catalog::split_admission` admitted.
 
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, UInt32Array};
-use arrow::datatypes::SchemaRef;
+use arrow::array::{new_null_array, ArrayRef, UInt32Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::Column;
 use datafusion::logical_expr::Expr;
 use sluice_sql::plan::StreamNode;
 
@@ -22,28 +23,46 @@ use crate::partition::key::encode_keys;
 use crate::partition::placement::vnode_of;
 
 /// The exchange in front of one keyed operator.
+///
+/// Only the input columns the operator reads cross between nodes (an
+/// aggregation reads its keys, its aggregates' arguments and its window's
+/// time; Nexmark q5 reads 2 of the bid's 7 columns): the others arrive as
+/// nulls, which nothing reads. Rows this node keeps stay whole.
 pub struct ExchangeOp {
     /// The `GROUP BY` keys, over the input.
     keys: Vec<PhysExpr>,
     /// How errors name each key.
     key_names: Vec<String>,
-    /// The input's schema (the wire schema without the vnode column).
+    /// The input's schema, every field nullable (as routed rows are).
     input: SchemaRef,
+    /// The input with the vnode column last: what a batch is routed as.
+    routed: SchemaRef,
+    /// The input columns the wire carries, ascending (`None`: all).
+    sent: Option<Vec<usize>>,
     edge: Arc<ExchangeEdge>,
 }
 
 impl ExchangeOp {
     /// An exchange routing by `keys` (named `key_names` in errors) over
-    /// `edge`.
-    pub fn new(keys: Vec<PhysExpr>, key_names: Vec<String>, edge: Arc<ExchangeEdge>) -> Self {
-        let wire = edge.wire();
-        let input = Arc::new(arrow::datatypes::Schema::new(
-            wire.fields()[..wire.fields().len().saturating_sub(1)].to_vec(),
+    /// `edge`, whose wire carries the columns `sent` of `input` (all when
+    /// `None`) and the vnode.
+    pub fn new(
+        keys: Vec<PhysExpr>,
+        key_names: Vec<String>,
+        input: &Schema,
+        sent: Option<Vec<usize>>,
+        edge: Arc<ExchangeEdge>,
+    ) -> Self {
+        let routed = wire_schema(input.fields().iter().map(|f| f.as_ref()));
+        let input = Arc::new(Schema::new(
+            routed.fields()[..routed.fields().len().saturating_sub(1)].to_vec(),
         ));
         Self {
             keys,
             key_names,
             input,
+            routed,
+            sent,
             edge,
         }
     }
@@ -95,19 +114,19 @@ impl ExchangeOp {
             })?;
             let count = table.vnode_count();
             let vnodes: UInt32Array = keys.iter().map(|k| vnode_of(k, count)).collect();
-            let mut wire_columns = batch.columns().to_vec();
-            wire_columns.push(Arc::new(vnodes.clone()));
-            let wire = RecordBatch::try_new(Arc::clone(self.edge.wire()), wire_columns)?;
+            let mut columns = batch.columns().to_vec();
+            columns.push(Arc::new(vnodes.clone()));
+            let routed = RecordBatch::try_new(Arc::clone(&self.routed), columns)?;
             let parts =
-                sluice_shuffle::route::split_by_vnode(self.edge.id(), &wire, &vnodes, table)?;
+                sluice_shuffle::route::split_by_vnode(self.edge.id(), &routed, &vnodes, table)?;
             let mut mine = None;
             for (owner, part) in parts.into_iter().enumerate() {
                 let Some(part) = part else { continue };
                 if owner == local {
                     self.edge.count_kept(part.num_rows());
-                    mine = Some(self.unwire(&part)?);
+                    mine = Some(self.unroute(&part)?);
                 } else {
-                    self.edge.push_outbox(part);
+                    self.edge.push_outbox(self.wire_part(&part)?);
                 }
             }
             kept.push(mine.unwrap_or_else(|| RecordBatch::new_empty(Arc::clone(&self.input))));
@@ -121,13 +140,49 @@ impl ExchangeOp {
         Ok((kept, received))
     }
 
-    /// A wire batch without its vnode column.
-    fn unwire(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+    /// A routed batch without its vnode column.
+    fn unroute(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let n = batch.num_columns().saturating_sub(1);
         Ok(RecordBatch::try_new(
             Arc::clone(&self.input),
             batch.columns()[..n].to_vec(),
         )?)
+    }
+
+    /// A routed part as the wire carries it: the sent columns and the
+    /// vnode.
+    fn wire_part(&self, part: &RecordBatch) -> Result<RecordBatch> {
+        let Some(sent) = &self.sent else {
+            return Ok(part.clone());
+        };
+        let vnode = part.num_columns().saturating_sub(1);
+        let columns = sent
+            .iter()
+            .chain([&vnode])
+            .map(|i| Arc::clone(part.column(*i)))
+            .collect();
+        Ok(RecordBatch::try_new(Arc::clone(self.edge.wire()), columns)?)
+    }
+
+    /// A batch another node sent, as the input: the columns that did not
+    /// cross (nothing downstream reads them) as nulls.
+    fn unwire(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let Some(sent) = &self.sent else {
+            return self.unroute(batch);
+        };
+        let rows = batch.num_rows();
+        let mut carried = sent.iter().zip(batch.columns()).peekable();
+        let columns = self
+            .input
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, field)| match carried.next_if(|(s, _)| **s == i) {
+                Some((_, column)) => Arc::clone(column),
+                None => new_null_array(field.data_type(), rows),
+            })
+            .collect();
+        Ok(RecordBatch::try_new(Arc::clone(&self.input), columns)?)
     }
 }
 
@@ -180,8 +235,9 @@ pub fn distribute(
                 .pop()
                 .filter(|_| inputs.is_empty())
                 .ok_or_else(mismatch)?;
+            let read = node.aggregate_input_columns();
             Operator::Stateful {
-                inputs: vec![in_front(stream, 0, input, keys, child, setup)?],
+                inputs: vec![in_front(stream, 0, (input, read), keys, child, setup)?],
                 op,
             }
         }
@@ -207,8 +263,9 @@ pub fn distribute(
             let right_keys: Vec<Expr> = on.iter().map(|(_, r)| r.clone()).collect();
             Operator::Stateful {
                 inputs: vec![
-                    in_front(stream, 0, left, &left_keys, l, setup)?,
-                    in_front(stream, 1, right, &right_keys, r, setup)?,
+                    // A join keeps and emits its rows whole.
+                    in_front(stream, 0, (left, None), &left_keys, l, setup)?,
+                    in_front(stream, 1, (right, None), &right_keys, r, setup)?,
                 ],
                 op,
             }
@@ -232,7 +289,14 @@ pub fn for_process(
         .collect::<Result<Vec<PhysExpr>>>()?;
     let wire = wire_schema(input.fields().iter().map(|f| f.as_ref()));
     let edge = setup.edge(&format!("{stream}#0"), wire)?;
-    Ok(ExchangeOp::new(keys, key_columns.to_vec(), edge))
+    // A process function is handed its input rows whole.
+    Ok(ExchangeOp::new(
+        keys,
+        key_columns.to_vec(),
+        input,
+        None,
+        edge,
+    ))
 }
 
 /// The batches an edge carries: `input`'s columns (nullable: a routed
@@ -248,19 +312,35 @@ fn wire_schema<'a>(input: impl Iterator<Item = &'a Field>) -> SchemaRef {
 fn in_front(
     stream: &str,
     port: usize,
-    input: &StreamNode,
+    (input, read): (&StreamNode, Option<HashSet<Column>>),
     keys: &[Expr],
     child: Operator,
     setup: &ShuffleSetup,
 ) -> Result<Operator> {
     let in_schema = input.schema();
-    let wire = wire_schema(in_schema.as_arrow().fields().iter().map(|f| f.as_ref()));
+    let fields = in_schema.as_arrow().fields();
+    // The columns the operator reads, by position; all when one is not
+    // found (never dropped on a guess).
+    let sent = read
+        .and_then(|cols| {
+            cols.iter()
+                .map(|c| in_schema.index_of_column(c).ok())
+                .collect::<Option<BTreeSet<usize>>>()
+        })
+        .filter(|s| s.len() < fields.len())
+        .map(|s| s.into_iter().collect::<Vec<usize>>());
+    let wire = match &sent {
+        Some(sent) => wire_schema(sent.iter().map(|i| fields[*i].as_ref())),
+        None => wire_schema(fields.iter().map(|f| f.as_ref())),
+    };
     let edge = setup.edge(&format!("{stream}#{port}"), wire)?;
     let exchange = ExchangeOp::new(
         keys.iter()
             .map(|k| compile(k, in_schema))
             .collect::<Result<_>>()?,
         keys.iter().map(|k| k.schema_name().to_string()).collect(),
+        in_schema.as_arrow(),
+        sent,
         edge,
     );
     Ok(Operator::Exchange {
