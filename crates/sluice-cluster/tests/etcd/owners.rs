@@ -472,3 +472,33 @@ async fn a_follower_stops_waiting_when_the_preparing_leader_loses_its_term() {
     assert!(e.to_string().contains("SLC-CLU-019"), "{e}");
     assert!(started.elapsed() < bound, "{:?}", started.elapsed());
 }
+
+/// A follower's record made after the leader that prepared an attempt
+/// lost its term (a follower process rejoining before the successor leads)
+/// is not handed that attempt: its successor aborts it, and a barrier for
+/// it would meet the successor's in the shuffle channels. A Prepare of a
+/// leader that holds its term is handed out as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_passes_over_a_prepare_whose_leader_lost_its_term() {
+    let etcd = etcd().await;
+    let (n1, n2, leader, _follower, g) = two_owners(&etcd, "own10").await;
+    let live = FollowerCommitRecord::new(Arc::clone(n2.session()));
+    let handed = prepared(&leader, &live, 1, g).await;
+    assert!(
+        matches!(handed, Announcement::Prepared { id: 1, .. }),
+        "{handed:?}"
+    );
+    n1.session().stop_keep_alive();
+    // n1's key lapses with its lease; n2 may win the next term.
+    eventually("n1's term ended", LIMIT, || {
+        n2.leader().borrow().leader.as_deref() != Some("n1")
+    })
+    .await;
+    let rejoined = FollowerCommitRecord::new(Arc::clone(n2.session()));
+    // Its watch lists the Prepares soon after it is made: ask a while.
+    for _ in 0..20 {
+        let next = rejoined.next_announcement().await.expect("read");
+        assert!(next.is_none(), "{next:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
