@@ -331,3 +331,34 @@ fn a_paused_shuffled_node_is_fenced_and_publishes_nothing() {
     supervise(nodes, |i| node(&dir, &etcd, "pause", NODES[i], &shuffle));
     same_rows(&outputs(&dir.join("out"), &NODES), &expected);
 }
+
+/// The leader paused (SIGSTOP) past its lease: its term ends without its
+/// finish, so each follower stops following that run and rejoins
+/// (`run_outlived`), waiting for the designated leader's next term; the
+/// paused leader wakes fenced and stops, publishing nothing, and its new
+/// process leads the rest of the run. Each row is written once.
+#[test]
+fn a_paused_leader_ends_its_run_and_the_followers_rejoin_its_next_term() {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("split");
+    write_input(&dir);
+    let shuffle = shuffle_list();
+    let mut nodes = start_all(&dir, &etcd, "paused-leader", &shuffle);
+    until_committed(&etcd, "paused-leader", &mut nodes, 0);
+    nodes[0].signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(3));
+    nodes[0].signal(libc::SIGCONT);
+    let replaced = node(&dir, &etcd, "paused-leader", "n1", &shuffle);
+    let (status, stderr) = std::mem::replace(&mut nodes[0], replaced).wait(WATCHDOG);
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("SLC-CLU"), "{stderr}");
+    let (ends, _) = supervise(nodes, |i| {
+        node(&dir, &etcd, "paused-leader", NODES[i], &shuffle)
+    });
+    for (n, stderr) in NODES.iter().zip(&ends).skip(1) {
+        assert!(stderr.contains("lost its term"), "{n}: {stderr}");
+    }
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+}
