@@ -14,7 +14,7 @@ use std::path::Path;
 
 use sluice_cluster::testing::EtcdServer;
 use support::shuffled::*;
-use support::sinks::{final_state, lines};
+use support::sinks::lines;
 use support::*;
 
 /// 40,000 events at 8,000 a second: about 5 s of running, long enough
@@ -47,28 +47,16 @@ const SCRIPT: &str = "
 /// What a run wrote, per sink (the updating aggregate's final state).
 /// `nodes`: the per-node files of a split.
 fn outputs(out: &Path, nodes: &[&str]) -> BTreeMap<&'static str, Vec<String>> {
-    let mut all = BTreeMap::new();
-    for sink in ["hot", "top", "sold", "per_seller"] {
-        let name = format!("{sink}.csv");
-        let files: Vec<_> = if nodes.is_empty() {
-            vec![out.join(&name)]
-        } else {
-            nodes.iter().map(|n| out.join(n).join(&name)).collect()
-        };
-        let mut rows: Vec<String> = files
-            .iter()
-            .flat_map(|p| {
-                if sink == "per_seller" {
-                    final_state(p)
-                } else {
-                    lines(p)
-                }
-            })
-            .collect();
-        rows.sort();
-        all.insert(sink, rows);
-    }
-    all
+    sink_rows(
+        out,
+        nodes,
+        &[
+            ("hot", false),
+            ("top", false),
+            ("sold", false),
+            ("per_seller", true),
+        ],
+    )
 }
 
 #[test]

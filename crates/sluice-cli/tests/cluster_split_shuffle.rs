@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use sluice_cluster::testing::EtcdServer;
 use support::shuffled::*;
-use support::sinks::{final_state, lines};
+use support::sinks::lines;
 use support::*;
 
 const FILES: u64 = 12;
@@ -48,29 +48,11 @@ fn write_input(dir: &Path) {
 /// What a run wrote, per sink: the window and pair rows, and the final
 /// state of the updating totals. `nodes`: the per-node files of a split.
 fn outputs(out: &Path, nodes: &[&str]) -> BTreeMap<&'static str, Vec<String>> {
-    let files = |name: &str| -> Vec<std::path::PathBuf> {
-        if nodes.is_empty() {
-            vec![out.join(name)]
-        } else {
-            nodes.iter().map(|n| out.join(n).join(name)).collect()
-        }
-    };
-    let mut all = BTreeMap::new();
-    for sink in ["per_window", "pairs", "totals"] {
-        let mut rows: Vec<String> = files(&format!("{sink}.csv"))
-            .iter()
-            .flat_map(|p| {
-                if sink == "totals" {
-                    final_state(p)
-                } else {
-                    lines(p)
-                }
-            })
-            .collect();
-        rows.sort();
-        all.insert(sink, rows);
-    }
-    all
+    sink_rows(
+        out,
+        nodes,
+        &[("per_window", false), ("pairs", false), ("totals", true)],
+    )
 }
 
 /// The output of an uninterrupted single-node run.
@@ -90,15 +72,55 @@ fn reference(base: &Path) -> BTreeMap<&'static str, Vec<String>> {
     refs
 }
 
-#[test]
-fn three_shuffled_split_nodes_write_exactly_the_single_node_rows() {
+/// What most tests start from: the single-node reference output, a fresh
+/// etcd, and the split's directory (`base/split`) with its input.
+struct Fixture {
+    _base: tempfile::TempDir,
+    expected: BTreeMap<&'static str, Vec<String>>,
+    etcd: EtcdServer,
+    dir: std::path::PathBuf,
+}
+
+fn fixture() -> Fixture {
     let base = tempfile::tempdir().unwrap();
     let expected = reference(base.path());
     let etcd = rt().block_on(EtcdServer::start()).unwrap();
     let dir = base.path().join("split");
     write_input(&dir);
-    wait_all(start_all(&dir, &etcd, "keyed", &shuffle_list()));
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    Fixture {
+        _base: base,
+        expected,
+        etcd,
+        dir,
+    }
+}
+
+/// n1 and n2 of cluster `cluster`, and n3 with `SLUICE_TEST_CRASH=point`
+/// (it aborts at that point of its end).
+fn start_with_crashing_n3(f: &Fixture, cluster: &str, shuffle: &str, point: &str) -> Vec<Run> {
+    let state = format!("file://{}", f.dir.join("state").display());
+    let crash = [("SLUICE_TEST_CRASH", point.to_string())];
+    let mut nodes: Vec<Run> = NODES[..2]
+        .iter()
+        .map(|n| node(&f.dir, &f.etcd, cluster, n, shuffle))
+        .collect();
+    nodes.push(node_on(
+        &f.dir,
+        &f.etcd,
+        (cluster, "n3"),
+        shuffle,
+        &state,
+        &crash,
+    ));
+    nodes
+}
+
+#[test]
+fn three_shuffled_split_nodes_write_exactly_the_single_node_rows() {
+    let f = fixture();
+    let (expected, etcd, dir) = (&f.expected, &f.etcd, &f.dir);
+    wait_all(start_all(dir, etcd, "keyed", &shuffle_list()));
+    same_rows(&outputs(&dir.join("out"), &NODES), expected);
     // Every node computed a part: each wrote window rows of its own keys.
     for n in NODES {
         assert!(
@@ -108,7 +130,7 @@ fn three_shuffled_split_nodes_write_exactly_the_single_node_rows() {
     }
     // Each recorded its end; the leader's says in which term it led,
     // which is what the followers waited for before they stopped.
-    let status = cluster_status(&etcd, "keyed");
+    let status = cluster_status(etcd, "keyed");
     let finished = status.finished_members;
     assert_eq!(finished.len(), 3, "{finished:?}");
     let leaders: Vec<&String> = finished
@@ -131,13 +153,10 @@ fn three_shuffled_split_nodes_write_exactly_the_single_node_rows() {
 /// together they still write exactly the single-node rows.
 #[test]
 fn a_killed_shuffled_node_restarted_alone_resumes_with_the_rejoined_others_exactly_once() {
-    let base = tempfile::tempdir().unwrap();
-    let expected = reference(base.path());
-    let etcd = rt().block_on(EtcdServer::start()).unwrap();
-    let dir = base.path().join("split");
-    write_input(&dir);
-    kill_twice_and_supervise(&dir, &etcd, "kills");
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    let f = fixture();
+    let (expected, etcd, dir) = (&f.expected, &f.etcd, &f.dir);
+    kill_twice_and_supervise(dir, etcd, "kills");
+    same_rows(&outputs(&dir.join("out"), &NODES), expected);
 }
 
 /// A follower killed after the split's final checkpoint committed, before
@@ -148,34 +167,26 @@ fn a_killed_shuffled_node_restarted_alone_resumes_with_the_rejoined_others_exact
 /// single-node rows.
 #[test]
 fn a_follower_killed_before_it_published_the_end_publishes_alone_when_started_again() {
-    let base = tempfile::tempdir().unwrap();
-    let expected = reference(base.path());
-    let etcd = rt().block_on(EtcdServer::start()).unwrap();
-    let dir = base.path().join("split");
-    write_input(&dir);
+    let f = fixture();
+    let (expected, etcd, dir) = (&f.expected, &f.etcd, &f.dir);
     let shuffle = shuffle_list();
-    let state = format!("file://{}", dir.join("state").display());
-    let crash = [("SLUICE_TEST_CRASH", "follower-before-shutdown".to_string())];
-    let others: Vec<Run> = NODES[..2]
-        .iter()
-        .map(|n| node(&dir, &etcd, "late", n, &shuffle))
-        .collect();
-    let n3 = node_on(&dir, &etcd, ("late", "n3"), &shuffle, &state, &crash);
+    let mut others = start_with_crashing_n3(&f, "late", &shuffle, "follower-before-shutdown");
+    let n3 = others.pop().unwrap();
     let (status, stderr) = n3.wait(WATCHDOG);
     assert!(!status.success(), "n3 did not crash: {stderr}");
     assert!(stderr.contains("SLUICE_TEST_CRASH"), "{stderr}");
     wait_all_of(others, &NODES[..2]);
     // Alone: no peer will ever connect, so it must not wait for one (the
     // channel patience is 60 s).
-    let again = node(&dir, &etcd, "late", "n3", &shuffle);
+    let again = node(dir, etcd, "late", "n3", &shuffle);
     let (status, stderr) = again.wait(Duration::from_secs(45));
     assert!(status.success(), "{stderr}");
     assert!(
         stderr.contains("the split's run ended while this node was away"),
         "{stderr}"
     );
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
-    let finished = cluster_status(&etcd, "late").finished_members;
+    same_rows(&outputs(&dir.join("out"), &NODES), expected);
+    let finished = cluster_status(etcd, "late").finished_members;
     assert_eq!(finished.len(), 3, "{finished:?}");
 }
 
@@ -188,29 +199,13 @@ fn a_follower_killed_before_it_published_the_end_publishes_alone_when_started_ag
 /// write exactly the single-node rows.
 #[test]
 fn a_follower_killed_as_its_share_ended_is_the_only_node_started_again() {
-    let base = tempfile::tempdir().unwrap();
-    let expected = reference(base.path());
-    let etcd = rt().block_on(EtcdServer::start()).unwrap();
-    let dir = base.path().join("split");
-    write_input(&dir);
+    let f = fixture();
+    let (expected, etcd, dir) = (&f.expected, &f.etcd, &f.dir);
     let shuffle = shuffle_list();
-    let state = format!("file://{}", dir.join("state").display());
-    let crash = [("SLUICE_TEST_CRASH", "follower-share-ended".to_string())];
-    let mut nodes: Vec<Run> = NODES[..2]
-        .iter()
-        .map(|n| node(&dir, &etcd, "ended", n, &shuffle))
-        .collect();
-    nodes.push(node_on(
-        &dir,
-        &etcd,
-        ("ended", "n3"),
-        &shuffle,
-        &state,
-        &crash,
-    ));
-    let (_, restarts) = supervise(nodes, |i| node(&dir, &etcd, "ended", NODES[i], &shuffle));
+    let nodes = start_with_crashing_n3(&f, "ended", &shuffle, "follower-share-ended");
+    let (_, restarts) = supervise(nodes, |i| node(dir, etcd, "ended", NODES[i], &shuffle));
     assert_eq!(restarts, 1, "only the killed follower is started again");
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    same_rows(&outputs(&dir.join("out"), &NODES), expected);
 }
 
 /// Nodes must agree on the shuffle (a node with other addresses is
@@ -302,34 +297,31 @@ fn shuffled_split_nodes_with_state_on_s3_resume_a_kill_exactly_once() {
 /// paused node is started again, and each row is written once.
 #[test]
 fn a_paused_shuffled_node_is_fenced_and_publishes_nothing() {
-    let base = tempfile::tempdir().unwrap();
-    let expected = reference(base.path());
-    let etcd = rt().block_on(EtcdServer::start()).unwrap();
-    let dir = base.path().join("split");
-    write_input(&dir);
+    let f = fixture();
+    let (expected, etcd, dir) = (&f.expected, &f.etcd, &f.dir);
     let shuffle = shuffle_list();
-    let mut nodes = start_all(&dir, &etcd, "pause", &shuffle);
-    until_committed(&etcd, "pause", &mut nodes, 0);
+    let mut nodes = start_all(dir, etcd, "pause", &shuffle);
+    until_committed(etcd, "pause", &mut nodes, 0);
     let victim = 1;
     nodes[victim].signal(libc::SIGSTOP);
     // Past its lease (1 s), and the answers it owed were given up.
     std::thread::sleep(Duration::from_secs(3));
-    let fenced = committed(&etcd, "pause");
+    let fenced = committed(etcd, "pause");
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
-        committed(&etcd, "pause"),
+        committed(etcd, "pause"),
         fenced,
         "a checkpoint committed without the paused node"
     );
     nodes[victim].signal(libc::SIGCONT);
     // It wakes without its lease: it stops, publishing nothing.
-    let replaced = node(&dir, &etcd, "pause", NODES[victim], &shuffle);
+    let replaced = node(dir, etcd, "pause", NODES[victim], &shuffle);
     let (status, stderr) = std::mem::replace(&mut nodes[victim], replaced).wait(WATCHDOG);
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("SLC-CLU"), "{stderr}");
     // The others rejoined and finish with its new process.
-    supervise(nodes, |i| node(&dir, &etcd, "pause", NODES[i], &shuffle));
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    supervise(nodes, |i| node(dir, etcd, "pause", NODES[i], &shuffle));
+    same_rows(&outputs(&dir.join("out"), &NODES), expected);
 }
 
 /// The leader paused (SIGSTOP) past its lease: its term ends without its
@@ -339,26 +331,23 @@ fn a_paused_shuffled_node_is_fenced_and_publishes_nothing() {
 /// process leads the rest of the run. Each row is written once.
 #[test]
 fn a_paused_leader_ends_its_run_and_the_followers_rejoin_its_next_term() {
-    let base = tempfile::tempdir().unwrap();
-    let expected = reference(base.path());
-    let etcd = rt().block_on(EtcdServer::start()).unwrap();
-    let dir = base.path().join("split");
-    write_input(&dir);
+    let f = fixture();
+    let (expected, etcd, dir) = (&f.expected, &f.etcd, &f.dir);
     let shuffle = shuffle_list();
-    let mut nodes = start_all(&dir, &etcd, "paused-leader", &shuffle);
-    until_committed(&etcd, "paused-leader", &mut nodes, 0);
+    let mut nodes = start_all(dir, etcd, "paused-leader", &shuffle);
+    until_committed(etcd, "paused-leader", &mut nodes, 0);
     nodes[0].signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_secs(3));
     nodes[0].signal(libc::SIGCONT);
-    let replaced = node(&dir, &etcd, "paused-leader", "n1", &shuffle);
+    let replaced = node(dir, etcd, "paused-leader", "n1", &shuffle);
     let (status, stderr) = std::mem::replace(&mut nodes[0], replaced).wait(WATCHDOG);
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("SLC-CLU"), "{stderr}");
     let (ends, _) = supervise(nodes, |i| {
-        node(&dir, &etcd, "paused-leader", NODES[i], &shuffle)
+        node(dir, etcd, "paused-leader", NODES[i], &shuffle)
     });
     for (n, stderr) in NODES.iter().zip(&ends).skip(1) {
         assert!(stderr.contains("lost its term"), "{n}: {stderr}");
     }
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    same_rows(&outputs(&dir.join("out"), &NODES), expected);
 }

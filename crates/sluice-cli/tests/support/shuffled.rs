@@ -230,3 +230,36 @@ pub fn kill_twice_and_supervise(dir: &Path, etcd: &EtcdServer, cluster: &str) {
         "{recovered} recoveries for {killed} kills"
     );
 }
+
+/// What a run wrote to each of `sinks` (name, and whether it is an
+/// updating aggregate's changelog, read as its final state), sorted.
+/// `nodes`: the per-node files of a split (`out/NODE/SINK.csv`); none:
+/// one node's `out/SINK.csv`.
+pub fn sink_rows(
+    out: &Path,
+    nodes: &[&str],
+    sinks: &[(&'static str, bool)],
+) -> BTreeMap<&'static str, Vec<String>> {
+    let mut all = BTreeMap::new();
+    for (sink, updating) in sinks {
+        let name = format!("{sink}.csv");
+        let files: Vec<_> = if nodes.is_empty() {
+            vec![out.join(&name)]
+        } else {
+            nodes.iter().map(|n| out.join(n).join(&name)).collect()
+        };
+        let mut rows: Vec<String> = files
+            .iter()
+            .flat_map(|p| {
+                if *updating {
+                    super::sinks::final_state(p)
+                } else {
+                    super::sinks::lines(p)
+                }
+            })
+            .collect();
+        rows.sort();
+        all.insert(*sink, rows);
+    }
+    all
+}
