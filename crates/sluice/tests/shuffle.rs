@@ -13,7 +13,7 @@ use std::sync::Arc;
 use sluice::process::benchmark::{running_count_descriptor, RunningCount};
 use sluice::split::{CreditBudget, OwnerTable, ShuffleSetup, VnodePlacement};
 use sluice::Database;
-use split_support::shuffle::{open_node, servers, PIPELINE};
+use split_support::shuffle::{open_node, run_reference, servers, PIPELINE};
 use split_support::{final_state, lines, Rng, LIMIT};
 
 const SCRIPT: &str = "
@@ -82,18 +82,6 @@ fn write_input(dir: &Path, rng: &mut Rng, files: usize) {
     }
 }
 
-async fn run_single(dir: &Path, batch: u64) {
-    let db = Database::builder().base_dir(dir).open().await.unwrap();
-    db.execute(&SCRIPT.replace("BATCH", &batch.to_string()))
-        .await
-        .unwrap();
-    tokio::time::timeout(LIMIT, db.run_to_completion())
-        .await
-        .expect("in time")
-        .unwrap();
-    db.shutdown().await.unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
     let mut rng = Rng(0x5eed_5f1e);
@@ -113,7 +101,12 @@ async fn keyed_aggregations_across_shuffled_nodes_equal_one_node() {
         } else {
             CreditBudget::default()
         };
-        run_single(dir.path(), batch).await;
+        let single = Database::builder()
+            .base_dir(dir.path())
+            .open()
+            .await
+            .unwrap();
+        run_reference(single, SCRIPT, batch).await;
         let (servers, table) = servers(nodes, &owner).await;
         let mut dbs = Vec::new();
         for n in 0..nodes {
@@ -509,15 +502,7 @@ async fn a_process_function_across_shuffled_nodes_equals_one_node() {
                 .unwrap(),
         )
         .await;
-        single
-            .execute(&PROCESS_SCRIPT.replace("BATCH", &batch.to_string()))
-            .await
-            .unwrap();
-        tokio::time::timeout(LIMIT, single.run_to_completion())
-            .await
-            .expect("in time")
-            .unwrap();
-        single.shutdown().await.unwrap();
+        run_reference(single, PROCESS_SCRIPT, batch).await;
         let (servers, table) = servers(nodes, &owner).await;
         let mut dbs = Vec::new();
         for n in 0..nodes {

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use sluice::split::CreditBudget;
 use sluice::Database;
-use split_support::shuffle::{open_node, servers};
+use split_support::shuffle::{open_node, run_reference, servers};
 use split_support::{final_state, lines, Rng, LIMIT};
 
 const SCRIPT: &str = "
@@ -67,15 +67,7 @@ async fn nexmark_windows_and_a_join_across_shuffled_nodes_equal_one_node() {
             .open()
             .await
             .unwrap();
-        single
-            .execute(&script.replace("BATCH", &batch.to_string()))
-            .await
-            .unwrap();
-        tokio::time::timeout(LIMIT, single.run_to_completion())
-            .await
-            .expect("in time")
-            .unwrap();
-        single.shutdown().await.unwrap();
+        run_reference(single, &script, batch).await;
 
         let (servers, table) = servers(nodes, &owner).await;
         let mut dbs = Vec::new();

@@ -63,3 +63,16 @@ pub async fn open_node(
         .await?;
     Ok(db)
 }
+
+/// Run `script` (its `BATCH` replaced by `batch`) to its end on `db`, one
+/// node without a shuffle: the reference a split's nodes are held to.
+pub async fn run_reference(db: Database, script: &str, batch: u64) {
+    db.execute(&script.replace("BATCH", &batch.to_string()))
+        .await
+        .unwrap();
+    tokio::time::timeout(super::LIMIT, db.run_to_completion())
+        .await
+        .expect("in time")
+        .unwrap();
+    db.shutdown().await.unwrap();
+}
