@@ -640,6 +640,12 @@ async fn an_aggregation_sends_only_the_columns_it_reads() {
     }
     let (mut sent, mut bytes) = (0, 0);
     for db in &dbs {
+        // SHOW EXCHANGES names what crosses: the key and max's argument.
+        let shown = db.execute("SHOW EXCHANGES").await.unwrap();
+        let text = sluice::arrow::util::pretty::pretty_format_batches(&shown)
+            .unwrap()
+            .to_string();
+        assert!(text.contains("| k, ts "), "{text}");
         let m = db.shutdown().await.unwrap();
         let c = m.exchanges["counts#0"];
         sent += c.rows_sent;

@@ -270,6 +270,22 @@ impl ShuffleSetup {
         edges.retain(|e| !of_stream(e));
     }
 
+    /// The input columns each edge made so far carries to the other
+    /// nodes, by edge id (an aggregation's edge carries only the columns
+    /// it reads; see `operators::exchange`).
+    pub fn columns_sent(&self) -> std::collections::BTreeMap<String, Vec<String>> {
+        self.edges
+            .lock()
+            .iter()
+            .map(|e| {
+                let fields = e.wire().fields();
+                let data = &fields[..fields.len().saturating_sub(1)];
+                let names = data.iter().map(|f| f.name().clone()).collect();
+                (e.id().to_string(), names)
+            })
+            .collect()
+    }
+
     /// Every edge made so far.
     pub(crate) fn edges(&self) -> Vec<Arc<ExchangeEdge>> {
         self.edges.lock().clone()

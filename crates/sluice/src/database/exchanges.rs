@@ -19,7 +19,9 @@ use crate::{Error, Result};
 /// the pipeline starts (or before a keyed stream exists) the table is
 /// empty. Bytes are counted as frames go out, so rows routed but still
 /// queued count no bytes yet; the per-row figure is null until a row was
-/// routed to another node.
+/// routed to another node. `columns_sent` names the input columns the
+/// exchange carries to the other nodes (an aggregation's, only those it
+/// reads).
 pub(super) fn show(
     shuffle: Option<&ShuffleHandle>,
     exchanges: &BTreeMap<String, ExchangeCounters>,
@@ -40,7 +42,13 @@ pub(super) fn show(
         Field::new("rows_received", DataType::UInt64, false),
         Field::new("bytes_sent", DataType::UInt64, false),
         Field::new("bytes_per_row_sent", DataType::Float64, true),
+        Field::new("columns_sent", DataType::Utf8, true),
     ]));
+    // The columns each edge carries (null for one not made yet).
+    let carried = shuffle.0.columns_sent();
+    let columns_sent = exchanges
+        .keys()
+        .map(|edge| carried.get(edge).map(|names| names.join(", ")));
     let counters: Vec<&ExchangeCounters> = exchanges.values().collect();
     let column = |f: fn(&ExchangeCounters) -> u64| {
         Arc::new(UInt64Array::from_iter_values(counters.iter().map(|c| f(c))))
@@ -61,6 +69,7 @@ pub(super) fn show(
             column(|c| c.rows_received),
             column(|c| c.bytes_sent),
             Arc::new(Float64Array::from_iter(per_row)),
+            Arc::new(StringArray::from_iter(columns_sent)),
         ],
     )?])
 }
