@@ -47,7 +47,7 @@ impl ColumnsRead {
 }
 
 /// The columns an operator needs from its output: `None` is all of them.
-type Needed = Option<HashSet<Column>>;
+pub type Needed = Option<HashSet<Column>>;
 
 impl StreamNode {
     /// What this plan reads of `input`, or `None` if it does not read it.
@@ -68,15 +68,9 @@ impl StreamNode {
                     read.get_or_insert_with(ColumnsRead::none).merge(these);
                 }
             }
-            StreamNode::Filter { input, predicate } => {
-                let needed = needed.map(|mut cols| {
-                    add_refs(&mut cols, [predicate]);
-                    cols
-                });
+            StreamNode::Filter { input, .. } | StreamNode::Project { input, .. } => {
+                let needed = self.row_by_row_input_needed(needed).flatten();
                 input.collect_columns_read(target, needed, read);
-            }
-            StreamNode::Project { input, exprs, .. } => {
-                input.collect_columns_read(target, Some(refs(exprs)), read);
             }
             StreamNode::Union { inputs, .. } => {
                 // Union inputs match by position, not name: read them whole.
@@ -149,6 +143,24 @@ impl StreamNode {
                 add_refs(&mut cols, aggregates);
                 input.collect_columns_read(target, Some(cols), read);
             }
+            StreamNode::AsofJoin { .. }
+            | StreamNode::Join { .. }
+            | StreamNode::OuterJoin { .. } => {
+                for (side, side_needed) in self.join_sides_needed(needed).into_iter().flatten() {
+                    side.collect_columns_read(target, side_needed, read);
+                }
+            }
+        }
+    }
+}
+
+impl StreamNode {
+    /// What a join needs of each side, given what its reader needs of its
+    /// output (`None`: every column, and then each side whole): the
+    /// reader's columns of that side, and its keys, filter and bounds (an
+    /// ASOF join's times). `None` for a node that is not a join.
+    pub fn join_sides_needed(&self, needed: Needed) -> Option<[(&StreamNode, Needed); 2]> {
+        let (left, right, needed) = match self {
             StreamNode::AsofJoin {
                 left,
                 right,
@@ -162,15 +174,7 @@ impl StreamNode {
                     add_refs(&mut cols, [left_time, right_time]);
                     cols
                 });
-                for side in [left, right] {
-                    let side_needed = needed.as_ref().map(|cols| {
-                        cols.iter()
-                            .filter(|c| side.schema().has_column(c))
-                            .cloned()
-                            .collect()
-                    });
-                    side.collect_columns_read(target, side_needed, read);
-                }
+                (left, right, needed)
             }
             StreamNode::Join {
                 left,
@@ -197,21 +201,35 @@ impl StreamNode {
                     add_refs(&mut cols, right_bounds.iter().map(|b| &b.expr));
                     cols
                 });
-                for side in [left, right] {
-                    let side_needed = needed.as_ref().map(|cols| {
-                        cols.iter()
-                            .filter(|c| side.schema().has_column(c))
-                            .cloned()
-                            .collect()
-                    });
-                    side.collect_columns_read(target, side_needed, read);
-                }
+                (left, right, needed)
             }
+            _ => return None,
+        };
+        let of = |side: &StreamNode| {
+            needed.as_ref().map(|cols| {
+                cols.iter()
+                    .filter(|c| side.schema().has_column(c))
+                    .cloned()
+                    .collect()
+            })
+        };
+        Some([(left.as_ref(), of(left)), (right.as_ref(), of(right))])
+    }
+
+    /// What a filter or a projection needs of its input, given what its
+    /// reader needs of its output (`None`: every column). `None` for any
+    /// other node.
+    pub fn row_by_row_input_needed(&self, needed: Needed) -> Option<Needed> {
+        match self {
+            StreamNode::Filter { predicate, .. } => Some(needed.map(|mut cols| {
+                add_refs(&mut cols, [predicate]);
+                cols
+            })),
+            StreamNode::Project { exprs, .. } => Some(Some(refs(exprs))),
+            _ => None,
         }
     }
-}
 
-impl StreamNode {
     /// The columns of its input a keyed aggregation reads, whatever reads
     /// its output (which is only its keys and aggregates): its keys, its
     /// aggregates' arguments and filters, and a window's time column.

@@ -601,11 +601,12 @@ fn counted_rows(
         .collect()
 }
 
-/// Only the columns an aggregation reads cross between nodes: a row
-/// with a 2,000-byte column the query never reads crosses in a few dozen
-/// bytes (the key and the vnode), and the result is still one node's.
+/// Only the columns an operator and its readers read cross between
+/// nodes: a row with a 2,000-byte column no query reads crosses in a few
+/// dozen bytes (the key, the time and the vnode), into an aggregation and
+/// into both sides of a join, and the results are still one node's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_aggregation_sends_only_the_columns_it_reads() {
+async fn exchanges_send_only_the_columns_that_are_read() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("in")).unwrap();
     let pad = "x".repeat(2000);
@@ -619,7 +620,9 @@ async fn an_aggregation_sends_only_the_columns_it_reads() {
         CREATE SOURCE s (k BIGINT, pad VARCHAR, ts TIMESTAMP, WATERMARK FOR ts AS ts)
           WITH (connector = 'file', path = 'in/*.csv', format = 'csv', batch_size = 'BATCH');
         CREATE STREAM counts AS SELECT k, count(*) AS n, max(ts) AS last FROM s GROUP BY k;
-        CREATE SINK c FROM counts WITH (connector = 'file', path = 'out/counts.csv', format = 'csv');";
+        CREATE SINK c FROM counts WITH (connector = 'file', path = 'out/counts.csv', format = 'csv');
+        CREATE STREAM matched AS SELECT a.k, b.ts FROM s a JOIN s b ON a.k = b.k AND a.ts = b.ts;
+        CREATE SINK m FROM matched WITH (connector = 'file', path = 'out/matched.csv', format = 'csv');";
     let owner: Vec<u32> = (0..64).map(|v| v % 2).collect();
     let (servers, table) = servers(2, &owner).await;
     let mut dbs = Vec::new();
@@ -645,11 +648,15 @@ async fn an_aggregation_sends_only_the_columns_it_reads() {
         let text = sluice::arrow::util::pretty::pretty_format_batches(&shown)
             .unwrap()
             .to_string();
-        assert!(text.contains("| k, ts "), "{text}");
+        // Each edge (the aggregation's, the join's two sides) carries the
+        // key and the time, never the pad.
+        assert_eq!(text.matches("| k, ts ").count(), 3, "{text}");
         let m = db.shutdown().await.unwrap();
-        let c = m.exchanges["counts#0"];
-        sent += c.rows_sent;
-        bytes += c.bytes_sent;
+        for edge in ["counts#0", "matched#0", "matched#1"] {
+            let c = m.exchanges[edge];
+            sent += c.rows_sent;
+            bytes += c.bytes_sent;
+        }
     }
     assert!(sent > 20, "{sent} rows sent");
     assert!(bytes < sent * 200, "{bytes} bytes for {sent} rows");
@@ -662,6 +669,17 @@ async fn an_aggregation_sends_only_the_columns_it_reads() {
     union.sort();
     assert_eq!(union.len(), 40, "{union:?}");
     assert!(union.iter().all(|r| r.contains(",10,")), "{union:?}");
+    // Every row met itself once on the owner of its key.
+    let mut matched = Vec::new();
+    for n in 0..2 {
+        matched.extend(lines(&dir.path().join(format!("out/n{n}/matched.csv"))));
+    }
+    matched.sort();
+    let mut expected: Vec<String> = (0..400)
+        .map(|i| format!("{},1970-01-01T00:{:02}:{:02}", i % 40, i / 60, i % 60))
+        .collect();
+    expected.sort();
+    assert_eq!(matched, expected);
 }
 
 /// `SHOW EXCHANGES` on a database without a shuffle says it has none.

@@ -13,6 +13,7 @@ use arrow::record_batch::RecordBatch;
 
 use datafusion::common::Column;
 use datafusion::logical_expr::Expr;
+use sluice_sql::columns_read::Needed;
 use sluice_sql::plan::StreamNode;
 
 use super::expr::{compile, eval_column, PhysExpr};
@@ -24,10 +25,11 @@ use crate::partition::placement::vnode_of;
 
 /// The exchange in front of one keyed operator.
 ///
-/// Only the input columns the operator reads cross between nodes (an
+/// Only the input columns that are read cross between nodes (an
 /// aggregation reads its keys, its aggregates' arguments and its window's
-/// time; Nexmark q5 reads 2 of the bid's 7 columns): the others arrive as
-/// nulls, which nothing reads. Rows this node keeps stay whole.
+/// time, so Nexmark q5 sends 2 of the bid's 7 columns; a join, its keys,
+/// filter and bounds and what its readers read of each side): the others
+/// arrive as nulls, which nothing reads. Rows this node keeps stay whole.
 pub struct ExchangeOp {
     /// The `GROUP BY` keys, over the input.
     keys: Vec<PhysExpr>,
@@ -198,6 +200,19 @@ pub fn distribute(
     op: Operator,
     setup: &ShuffleSetup,
 ) -> Result<Operator> {
+    // The stream's readers (sinks, other streams) take its rows whole.
+    distribute_needing(stream, (node, None), op, setup)
+}
+
+/// [`distribute`] of `node`, whose reader needs `needed` of its output
+/// (`None`: every column): an exchange sends only what the operator it
+/// feeds needs (see `StreamNode::join_sides_needed`).
+fn distribute_needing(
+    stream: &str,
+    (node, needed): (&StreamNode, Needed),
+    op: Operator,
+    setup: &ShuffleSetup,
+) -> Result<Operator> {
     let mismatch = || {
         EngineError::Internal(format!(
             "stream '{stream}': its operators do not follow its plan"
@@ -210,10 +225,13 @@ pub fn distribute(
                 input: child,
                 predicate,
             },
-        ) => Operator::Filter {
-            input: Box::new(distribute(stream, input, *child, setup)?),
-            predicate,
-        },
+        ) => {
+            let needed = node.row_by_row_input_needed(needed).flatten();
+            Operator::Filter {
+                input: Box::new(distribute_needing(stream, (input, needed), *child, setup)?),
+                predicate,
+            }
+        }
         (
             StreamNode::Project { input, .. },
             Operator::Project {
@@ -221,11 +239,14 @@ pub fn distribute(
                 exprs,
                 schema,
             },
-        ) => Operator::Project {
-            input: Box::new(distribute(stream, input, *child, setup)?),
-            exprs,
-            schema,
-        },
+        ) => {
+            let needed = node.row_by_row_input_needed(needed).flatten();
+            Operator::Project {
+                input: Box::new(distribute_needing(stream, (input, needed), *child, setup)?),
+                exprs,
+                schema,
+            }
+        }
         (
             StreamNode::WindowAggregate { input, keys, .. }
             | StreamNode::Aggregate { input, keys, .. },
@@ -242,30 +263,25 @@ pub fn distribute(
             }
         }
         // A join's two inputs cross by their side of the key pairs: the
-        // rows of one key meet on the key's owner.
+        // rows of one key meet on the key's owner. Each side sends what
+        // the join's reader reads of it and what the join itself reads.
         (
-            StreamNode::Join {
-                left, right, on, ..
-            }
-            | StreamNode::OuterJoin {
-                left, right, on, ..
-            }
-            | StreamNode::AsofJoin {
-                left, right, on, ..
-            },
+            StreamNode::Join { on, .. }
+            | StreamNode::OuterJoin { on, .. }
+            | StreamNode::AsofJoin { on, .. },
             Operator::Stateful { mut inputs, op },
         ) => {
             let (r, l) = (inputs.pop(), inputs.pop());
             let (Some(l), Some(r), true) = (l, r, inputs.is_empty()) else {
                 return Err(mismatch());
             };
+            let [left, right] = node.join_sides_needed(needed).ok_or_else(mismatch)?;
             let left_keys: Vec<Expr> = on.iter().map(|(l, _)| l.clone()).collect();
             let right_keys: Vec<Expr> = on.iter().map(|(_, r)| r.clone()).collect();
             Operator::Stateful {
                 inputs: vec![
-                    // A join keeps and emits its rows whole.
-                    in_front(stream, 0, (left, None), &left_keys, l, setup)?,
-                    in_front(stream, 1, (right, None), &right_keys, r, setup)?,
+                    in_front(stream, 0, left, &left_keys, l, setup)?,
+                    in_front(stream, 1, right, &right_keys, r, setup)?,
                 ],
                 op,
             }
