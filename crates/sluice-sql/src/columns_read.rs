@@ -78,16 +78,8 @@ impl StreamNode {
                     i.collect_columns_read(target, None, read);
                 }
             }
-            StreamNode::WindowAggregate {
-                input,
-                window,
-                keys,
-                aggregates,
-                ..
-            } => {
-                let mut cols = refs(keys);
-                add_refs(&mut cols, aggregates.iter().chain([&window.time]));
-                input.collect_columns_read(target, Some(cols), read);
+            StreamNode::WindowAggregate { input, .. } | StreamNode::Aggregate { input, .. } => {
+                input.collect_columns_read(target, self.aggregate_input_columns(), read);
             }
             StreamNode::Distinct { input, keys, .. } => {
                 input.collect_columns_read(target, Some(refs(keys)), read);
@@ -132,16 +124,6 @@ impl StreamNode {
                     cols
                 });
                 input.collect_columns_read(target, needed, read);
-            }
-            StreamNode::Aggregate {
-                input,
-                keys,
-                aggregates,
-                ..
-            } => {
-                let mut cols = refs(keys);
-                add_refs(&mut cols, aggregates);
-                input.collect_columns_read(target, Some(cols), read);
             }
             StreamNode::AsofJoin { .. }
             | StreamNode::Join { .. }
