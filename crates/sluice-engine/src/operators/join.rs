@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, UInt32Array};
-use arrow::compute::{filter_record_batch, interleave, take};
+use arrow::compute::{concat_batches, filter_record_batch, interleave, take};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
@@ -27,6 +27,7 @@ use smallvec::SmallVec;
 use super::expr::{eval, eval_predicate, PhysExpr};
 use super::stateful::{no_such_port, Port, StatefulOperator, LEFT, RIGHT};
 use crate::error::{EngineError, Result};
+use crate::partition::placement::VnodePlacement;
 use crate::state::{SnapshotReader, SnapshotWriter};
 
 /// When rows of a side may be forgotten: `(value, other side's lag,
@@ -413,6 +414,26 @@ impl StatefulOperator for HashJoin {
                 r.parts().len()
             )));
         };
+        self.restore_sides(left, right)
+    }
+
+    /// Each side's rows whose key is of `keep`'s vnodes, from every old
+    /// owner's kept rows.
+    fn restore_moved(&mut self, snaps: &[SnapshotReader], keep: &VnodePlacement) -> Result<()> {
+        match moved_parts(snaps, [&self.left, &self.right], keep, self.kind())? {
+            Some([left, right]) => self.restore_sides(&left, &right),
+            None => {
+                self.left.clear();
+                self.right.clear();
+                Ok(())
+            }
+        }
+    }
+}
+
+impl HashJoin {
+    /// Both sides from their snapshot parts, rebuilding the key indexes.
+    fn restore_sides(&mut self, left: &RecordBatch, right: &RecordBatch) -> Result<()> {
         for (side, batch) in [(&mut self.left, left), (&mut self.right, right)] {
             side.clear();
             let batch = RecordBatch::try_new(Arc::clone(&side.schema), batch.columns().to_vec())?;
@@ -421,4 +442,57 @@ impl StatefulOperator for HashJoin {
         }
         Ok(())
     }
+}
+
+/// Each side's snapshot part, `[left, right]`, holding the rows of every
+/// one of `snaps` whose key is of `keep`'s vnodes (the old owners' parts
+/// concatenated); `None` with no snapshot. A part holds its side's rows
+/// (the columns of `side.schema`) and, past them, any per-row columns
+/// the operator keeps (an outer join's match flags), which are kept with
+/// their rows. `kind` names the operator in errors.
+pub(crate) fn moved_parts(
+    snaps: &[SnapshotReader],
+    sides: [&Side; 2],
+    keep: &VnodePlacement,
+    kind: &str,
+) -> Result<Option<[RecordBatch; 2]>> {
+    if snaps.is_empty() {
+        return Ok(None);
+    }
+    let damaged = |what: String| EngineError::Internal(format!("moving {kind} state: {what}"));
+    let mut out = Vec::with_capacity(2);
+    for (i, side) in sides.into_iter().enumerate() {
+        let width = side.schema.fields().len();
+        let mut kept = Vec::with_capacity(snaps.len());
+        let mut schema = None;
+        for snap in snaps {
+            let part = match snap.parts() {
+                [left, right] => [left, right][i],
+                parts => return Err(damaged(format!("{} parts, expected 2", parts.len()))),
+            };
+            let columns = part
+                .columns()
+                .get(..width)
+                .ok_or_else(|| damaged(format!("a part has {} columns", part.num_columns())))?;
+            let rows = RecordBatch::try_new(Arc::clone(&side.schema), columns.to_vec())?;
+            let keys = side
+                .keys
+                .iter()
+                .map(|k| eval(k, &rows))
+                .collect::<Result<Vec<_>>>()?;
+            let mask = keep.rows_owned(&keys, rows.num_rows()).map_err(damaged)?;
+            let schema = schema.get_or_insert_with(|| part.schema());
+            let owned = filter_record_batch(part, &mask)?;
+            kept.push(RecordBatch::try_new(
+                Arc::clone(schema),
+                owned.columns().to_vec(),
+            )?);
+        }
+        let schema = schema.ok_or_else(|| damaged("no part".into()))?;
+        out.push(concat_batches(&schema, &kept)?);
+    }
+    let [left, right]: [RecordBatch; 2] = out
+        .try_into()
+        .map_err(|_| damaged("not two sides".into()))?;
+    Ok(Some([left, right]))
 }

@@ -27,6 +27,9 @@ pub mod stateful;
 pub mod top_n;
 pub mod window;
 
+#[cfg(test)]
+mod moved_state_tests;
+
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;

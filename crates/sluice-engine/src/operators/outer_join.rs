@@ -30,9 +30,10 @@ use arrow::row::RowConverter;
 
 use super::changelog::{output_batch, Op};
 use super::expr::{eval_predicate, PhysExpr};
-use super::join::{key_converter, Side, SideBound};
+use super::join::{key_converter, moved_parts, Side, SideBound};
 use super::stateful::{no_such_port, Port, StatefulOperator, LEFT, RIGHT};
 use crate::error::{EngineError, Result};
+use crate::partition::placement::VnodePlacement;
 use crate::state::{ConcatLater, SnapshotReader, SnapshotWriter};
 
 /// The name of the match-flag column a tracked side's snapshot appends.
@@ -326,6 +327,26 @@ impl StatefulOperator for OuterJoin {
                 r.parts().len()
             )));
         };
+        self.restore_sides(left, right)
+    }
+
+    /// Each side's rows (with their match flags) whose key is of `keep`'s
+    /// vnodes, from every old owner's kept rows.
+    fn restore_moved(&mut self, snaps: &[SnapshotReader], keep: &VnodePlacement) -> Result<()> {
+        match moved_parts(snaps, [&self.left, &self.right], keep, self.kind())? {
+            Some([left, right]) => self.restore_sides(&left, &right),
+            None => {
+                self.left.clear();
+                self.right.clear();
+                Ok(())
+            }
+        }
+    }
+}
+
+impl OuterJoin {
+    /// Both sides from their snapshot parts, rebuilding the key indexes.
+    fn restore_sides(&mut self, left: &RecordBatch, right: &RecordBatch) -> Result<()> {
         let converter = &self.converter;
         for (side, batch) in [(&mut self.left, left), (&mut self.right, right)] {
             side.clear();

@@ -27,6 +27,7 @@ use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 
 use crate::error::{EngineError, Result};
+use crate::partition::placement::VnodePlacement;
 use crate::state::{SnapshotReader, SnapshotWriter, StatePart};
 
 /// An operator's input port: 0 for an operator with one input; for the
@@ -79,6 +80,27 @@ pub trait StatefulOperator: Send {
     /// damaged or from another plan; the state is then unspecified and the
     /// operator must not run.
     fn restore(&mut self, snap: &SnapshotReader) -> Result<()>;
+
+    /// Replace the state with the keys of `keep`'s vnodes out of `snaps`:
+    /// snapshots, written by [`snapshot`](Self::snapshot) at one checkpoint
+    /// cut, of this operator on every node that held one of those vnodes
+    /// before vnodes moved between the nodes of a split. A key's rows went
+    /// to its vnode's one owner, so each key's state is in at most one of
+    /// them; keys of other vnodes are left to their new owners. With no
+    /// snapshot, the state is empty.
+    ///
+    /// Returns an error when the operator's state cannot move (the
+    /// default: it names the operator), or a part is damaged; the state is
+    /// then unspecified and the operator must not run.
+    fn restore_moved(&mut self, snaps: &[SnapshotReader], keep: &VnodePlacement) -> Result<()> {
+        let _ = (snaps, keep);
+        Err(EngineError::Catalog(format!(
+            "the state of a {} cannot move with its vnodes to another node yet (that of \
+             windowed and updating GROUP BYs and of inner and outer joins can); keep the \
+             split's member list, or start the pipeline afresh",
+            self.kind()
+        )))
+    }
 
     /// Rows this operator dropped because the watermark had already closed
     /// what they belonged to.

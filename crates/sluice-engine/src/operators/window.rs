@@ -23,7 +23,17 @@ use super::groups::{AggregateFunctions, KeyCodec, KeyRows};
 use super::scope::{GroupedAggregates, ScopeSnapshot};
 use super::stateful::{no_such_port, Port, StatefulOperator};
 use crate::error::Result;
+use crate::partition::placement::VnodePlacement;
 use crate::state::{SnapshotReader, SnapshotWriter};
+
+/// The start of the window whose scope `part` (a snapshot part) holds.
+fn window_start(part: &RecordBatch) -> Result<i64> {
+    part.schema()
+        .metadata()
+        .get("window_start")
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| crate::error::EngineError::Internal("window snapshot without start".into()))
+}
 
 /// Window starts a row at `t` belongs to, for fixed-size windows.
 ///
@@ -304,19 +314,45 @@ impl StatefulOperator for WindowAggregate {
         self.windows.clear();
         let nkeys = self.def.keys.len();
         for part in snap.parts() {
-            let start: i64 = part
-                .schema()
-                .metadata()
-                .get("window_start")
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| {
-                    crate::error::EngineError::Internal("window snapshot without start".into())
-                })?;
+            let start = window_start(part)?;
             let scope = ScopeSnapshot::from_batch(part)?;
             self.windows.insert(
                 start,
                 GroupedAggregates::restore(&self.def.codec, &self.def.funcs, nkeys, &scope)?,
             );
+        }
+        Ok(())
+    }
+
+    /// Each window's groups of `keep`'s vnodes, from every old owner's
+    /// scope of that window. Windows are closed through the earliest of
+    /// the owners' points, so no window any of them held open is closed
+    /// here; the late-row count starts afresh on this node.
+    fn restore_moved(&mut self, snaps: &[SnapshotReader], keep: &VnodePlacement) -> Result<()> {
+        let mut by_start: BTreeMap<i64, Vec<ScopeSnapshot>> = BTreeMap::new();
+        let mut closed_through: Option<i64> = None;
+        for snap in snaps {
+            let closed: i64 = snap.get("closed_through")?;
+            closed_through = Some(closed_through.map_or(closed, |c| c.min(closed)));
+            for part in snap.parts() {
+                by_start
+                    .entry(window_start(part)?)
+                    .or_default()
+                    .push(ScopeSnapshot::from_batch(part)?);
+            }
+        }
+        self.closed_through = closed_through.unwrap_or(i64::MIN);
+        self.dropped_late = 0;
+        self.windows.clear();
+        let nkeys = self.def.keys.len();
+        for (start, scopes) in by_start {
+            let merged = ScopeSnapshot::merge_owned(&scopes, nkeys, keep)?;
+            if merged.batch.num_rows() > 0 {
+                self.windows.insert(
+                    start,
+                    GroupedAggregates::restore(&self.def.codec, &self.def.funcs, nkeys, &merged)?,
+                );
+            }
         }
         Ok(())
     }
@@ -430,6 +466,26 @@ impl StatefulOperator for UpdatingAggregate {
         })?;
         let scope = ScopeSnapshot::from_batch(part)?;
         self.scope = GroupedAggregates::restore(&self.codec, &self.funcs, self.keys.len(), &scope)?;
+        Ok(())
+    }
+
+    /// The groups of `keep`'s vnodes from every old owner's scope.
+    fn restore_moved(&mut self, snaps: &[SnapshotReader], keep: &VnodePlacement) -> Result<()> {
+        let scopes = snaps
+            .iter()
+            .map(|snap| {
+                let part = snap.parts().first().ok_or_else(|| {
+                    crate::error::EngineError::Internal("aggregate snapshot is empty".into())
+                })?;
+                ScopeSnapshot::from_batch(part)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.scope = if scopes.is_empty() {
+            GroupedAggregates::new(&self.codec, &self.funcs)?
+        } else {
+            let merged = ScopeSnapshot::merge_owned(&scopes, self.keys.len(), keep)?;
+            GroupedAggregates::restore(&self.codec, &self.funcs, self.keys.len(), &merged)?
+        };
         Ok(())
     }
 

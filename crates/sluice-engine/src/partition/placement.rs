@@ -26,6 +26,7 @@
 //! change**; `sluice-cluster`'s golden-value test pins it, and the cluster
 //! crate calls this function rather than keeping a copy.
 
+use arrow::array::{ArrayRef, BooleanArray};
 use twox_hash::XxHash3_64;
 
 /// The largest vnode count: a vnode index fits the id's low 16 bits.
@@ -104,6 +105,22 @@ impl VnodePlacement {
     /// The vnode of canonical key `key` under this placement's count.
     pub fn vnode_of(&self, key: &[u8]) -> u32 {
         vnode_of(key, self.count())
+    }
+
+    /// Which of `rows` rows have a key of a vnode this owner holds, given
+    /// the key's values (`key_columns`, in key order, as the exchange in
+    /// front of the operator evaluates them): what a node keeps of another
+    /// node's operator state when vnodes move to it.
+    pub fn rows_owned(
+        &self,
+        key_columns: &[ArrayRef],
+        rows: usize,
+    ) -> Result<BooleanArray, String> {
+        let keys = super::key::encode_keys(key_columns, rows)?;
+        Ok(keys
+            .iter()
+            .map(|k| Some(self.owns(self.vnode_of(k))))
+            .collect())
     }
 
     /// Take `vnodes` over (at a vnode transition).

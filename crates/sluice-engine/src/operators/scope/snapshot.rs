@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 
-use arrow::array::ArrayRef;
+use arrow::array::{new_null_array, Array, ArrayRef, UInt32Array};
+use arrow::compute::{concat, filter, take};
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{EngineError, Result};
+use crate::partition::placement::VnodePlacement;
 
 /// The schema of a batch of state columns: nullable, named by position
 /// (`c0`, `c1`, ...), since what a column means is fixed by its place.
@@ -84,5 +86,91 @@ impl ScopeSnapshot {
             widths,
             emitted_len,
         })
+    }
+}
+
+impl ScopeSnapshot {
+    /// One scope of the groups of `keep`'s vnodes out of `snaps`, scopes
+    /// of the same aggregation on the nodes that held those vnodes before
+    /// they moved (each group is in at most one of them, since a key's
+    /// rows went to its vnode's one owner): what a node that gains vnodes
+    /// restores. `nkeys` leading columns are the key's values.
+    ///
+    /// Groups that emitted a row (changelog mode) come first, as
+    /// [`Self::emitted_len`](ScopeSnapshot) requires; a scope without
+    /// emitted values contributes nulls to those columns, which no group
+    /// past the emitted ones reads.
+    pub fn merge_owned(
+        snaps: &[ScopeSnapshot],
+        nkeys: usize,
+        keep: &VnodePlacement,
+    ) -> Result<Self> {
+        let damaged = |what: &str| EngineError::Internal(format!("moving aggregate state: {what}"));
+        let first = snaps.first().ok_or_else(|| damaged("no scope to merge"))?;
+        let widths = first.widths.clone();
+        let state_end = nkeys + widths.iter().sum::<usize>();
+        // The emitted columns' types, from a scope that has them.
+        let emitted_types: Option<Vec<arrow::datatypes::DataType>> =
+            snaps.iter().find(|s| s.emitted_len.is_some()).map(|s| {
+                s.batch.columns()[state_end.min(s.batch.num_columns())..]
+                    .iter()
+                    .map(|c| c.data_type().clone())
+                    .collect()
+            });
+        let width = state_end + emitted_types.as_ref().map_or(0, Vec::len);
+        let mut kept: Vec<Vec<ArrayRef>> = Vec::with_capacity(snaps.len());
+        // Per scope: rows kept, and how many of them emitted.
+        let mut counts: Vec<(usize, usize)> = Vec::with_capacity(snaps.len());
+        for snap in snaps {
+            if snap.widths != widths || snap.batch.num_columns() < state_end {
+                return Err(damaged("the nodes' scopes have different columns"));
+            }
+            let rows = snap.batch.num_rows();
+            let mask = keep
+                .rows_owned(&snap.batch.columns()[..nkeys], rows)
+                .map_err(|e| damaged(&e))?;
+            let mut cols: Vec<ArrayRef> = snap.batch.columns()[..state_end].to_vec();
+            match (&emitted_types, snap.emitted_len) {
+                (Some(_), Some(_)) => cols.extend_from_slice(&snap.batch.columns()[state_end..]),
+                (Some(types), None) => {
+                    cols.extend(types.iter().map(|t| new_null_array(t, rows)));
+                }
+                (None, _) => {}
+            }
+            if cols.len() != width {
+                return Err(damaged("the nodes' scopes have different emitted columns"));
+            }
+            let emitted = snap.emitted_len.unwrap_or(0).min(rows);
+            let emitted_kept = mask.slice(0, emitted).true_count();
+            let cols = cols
+                .iter()
+                .map(|c| filter(c.as_ref(), &mask))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            counts.push((mask.true_count(), emitted_kept));
+            kept.push(cols);
+        }
+        // Emitted groups of every scope first, then the others.
+        let mut order: Vec<u32> = Vec::new();
+        let mut at = 0u32;
+        let mut tails = Vec::new();
+        for &(rows, emitted) in &counts {
+            let (rows, emitted) = (rows as u32, emitted as u32);
+            order.extend(at..at + emitted);
+            tails.push(at + emitted..at + rows);
+            at += rows;
+        }
+        for tail in tails {
+            order.extend(tail);
+        }
+        let order = UInt32Array::from(order);
+        let mut cols = Vec::with_capacity(width);
+        for c in 0..width {
+            let parts: Vec<&dyn Array> = kept.iter().map(|k| k[c].as_ref()).collect();
+            cols.push(take(concat(&parts)?.as_ref(), &order, None)?);
+        }
+        let emitted_len = emitted_types
+            .is_some()
+            .then(|| counts.iter().map(|(_, e)| e).sum());
+        Self::from_columns(cols, at as usize, widths, emitted_len)
     }
 }
