@@ -34,7 +34,8 @@
 //! leader (`split_shuffle`). What a static split does not do yet: move a
 //! down node's vnodes to the others while the rest run (its share waits
 //! for it, or the whole split is stopped and started with another list;
-//! a shuffled split cannot change its list at all yet).
+//! a shuffled split's list can grow, and its keyed state moves with the
+//! vnodes, but cannot drop a node yet).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -127,24 +128,28 @@ async fn run_node(
     let client = status::connect(&p.endpoints).await?;
     let keys = ClusterKeys::new(&args.cluster_id)?;
     if shuffle.is_some() {
-        refuse_changed_list(&client, &keys, &members).await?;
+        refuse_dropped_members(&client, &keys, &members).await?;
     }
+    // Nodes agree on where each shuffle listens through the split's record
+    // (one list per generation, since a grown split has a longer one), and
+    // on whether rows shuffle at all through the sealed catalog.
+    let canonical = shuffle.as_ref().map(ShuffleList::canonical);
     let (record, revision, part) = split_change::settle_part(
         &client,
         &keys,
         (list, &members, &node_id),
         &p.store,
-        p.lease_ttl,
+        (p.lease_ttl, canonical.as_deref()),
     )
     .await?;
-    if let (Some(_), Some(previous)) = (&shuffle, &record.previous) {
-        return Err(CliError::usage(format!(
-            "--shuffle: this split's member list was changed (generation {} after {}); keyed \
-             state does not move with its vnodes yet, so a shuffled split runs only on a list \
-             never changed: use a new --cluster-id",
-            record.generation, previous.generation
-        )));
-    }
+    // A shuffled split whose list grew: each node's keyed operators take
+    // the keys of its vnodes from the old members' last cut.
+    let moved = match (&shuffle, &part, &record.previous) {
+        (Some(_), Part::Member, Some(previous)) => {
+            Some(split_change::moved_state(&client, &keys, previous, &p.store).await?)
+        }
+        _ => None,
+    };
     let (share, handover) = match (&part, &record.previous) {
         (Part::Member, previous) => {
             let handover = previous
@@ -207,14 +212,17 @@ async fn run_node(
     if let Some(handover) = handover {
         builder = builder.split_handover(handover)?;
     }
+    if let Some(moved) = moved {
+        builder = builder.split_moved_state(moved)?;
+    }
     let db = builder.cluster_info(Arc::new(p.info)).open().await?;
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &p.text).await?;
     let mut catalog = cluster::sealed_catalog(&db, &p.store).await;
-    let exchange = shuffle
-        .as_ref()
-        .map_or("off".into(), ShuffleList::canonical);
-    catalog.objects.insert("option shuffle".into(), exchange);
+    let exchange = if shuffle.is_some() { "on" } else { "off" };
+    catalog
+        .objects
+        .insert("option shuffle".into(), exchange.to_string());
     let mut config = NodeConfig::new(p.endpoints, &args.cluster_id, &node_id, catalog);
     config.lease_ttl = p.lease_ttl;
     config.placement = Placement::Fixed(members.clone());
@@ -358,24 +366,37 @@ async fn run_node(
     outcome
 }
 
-/// A shuffled split runs only on the list it was first recorded with:
-/// keyed state does not move with its vnodes yet.
-async fn refuse_changed_list(
+/// A shuffled split's list may grow, not lose a recorded node: a node
+/// dropped from it would have to run once more, with no vnodes and no
+/// shuffle, to publish what its last checkpoint committed, and its keyed
+/// streams cannot run without the shuffle.
+async fn refuse_dropped_members(
     client: &Client,
     keys: &ClusterKeys,
     members: &[String],
 ) -> Result<(), CliError> {
-    match split_record::read(client, keys).await?.0 {
-        Some(recorded) if recorded.members != members => Err(CliError::usage(format!(
-            "--shuffle: this split runs on {} (generation {}), not {}; keyed state does not \
-             move with its vnodes yet, so a shuffled split cannot change its member list: start \
-             it with the recorded list, or under a new --cluster-id",
-            recorded.members.join(","),
-            recorded.generation,
-            members.join(",")
-        ))),
-        _ => Ok(()),
+    let Some(recorded) = split_record::read(client, keys).await?.0 else {
+        return Ok(());
+    };
+    let dropped: Vec<&str> = recorded
+        .members
+        .iter()
+        .filter(|m| !members.contains(m))
+        .map(String::as_str)
+        .collect();
+    if dropped.is_empty() {
+        return Ok(());
     }
+    Err(CliError::usage(format!(
+        "--shuffle: this split runs on {} (generation {}), and --split {} drops {}; a shuffled \
+         split can add nodes (their vnodes' keyed state moves to them) but cannot drop one yet: \
+         a dropped node's last sink epoch would be published by no one. Start it with a list \
+         that keeps every recorded node, or under a new --cluster-id",
+        recorded.members.join(","),
+        recorded.generation,
+        members.join(","),
+        dropped.join(",")
+    )))
 }
 
 /// For a follower of a shuffled split, resolves once its run is over

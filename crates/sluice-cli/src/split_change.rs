@@ -25,13 +25,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::split::{PreviousNode, SourceProgress, SplitHandover};
+use sluice::split::{MovedState, PreviousNode, SourceProgress, SplitHandover};
+use sluice::CommitAuthority;
 use sluice_cluster::split_record::{
     self, PreviousSplit, RecordedProgress, SplitCommitRecord, SplitRecord,
 };
 use sluice_cluster::status::{self, Client};
 use sluice_cluster::vnodes::VnodeCount;
-use sluice_cluster::ClusterKeys;
+use sluice_cluster::{ClusterKeys, CommittedCuts};
 
 use crate::error::CliError;
 use crate::split_members::{node_store, share_of};
@@ -53,10 +54,10 @@ pub(crate) async fn settle_part(
     keys: &ClusterKeys,
     (list, members, node): (&str, &[String], &str),
     store: &str,
-    lease_ttl: Duration,
+    (lease_ttl, shuffle): (Duration, Option<&str>),
 ) -> Result<(SplitRecord, i64, Part), CliError> {
     if members.iter().any(|m| m == node) {
-        let (record, revision) = settle(client, keys, members, store, lease_ttl).await?;
+        let (record, revision) = settle(client, keys, members, store, (lease_ttl, shuffle)).await?;
         return Ok((record, revision, Part::Member));
     }
     // Started with the new list while the split still has the old one:
@@ -91,24 +92,38 @@ const ASK_AGAIN: Duration = Duration::from_millis(500);
 
 /// The split's record for `members`, and its etcd revision: the recorded
 /// one when its list is `members`, else the next generation, recorded here
-/// (see the module docs).
+/// (see the module docs). `shuffle`: the canonical `--shuffle` list of a
+/// split whose keyed rows cross between its nodes, whose checkpoints are
+/// cuts its leader committed for every node, not each node's own; every
+/// node of a generation must give the same.
 pub(crate) async fn settle(
     client: &Client,
     keys: &ClusterKeys,
     members: &[String],
     store: &str,
-    lease_ttl: Duration,
+    (lease_ttl, shuffle): (Duration, Option<&str>),
 ) -> Result<(SplitRecord, i64), CliError> {
+    let shuffled = shuffle.is_some();
     let waited = Instant::now();
     loop {
         let (current, revision) = split_record::read(client, keys).await?;
         let (next, absent) = match current {
+            Some(r) if r.members == members && r.shuffle.as_deref() != shuffle => {
+                return Err(CliError::usage(format!(
+                    "--shuffle '{}' differs from the list generation {} of this split runs with \
+                     ('{}'): every node of a split is given the same shuffle list (option shuffle)",
+                    shuffle.unwrap_or("off"),
+                    r.generation,
+                    r.shuffle.as_deref().unwrap_or("off")
+                )));
+            }
             Some(r) if r.members == members => return Ok((r, revision)),
             None => {
                 let first = SplitRecord {
                     generation: 1,
                     members: members.to_vec(),
                     previous: None,
+                    shuffle: shuffle.map(str::to_string),
                 };
                 (first, Vec::new())
             }
@@ -137,11 +152,12 @@ pub(crate) async fn settle(
                     tokio::time::sleep(ASK_AGAIN).await;
                     continue;
                 }
-                let previous = stopped_at(client, keys, &r, store).await?;
+                let previous = stopped_at(client, keys, &r, (store, shuffled)).await?;
                 let next = SplitRecord {
                     generation: r.generation + 1,
                     members: members.to_vec(),
                     previous: Some(previous),
+                    shuffle: shuffle.map(str::to_string),
                 };
                 (next, r.members)
             }
@@ -167,15 +183,14 @@ async fn stopped_at(
     client: &Client,
     keys: &ClusterKeys,
     record: &SplitRecord,
-    store: &str,
+    (store, shuffled): (&str, bool),
 ) -> Result<PreviousSplit, CliError> {
     let mut read = BTreeMap::new();
     for member in &record.members {
-        let commits = SplitCommitRecord::reader(client.clone(), keys.clone(), member)?;
-        let sources =
-            sluice::split::recorded_progress(&node_store(store, member), Some(Arc::new(commits)))
-                .await?
-                .unwrap_or_default();
+        let commits = commits_of(client, keys, member, shuffled)?;
+        let sources = sluice::split::recorded_progress(&node_store(store, member), Some(commits))
+            .await?
+            .unwrap_or_default();
         read.insert(member.clone(), sources);
     }
     // From generation 2 on, a member's vnodes were handed over to it:
@@ -226,6 +241,48 @@ async fn stopped_at(
         members: record.members.clone(),
         progress,
     })
+}
+
+/// Which checkpoints of `member`'s store count: those its split record
+/// holds, or in a shuffled split the cuts the leader committed for all.
+fn commits_of(
+    client: &Client,
+    keys: &ClusterKeys,
+    member: &str,
+    shuffled: bool,
+) -> Result<Arc<dyn CommitAuthority>, CliError> {
+    Ok(if shuffled {
+        Arc::new(CommittedCuts::new(client.clone(), keys.clone()))
+    } else {
+        Arc::new(SplitCommitRecord::reader(
+            client.clone(),
+            keys.clone(),
+            member,
+        )?)
+    })
+}
+
+/// The keyed state a node of a shuffled split takes over after
+/// `previous`: every old member's checkpoint of the last cut committed for
+/// all of them (each node keeps the keys of its vnodes out of it; see
+/// `sluice_engine::split::moved`). Members that never checkpointed held no
+/// state.
+pub(crate) async fn moved_state(
+    client: &Client,
+    keys: &ClusterKeys,
+    previous: &PreviousSplit,
+    store: &str,
+) -> Result<MovedState, CliError> {
+    let mut states = Vec::new();
+    for member in &previous.members {
+        let cuts = commits_of(client, keys, member, true)?;
+        if let Some(state) =
+            sluice::split::recorded_state(member, &node_store(store, member), Some(cuts)).await?
+        {
+            states.push(state);
+        }
+    }
+    Ok(MovedState::new(states)?)
 }
 
 /// What node `node` starts from after `previous`: its own vnodes of then

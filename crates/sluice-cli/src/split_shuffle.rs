@@ -30,8 +30,10 @@
 //! A node killed mid-run cuts its channels, and the others halt (none
 //! recovers alone): whoever runs the nodes starts them all again, and each
 //! resumes from the last checkpoint committed for all. The member list of
-//! a shuffled split cannot change yet: keyed state does not move with its
-//! vnodes (only file positions do), so a changed list is refused by name.
+//! a shuffled split can grow between runs (`split_change`): each node's
+//! keyed operators then take the keys of its vnodes out of the old
+//! members' last cut (`DatabaseBuilder::split_moved_state`), as its file
+//! sources take the files of its vnodes from where they stopped.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;

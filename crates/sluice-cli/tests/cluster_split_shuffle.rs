@@ -5,8 +5,9 @@
 //! elected leader. Together the nodes write exactly the rows of one
 //! uninterrupted single-node run, also when a random node (the leader
 //! too) is SIGKILLed at a random time and every node is started again;
-//! nodes that disagree on the shuffle, or a shuffled split whose list
-//! changed, are refused by name.
+//! a split grown from two nodes to three moves its keyed state with its
+//! vnodes; nodes that disagree on the shuffle, or a list that drops a
+//! node, are refused by name.
 
 mod support;
 
@@ -250,10 +251,76 @@ fn a_node_with_another_shuffle_or_list_is_refused_by_name() {
     assert!(!status.success());
     assert!(
         stderr.contains("error[SLC-CLI-001]: --shuffle: this split runs on n1,n2,n3")
-            && stderr.contains("cannot change its member list"),
+            && stderr.contains("--split n1,n2 drops n3")
+            && stderr.contains("cannot drop one yet"),
         "{stderr}"
     );
     n1.kill();
+}
+
+/// A shuffled split grown from two nodes to three between runs: n2 and n3
+/// are killed after a checkpoint committed for both, then n1, n2 and n3
+/// start with the longer list (n1, new, leads). Each key's window, running total and join
+/// rows move with its vnode to its new owner (from the old members' last
+/// cut), each file is read on from where its old holder stopped, and the
+/// three nodes' output with the two's is exactly one node's.
+#[test]
+fn a_shuffled_split_grown_from_two_nodes_to_three_moves_its_keyed_state_exactly_once() {
+    let f = fixture();
+    let state = format!("file://{}", f.dir.join("state").display());
+    let three = shuffle_list();
+    // n2 and n3 first: n1, which sorts first, joins later and leads the
+    // grown split from a store with no checkpoint of its own.
+    let two: Vec<&str> = three.split(',').skip(1).collect();
+    let two = two.join(",");
+    // Each node says when it takes keyed state over.
+    let log = [(
+        "RUST_LOG",
+        "warn,sluice_engine::coordinator::moved=info".to_string(),
+    )];
+    let start = |node: &str, list: &str, shuffle: &str| {
+        node_of_list(
+            &f.dir,
+            &f.etcd,
+            ("grow", node),
+            (list, shuffle),
+            &state,
+            &log,
+        )
+    };
+    let mut old: Vec<Run> = ["n2", "n3"]
+        .iter()
+        .map(|n| start(n, "n2,n3", &two))
+        .collect();
+    until_committed(&f.etcd, "grow", &mut old, 0);
+    assert!(
+        old.iter_mut().all(Run::running),
+        "the two nodes ended before they were killed: grow the input"
+    );
+    for run in old {
+        run.signal(libc::SIGKILL);
+        let _ = run.wait(WATCHDOG);
+    }
+    let cut = committed(&f.etcd, "grow");
+    let new: Vec<Run> = NODES
+        .iter()
+        .map(|n| start(n, &NODES.join(","), &three))
+        .collect();
+    let ends = wait_all(new);
+    same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
+    // Every node took its keys over from the two's last cut, and n1, new
+    // and leading, reserved its checkpoints above the two's ids at once.
+    for (node, stderr) in NODES.iter().zip(&ends) {
+        assert!(
+            !stderr.contains("is already reserved in etcd"),
+            "{node}: {stderr}"
+        );
+        assert!(
+            stderr.contains("took over the keyed state of this node's vnodes")
+                && stderr.contains(&format!("checkpoint={cut}")),
+            "{node}: {stderr}"
+        );
+    }
 }
 
 /// Every node's checkpoints on S3 (a real S3-compatible server on

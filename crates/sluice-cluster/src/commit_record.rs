@@ -463,6 +463,54 @@ impl CommitAuthority for LeaderCommitRecord {
     }
 }
 
+/// The checkpoints a cluster's leader committed, read by someone who
+/// records none: which manifests of a node's store count after the node
+/// stopped (a shuffled split whose member list changes reads every old
+/// member's last cut with it). Recording a commit through it is refused.
+#[derive(Clone)]
+pub struct CommittedCuts {
+    client: Client,
+    keys: ClusterKeys,
+}
+
+impl std::fmt::Debug for CommittedCuts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommittedCuts")
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CommittedCuts {
+    /// The commit decisions of the cluster of `keys`.
+    pub fn new(client: Client, keys: ClusterKeys) -> Self {
+        Self { client, keys }
+    }
+}
+
+#[async_trait]
+impl CommitAuthority for CommittedCuts {
+    async fn record_commit(
+        &self,
+        id: u64,
+        _generation: Option<u64>,
+        _manifest: &BlobRef,
+    ) -> Result<(), StorageError> {
+        Err(StorageError::Fenced {
+            id,
+            source: "a reader of the cluster's commit decisions records none".into(),
+        })
+    }
+
+    async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {
+        committed_ids(&self.client, &self.keys).await
+    }
+
+    async fn forget_below(&self, _id: u64) -> Result<(), StorageError> {
+        Ok(())
+    }
+}
+
 /// The manifest reference a node acks with.
 pub(crate) fn part_of(manifest: &BlobRef) -> PartRef {
     PartRef {

@@ -131,7 +131,7 @@ pub mod watch;
 
 pub use assignment::{Assignment, AssignmentView};
 pub use catalog_seal::{SealOutcome, SealedCatalog};
-pub use commit_record::LeaderCommitRecord;
+pub use commit_record::{CommittedCuts, LeaderCommitRecord};
 pub use error::{ClusterError, Result};
 pub use follower_record::FollowerCommitRecord;
 pub use keys::{ClusterKeys, NodeId};

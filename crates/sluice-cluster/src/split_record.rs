@@ -61,6 +61,11 @@ pub struct SplitRecord {
     /// The generation before, for the nodes to start from (`None` for
     /// generation 1).
     pub previous: Option<PreviousSplit>,
+    /// Where each member's shuffle listens (`NODE=IP:PORT,...`, sorted), for
+    /// a split whose keyed rows cross between its nodes: every node of the
+    /// generation runs with this list, and a node with another is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shuffle: Option<String>,
 }
 
 /// The record and the etcd revision it was last written at (0: absent).

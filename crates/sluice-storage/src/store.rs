@@ -236,8 +236,19 @@ impl CheckpointStore {
 
     /// The largest id of an attempt marker or a committed checkpoint, and
     /// the key that holds it (`(0, "")` on an empty store).
+    ///
+    /// Under an authority that decides one cut for several stores (a
+    /// shuffled split's leader), the largest id it recorded counts too: a
+    /// store that joined later (a node added to the split, which may lead
+    /// it) reserves above every id the cut's records already hold, since
+    /// the authority records each id once.
     async fn largest_id(&self, committed: &[u64]) -> Result<(u64, String)> {
         let mut max = (0u64, String::new());
+        if let Some(authority) = self.authority.as_ref().filter(|a| a.one_cut_across_nodes()) {
+            if let Some(&id) = authority.committed().await?.as_ref().and_then(|c| c.last()) {
+                max = (id, format!("the commit authority's checkpoint {id}"));
+            }
+        }
         for key in self.backend.list(ATTEMPTS).await? {
             if let Some(id) = key.rsplit('/').next().and_then(parse_id) {
                 if id >= max.0 {

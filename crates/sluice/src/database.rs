@@ -19,6 +19,7 @@ use sluice_engine::pipeline::Pipeline;
 use sluice_engine::process::placement::VnodePlacement;
 use sluice_engine::sources::PushSource;
 use sluice_engine::split::handover::SplitHandover;
+use sluice_engine::split::moved::MovedState;
 use sluice_engine::split::SourceSplit;
 use sluice_sql::{Statement, StreamPlanner};
 use sluice_storage::object_store::ObjectStore;
@@ -163,6 +164,27 @@ impl DatabaseBuilder {
             ));
         };
         self.options.split = Some(split.with_handover(handover));
+        Ok(self)
+    }
+
+    /// This node of a shuffled split holds vnodes whose keyed state other
+    /// nodes held before (the member list changed): at the start, its
+    /// aggregations and joins take the keys of its vnodes from `state`,
+    /// every previous node's checkpoint at one cut (see
+    /// `sluice_engine::split::moved` and [`crate::split::recorded_state`]),
+    /// unless its own checkpoint is newer than that cut. Give its file
+    /// sources the matching [`Self::split_handover`]. Refused before
+    /// [`Self::split`]; refused at start without [`Self::shuffle`] or
+    /// checkpoints, and for an operator whose state cannot move yet (by
+    /// name).
+    pub fn split_moved_state(mut self, state: MovedState) -> Result<Self> {
+        let Some(split) = self.options.split.take() else {
+            return Err(Error::Option(
+                "split_moved_state: this database is not a node of a split; call split first"
+                    .into(),
+            ));
+        };
+        self.options.split = Some(split.with_moved_state(state));
         Ok(self)
     }
 

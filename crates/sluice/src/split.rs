@@ -13,6 +13,7 @@ pub use sluice_engine::exchange::ExchangeCounters;
 pub use sluice_engine::exchange::ShuffleSetup;
 pub use sluice_engine::process::placement::VnodePlacement;
 pub use sluice_engine::split::handover::{PreviousNode, SourceProgress, SplitHandover};
+pub use sluice_engine::split::moved::{MovedState, PreviousState};
 pub use sluice_engine::split::{file_vnode, offset_generation, SourceSplit};
 pub use sluice_shuffle::{CreditBudget, OwnerTable, ShuffleServer};
 use sluice_storage::{CheckpointStore, CommitAuthority, ObjectStoreBackend};
@@ -61,4 +62,27 @@ pub async fn recorded_progress(
             })
             .collect(),
     ))
+}
+
+/// Node `node`'s last checkpoint that `authority` recorded (the node's
+/// `commit_authority`; all of a store's committed ones without it) in the
+/// store at `url`, for a [`MovedState`]; `None` when it holds none (the
+/// node committed nothing, so it held no state).
+///
+/// Like [`recorded_progress`], the store is only read: the state is final
+/// only if the node reads no further, the caller's to ensure.
+pub async fn recorded_state(
+    node: &str,
+    url: &str,
+    authority: Option<Arc<dyn CommitAuthority>>,
+) -> Result<Option<PreviousState>> {
+    let store = CheckpointStore::new(Box::new(ObjectStoreBackend::from_url(url)?));
+    let store = match authority {
+        Some(authority) => store.with_authority(authority),
+        None => store,
+    };
+    Ok(store.latest_valid().await?.map(|cp| PreviousState {
+        node: node.to_string(),
+        checkpoint: Arc::new(cp),
+    }))
 }

@@ -81,6 +81,20 @@ pub fn node_on(
     state: &str,
     env: &[(&'static str, String)],
 ) -> Run {
+    let list = NODES.join(",");
+    node_of_list(dir, etcd, (cluster, node), (&list, shuffle), state, env)
+}
+
+/// [`node_on`] of the split `list` (`--split`), whose `--shuffle` is
+/// `shuffle`.
+pub fn node_of_list(
+    dir: &Path,
+    etcd: &EtcdServer,
+    (cluster, node): (&str, &str),
+    (list, shuffle): (&str, &str),
+    state: &str,
+    env: &[(&'static str, String)],
+) -> Run {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
     c.current_dir(dir)
         .env(
@@ -90,7 +104,7 @@ pub fn node_on(
         .arg("run")
         .args(["--cluster", &format!("etcd={}", etcd.endpoint())])
         .args(["--cluster-id", cluster, "--node-id", node])
-        .args(["--split", &NODES.join(","), "--shuffle", shuffle])
+        .args(["--split", list, "--shuffle", shuffle])
         .args(["--lease-ttl", LEASE, "--state", state])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .args(["--set", "checkpoint_interval=50ms"])
@@ -248,16 +262,11 @@ pub fn sink_rows(
         } else {
             nodes.iter().map(|n| out.join(n).join(&name)).collect()
         };
-        let mut rows: Vec<String> = files
-            .iter()
-            .flat_map(|p| {
-                if *updating {
-                    super::sinks::final_state(p)
-                } else {
-                    super::sinks::lines(p)
-                }
-            })
-            .collect();
+        let mut rows: Vec<String> = if *updating {
+            super::sinks::final_state_of(&files)
+        } else {
+            files.iter().flat_map(|p| super::sinks::lines(p)).collect()
+        };
         rows.sort();
         all.insert(*sink, rows);
     }

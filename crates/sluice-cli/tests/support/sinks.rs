@@ -15,8 +15,15 @@ pub fn lines(path: &Path) -> Vec<String> {
 /// The final state of a changelog sink file: each row inserted and not
 /// retracted (the change kind is the last column).
 pub fn final_state(path: &Path) -> Vec<String> {
+    final_state_of(&[path])
+}
+
+/// The final state of the changelog that `paths` (the files of a split's
+/// nodes) hold together: a key's row may be retracted on another node
+/// than the one that inserted it, once its vnode moved.
+pub fn final_state_of<P: AsRef<Path>>(paths: &[P]) -> Vec<String> {
     let mut state: BTreeMap<String, i64> = BTreeMap::new();
-    for line in lines(path) {
+    for line in paths.iter().flat_map(|p| lines(p.as_ref())) {
         let (row, change) = line.rsplit_once(',').unwrap();
         *state.entry(row.to_string()).or_default() += if change == "insert" { 1 } else { -1 };
     }

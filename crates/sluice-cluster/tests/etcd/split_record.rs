@@ -19,6 +19,7 @@ fn record(generation: u64, members: &[&str]) -> SplitRecord {
         generation,
         members: members.iter().map(|m| m.to_string()).collect(),
         previous: None,
+        shuffle: None,
     }
 }
 

@@ -61,6 +61,15 @@ pub enum ControlMsg {
     EnableCheckpoints(Box<CheckpointConfig>),
     /// Restore every owner's state from a checkpoint (before `Start`).
     Recover(Box<sluice_storage::LoadedCheckpoint>),
+    /// Replace every keyed operator's state with the keys of `placement`'s
+    /// vnodes out of the previous holders' checkpoints (after `Recover`,
+    /// before `Start`; see `crate::split::moved`).
+    AdoptMovedState {
+        /// The previous holders' checkpoints at one cut.
+        state: Arc<crate::split::moved::MovedState>,
+        /// The vnodes this node holds now.
+        placement: crate::process::placement::VnodePlacement,
+    },
 }
 
 /// Pressure from bounded outputs (sink writer queues, subscriber queues),

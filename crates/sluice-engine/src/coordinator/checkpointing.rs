@@ -55,7 +55,7 @@ fn view_blob(name: &str) -> String {
     format!("view/{name}")
 }
 
-fn stream_blob(name: &str, i: usize) -> String {
+pub(super) fn stream_blob(name: &str, i: usize) -> String {
     format!("stream/{name}/{i}")
 }
 

@@ -706,6 +706,14 @@ impl RuntimeControl for ConnectorPipelineCallback {
                 self.recover(&checkpoint)
                     .map_err(|e| e.context(format!("recovering from checkpoint {id} failed")))?;
             }
+            ControlMsg::AdoptMovedState { state, placement } => {
+                self.adopt_moved_state(&state, &placement).map_err(|e| {
+                    e.context(format!(
+                        "taking over the keyed state of this node's vnodes from checkpoint {}",
+                        state.cut()
+                    ))
+                })?;
+            }
             ControlMsg::LeaveUnread { source, columns } => {
                 let Some(state) = self.sources.get_mut(source.as_str()) else {
                     return Ok(());

@@ -20,6 +20,7 @@ mod exchange_align;
 mod exchanges;
 mod follower;
 mod handle;
+mod moved;
 pub mod streams;
 mod tails;
 

@@ -177,6 +177,35 @@ impl InstalledStream {
         }
     }
 
+    /// Restore the keys of `keep`'s vnodes from the parts [`Self::snapshot`]
+    /// wrote on each node that held vnodes before they moved (`parts`, one
+    /// list per node, each in part order; see `crate::split::moved`).
+    pub(super) fn restore_moved(
+        &mut self,
+        parts: &mut [VecDeque<Bytes>],
+        keep: &crate::process::placement::VnodePlacement,
+    ) -> Result<()> {
+        let name = Arc::clone(&self.name);
+        for op in self.stateful_operators() {
+            let snaps = parts
+                .iter_mut()
+                .map(|node| {
+                    let part = node.pop_front().ok_or_else(|| {
+                        EngineError::Internal(format!(
+                            "a previous node's checkpoint has no state for the {} of stream \
+                             '{name}'",
+                            op.kind()
+                        ))
+                    })?;
+                    crate::state::SnapshotReader::new(&part)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            op.restore_moved(&snaps, keep)
+                .map_err(|e| e.context(format!("stream '{name}'")))?;
+        }
+        Ok(())
+    }
+
     /// Restore from parts written by [`Self::snapshot`].
     pub(super) fn restore(&mut self, parts: &mut VecDeque<Bytes>) -> Result<()> {
         let name = Arc::clone(&self.name);

@@ -1,12 +1,16 @@
 //! Starting a pipeline: admission under its delivery guarantee, recovery
 //! from the newest valid checkpoint, and the order of control messages.
 
+use std::sync::Arc;
+
 use sluice_storage::{CheckpointStore, LoadedCheckpoint};
 
 use super::{Lifecycle, Pipeline};
 use crate::catalog::SourceConnector;
 use crate::coordinator::{CheckpointConfig, ControlMsg};
 use crate::error::{EngineError, Result};
+use crate::process::placement::VnodePlacement;
+use crate::split::moved::MovedState;
 
 impl Pipeline {
     /// Start reading file sources (push sources are live from creation).
@@ -95,6 +99,10 @@ impl Pipeline {
                     .into(),
             ));
         }
+        let moved = self.moved_state(config.as_ref(), recovered.as_ref())?;
+        // A shuffled split checkpoints only as one cut, when its leader
+        // decides; the cut that follows records where this node started.
+        let checkpoint_at_start = handover && !self.shuffles_between_nodes();
         let c = self.coordinator()?;
         if let Some(cfg) = config {
             c.handle
@@ -112,8 +120,13 @@ impl Pipeline {
             // acknowledgement carries the error.
             c.handle.control(ControlMsg::Recover(Box::new(cp))).await?;
         }
+        if let Some((state, placement)) = moved {
+            c.handle
+                .control(ControlMsg::AdoptMovedState { state, placement })
+                .await?;
+        }
         c.handle.control(ControlMsg::Start).await?;
-        if handover {
+        if checkpoint_at_start {
             // Where this node starts is a checkpoint before `start`
             // returns: until its first checkpoint, its store would still
             // say where it stood before the vnodes moved, and a later
@@ -121,6 +134,50 @@ impl Pipeline {
             c.handle.checkpoint().await?;
         }
         Ok(())
+    }
+
+    /// The keyed state this split node takes over, with its vnodes, when
+    /// it has to (see `crate::split::moved`): `None` without a moved state,
+    /// and when its own checkpoint (`recovered`) is newer than the cut the
+    /// state moves from. Refused without a shuffle (no keyed state moves
+    /// then), without checkpoints, and when a previous node's checkpoint
+    /// is of another pipeline definition.
+    fn moved_state(
+        &self,
+        config: Option<&CheckpointConfig>,
+        recovered: Option<&LoadedCheckpoint>,
+    ) -> Result<Option<(Arc<MovedState>, VnodePlacement)>> {
+        let Some(split) = &self.options.split else {
+            return Ok(None);
+        };
+        let Some(state) = split.moved_state() else {
+            return Ok(None);
+        };
+        if self.options.shuffle.is_none() {
+            return Err(EngineError::Option(
+                "split_moved_state: keyed state moves between the nodes of a shuffled split \
+                 only; this node has no shuffle (DatabaseBuilder::shuffle), so no keyed \
+                 operator runs split"
+                    .into(),
+            ));
+        }
+        let Some(config) = config else {
+            return Err(EngineError::Option(
+                "split_moved_state: a node that takes keyed state over needs checkpoints (a \
+                 checkpoint store and delivery = 'exactly_once' or checkpoint_interval), or the \
+                 state it took would be lost at its first restart"
+                    .into(),
+            ));
+        };
+        state.check_fingerprint(&config.fingerprint)?;
+        if !state.applies_after(recovered) {
+            tracing::info!(
+                cut = state.cut(),
+                "this node checkpointed since its vnodes moved; its own checkpoint holds their state"
+            );
+            return Ok(None);
+        }
+        Ok(Some((Arc::clone(state), split.placement().clone())))
     }
 
     /// Checkpointing for this pipeline, or None when it is off; refuses a

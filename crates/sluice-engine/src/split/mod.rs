@@ -37,6 +37,7 @@
 //! either.
 
 pub mod handover;
+pub mod moved;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -57,6 +58,7 @@ pub struct SourceSplit {
     /// The assignment generation the placement is of (0: not counted).
     generation: u64,
     handover: Option<Arc<handover::SplitHandover>>,
+    moved: Option<Arc<moved::MovedState>>,
 }
 
 impl SourceSplit {
@@ -81,6 +83,7 @@ impl SourceSplit {
             placement,
             generation: 0,
             handover: None,
+            moved: None,
         })
     }
 
@@ -107,6 +110,19 @@ impl SourceSplit {
     pub fn with_handover(mut self, handover: handover::SplitHandover) -> Self {
         self.handover = Some(Arc::new(handover));
         self
+    }
+
+    /// The same node, whose keyed operators start from the state of its
+    /// vnodes in the previous holders' checkpoints (see [`moved`]).
+    #[must_use]
+    pub fn with_moved_state(mut self, state: moved::MovedState) -> Self {
+        self.moved = Some(Arc::new(state));
+        self
+    }
+
+    /// The keyed state that moves to this node with its vnodes.
+    pub fn moved_state(&self) -> Option<&Arc<moved::MovedState>> {
+        self.moved.as_ref()
     }
 
     /// Who held this node's vnodes before, when they moved.

@@ -1,0 +1,129 @@
+//! Keyed state that moves with its vnodes: a node of a shuffled split
+//! whose vnodes changed takes the state of its keys from the nodes that
+//! held them.
+//!
+//! In a shuffled split (`crate::exchange`) each key's rows meet on the
+//! owner of its vnode, and its aggregation groups and join rows live
+//! there. When the member list changes, vnodes move: the keys of a vnode
+//! a node gained are in the last checkpoint of the node that held it. A
+//! [`MovedState`] names those checkpoints, one per node of the previous
+//! assignment, all from one checkpoint cut (a shuffled split checkpoints
+//! as one cut through every node). At the start, every stateful operator
+//! of this node restores the keys of its current vnodes out of all of
+//! them (`StatefulOperator::restore_moved`), and its own checkpoint, if it
+//! has one, still gives its sinks; its file sources start where the
+//! previous holders stopped ([`super::handover`]).
+//!
+//! ```text
+//!   previous assignment (cut c)         current assignment
+//!   n1: vnodes {0,1,2,3}  ──┐   keys of {2,3}
+//!   n2: vnodes {4,5,6,7}  ──┼─────────────────►  n3: vnodes {2,3,6}
+//!                           │   keys of {6}
+//!                           └─ (n1, n2 keep the rest of theirs)
+//! ```
+//!
+//! The moved state applies once: a node started again after a checkpoint
+//! of the current assignment committed recovers from its own checkpoint,
+//! which is newer than the cut ([`MovedState::applies_after`]).
+
+use std::sync::Arc;
+
+use sluice_storage::LoadedCheckpoint;
+
+use crate::error::{EngineError, Result};
+
+/// One node of the previous assignment and its checkpoint at the cut.
+#[derive(Debug, Clone)]
+pub struct PreviousState {
+    /// The node's name (for messages).
+    pub node: String,
+    /// Its checkpoint of the cut the move starts from.
+    pub checkpoint: Arc<LoadedCheckpoint>,
+}
+
+/// The keyed state of the previous assignment (see the module docs).
+#[derive(Debug, Clone)]
+pub struct MovedState {
+    previous: Vec<PreviousState>,
+}
+
+/// Two are equal when they name the same nodes at the same checkpoints
+/// (a checkpoint's content is fixed by its store and id).
+impl PartialEq for MovedState {
+    fn eq(&self, other: &Self) -> bool {
+        let names = |m: &Self| -> Vec<(String, u64)> {
+            m.previous
+                .iter()
+                .map(|p| (p.node.clone(), p.checkpoint.manifest.id))
+                .collect()
+        };
+        names(self) == names(other)
+    }
+}
+
+impl Eq for MovedState {}
+
+impl MovedState {
+    /// The checkpoints of every node of the previous assignment at one
+    /// cut. Refused when two are of different checkpoints (a cut has one
+    /// id) or when a node is named twice.
+    pub fn new(previous: Vec<PreviousState>) -> Result<Self> {
+        let mut names: Vec<&str> = previous.iter().map(|p| p.node.as_str()).collect();
+        names.sort_unstable();
+        if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(EngineError::Option(format!(
+                "moved state: node '{}' is named twice",
+                twice[0]
+            )));
+        }
+        if let Some((a, b)) = previous
+            .iter()
+            .zip(previous.iter().skip(1))
+            .find(|(a, b)| a.checkpoint.manifest.id != b.checkpoint.manifest.id)
+        {
+            return Err(EngineError::Option(format!(
+                "moved state: node '{}' is at checkpoint {} and node '{}' at checkpoint {}; the \
+                 state of a shuffled split moves from one cut through every node",
+                a.node, a.checkpoint.manifest.id, b.node, b.checkpoint.manifest.id
+            )));
+        }
+        Ok(Self { previous })
+    }
+
+    /// The previous nodes and their checkpoints.
+    pub fn previous(&self) -> &[PreviousState] {
+        &self.previous
+    }
+
+    /// The checkpoint id of the cut (0 when no node had checkpointed).
+    pub fn cut(&self) -> u64 {
+        self.previous
+            .first()
+            .map_or(0, |p| p.checkpoint.manifest.id)
+    }
+
+    /// Whether a node that recovered `own` (its own newest checkpoint,
+    /// `None` without one) takes the moved state: only while it has no
+    /// checkpoint newer than the cut, which would already hold the state
+    /// of its current vnodes.
+    pub fn applies_after(&self, own: Option<&LoadedCheckpoint>) -> bool {
+        own.is_none_or(|cp| cp.manifest.id <= self.cut())
+    }
+
+    /// Refuse a previous checkpoint written by another pipeline definition
+    /// (`fingerprint` is this one's).
+    pub fn check_fingerprint(&self, fingerprint: &str) -> Result<()> {
+        match self
+            .previous
+            .iter()
+            .find(|p| p.checkpoint.manifest.pipeline != fingerprint)
+        {
+            Some(p) => Err(EngineError::Catalog(format!(
+                "moved state: checkpoint {} of node '{}' was written by a different pipeline \
+                 definition; every node of a split runs the same statements",
+                p.checkpoint.manifest.id, p.node
+            ))),
+            None => Ok(()),
+        }
+    }
+}
