@@ -794,3 +794,71 @@ async fn a_checkpointed_split_refuses_a_process_function_across_nodes() {
     refused(later.expect_err("refused when made later"));
     db.abort().await.unwrap();
 }
+
+/// Keyed state moves only into a checkpointed node of a shuffled split:
+/// anything else is refused by name, before a row is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_state_is_refused_without_a_split_a_shuffle_or_checkpoints() {
+    use sluice::split::MovedState;
+    let none = || MovedState::new(Vec::new()).unwrap();
+    let err = Database::builder()
+        .split_moved_state(none())
+        .err()
+        .expect("refused without a split")
+        .to_string();
+    assert!(
+        err.contains("not a node of a split; call split first"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_input(dir.path(), &mut Rng(3), 2);
+    let state = tempfile::tempdir().unwrap();
+    let row_by_row = "CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP)
+           WITH (connector = 'file', path = 'in/*.csv', format = 'csv');
+         CREATE STREAM picked AS SELECT id FROM s WHERE v > 0";
+    // No shuffle: no keyed operator runs split, so nothing could move.
+    let db = Database::builder()
+        .base_dir(dir.path())
+        .state_dir(state.path())
+        .set("delivery", "exactly_once")
+        .unwrap()
+        .split("n0", VnodePlacement::all(8).unwrap())
+        .unwrap()
+        .split_moved_state(none())
+        .unwrap();
+    refused_at_start(
+        db,
+        row_by_row,
+        "split_moved_state: keyed state moves between the nodes of a shuffled split only",
+    )
+    .await;
+    // A shuffle but no checkpoints: the state taken would be lost.
+    let (servers, table) = servers(1, &[0; 8]).await;
+    let endpoints = HashMap::from([("n0".to_string(), servers[0].endpoint())]);
+    let setup =
+        ShuffleSetup::new("n0", PIPELINE, 1, table, endpoints, Arc::clone(&servers[0])).unwrap();
+    let db = Database::builder()
+        .base_dir(dir.path())
+        .split("n0", VnodePlacement::all(8).unwrap())
+        .unwrap()
+        .shuffle(setup)
+        .unwrap()
+        .split_moved_state(none())
+        .unwrap();
+    refused_at_start(
+        db,
+        row_by_row,
+        "split_moved_state: a node that takes keyed state over needs checkpoints",
+    )
+    .await;
+}
+
+/// `builder` opened and given `script` is refused at `start`, saying
+/// `says`.
+async fn refused_at_start(builder: sluice::DatabaseBuilder, script: &str, says: &str) {
+    let db = builder.open().await.unwrap();
+    db.execute(script).await.unwrap();
+    let err = db.start().await.expect_err("refused").to_string();
+    assert!(err.contains(says), "{err}");
+    db.abort().await.ok();
+}

@@ -32,7 +32,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, UInt32Array};
-use arrow::compute::take;
+use arrow::compute::{filter_record_batch, take};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use arrow::row::{OwnedRow, RowConverter, SortField};
@@ -40,8 +40,10 @@ use rustc_hash::FxHashMap;
 use sluice_sql::plan::AsofOp;
 
 use super::expr::{eval, event_time_ms, PhysExpr};
+use super::join::owned_mask;
 use super::stateful::{no_such_port, Port, StatefulOperator, LEFT, RIGHT};
 use crate::error::{EngineError, Result};
+use crate::partition::placement::VnodePlacement;
 use crate::state::{SnapshotReader, SnapshotWriter};
 
 /// A row's key in Arrow's row format.
@@ -410,12 +412,9 @@ impl StatefulOperator for AsofJoin {
                 r.parts().len()
             )));
         };
-        self.held.clear();
-        self.kept.clear();
         let held = RecordBatch::try_new(Arc::clone(&self.left.schema), held.columns().to_vec())?;
         let kept = RecordBatch::try_new(Arc::clone(&self.right.schema), kept.columns().to_vec())?;
-        self.hold(&held)?;
-        self.keep(&kept)?;
+        self.restore_rows(&[held], std::slice::from_ref(&kept))?;
         let (h, k): (usize, usize) = (r.get("held")?, r.get("kept")?);
         if h != self.held.len() || k != kept.num_rows() {
             return Err(EngineError::Internal(format!(
@@ -425,6 +424,52 @@ impl StatefulOperator for AsofJoin {
             )));
         }
         Ok(())
+    }
+
+    /// The held left rows and kept right rows whose key is of `keep`'s
+    /// vnodes, from every old owner's.
+    fn restore_moved(&mut self, snaps: &[SnapshotReader], keep: &VnodePlacement) -> Result<()> {
+        let (held, kept) = self.moved_rows(snaps, keep)?;
+        self.restore_rows(&held, &kept)
+    }
+}
+
+impl AsofJoin {
+    /// Replace the held left and kept right rows with `held` and `kept`.
+    fn restore_rows(&mut self, held: &[RecordBatch], kept: &[RecordBatch]) -> Result<()> {
+        self.held.clear();
+        self.kept.clear();
+        for batch in held {
+            self.hold(batch)?;
+        }
+        for batch in kept {
+            self.keep(batch)?;
+        }
+        Ok(())
+    }
+
+    /// Each old owner's held and kept rows whose key is of `keep`'s
+    /// vnodes.
+    fn moved_rows(
+        &self,
+        snaps: &[SnapshotReader],
+        keep: &VnodePlacement,
+    ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
+        let (mut held, mut kept) = (Vec::new(), Vec::new());
+        for snap in snaps {
+            let [h, k] = snap.parts() else {
+                return Err(EngineError::Internal(format!(
+                    "asof join snapshot has {} parts, expected 2",
+                    snap.parts().len()
+                )));
+            };
+            for (part, side, out) in [(h, &self.left, &mut held), (k, &self.right, &mut kept)] {
+                let rows = RecordBatch::try_new(Arc::clone(&side.schema), part.columns().to_vec())?;
+                let mask = owned_mask(&side.keys, &rows, keep, "asof join")?;
+                out.push(filter_record_batch(&rows, &mask)?);
+            }
+        }
+        Ok((held, kept))
     }
 }
 

@@ -475,12 +475,7 @@ pub(crate) fn moved_parts(
                 .get(..width)
                 .ok_or_else(|| damaged(format!("a part has {} columns", part.num_columns())))?;
             let rows = RecordBatch::try_new(Arc::clone(&side.schema), columns.to_vec())?;
-            let keys = side
-                .keys
-                .iter()
-                .map(|k| eval(k, &rows))
-                .collect::<Result<Vec<_>>>()?;
-            let mask = keep.rows_owned(&keys, rows.num_rows()).map_err(damaged)?;
+            let mask = owned_mask(&side.keys, &rows, keep, kind)?;
             let schema = schema.get_or_insert_with(|| part.schema());
             let owned = filter_record_batch(part, &mask)?;
             kept.push(RecordBatch::try_new(
@@ -495,4 +490,21 @@ pub(crate) fn moved_parts(
         .try_into()
         .map_err(|_| damaged("not two sides".into()))?;
     Ok(Some([left, right]))
+}
+
+/// Which rows of `rows` have a key (`keys` evaluated over them, as the
+/// exchange in front of the operator routes them) of `keep`'s vnodes.
+/// `kind` names the operator in errors.
+pub(crate) fn owned_mask(
+    keys: &[PhysExpr],
+    rows: &RecordBatch,
+    keep: &VnodePlacement,
+    kind: &str,
+) -> Result<arrow::array::BooleanArray> {
+    let values = keys
+        .iter()
+        .map(|k| eval(k, rows))
+        .collect::<Result<Vec<_>>>()?;
+    keep.rows_owned(&values, rows.num_rows())
+        .map_err(|e| EngineError::Internal(format!("moving {kind} state: {e}")))
 }

@@ -300,6 +300,26 @@ async fn joins_move_with_their_vnodes() {
             seed * 1_299_709,
         )
         .await;
+        check(
+            "SELECT a.v AS av, b.v AS bv, a.ts AS at FROM s a ASOF JOIN s b \
+             ON a.k = b.k AND a.ts >= b.ts WHERE a.v > 20",
+            &["k"],
+            seed * 15_485_863,
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn session_windows_move_with_their_vnodes() {
+    for seed in 1..=CASES {
+        check(
+            "SELECT g, k, session(ts, INTERVAL '400' MILLISECOND) AS w, count(*) AS n, \
+             sum(v) AS total FROM s GROUP BY g, k, session(ts, INTERVAL '400' MILLISECOND)",
+            &["g", "k"],
+            seed * 32_452_843,
+        )
+        .await;
     }
 }
 
@@ -307,8 +327,8 @@ async fn joins_move_with_their_vnodes() {
 #[tokio::test]
 async fn state_that_cannot_move_is_refused_by_name() {
     let mut op = compile(
-        "SELECT k, session(ts, INTERVAL '1' SECOND) AS w, count(*) AS n \
-         FROM s GROUP BY k, session(ts, INTERVAL '1' SECOND)",
+        "SELECT k, v, SUM(v) OVER (PARTITION BY k ORDER BY ts \
+         RANGE BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT ROW) AS total FROM s",
     )
     .await;
     let mut ops = Vec::new();
@@ -319,7 +339,10 @@ async fn state_that_cannot_move_is_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("the state of a session aggregate cannot move with its vnodes"),
+        err.contains(&format!(
+            "the state of a {} cannot move with its vnodes",
+            ops[0].kind()
+        )),
         "{err}"
     );
 }

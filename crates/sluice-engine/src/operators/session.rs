@@ -28,7 +28,8 @@ use super::expr::{eval, event_time_ms, overflow};
 use super::groups::{select_inputs, AggregateInputs, KeyRows};
 use super::stateful::{no_such_port, Port, StatefulOperator};
 use super::window::WindowedGroupBy;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
+use crate::partition::placement::VnodePlacement;
 use crate::state::{SnapshotReader, SnapshotWriter};
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::Int64Type;
@@ -76,6 +77,25 @@ struct Ordered {
 }
 
 impl SessionAggregate {
+    /// Which of `keys` (this operator's encoded group keys) are of a vnode
+    /// `keep` holds: each decoded to the key's values, as the exchange
+    /// routes them.
+    fn owned_keys(
+        &self,
+        keys: &[Key],
+        keep: &VnodePlacement,
+    ) -> Result<arrow::array::BooleanArray> {
+        let columns = match self.def.codec.parser() {
+            Some(parser) => self
+                .def
+                .codec
+                .decode_rows(keys.iter().map(|k| parser.parse(k)))?,
+            None => Vec::new(),
+        };
+        keep.rows_owned(&columns, keys.len())
+            .map_err(|e| EngineError::Internal(format!("moving session state: {e}")))
+    }
+
     /// A new operator.
     pub fn new(def: WindowedGroupBy, gap_ms: i64) -> Self {
         Self {
@@ -492,6 +512,33 @@ impl StatefulOperator for SessionAggregate {
         for list in self.sessions.values_mut() {
             list.sort_by_key(|s| s.start);
         }
+        self.earliest_end = self.earliest_end();
+        Ok(())
+    }
+
+    /// The sessions of keys of `keep`'s vnodes, from every old owner's:
+    /// each snapshot is restored in turn and its keys of other vnodes
+    /// dropped. Sessions are closed through the earliest of the owners'
+    /// points; the late-row count starts afresh on this node.
+    fn restore_moved(&mut self, snaps: &[SnapshotReader], keep: &VnodePlacement) -> Result<()> {
+        let mut sessions: HashMap<Key, Vec<Session>, FxBuildHasher> = HashMap::default();
+        let mut closed_through: Option<i64> = None;
+        for snap in snaps {
+            self.restore(snap)?;
+            closed_through =
+                Some(closed_through.map_or(self.closed_through, |c| c.min(self.closed_through)));
+            let keys: Vec<Key> = self.sessions.keys().cloned().collect();
+            let owned = self.owned_keys(&keys, keep)?;
+            for (key, own) in keys.into_iter().zip(owned.iter()) {
+                if let (Some(true), Some(list)) = (own, self.sessions.remove(&key)) {
+                    sessions.insert(key, list);
+                }
+            }
+        }
+        self.sessions = sessions;
+        self.pending_retractions.clear();
+        self.closed_through = closed_through.unwrap_or(i64::MIN);
+        self.dropped_late = 0;
         self.earliest_end = self.earliest_end();
         Ok(())
     }

@@ -127,3 +127,78 @@ impl MovedState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::{BTreeMap, HashMap};
+
+    use sluice_storage::Manifest;
+
+    use super::*;
+
+    fn checkpoint(id: u64, pipeline: &str) -> Arc<LoadedCheckpoint> {
+        Arc::new(LoadedCheckpoint {
+            manifest: Manifest {
+                id,
+                created_ms: 0,
+                pipeline: pipeline.into(),
+                watermark: 0,
+                sources: BTreeMap::new(),
+                sinks: BTreeMap::new(),
+                blobs: Vec::new(),
+                assignment_generation: None,
+            },
+            blobs: HashMap::new(),
+        })
+    }
+
+    fn previous(node: &str, id: u64) -> PreviousState {
+        PreviousState {
+            node: node.into(),
+            checkpoint: checkpoint(id, "p"),
+        }
+    }
+
+    #[test]
+    fn one_cut_of_distinct_nodes_is_required() {
+        let e = MovedState::new(vec![previous("n1", 4), previous("n1", 4)]).unwrap_err();
+        assert!(e.to_string().contains("node 'n1' is named twice"), "{e}");
+        let e = MovedState::new(vec![previous("n1", 4), previous("n2", 5)]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("node 'n1' is at checkpoint 4 and node 'n2' at checkpoint 5"),
+            "{e}"
+        );
+        let state = MovedState::new(vec![previous("n1", 4), previous("n2", 4)]).unwrap();
+        assert_eq!(state.cut(), 4);
+        assert_eq!(MovedState::new(vec![]).unwrap().cut(), 0);
+    }
+
+    #[test]
+    fn the_state_applies_until_the_node_checkpointed_past_the_cut() {
+        let state = MovedState::new(vec![previous("n1", 4)]).unwrap();
+        assert!(state.applies_after(None));
+        assert!(state.applies_after(Some(&checkpoint(3, "p"))));
+        assert!(state.applies_after(Some(&checkpoint(4, "p"))));
+        assert!(!state.applies_after(Some(&checkpoint(5, "p"))));
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_pipeline_is_refused_naming_its_node() {
+        let state = MovedState::new(vec![
+            previous("n1", 4),
+            PreviousState {
+                node: "n2".into(),
+                checkpoint: checkpoint(4, "other"),
+            },
+        ])
+        .unwrap();
+        let e = state.check_fingerprint("p").unwrap_err().to_string();
+        assert!(
+            e.contains("checkpoint 4 of node 'n2' was written by a different pipeline"),
+            "{e}"
+        );
+    }
+}
