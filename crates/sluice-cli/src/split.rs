@@ -146,7 +146,7 @@ async fn run_node(
     // the keys of its vnodes from the old members' last cut.
     let moved = match (&shuffle, &part, &record.previous) {
         (Some(_), Part::Member, Some(previous)) => {
-            Some(split_change::moved_state(&client, &keys, previous, &p.store).await?)
+            Some(split_change::moved_state(previous, &p.store).await?)
         }
         _ => None,
     };

@@ -236,10 +236,21 @@ async fn stopped_at(
             progress.insert(member, recorded);
         }
     }
+    // A shuffled split's keyed state is in its last cut, committed for all.
+    let cut = if shuffled {
+        CommittedCuts::new(client.clone(), keys.clone())
+            .committed()
+            .await
+            .map_err(sluice::Error::from)?
+            .and_then(|ids| ids.last().copied())
+    } else {
+        None
+    };
     Ok(PreviousSplit {
         generation: record.generation,
         members: record.members.clone(),
         progress,
+        cut,
     })
 }
 
@@ -263,23 +274,21 @@ fn commits_of(
 }
 
 /// The keyed state a node of a shuffled split takes over after
-/// `previous`: every old member's checkpoint of the last cut committed for
-/// all of them (each node keeps the keys of its vnodes out of it; see
-/// `sluice_engine::split::moved`). Members that never checkpointed held no
-/// state.
+/// `previous`: every old member's checkpoint of the generation's last cut,
+/// committed for all of them and recorded with the change (each node
+/// keeps the keys of its vnodes out of it; see
+/// `sluice_engine::split::moved`). Without a cut, no member checkpointed
+/// and none held state.
 pub(crate) async fn moved_state(
-    client: &Client,
-    keys: &ClusterKeys,
     previous: &PreviousSplit,
     store: &str,
 ) -> Result<MovedState, CliError> {
     let mut states = Vec::new();
-    for member in &previous.members {
-        let cuts = commits_of(client, keys, member, true)?;
-        if let Some(state) =
-            sluice::split::recorded_state(member, &node_store(store, member), Some(cuts)).await?
-        {
-            states.push(state);
+    if let Some(cut) = previous.cut {
+        for member in &previous.members {
+            states.push(
+                sluice::split::checkpoint_state(member, &node_store(store, member), cut).await?,
+            );
         }
     }
     Ok(MovedState::new(states)?)

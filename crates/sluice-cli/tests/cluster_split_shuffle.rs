@@ -258,31 +258,27 @@ fn a_node_with_another_shuffle_or_list_is_refused_by_name() {
     n1.kill();
 }
 
-/// A shuffled split grown from two nodes to three between runs: n2 and n3
-/// are killed after a checkpoint committed for both, then n1, n2 and n3
-/// start with the longer list (n1, new, leads). Each key's window, running total and join
-/// rows move with its vnode to its new owner (from the old members' last
-/// cut), each file is read on from where its old holder stopped, and the
-/// three nodes' output with the two's is exactly one node's.
-#[test]
-fn a_shuffled_split_grown_from_two_nodes_to_three_moves_its_keyed_state_exactly_once() {
-    let f = fixture();
+/// Nodes of cluster `cluster` that say when they take keyed state over
+/// (or find their own checkpoint holds it): n2 and n3 of `--split n2,n3`
+/// are started, killed after a checkpoint committed for both, and the
+/// returned `start(node)` starts a node of `--split n1,n2,n3`. n1, which
+/// sorts first, joins only then and leads the grown split from a store
+/// with no checkpoint of its own. Also returns the two's last cut.
+fn grown_split<'a>(f: &'a Fixture, cluster: &'a str) -> (impl Fn(usize) -> Run + 'a, u64) {
     let state = format!("file://{}", f.dir.join("state").display());
     let three = shuffle_list();
-    // n2 and n3 first: n1, which sorts first, joins later and leads the
-    // grown split from a store with no checkpoint of its own.
     let two: Vec<&str> = three.split(',').skip(1).collect();
     let two = two.join(",");
-    // Each node says when it takes keyed state over.
     let log = [(
         "RUST_LOG",
-        "warn,sluice_engine::coordinator::moved=info".to_string(),
+        "warn,sluice_engine::coordinator::moved=info,sluice_engine::pipeline::start=info"
+            .to_string(),
     )];
-    let start = |node: &str, list: &str, shuffle: &str| {
+    let start = move |node: &str, list: &str, shuffle: &str| {
         node_of_list(
             &f.dir,
             &f.etcd,
-            ("grow", node),
+            (cluster, node),
             (list, shuffle),
             &state,
             &log,
@@ -292,7 +288,7 @@ fn a_shuffled_split_grown_from_two_nodes_to_three_moves_its_keyed_state_exactly_
         .iter()
         .map(|n| start(n, "n2,n3", &two))
         .collect();
-    until_committed(&f.etcd, "grow", &mut old, 0);
+    until_committed(&f.etcd, cluster, &mut old, 0);
     assert!(
         old.iter_mut().all(Run::running),
         "the two nodes ended before they were killed: grow the input"
@@ -301,12 +297,21 @@ fn a_shuffled_split_grown_from_two_nodes_to_three_moves_its_keyed_state_exactly_
         run.signal(libc::SIGKILL);
         let _ = run.wait(WATCHDOG);
     }
-    let cut = committed(&f.etcd, "grow");
-    let new: Vec<Run> = NODES
-        .iter()
-        .map(|n| start(n, &NODES.join(","), &three))
-        .collect();
-    let ends = wait_all(new);
+    let cut = committed(&f.etcd, cluster);
+    let list = NODES.join(",");
+    (move |i: usize| start(NODES[i], &list, &three), cut)
+}
+
+/// A shuffled split grown from two nodes to three between runs (see
+/// [`grown_split`]). Each key's window, running total and join rows move
+/// with its vnode to its new owner (from the old members' last cut), each
+/// file is read on from where its old holder stopped, and the three
+/// nodes' output with the two's is exactly one node's.
+#[test]
+fn a_shuffled_split_grown_from_two_nodes_to_three_moves_its_keyed_state_exactly_once() {
+    let f = fixture();
+    let (start, cut) = grown_split(&f, "grow");
+    let ends = wait_all((0..NODES.len()).map(&start).collect());
     same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
     // Every node took its keys over from the two's last cut, and n1, new
     // and leading, reserved its checkpoints above the two's ids at once.
@@ -319,6 +324,35 @@ fn a_shuffled_split_grown_from_two_nodes_to_three_moves_its_keyed_state_exactly_
             stderr.contains("took over the keyed state of this node's vnodes")
                 && stderr.contains(&format!("checkpoint={cut}")),
             "{node}: {stderr}"
+        );
+    }
+}
+
+/// A node of the grown split killed once a checkpoint of the three
+/// committed: it and the others (which rejoin) resume from their own
+/// checkpoints, which hold the moved state already, instead of taking it
+/// from the two's cut again; each row is still written once.
+#[test]
+fn a_grown_split_killed_after_its_first_cut_resumes_its_own_state() {
+    let f = fixture();
+    let (start, cut) = grown_split(&f, "regrow");
+    let mut nodes: Vec<Run> = (0..NODES.len()).map(&start).collect();
+    until_committed(&f.etcd, "regrow", &mut nodes, cut);
+    let victim = (std::process::id() % 3) as usize;
+    let killed = nodes[victim].running();
+    if killed {
+        nodes[victim].signal(libc::SIGKILL);
+        let _ = std::mem::replace(&mut nodes[victim], start(victim)).wait(WATCHDOG);
+    }
+    let (ends, _) = supervise(nodes, &start);
+    same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
+    if killed {
+        assert!(
+            ends[victim].contains("its own checkpoint holds their state")
+                && !ends[victim].contains("took over the keyed state"),
+            "n{}: {}",
+            victim + 1,
+            ends[victim]
         );
     }
 }

@@ -49,6 +49,12 @@ pub struct PreviousSplit {
     /// had read (a member without a checkpoint is left out: it committed
     /// nothing).
     pub progress: BTreeMap<String, BTreeMap<String, RecordedProgress>>,
+    /// For a split whose keyed rows cross between its nodes: the id of the
+    /// last checkpoint the leader committed for all of them, whose parts
+    /// hold the keyed state the next generation's nodes take over (fixed
+    /// here, since the members that stay write newer checkpoints later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<u64>,
 }
 
 /// A split's current member list.

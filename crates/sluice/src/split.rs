@@ -86,3 +86,19 @@ pub async fn recorded_state(
         checkpoint: Arc::new(cp),
     }))
 }
+
+/// Node `node`'s checkpoint `id` (a cut the caller knows committed) in the
+/// store at `url`, for a [`MovedState`]; refused when the store does not
+/// hold it whole.
+pub async fn checkpoint_state(node: &str, url: &str, id: u64) -> Result<PreviousState> {
+    let store = CheckpointStore::new(Box::new(ObjectStoreBackend::from_url(url)?));
+    let checkpoint = store.load(id).await.map_err(|e| {
+        crate::Error::from(e).context(format!(
+            "reading checkpoint {id} of node '{node}', whose keyed state moves"
+        ))
+    })?;
+    Ok(PreviousState {
+        node: node.to_string(),
+        checkpoint: Arc::new(checkpoint),
+    })
+}
