@@ -300,6 +300,37 @@ async fn a_handover_needs_a_split_node_with_checkpoints() {
         assert!(e.contains(says), "{e}");
         let _ = db.abort().await;
     }
+    // A Nexmark stream's blocks do not move: a node whose vnodes moved
+    // would generate the blocks another node generated already.
+    let state = tempfile::tempdir().unwrap();
+    let db = Database::builder()
+        .base_dir(dir.path())
+        .state_dir(state.path())
+        .set("delivery", "exactly_once")
+        .unwrap()
+        .split("n1", VnodePlacement::new(4, 0..4).unwrap())
+        .unwrap()
+        .split_generation(2)
+        .unwrap()
+        .split_handover(handover())
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    db.execute(
+        "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR,
+                            url VARCHAR, date_time TIMESTAMP, extra VARCHAR)
+           WITH (connector = 'nexmark', stream = 'bid', events = '1000');
+         CREATE SINK out FROM bid WITH (connector = 'file', path = 'out/bid.csv', format = 'csv')",
+    )
+    .await
+    .unwrap();
+    let e = db.start().await.expect_err("nexmark").to_string();
+    assert!(
+        e.contains("source 'bid': a Nexmark stream's blocks of rows do not move between nodes"),
+        "{e}"
+    );
+    let _ = db.abort().await;
 }
 
 /// With generations counted, a node that holds again the vnodes it held
