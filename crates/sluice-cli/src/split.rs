@@ -34,8 +34,8 @@
 //! leader (`split_shuffle`). What a static split does not do yet: move a
 //! down node's vnodes to the others while the rest run (its share waits
 //! for it, or the whole split is stopped and started with another list;
-//! a shuffled split's list can grow, and its keyed state moves with the
-//! vnodes, but cannot drop a node yet).
+//! a shuffled split's list can change too, and its keyed state moves with
+//! the vnodes).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,7 +46,7 @@ use sluice_cluster::assignment::Placement;
 use sluice_cluster::split_record::{self, SplitCommitRecord};
 use sluice_cluster::status::{self, Client, MemberFinished};
 use sluice_cluster::vnodes::VnodeCount;
-use sluice_cluster::{ClusterError, ClusterKeys, ClusterNode, NodeConfig};
+use sluice_cluster::{ClusterError, ClusterKeys, ClusterNode, CommittedCuts, NodeConfig};
 
 use crate::cluster::{self, Prepared};
 use crate::error::CliError;
@@ -55,6 +55,7 @@ use crate::progress::ProgressSlot;
 use crate::run::{self, RunEnd};
 use crate::signals::Signals;
 use crate::split_change::{self, Part};
+use crate::split_dropped::DroppedCommits;
 use crate::split_members::{node_store, parse_list, share_of};
 use crate::split_shuffle::{self, Role, RoleAuthority, ShuffleList};
 use crate::RunArgs;
@@ -127,9 +128,6 @@ async fn run_node(
     // recorded one changes the split once its old members stopped.
     let client = status::connect(&p.endpoints).await?;
     let keys = ClusterKeys::new(&args.cluster_id)?;
-    if shuffle.is_some() {
-        refuse_dropped_members(&client, &keys, &members).await?;
-    }
     // Nodes agree on where each shuffle listens through the split's record
     // (one list per generation, since a grown split has a longer one), and
     // on whether rows shuffle at all through the sealed catalog.
@@ -142,14 +140,17 @@ async fn run_node(
         (p.lease_ttl, canonical.as_deref()),
     )
     .await?;
-    // A shuffled split whose list grew: each node's keyed operators take
-    // the keys of its vnodes from the old members' last cut.
-    let moved = match (&shuffle, &part, &record.previous) {
-        (Some(_), Part::Member, Some(previous)) => {
-            Some(split_change::moved_state(previous, &p.store).await?)
-        }
+    // A shuffled split whose list changed: each node's keyed operators take
+    // the keys of its vnodes from the old members' last cut. A node the new
+    // list dropped holds none: it runs once more without the shuffle,
+    // reading nothing and giving its keyed state up, to publish what its
+    // last checkpoint committed.
+    let moved = match (&shuffle, &record.previous) {
+        (Some(_), Some(previous)) => Some(split_change::moved_state(previous, &p.store).await?),
         _ => None,
     };
+    let shuffled = shuffle.is_some();
+    let shuffle = shuffle.filter(|_| matches!(part, Part::Member));
     let (share, handover) = match (&part, &record.previous) {
         (Part::Member, previous) => {
             let handover = previous
@@ -200,6 +201,12 @@ async fn run_node(
                 .commit_authority(Arc::clone(&role) as Arc<dyn CommitAuthority>)
                 .shuffle(setup)?
         }
+        // Dropped from a shuffled split: it recovers from the leader's last
+        // cut, and records its own checkpoints as the node below does.
+        None if shuffled => builder.commit_authority(Arc::new(DroppedCommits {
+            cuts: CommittedCuts::new(client.clone(), keys.clone()),
+            own: SplitCommitRecord::new(client.clone(), keys.clone(), &node_id, revision)?,
+        })),
         // Its checkpoints count once recorded in etcd, which it does only
         // while the split's list is the one it runs under.
         None => builder.commit_authority(Arc::new(SplitCommitRecord::new(
@@ -219,7 +226,7 @@ async fn run_node(
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &p.text).await?;
     let mut catalog = cluster::sealed_catalog(&db, &p.store).await;
-    let exchange = if shuffle.is_some() { "on" } else { "off" };
+    let exchange = if shuffled { "on" } else { "off" };
     catalog
         .objects
         .insert("option shuffle".into(), exchange.to_string());
@@ -227,7 +234,7 @@ async fn run_node(
     config.lease_ttl = p.lease_ttl;
     config.placement = Placement::Fixed(members.clone());
     // A shuffled split's checkpoints are led by one designated member.
-    config.campaigns = shuffle.is_none() || split_shuffle::designated_leader(&members) == node_id;
+    config.campaigns = !shuffled || split_shuffle::designated_leader(&members) == node_id;
     let node = loop {
         let joined = tokio::select! {
             biased;
@@ -364,39 +371,6 @@ async fn run_node(
         }
     }
     outcome
-}
-
-/// A shuffled split's list may grow, not lose a recorded node: a node
-/// dropped from it would have to run once more, with no vnodes and no
-/// shuffle, to publish what its last checkpoint committed, and its keyed
-/// streams cannot run without the shuffle.
-async fn refuse_dropped_members(
-    client: &Client,
-    keys: &ClusterKeys,
-    members: &[String],
-) -> Result<(), CliError> {
-    let Some(recorded) = split_record::read(client, keys).await?.0 else {
-        return Ok(());
-    };
-    let dropped: Vec<&str> = recorded
-        .members
-        .iter()
-        .filter(|m| !members.contains(m))
-        .map(String::as_str)
-        .collect();
-    if dropped.is_empty() {
-        return Ok(());
-    }
-    Err(CliError::usage(format!(
-        "--shuffle: this split runs on {} (generation {}), and --split {} drops {}; a shuffled \
-         split can add nodes (their vnodes' keyed state moves to them) but cannot drop one yet: \
-         a dropped node's last sink epoch would be published by no one. Start it with a list \
-         that keeps every recorded node, or under a new --cluster-id",
-        recorded.members.join(","),
-        recorded.generation,
-        members.join(","),
-        dropped.join(",")
-    )))
 }
 
 /// For a follower of a shuffled split, resolves once its run is over

@@ -250,12 +250,59 @@ fn a_node_with_another_shuffle_or_list_is_refused_by_name() {
     let (status, stderr) = Run::spawn(c).wait(WATCHDOG);
     assert!(!status.success());
     assert!(
-        stderr.contains("error[SLC-CLI-001]: --shuffle: this split runs on n1,n2,n3")
-            && stderr.contains("--split n1,n2 drops n3")
-            && stderr.contains("cannot drop one yet"),
+        stderr.contains(
+            "error[SLC-CLI-001]: --split n1,n2 would change the split of generation 1 (n1,n2,n3)"
+        ) && stderr.contains("still running"),
         "{stderr}"
     );
     n1.kill();
+}
+
+/// A shuffled split shrunk from three nodes to two between runs: the
+/// three are killed after a checkpoint committed for all, then n1 and n2
+/// run with `--split n1,n2`, taking n3's vnodes (its keys, and its files
+/// from where it stopped), while n3, started once with the new list,
+/// publishes what its last checkpoint committed, gives its keyed state up
+/// and leaves. Together the runs write exactly one node's rows.
+#[test]
+fn a_shuffled_split_shrunk_from_three_nodes_to_two_hands_the_dropped_nodes_keys_over() {
+    let f = fixture();
+    let state = format!("file://{}", f.dir.join("state").display());
+    let three = shuffle_list();
+    let two: Vec<&str> = three.split(',').take(2).collect();
+    let two = two.join(",");
+    let start = |node: &str, list: &str, shuffle: &str| {
+        node_of_list(
+            &f.dir,
+            &f.etcd,
+            ("shrink", node),
+            (list, shuffle),
+            &state,
+            &[],
+        )
+    };
+    let old: Vec<Run> = NODES
+        .iter()
+        .map(|n| start(n, &NODES.join(","), &three))
+        .collect();
+    kill_after_a_cut(&f.etcd, "shrink", old);
+    let new: Vec<Run> = NODES.iter().map(|n| start(n, "n1,n2", &two)).collect();
+    wait_all(new);
+    same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
+}
+
+/// SIGKILL every one of `nodes` (of cluster `cluster`) once a checkpoint
+/// committed for all of them, while all still run.
+fn kill_after_a_cut(etcd: &EtcdServer, cluster: &str, mut nodes: Vec<Run>) {
+    until_committed(etcd, cluster, &mut nodes, 0);
+    assert!(
+        nodes.iter_mut().all(Run::running),
+        "the nodes ended before they were killed: grow the input"
+    );
+    for run in nodes {
+        run.signal(libc::SIGKILL);
+        let _ = run.wait(WATCHDOG);
+    }
 }
 
 /// Nodes of cluster `cluster` that say when they take keyed state over
@@ -284,19 +331,11 @@ fn grown_split<'a>(f: &'a Fixture, cluster: &'a str) -> (impl Fn(usize) -> Run +
             &log,
         )
     };
-    let mut old: Vec<Run> = ["n2", "n3"]
+    let old: Vec<Run> = ["n2", "n3"]
         .iter()
         .map(|n| start(n, "n2,n3", &two))
         .collect();
-    until_committed(&f.etcd, cluster, &mut old, 0);
-    assert!(
-        old.iter_mut().all(Run::running),
-        "the two nodes ended before they were killed: grow the input"
-    );
-    for run in old {
-        run.signal(libc::SIGKILL);
-        let _ = run.wait(WATCHDOG);
-    }
+    kill_after_a_cut(&f.etcd, cluster, old);
     let cut = committed(&f.etcd, cluster);
     let list = NODES.join(",");
     (move |i: usize| start(NODES[i], &list, &three), cut)

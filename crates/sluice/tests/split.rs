@@ -312,3 +312,39 @@ async fn a_split_node_resumes_from_its_checkpoint_without_duplicates() {
     assert!(err.contains("this node's share changed"), "{err}");
     let _ = moved.abort().await;
 }
+
+/// A node that holds no vnodes reads no row from a split source, so any
+/// statement runs on it (a node dropped from a split starts once like that
+/// to publish its last checkpoint's output); a push source would feed it
+/// rows, so with one the usual refusals hold.
+#[tokio::test]
+async fn a_node_without_vnodes_admits_keyed_streams_unless_a_source_is_pushed() {
+    let dir = tempfile::tempdir().unwrap();
+    write_input(dir.path(), &mut Rng(9), 2);
+    let open = || async {
+        Database::builder()
+            .base_dir(dir.path())
+            .split("n0", VnodePlacement::new(8, []).unwrap())
+            .unwrap()
+            .open()
+            .await
+            .unwrap()
+    };
+    let keyed = "CREATE STREAM per_k AS SELECT k, count(*) AS n FROM s GROUP BY k";
+    let db = open().await;
+    db.execute(
+        "CREATE SOURCE s (k BIGINT, v BIGINT)
+           WITH (connector = 'file', path = 'in/*.csv', format = 'csv')",
+    )
+    .await
+    .unwrap();
+    db.execute(keyed).await.unwrap();
+    db.abort().await.ok();
+    let db = open().await;
+    db.execute("CREATE SOURCE s (k BIGINT, v BIGINT)")
+        .await
+        .unwrap();
+    let err = db.execute(keyed).await.expect_err("pushed rows");
+    assert!(err.to_string().contains("per_k"), "{err}");
+    db.abort().await.ok();
+}

@@ -265,9 +265,7 @@ impl Pipeline {
     pub(super) fn admit_while_running(&self, next: &Catalog) -> Result<()> {
         // A split pipeline's nodes run only what certifies: each
         // statement is refused as it is made, before a cluster seals it.
-        if self.options.split.is_some() {
-            crate::catalog::split_admission::certify(next, self.options.shuffle.is_some())?;
-        }
+        self.certify_split(next)?;
         let keyed = crate::catalog::split_admission::keyed_stream(next).is_some();
         if self.lone_checkpoints && self.options.shuffle.is_some() && keyed {
             return Err(super::start::lone_checkpoints_refused());

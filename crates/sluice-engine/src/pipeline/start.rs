@@ -29,12 +29,7 @@ impl Pipeline {
             };
         };
         let config = self.checkpoint_config(store)?;
-        if self.options.split.is_some() {
-            crate::catalog::split_admission::certify(
-                &self.catalog,
-                self.options.shuffle.is_some(),
-            )?;
-        }
+        self.certify_split(&self.catalog)?;
         let exchanges = self
             .options
             .shuffle
@@ -170,7 +165,8 @@ impl Pipeline {
         let Some(state) = split.moved_state() else {
             return Ok(None);
         };
-        if self.options.shuffle.is_none() {
+        // A node that holds no vnodes keeps no key: it gives its state up.
+        if self.options.shuffle.is_none() && !split.placement().owned().is_empty() {
             return Err(EngineError::Option(
                 "split_moved_state: keyed state moves between the nodes of a shuffled split \
                  only; this node has no shuffle (DatabaseBuilder::shuffle), so no keyed \
@@ -288,6 +284,26 @@ pub(super) async fn latest_matching(cfg: &CheckpointConfig) -> Result<Option<Loa
 }
 
 impl Pipeline {
+    /// Refuse, by name, an object of `catalog` that cannot run on this
+    /// split node (see `catalog::split_admission::certify`). A node that
+    /// holds no vnodes and whose every source is split by vnode reads no
+    /// row, so anything runs on it: a node dropped from a split starts
+    /// once like that to publish what its last checkpoint committed.
+    pub(super) fn certify_split(&self, catalog: &crate::catalog::Catalog) -> Result<()> {
+        let Some(split) = &self.options.split else {
+            return Ok(());
+        };
+        let reads_nothing = split.placement().owned().is_empty()
+            && catalog
+                .sources
+                .iter()
+                .all(|s| !matches!(s.connector, SourceConnector::Push));
+        if reads_nothing {
+            return Ok(());
+        }
+        crate::catalog::split_admission::certify(catalog, self.options.shuffle.is_some())
+    }
+
     /// Whether this node's keyed rows cross to other nodes: a shuffle
     /// whose owner table has more than this node.
     pub(super) fn shuffles_between_nodes(&self) -> bool {
