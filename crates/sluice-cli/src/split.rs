@@ -146,7 +146,13 @@ async fn run_node(
     // reading nothing and giving its keyed state up, to publish what its
     // last checkpoint committed.
     let moved = match (&shuffle, &record.previous) {
-        (Some(_), Some(previous)) => Some(split_change::moved_state(previous, &p.store).await?),
+        (Some(_), Some(previous)) => {
+            let mine = match part {
+                Part::Member => share_of(&members, &node_id, count)?,
+                Part::Dropped => VnodePlacement::new(count.get(), []).map_err(CliError::usage)?,
+            };
+            Some(split_change::moved_state(previous, &p.store, (&mine, count)).await?)
+        }
         _ => None,
     };
     let shuffled = shuffle.is_some();

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::split::{MovedState, PreviousNode, SourceProgress, SplitHandover};
+use sluice::split::{MovedState, PreviousNode, SourceProgress, SplitHandover, VnodePlacement};
 use sluice::CommitAuthority;
 use sluice_cluster::split_record::{
     self, PreviousSplit, RecordedProgress, SplitCommitRecord, SplitRecord,
@@ -273,25 +273,31 @@ fn commits_of(
     })
 }
 
-/// The keyed state a node of a shuffled split takes over after
-/// `previous`: every old member's checkpoint of the generation's last cut,
-/// committed for all of them and recorded with the change (each node
-/// keeps the keys of its vnodes out of it; see
-/// `sluice_engine::split::moved`). Without a cut, no member checkpointed
-/// and none held state.
+/// The keyed state a node of a shuffled split that now holds `mine`
+/// takes over after `previous`: the checkpoints of the generation's last
+/// cut (committed for all and recorded with the change) of the old
+/// members that held one of its vnodes; it keeps the keys of its vnodes
+/// out of them (see `sluice_engine::split::moved`). A node that holds no
+/// vnode reads none and gives its state up. Without a cut, no member
+/// checkpointed and none held state.
 pub(crate) async fn moved_state(
     previous: &PreviousSplit,
     store: &str,
+    (mine, count): (&VnodePlacement, VnodeCount),
 ) -> Result<MovedState, CliError> {
+    let Some(cut) = previous.cut else {
+        return Ok(MovedState::new(Vec::new())?);
+    };
     let mut states = Vec::new();
-    if let Some(cut) = previous.cut {
-        for member in &previous.members {
-            states.push(
-                sluice::split::checkpoint_state(member, &node_store(store, member), cut).await?,
-            );
+    for member in &previous.members {
+        let held = share_of(&previous.members, member, count)?;
+        if !held.owned().iter().any(|v| mine.owns(*v)) {
+            continue;
         }
+        states
+            .push(sluice::split::checkpoint_state(member, &node_store(store, member), cut).await?);
     }
-    Ok(MovedState::new(states)?)
+    Ok(MovedState::at(cut, states)?)
 }
 
 /// What node `node` starts from after `previous`: its own vnodes of then

@@ -44,6 +44,7 @@ pub struct PreviousState {
 /// The keyed state of the previous assignment (see the module docs).
 #[derive(Debug, Clone)]
 pub struct MovedState {
+    cut: u64,
     previous: Vec<PreviousState>,
 }
 
@@ -57,7 +58,7 @@ impl PartialEq for MovedState {
                 .map(|p| (p.node.clone(), p.checkpoint.manifest.id))
                 .collect()
         };
-        names(self) == names(other)
+        self.cut == other.cut && names(self) == names(other)
     }
 }
 
@@ -65,9 +66,25 @@ impl Eq for MovedState {}
 
 impl MovedState {
     /// The checkpoints of every node of the previous assignment at one
-    /// cut. Refused when two are of different checkpoints (a cut has one
-    /// id) or when a node is named twice.
+    /// cut (the first one's). Refused when two are of different
+    /// checkpoints (a cut has one id) or when a node is named twice.
     pub fn new(previous: Vec<PreviousState>) -> Result<Self> {
+        let cut = previous.first().map_or(0, |p| p.checkpoint.manifest.id);
+        Self::at(cut, previous)
+    }
+
+    /// The checkpoints at cut `cut` of the previous nodes that held a
+    /// vnode this node holds now (the others' keys are not this node's,
+    /// so a node need not read them; one that holds no vnode reads none
+    /// and gives its state up). Refused as [`Self::new`] is, and when a
+    /// checkpoint is not of `cut`.
+    pub fn at(cut: u64, previous: Vec<PreviousState>) -> Result<Self> {
+        if let Some(p) = previous.iter().find(|p| p.checkpoint.manifest.id != cut) {
+            return Err(EngineError::Option(format!(
+                "moved state: node '{}' is at checkpoint {}, not at the cut {cut}",
+                p.node, p.checkpoint.manifest.id
+            )));
+        }
         let mut names: Vec<&str> = previous.iter().map(|p| p.node.as_str()).collect();
         names.sort_unstable();
         if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
@@ -76,18 +93,7 @@ impl MovedState {
                 twice[0]
             )));
         }
-        if let Some((a, b)) = previous
-            .iter()
-            .zip(previous.iter().skip(1))
-            .find(|(a, b)| a.checkpoint.manifest.id != b.checkpoint.manifest.id)
-        {
-            return Err(EngineError::Option(format!(
-                "moved state: node '{}' is at checkpoint {} and node '{}' at checkpoint {}; the \
-                 state of a shuffled split moves from one cut through every node",
-                a.node, a.checkpoint.manifest.id, b.node, b.checkpoint.manifest.id
-            )));
-        }
-        Ok(Self { previous })
+        Ok(Self { cut, previous })
     }
 
     /// The previous nodes and their checkpoints.
@@ -97,9 +103,7 @@ impl MovedState {
 
     /// The checkpoint id of the cut (0 when no node had checkpointed).
     pub fn cut(&self) -> u64 {
-        self.previous
-            .first()
-            .map_or(0, |p| p.checkpoint.manifest.id)
+        self.cut
     }
 
     /// Whether a node that recovered `own` (its own newest checkpoint,
@@ -168,12 +172,26 @@ mod tests {
         let e = MovedState::new(vec![previous("n1", 4), previous("n2", 5)]).unwrap_err();
         assert!(
             e.to_string()
-                .contains("node 'n1' is at checkpoint 4 and node 'n2' at checkpoint 5"),
+                .contains("node 'n2' is at checkpoint 5, not at the cut 4"),
             "{e}"
         );
         let state = MovedState::new(vec![previous("n1", 4), previous("n2", 4)]).unwrap();
         assert_eq!(state.cut(), 4);
         assert_eq!(MovedState::new(vec![]).unwrap().cut(), 0);
+    }
+
+    #[test]
+    fn a_state_at_a_cut_holds_only_checkpoints_of_that_cut() {
+        let none = MovedState::at(7, Vec::new()).unwrap();
+        assert_eq!(none.cut(), 7);
+        assert!(!none.applies_after(Some(&checkpoint(8, "p"))));
+        assert!(none.applies_after(Some(&checkpoint(7, "p"))));
+        let e = MovedState::at(7, vec![previous("n1", 6)]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("node 'n1' is at checkpoint 6, not at the cut 7"),
+            "{e}"
+        );
     }
 
     #[test]
