@@ -11,6 +11,13 @@
 //! (`DatabaseBuilder::split_handover`), and a node started again within a
 //! generation resumes from its own checkpoints of it.
 //!
+//! A shuffled split (`--shuffle`) also records the generation's shuffle
+//! list and the id of the old generation's last cut (its checkpoints are
+//! cuts the leader committed for every node, read through
+//! `CommittedCuts`). Each node's keyed operators start from the keys of
+//! its vnodes in that cut ([`moved_state`]), and a dropped node runs once
+//! without the shuffle (`split_dropped`).
+//!
 //! Refused, by name: a change while an old member stays live, and a
 //! change from a generation one of whose members never checkpointed in it
 //! (its vnodes' positions would be those of the generation before, which
