@@ -28,7 +28,6 @@ mod run;
 mod signals;
 mod split;
 mod split_change;
-mod split_dropped;
 mod split_members;
 mod split_shuffle;
 

@@ -55,7 +55,6 @@ use crate::progress::ProgressSlot;
 use crate::run::{self, RunEnd};
 use crate::signals::Signals;
 use crate::split_change::{self, Part};
-use crate::split_dropped::DroppedCommits;
 use crate::split_members::{node_store, parse_list, share_of};
 use crate::split_shuffle::{self, Role, RoleAuthority, ShuffleList};
 use crate::RunArgs;
@@ -208,11 +207,10 @@ async fn run_node(
                 .shuffle(setup)?
         }
         // Dropped from a shuffled split: it recovers from the leader's last
-        // cut, and records its own checkpoints as the node below does.
-        None if shuffled => builder.commit_authority(Arc::new(DroppedCommits {
-            cuts: CommittedCuts::new(client.clone(), keys.clone()),
-            own: SplitCommitRecord::new(client.clone(), keys.clone(), &node_id, revision)?,
-        })),
+        // cut and takes no checkpoint (see `publish_dropped`).
+        None if shuffled => {
+            builder.commit_authority(Arc::new(CommittedCuts::new(client.clone(), keys.clone())))
+        }
         // Its checkpoints count once recorded in etcd, which it does only
         // while the split's list is the one it runs under.
         None => builder.commit_authority(Arc::new(SplitCommitRecord::new(
@@ -231,6 +229,12 @@ async fn run_node(
     let db = builder.cluster_info(Arc::new(p.info)).open().await?;
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &p.text).await?;
+    if shuffled && matches!(part, Part::Dropped) {
+        // Not even a periodic one between its recovery and its stop: ids
+        // of its store would be taken for the split's cuts if it ever
+        // joined again.
+        db.execute("SET checkpoint_interval = 'off'").await?;
+    }
     let mut catalog = cluster::sealed_catalog(&db, &p.store).await;
     let exchange = if shuffled { "on" } else { "off" };
     catalog
@@ -294,21 +298,20 @@ async fn run_node(
             )));
         }
     }
+    // Dropped from a shuffled split: recover (which publishes what its last
+    // checkpoint committed), give its keyed state up, and leave without a
+    // checkpoint of its own.
+    if shuffled && matches!(part, Part::Dropped) {
+        let outcome = publish_dropped(&db, started).await;
+        return leave(node, &db, outcome).await;
+    }
     // A follower killed after it answered the split's final checkpoint
     // comes back to a run that ended: its peers are gone for good, so it
     // publishes its share of that checkpoint and ends.
     if let Some(Role::Follower { leader, .. }) = &role {
         if let Some(ended) = status::missed_run_end(&client, &keys, &node_id, leader).await? {
             let outcome = publish_ended_run(&node, &db, (leader, &ended), started).await;
-            if outcome.is_err() {
-                if let Err(e) = db.abort().await {
-                    tracing::debug!(error = %e, "abort after a failure");
-                }
-            }
-            if let Err(e) = node.shutdown().await {
-                tracing::warn!(error = %e, "leaving the cluster");
-            }
-            return outcome;
+            return leave(node, &db, outcome).await;
         }
     }
     let ran = tokio::select! {
@@ -496,6 +499,40 @@ async fn publish_ended_run(
         leader_term: None,
     };
     status::record_member_finished(node.session(), &finished).await?;
+    let cpu = run::process_cpu_secs() - cpu_at_start;
+    run::print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
+    Ok(RunEnd::Completed)
+}
+
+/// Leave the cluster after a run that ended with `outcome` (aborting the
+/// database first when it failed), and return it.
+async fn leave(
+    node: ClusterNode,
+    db: &sluice::Database,
+    outcome: Result<RunEnd, CliError>,
+) -> Result<RunEnd, CliError> {
+    if outcome.is_err() {
+        if let Err(e) = db.abort().await {
+            tracing::debug!(error = %e, "abort after a failure");
+        }
+    }
+    if let Err(e) = node.shutdown().await {
+        tracing::warn!(error = %e, "leaving the cluster");
+    }
+    outcome
+}
+
+/// A node dropped from a shuffled split: its recovery publishes what its
+/// last checkpoint committed (its sinks' last epoch, when it was killed
+/// before publishing it), and it stops at once, reading nothing.
+async fn publish_dropped(db: &sluice::Database, started: Instant) -> Result<RunEnd, CliError> {
+    tracing::warn!(
+        "this node was dropped from the shuffled split; publishing what its last checkpoint \
+         committed"
+    );
+    let cpu_at_start = run::process_cpu_secs();
+    cluster::start_leading(db).await?;
+    let metrics = db.abort().await?;
     let cpu = run::process_cpu_secs() - cpu_at_start;
     run::print_summary(&metrics, started.elapsed().as_secs_f64(), cpu)?;
     Ok(RunEnd::Completed)

@@ -16,7 +16,7 @@
 //! cuts the leader committed for every node, read through
 //! `CommittedCuts`). Each node's keyed operators start from the keys of
 //! its vnodes in that cut ([`moved_state`]), and a dropped node runs once
-//! without the shuffle (`split_dropped`).
+//! without the shuffle (`split::publish_dropped`).
 //!
 //! Refused, by name: a change while an old member stays live, and a
 //! change from a generation one of whose members never checkpointed in it

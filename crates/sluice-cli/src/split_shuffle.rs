@@ -241,6 +241,10 @@ impl CommitAuthority for RoleAuthority {
         self.role()?.attempt_aborted(id).await
     }
 
+    async fn largest_reserved(&self) -> Result<Option<u64>, StorageError> {
+        self.role()?.largest_reserved().await
+    }
+
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {
         self.role()?.committed().await
     }

@@ -491,3 +491,81 @@ fn a_paused_leader_ends_its_run_and_the_followers_rejoin_its_next_term() {
     }
     same_rows(&outputs(&dir.join("out"), &NODES), expected);
 }
+
+/// A shuffled split whose member list changes at random several times
+/// (each change grows or shrinks it, the leader's node among those that
+/// come and go), every node of a list killed at a random time once a
+/// checkpoint of that list committed, and each dropped node started once
+/// with the next list. The last list runs to the end; all the runs
+/// together write exactly one node's rows. `SLUICE_TEST_SEED` replays a
+/// printed seed.
+#[test]
+fn a_shuffled_split_rescaled_at_random_writes_each_row_once() {
+    let f = fixture();
+    let seed = std::env::var("SLUICE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| u64::from(std::process::id()));
+    eprintln!("seed {seed}");
+    let mut rng = Lcg(seed);
+    let state = format!("file://{}", f.dir.join("state").display());
+    let all = shuffle_list();
+    let address: BTreeMap<&str, &str> = all
+        .split(',')
+        .map(|e| (e.split_once('=').unwrap().0, e))
+        .collect();
+    let start = |node: &str, list: &[&str]| {
+        let shuffle: Vec<&str> = list.iter().map(|n| address[n]).collect();
+        node_of_list(
+            &f.dir,
+            &f.etcd,
+            ("random", node),
+            (&list.join(","), &shuffle.join(",")),
+            &state,
+            &[],
+        )
+    };
+    // Every list of one to three of the nodes, each different from the
+    // one before.
+    let lists: [&[&str]; 6] = [
+        &["n1", "n2"],
+        &["n1", "n3"],
+        &["n2", "n3"],
+        &["n1", "n2", "n3"],
+        &["n2"],
+        &["n1"],
+    ];
+    let mut current: &[&str] = lists[(rng.next() % 6) as usize];
+    let mut dropped: Vec<&str> = Vec::new();
+    for change in 0..3 {
+        eprintln!("change {change}: {current:?}, {dropped:?} dropped");
+        let mut nodes: Vec<Run> = current.iter().map(|n| start(n, current)).collect();
+        let leaving: Vec<Run> = dropped.iter().map(|n| start(n, current)).collect();
+        let before = committed(&f.etcd, "random");
+        until_committed(&f.etcd, "random", &mut nodes, before);
+        std::thread::sleep(Duration::from_millis(rng.next() % 200));
+        for run in nodes {
+            run.signal(libc::SIGKILL);
+            let _ = run.wait(WATCHDOG);
+        }
+        wait_all_of(leaving, &dropped);
+        let next = loop {
+            let l = lists[(rng.next() % 6) as usize];
+            if l != current {
+                break l;
+            }
+        };
+        dropped = current
+            .iter()
+            .filter(|n| !next.contains(n))
+            .copied()
+            .collect();
+        current = next;
+    }
+    eprintln!("last: {current:?}, {dropped:?} dropped");
+    let mut nodes: Vec<Run> = current.iter().map(|n| start(n, current)).collect();
+    nodes.extend(dropped.iter().map(|n| start(n, current)));
+    let names: Vec<&str> = current.iter().chain(&dropped).copied().collect();
+    wait_all_of(nodes, &names);
+    same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
+}

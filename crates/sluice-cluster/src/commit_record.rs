@@ -59,8 +59,8 @@ use crate::checkpoint::record::{
 use crate::checkpoint::txn::instant_of;
 use crate::checkpoint::{
     abort_attempt, abort_orphaned_attempts, answer_checkpoint, checkpoint_assignment_for_admission,
-    commit_attempt, decide, now_ms, publish_checkpoint_prepare, read_answers, require_prepare,
-    reserve_given, wait_for_answers, CheckpointAssignmentFence, Decided,
+    commit_attempt, decide, now_ms, publish_checkpoint_prepare, read_answers, read_attempt_counter,
+    require_prepare, reserve_given, wait_for_answers, CheckpointAssignmentFence, Decided,
 };
 use crate::error::ClusterError;
 use crate::keys::ClusterKeys;
@@ -437,6 +437,18 @@ impl CommitAuthority for LeaderCommitRecord {
 
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {
         committed_ids(&self.client, &self.keys).await
+    }
+
+    /// The cluster's attempt counter, while this record leads.
+    async fn largest_reserved(&self) -> Result<Option<u64>, StorageError> {
+        let leading = self.leading.lock().clone();
+        let Some((election, _)) = leading else {
+            return Ok(None);
+        };
+        let counter = read_attempt_counter(election.session())
+            .await
+            .map_err(|e| Self::authority("reading the checkpoint attempt counter".into(), e))?;
+        Ok(Some(counter.last))
     }
 
     async fn forget_below(&self, id: u64) -> Result<(), StorageError> {

@@ -189,6 +189,16 @@ pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
     /// pipeline on one host), and its manifests count as they are.
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>>;
 
+    /// The largest checkpoint id this authority knows was reserved,
+    /// committed or not (a cluster's attempt counter), which it will never
+    /// take again: a store that reserves under it reserves above it, so a
+    /// node that joined a cut later (one added to a shuffled split, which
+    /// may lead it) does not offer ids the cut's records already hold.
+    /// `Ok(None)`: none known. Default: none (one host).
+    async fn largest_reserved(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
     /// The store pruned every checkpoint below `id`: their records may go.
     /// An `Err` is logged by the store; stale records are harmless.
     async fn forget_below(&self, id: u64) -> Result<()>;

@@ -238,14 +238,16 @@ impl CheckpointStore {
     /// the key that holds it (`(0, "")` on an empty store).
     ///
     /// Under an authority that decides one cut for several stores (a
-    /// shuffled split's leader), the largest id it recorded counts too: a
-    /// store that joined later (a node added to the split, which may lead
-    /// it) reserves above every id the cut's records already hold, since
-    /// the authority records each id once.
+    /// shuffled split's leader), the largest id it recorded or reserved
+    /// counts too: a store that joined later (a node added to the split,
+    /// which may lead it) reserves above every id the cut's records
+    /// already hold, since the authority takes each id once.
     async fn largest_id(&self, committed: &[u64]) -> Result<(u64, String)> {
         let mut max = (0u64, String::new());
         if let Some(authority) = self.authority.as_ref().filter(|a| a.one_cut_across_nodes()) {
-            if let Some(&id) = authority.committed().await?.as_ref().and_then(|c| c.last()) {
+            let committed = authority.committed().await?;
+            let recorded = committed.as_ref().and_then(|c| c.last().copied());
+            if let Some(id) = recorded.max(authority.largest_reserved().await?) {
                 max = (id, format!("the commit authority's checkpoint {id}"));
             }
         }

@@ -113,8 +113,10 @@ impl Pipeline {
         }
         let moved = self.moved_state(config.as_ref(), recovered.as_ref())?;
         // A shuffled split checkpoints only as one cut, when its leader
-        // decides; the cut that follows records where this node started.
-        let checkpoint_at_start = handover && !self.shuffles_between_nodes();
+        // decides; the cut that follows records where this node started. A
+        // node that holds no vnodes has no position a later handover could
+        // start from.
+        let checkpoint_at_start = handover && holds_vnodes && !self.shuffles_between_nodes();
         let c = self.coordinator()?;
         if let Some(cfg) = config {
             c.handle
