@@ -114,9 +114,16 @@ impl Pipeline {
         let moved = self.moved_state(config.as_ref(), recovered.as_ref())?;
         // A shuffled split checkpoints only as one cut, when its leader
         // decides; the cut that follows records where this node started. A
-        // node that holds no vnodes has no position a later handover could
-        // start from.
-        let checkpoint_at_start = handover && holds_vnodes && !self.shuffles_between_nodes();
+        // node dropped from a shuffled split (it gives its keyed state up,
+        // holding no vnodes) recovers from the last cut and takes no
+        // checkpoint of its own: its ids would be the cuts' ids.
+        let gives_state_up = !holds_vnodes
+            && self
+                .options
+                .split
+                .as_ref()
+                .is_some_and(|s| s.moved_state().is_some());
+        let checkpoint_at_start = handover && !self.shuffles_between_nodes() && !gives_state_up;
         let c = self.coordinator()?;
         if let Some(cfg) = config {
             c.handle
