@@ -420,14 +420,12 @@ impl StatefulOperator for HashJoin {
     /// Each side's rows whose key is of `keep`'s vnodes, from every old
     /// owner's kept rows.
     fn restore_moved(&mut self, snaps: &[SnapshotReader], keep: &VnodePlacement) -> Result<()> {
-        match moved_parts(snaps, [&self.left, &self.right], keep, self.kind())? {
-            Some([left, right]) => self.restore_sides(&left, &right),
-            None => {
-                self.left.clear();
-                self.right.clear();
-                Ok(())
-            }
-        }
+        let sides = [
+            (&self.left, Arc::clone(&self.left.schema)),
+            (&self.right, Arc::clone(&self.right.schema)),
+        ];
+        let [left, right] = moved_parts(snaps, sides, keep, self.kind())?;
+        self.restore_sides(&left, &right)
     }
 }
 
@@ -446,25 +444,21 @@ impl HashJoin {
 
 /// Each side's snapshot part, `[left, right]`, holding the rows of every
 /// one of `snaps` whose key is of `keep`'s vnodes (the old owners' parts
-/// concatenated); `None` with no snapshot. A part holds its side's rows
-/// (the columns of `side.schema`) and, past them, any per-row columns
-/// the operator keeps (an outer join's match flags), which are kept with
-/// their rows. `kind` names the operator in errors.
+/// concatenated; empty with no snapshot). Each side is given with the
+/// schema of its part: its rows (the columns of `side.schema`) and, past
+/// them, any per-row columns the operator keeps (an outer join's match
+/// flags), which are kept with their rows. `kind` names the operator in
+/// errors.
 pub(crate) fn moved_parts(
     snaps: &[SnapshotReader],
-    sides: [&Side; 2],
+    sides: [(&Side, SchemaRef); 2],
     keep: &VnodePlacement,
     kind: &str,
-) -> Result<Option<[RecordBatch; 2]>> {
-    if snaps.is_empty() {
-        return Ok(None);
-    }
+) -> Result<[RecordBatch; 2]> {
     let damaged = |what: String| EngineError::Internal(format!("moving {kind} state: {what}"));
-    let mut out = Vec::with_capacity(2);
-    for (i, side) in sides.into_iter().enumerate() {
+    let part = |i: usize, (side, schema): (&Side, SchemaRef)| -> Result<RecordBatch> {
         let width = side.schema.fields().len();
         let mut kept = Vec::with_capacity(snaps.len());
-        let mut schema = None;
         for snap in snaps {
             let part = match snap.parts() {
                 [left, right] => [left, right][i],
@@ -476,20 +470,16 @@ pub(crate) fn moved_parts(
                 .ok_or_else(|| damaged(format!("a part has {} columns", part.num_columns())))?;
             let rows = RecordBatch::try_new(Arc::clone(&side.schema), columns.to_vec())?;
             let mask = owned_mask(&side.keys, &rows, keep, kind)?;
-            let schema = schema.get_or_insert_with(|| part.schema());
             let owned = filter_record_batch(part, &mask)?;
             kept.push(RecordBatch::try_new(
-                Arc::clone(schema),
+                Arc::clone(&schema),
                 owned.columns().to_vec(),
             )?);
         }
-        let schema = schema.ok_or_else(|| damaged("no part".into()))?;
-        out.push(concat_batches(&schema, &kept)?);
-    }
-    let [left, right]: [RecordBatch; 2] = out
-        .try_into()
-        .map_err(|_| damaged("not two sides".into()))?;
-    Ok(Some([left, right]))
+        Ok(concat_batches(&schema, &kept)?)
+    };
+    let [left, right] = sides;
+    Ok([part(0, left)?, part(1, right)?])
 }
 
 /// Which rows of `rows` have a key (`keys` evaluated over them, as the

@@ -333,14 +333,16 @@ impl StatefulOperator for OuterJoin {
     /// Each side's rows (with their match flags) whose key is of `keep`'s
     /// vnodes, from every old owner's kept rows.
     fn restore_moved(&mut self, snaps: &[SnapshotReader], keep: &VnodePlacement) -> Result<()> {
-        match moved_parts(snaps, [&self.left, &self.right], keep, self.kind())? {
-            Some([left, right]) => self.restore_sides(&left, &right),
-            None => {
-                self.left.clear();
-                self.right.clear();
-                Ok(())
-            }
-        }
+        let part_schema = |side: &Side| match side.tracks() {
+            true => Self::tracked_schema(side),
+            false => Arc::clone(&side.schema),
+        };
+        let sides = [
+            (&self.left, part_schema(&self.left)),
+            (&self.right, part_schema(&self.right)),
+        ];
+        let [left, right] = moved_parts(snaps, sides, keep, self.kind())?;
+        self.restore_sides(&left, &right)
     }
 }
 
