@@ -45,6 +45,11 @@ pub trait PaceHost: Send + Sync {
     /// A tail has ended; `longest` was its longest unit of work between two
     /// points (rests excluded), for metrics.
     fn tail_done(&self, longest: Duration);
+
+    /// A point was passed, on the tail's thread (before any rest). Nothing
+    /// is expected back; by default nothing happens. Tests use it to see
+    /// how much work each step between two points did.
+    fn point_passed(&self) {}
 }
 
 /// A host that is never busy: a pacer over it never rests.
@@ -155,6 +160,7 @@ impl Pacer {
     /// itself (the blob write, across `await`s).
     pub fn point(&mut self) {
         self.points += 1;
+        self.host.point_passed();
         self.longest = self.longest.max(self.last_point.elapsed());
         self.last_point = Instant::now();
         let worked = self.unit_start.elapsed();

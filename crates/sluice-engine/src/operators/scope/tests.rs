@@ -252,37 +252,56 @@ fn a_capture_built_after_later_updates_excludes_them() {
     );
 }
 
+/// The CPU time this thread has used so far: unlike the wall clock, it
+/// does not run while a loaded machine has preempted the thread.
+#[cfg(target_os = "linux")]
+fn thread_cpu() -> std::time::Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 /// Builds and encodes `part` under a pacer over an idle pipeline: the
-/// bytes, the whole tail's time, its longest step and its pace points.
-fn build_paced(
-    part: &Arc<dyn DeferredBatch>,
-) -> (Vec<u8>, std::time::Duration, std::time::Duration, u64) {
+/// bytes, and the CPU time of each step between two pace points (from the
+/// tail's start to the first point, and from the last to its end, too).
+#[cfg(target_os = "linux")]
+fn build_paced(part: &Arc<dyn DeferredBatch>) -> (Vec<u8>, Vec<std::time::Duration>) {
     use crate::state::pace::{paced, PaceHost, Pacer};
     use crate::state::SnapshotWriter;
 
-    struct Idle;
+    /// Never busy; notes the thread's CPU time at each point.
+    struct Idle(std::sync::Mutex<Vec<std::time::Duration>>);
     impl PaceHost for Idle {
         fn busy_ns(&self) -> u64 {
             0
         }
         fn rested(&self, _: std::time::Duration) {}
         fn tail_done(&self, _: std::time::Duration) {}
+        fn point_passed(&self) {
+            let at = thread_cpu();
+            self.0.lock().unwrap().push(at);
+        }
     }
 
     let mut w = SnapshotWriter::default();
     w.push_deferred(Arc::clone(part));
-    let mut pacer = Pacer::new(25, Arc::new(Idle));
+    let host = Arc::new(Idle(std::sync::Mutex::new(Vec::new())));
+    let mut pacer = Pacer::new(25, Arc::clone(&host) as Arc<dyn PaceHost>);
     pacer.begin();
-    let started = std::time::Instant::now();
+    let before = thread_cpu();
     let (bytes, _) = paced(&mut pacer, || w.finish());
+    let after = thread_cpu();
     pacer.end();
-    let tail = started.elapsed();
-    (
-        bytes.unwrap().to_vec(),
-        tail,
-        pacer.longest_unit(),
-        pacer.points(),
-    )
+    let mut marks = vec![before];
+    marks.extend(host.0.lock().unwrap().iter().copied());
+    marks.push(after);
+    let steps = marks.windows(2).map(|m| m[1] - m[0]).collect();
+    (bytes.unwrap().to_vec(), steps)
 }
 
 /// What a snapshot's bytes restore to.
@@ -299,8 +318,9 @@ fn restored_bytes(bytes: &[u8], codec: &KeyCodec, funcs: &AggregateFunctions) ->
 /// live layer handed over whole), one where a tenth of the groups changed,
 /// and one where every group changed. Building and encoding each passes a
 /// pace point at least twice per chunk of groups, no step between two
-/// points takes more than an eighth of the whole, and each restores
-/// exactly.
+/// points takes more than an eighth of the tail's CPU time, and each
+/// restores exactly.
+#[cfg(target_os = "linux")]
 #[test]
 fn a_large_capture_is_built_and_encoded_in_short_steps() {
     const GROUPS: i64 = 300_000;
@@ -331,25 +351,29 @@ fn a_large_capture_is_built_and_encoded_in_short_steps() {
             apply(&mut model, rows);
         }
         let part = scope.capture(&codec, vec![]).unwrap();
-        // A step is timed by the wall clock, so one preemption of the
-        // test thread (a loaded CI machine) can make any step look long:
-        // build up to three times and judge the best. A tail that really
-        // works in one long step fails every time.
         // The first build also builds the part's batches, which later
         // builds of the same part reuse (they only encode, with one point
-        // per chunk): the points are counted on the first.
-        let mut built = build_paced(&part);
-        let points = built.3;
+        // per chunk): the points are counted on the first. Steps are
+        // judged by the thread's CPU time, so preemption cannot make one
+        // look long; cache misses on a busy machine still can, so up to
+        // three builds are made and the best judged. A tail that really
+        // works in one long step fails every time.
+        let (bytes, steps) = build_paced(&part);
+        let points = steps.len() as u64 - 1;
+        let longest_of = |steps: &[std::time::Duration]| {
+            let longest = steps.iter().copied().max().unwrap_or_default();
+            (longest, steps.iter().sum::<std::time::Duration>())
+        };
+        let (mut longest, mut whole) = longest_of(&steps);
         for _ in 0..2 {
-            if built.2 * 8 < built.1 {
+            if longest * 8 < whole {
                 break;
             }
-            built = build_paced(&part);
+            (longest, whole) = longest_of(&build_paced(&part).1);
         }
-        let (bytes, tail, longest, _) = built;
         assert!(
-            longest * 8 < tail,
-            "capture {round}: longest step {longest:?} of a {tail:?} tail"
+            longest * 8 < whole,
+            "capture {round}: longest step {longest:?} of a {whole:?} tail (CPU time)"
         );
         assert!(
             points >= 2 * chunks,
