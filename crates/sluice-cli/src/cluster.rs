@@ -77,6 +77,24 @@ enum ClusterCommand {
         #[arg(long, value_name = "NAME", default_value = "sluice")]
         cluster_id: String,
     },
+    /// Change the member list of a running split: its nodes stop at once
+    /// (their last committed checkpoint stands) and start again with the
+    /// new list; start the nodes it adds with that list too.
+    Rescale {
+        /// The etcd endpoints, `etcd=URL[,URL]`.
+        #[arg(long, value_name = "etcd=URL[,URL]")]
+        cluster: String,
+        /// The cluster's id.
+        #[arg(long, value_name = "NAME", default_value = "sluice")]
+        cluster_id: String,
+        /// The new member list.
+        #[arg(long, value_name = "NODE,NODE,...")]
+        split: String,
+        /// Where each new member's shuffle listens, for a split run with
+        /// --shuffle (it needs one).
+        #[arg(long, value_name = "NODE=IP:PORT,...")]
+        shuffle: Option<String>,
+    },
 }
 
 /// `sluice cluster status`: the same table as `SHOW CLUSTER`, plus a
@@ -96,6 +114,23 @@ pub async fn command(args: ClusterArgs) -> Result<(), CliError> {
                 .await?;
             run::print_tables(&db.execute("SHOW CLUSTER").await?)?;
             println!("{}", summary(&s));
+            Ok(())
+        }
+        ClusterCommand::Rescale {
+            cluster,
+            cluster_id,
+            split,
+            shuffle,
+        } => {
+            let endpoints = parse_endpoints(&cluster)?;
+            let said = crate::split_change::request_rescale(
+                &endpoints,
+                &cluster_id,
+                &split,
+                shuffle.as_deref(),
+            )
+            .await?;
+            println!("{said}");
             Ok(())
         }
     }

@@ -44,6 +44,7 @@ use sluice::split::{SplitHandover, VnodePlacement};
 use sluice::CommitAuthority;
 use sluice_cluster::assignment::Placement;
 use sluice_cluster::split_record::{self, SplitCommitRecord};
+use sluice_cluster::split_rescale::{self, RescaleRequest};
 use sluice_cluster::status::{self, Client, MemberFinished};
 use sluice_cluster::vnodes::VnodeCount;
 use sluice_cluster::{ClusterError, ClusterKeys, ClusterNode, CommittedCuts, NodeConfig};
@@ -77,18 +78,72 @@ const LEASE_LOST: &str = "SLC-CLU-007";
 /// opens its share again from the last checkpoint committed for every
 /// node and waits (the channel patience) for the peer to be started
 /// again. So only the node that died needs restarting.
-pub async fn run(args: RunArgs, progress: &ProgressSlot, list: &str) -> Result<RunEnd, CliError> {
+///
+/// A request to change the member list of the generation this node runs
+/// (`sluice cluster rescale`, see `sluice_cluster::split_rescale`) stops
+/// its run at once, without a checkpoint, and starts it again with the
+/// new list.
+pub async fn run(
+    mut args: RunArgs,
+    progress: &ProgressSlot,
+    list: &str,
+) -> Result<RunEnd, CliError> {
     let signals = Signals::install(progress)?;
     let started = Instant::now();
     let mut rejoins = 0;
+    let mut list = list.to_string();
     loop {
-        match run_node(&args, progress, list, &signals, started).await {
+        match run_node(&args, progress, &list, &signals, started).await {
+            Ok(NodeEnd::Rescale(request)) => {
+                list = request.members.join(",");
+                tracing::warn!(
+                    generation = request.from_generation,
+                    members = %list,
+                    "the split's member list changes: starting again with the new list"
+                );
+                if request.shuffle.is_some() {
+                    args.shuffle = request.shuffle;
+                }
+            }
+            Ok(NodeEnd::Ended(end)) => return Ok(end),
             Err(e) if args.shuffle.is_some() && rejoins_after(&e) && rejoins < MAX_REJOINS => {
                 rejoins += 1;
                 tracing::warn!(error = %e, rejoins, "another node of the split stopped; rejoining to resume from the last checkpoint committed for all");
             }
-            end => return end,
+            Err(e) => return Err(e),
         }
+    }
+}
+
+/// How one run of this node ended.
+enum NodeEnd {
+    /// The node's run is over.
+    Ended(RunEnd),
+    /// Its generation's list is to change: it stopped (or never started),
+    /// and starts again with the request's list.
+    Rescale(RescaleRequest),
+}
+
+/// How often a running node asks whether its generation's list is to
+/// change.
+const RESCALE_POLL: Duration = Duration::from_millis(250);
+
+/// Resolves with a request to start generation `generation` again with a
+/// list other than `members`; never otherwise. A failed read is logged and
+/// asked again (the node's lease watch catches a lost etcd).
+async fn rescaled(
+    client: &Client,
+    keys: &ClusterKeys,
+    generation: u64,
+    members: &[String],
+) -> RescaleRequest {
+    loop {
+        match split_rescale::read(client, keys, generation).await {
+            Ok(Some(request)) if request.members != members => return request,
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "reading the split's rescale request"),
+        }
+        tokio::time::sleep(RESCALE_POLL).await;
     }
 }
 
@@ -113,7 +168,7 @@ async fn run_node(
     list: &str,
     signals: &Signals,
     started: Instant,
-) -> Result<RunEnd, CliError> {
+) -> Result<NodeEnd, CliError> {
     let p: Prepared = cluster::prepare(args).await?;
     let node_id = p.node_id;
     let members = parse_list(list)?;
@@ -139,6 +194,15 @@ async fn run_node(
         (p.lease_ttl, canonical.as_deref()),
     )
     .await?;
+    // Asked to change this generation's list (while this node was away, or
+    // as it started): start again with the new one at once.
+    if matches!(part, Part::Member) {
+        if let Some(request) = split_rescale::read(&client, &keys, record.generation).await? {
+            if request.members != members {
+                return Ok(NodeEnd::Rescale(request));
+            }
+        }
+    }
     // A shuffled split whose list changed: each node's keyed operators take
     // the keys of its vnodes from the old members' last cut. A node the new
     // list dropped holds none: it runs once more without the shuffle,
@@ -250,7 +314,7 @@ async fn run_node(
             biased;
             signal = signals.first() => {
                 signals.say(&format!("{}: node {node_id} stopped before it joined", signal.name()));
-                return Ok(RunEnd::Signalled(signal));
+                return Ok(NodeEnd::Ended(RunEnd::Signalled(signal)));
             }
             node = ClusterNode::start(config.clone()) => node,
         };
@@ -303,7 +367,7 @@ async fn run_node(
     // checkpoint of its own.
     if shuffled && matches!(part, Part::Dropped) {
         let outcome = publish_dropped(&db, started).await;
-        return leave(node, &db, outcome).await;
+        return leave(node, &db, outcome).await.map(NodeEnd::Ended);
     }
     // A follower killed after it answered the split's final checkpoint
     // comes back to a run that ended: its peers are gone for good, so it
@@ -311,7 +375,7 @@ async fn run_node(
     if let Some(Role::Follower { leader, .. }) = &role {
         if let Some(ended) = status::missed_run_end(&client, &keys, &node_id, leader).await? {
             let outcome = publish_ended_run(&node, &db, (leader, &ended), started).await;
-            return leave(node, &db, outcome).await;
+            return leave(node, &db, outcome).await.map(NodeEnd::Ended);
         }
     }
     let ran = tokio::select! {
@@ -325,6 +389,20 @@ async fn run_node(
         // nothing more (the store's lease already fences its writes).
         () = lease_lost(&node) => Err(ClusterError::LeaseLost { node: node_id.clone() }.into()),
         e = outlived(&node, &client, &keys, role.as_ref()) => Err(e),
+        // Stopped at once, without a checkpoint: the next generation
+        // starts from the last one committed (as after a kill), and this
+        // node's sinks publish nothing past it.
+        request = rescaled(&client, &keys, record.generation, &members) => {
+            tracing::warn!(
+                members = %request.members.join(","),
+                "the split's member list is to change; stopping this node's run"
+            );
+            let outcome = db.abort().await.map(|_| NodeEnd::Rescale(request));
+            if let Err(e) = node.shutdown().await {
+                tracing::warn!(error = %e, "leaving the cluster");
+            }
+            return outcome.map_err(CliError::from);
+        }
         r = run_share(&node, &db, progress, signals) => r.map(Some),
     };
     // Once the share ran to its end, its shutdown (the final checkpoint,
@@ -368,6 +446,16 @@ async fn run_node(
         }
         (outcome, _) => outcome,
     };
+    // A peer that stopped for a change of the list fails this run: start
+    // again with the new list rather than rejoin the old one.
+    if outcome.is_err() {
+        if let Ok(Some(request)) = split_rescale::read(&client, &keys, record.generation).await {
+            if request.members != members {
+                tracing::warn!(error = ?outcome.as_ref().err(), "the run ended as the split's list changes");
+                return Ok(NodeEnd::Rescale(request));
+            }
+        }
+    }
     if shuffle.is_some() && outcome.as_ref().is_err_and(rejoins_after) {
         // Before it rejoins, every member's halted run has left (a killed
         // one's lease lapses): a channel of a previous run must not reach
@@ -379,7 +467,7 @@ async fn run_node(
             tracing::warn!(members = ?still, "rejoining while these members are still in the cluster");
         }
     }
-    outcome
+    outcome.map(NodeEnd::Ended)
 }
 
 /// For a follower of a shuffled split, resolves once its run is over

@@ -18,6 +18,11 @@
 //! its vnodes in that cut ([`moved_state`]), and a dropped node runs once
 //! without the shuffle (`split::publish_dropped`).
 //!
+//! The old members may also be asked to change while they run (`sluice
+//! cluster rescale`, `sluice_cluster::split_rescale`): each stops at once
+//! and starts again with the new list, and a node started with it waits
+//! for them (six leases instead of three).
+//!
 //! Refused, by name: a change while an old member stays live, and a
 //! change from a generation one of whose members never checkpointed in it
 //! (its vnodes' positions would be those of the generation before, which
@@ -37,6 +42,7 @@ use sluice::CommitAuthority;
 use sluice_cluster::split_record::{
     self, PreviousSplit, RecordedProgress, SplitCommitRecord, SplitRecord,
 };
+use sluice_cluster::split_rescale;
 use sluice_cluster::status::{self, Client};
 use sluice_cluster::vnodes::VnodeCount;
 use sluice_cluster::{ClusterKeys, CommittedCuts};
@@ -94,6 +100,64 @@ pub(crate) async fn settle_part(
     }
 }
 
+/// `sluice cluster rescale`: ask the nodes of the split's current
+/// generation to start again with `list` (and, for a shuffled split, the
+/// shuffle addresses `shuffle`); what was asked, in a line.
+pub(crate) async fn request_rescale(
+    endpoints: &[String],
+    cluster_id: &str,
+    list: &str,
+    shuffle: Option<&str>,
+) -> Result<String, CliError> {
+    let members = crate::split_members::parse_list(list)?;
+    for member in &members {
+        sluice_cluster::keys::NodeId::new(member)?;
+    }
+    let client = status::connect(endpoints).await?;
+    let keys = ClusterKeys::new(cluster_id)?;
+    let Some(current) = split_record::read(&client, &keys).await?.0 else {
+        return Err(CliError::usage(format!(
+            "cluster '{cluster_id}' runs no split (--split): there is no member list to change"
+        )));
+    };
+    if current.members == members {
+        return Err(CliError::usage(format!(
+            "--split {}: generation {} of the split already runs with this list",
+            members.join(","),
+            current.generation
+        )));
+    }
+    let shuffle = match (&current.shuffle, shuffle) {
+        (Some(_), Some(spec)) => Some(crate::split_shuffle::parse(spec, &members)?.canonical()),
+        (Some(_), None) => {
+            return Err(CliError::usage(format!(
+                "the split of generation {} runs with --shuffle: give --shuffle with an address for each node of --split {}",
+                current.generation,
+                members.join(",")
+            )))
+        }
+        (None, Some(_)) => {
+            return Err(CliError::usage(format!(
+                "--shuffle: the split of generation {} runs without one (option shuffle), and a rescale keeps that",
+                current.generation
+            )))
+        }
+        (None, None) => None,
+    };
+    let request = split_rescale::RescaleRequest {
+        from_generation: current.generation,
+        members: members.clone(),
+        shuffle,
+    };
+    split_rescale::request(&client, &keys, &request).await?;
+    Ok(format!(
+        "requested: the nodes of generation {} ({}) start again with {}",
+        current.generation,
+        current.members.join(","),
+        members.join(",")
+    ))
+}
+
 /// How often a node waiting for the old members to stop asks again.
 const ASK_AGAIN: Duration = Duration::from_millis(500);
 
@@ -143,12 +207,23 @@ pub(crate) async fn settle(
                     .filter(|m| r.members.contains(m))
                     .collect();
                 if !live.is_empty() {
-                    if waited.elapsed() > lease_ttl * 3 {
+                    // Asked to change to this list (`sluice cluster
+                    // rescale`): the old members stop as they see it, and
+                    // one may first wait out a halted run (three leases).
+                    let requested = split_rescale::read(client, keys, r.generation)
+                        .await?
+                        .is_some_and(|q| q.members == members);
+                    let patience = if requested {
+                        lease_ttl * 6
+                    } else {
+                        lease_ttl * 3
+                    };
+                    if waited.elapsed() > patience {
                         let verb = if live.len() == 1 { "is" } else { "are" };
                         return Err(CliError::usage(format!(
                             "--split {} would change the split of generation {} ({}), but {} {verb} \
                              still running; stop every node of the split before starting it with \
-                             another list",
+                             another list, or ask them to change it (sluice cluster rescale)",
                             members.join(","),
                             r.generation,
                             r.members.join(","),

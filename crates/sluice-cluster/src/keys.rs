@@ -73,6 +73,13 @@ impl ClusterKeys {
         format!("/sluice/{}/split", self.cluster)
     }
 
+    /// `/sluice/C/split-rescale`: a request that the nodes of the split's
+    /// current generation start again with another member list
+    /// (permanent, like the record; see `split_rescale`).
+    pub fn split_rescale(&self) -> String {
+        format!("/sluice/{}/split-rescale", self.cluster)
+    }
+
     /// `/sluice/C/split-commits/N/`: the checkpoints of split node `N`
     /// that count (see `split_record::SplitCommitRecord`).
     pub fn split_commits(&self, node: &NodeId) -> String {

@@ -122,6 +122,7 @@ pub mod membership;
 pub mod node;
 pub mod session;
 pub mod split_record;
+pub mod split_rescale;
 pub mod standby;
 pub mod status;
 #[cfg(feature = "testing")]
