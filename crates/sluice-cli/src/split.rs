@@ -128,19 +128,36 @@ enum NodeEnd {
 /// change.
 const RESCALE_POLL: Duration = Duration::from_millis(250);
 
-/// Resolves with a request to start generation `generation` again with a
-/// list other than `members`; never otherwise. A failed read is logged and
-/// asked again (the node's lease watch catches a lost etcd).
+/// A request to start generation `generation` of `members` again with
+/// another list, once this node `node` may stop for it: it has a
+/// checkpoint of the generation (`split_change::may_stop_for_change`).
+async fn pending_rescale(
+    (client, keys): (&Client, &ClusterKeys),
+    (node, generation, members): (&str, u64, &[String]),
+    (store, shuffled): (&str, bool),
+) -> Result<Option<RescaleRequest>, CliError> {
+    match split_rescale::read(client, keys, generation).await? {
+        Some(request) if request.members != members => {
+            let at = (node, generation);
+            let may = split_change::may_stop_for_change(client, keys, at, (store, shuffled));
+            Ok(may.await?.then_some(request))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Resolves with a [`pending_rescale`] request; never otherwise. A failed
+/// read is logged and asked again (the node's lease watch catches a lost
+/// etcd).
 async fn rescaled(
-    client: &Client,
-    keys: &ClusterKeys,
-    generation: u64,
-    members: &[String],
+    etcd: (&Client, &ClusterKeys),
+    at: (&str, u64, &[String]),
+    store: (&str, bool),
 ) -> RescaleRequest {
     loop {
-        match split_rescale::read(client, keys, generation).await {
-            Ok(Some(request)) if request.members != members => return request,
-            Ok(_) => {}
+        match pending_rescale(etcd, at, store).await {
+            Ok(Some(request)) => return request,
+            Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "reading the split's rescale request"),
         }
         tokio::time::sleep(RESCALE_POLL).await;
@@ -196,11 +213,12 @@ async fn run_node(
     .await?;
     // Asked to change this generation's list (while this node was away, or
     // as it started): start again with the new one at once.
+    let shuffled = shuffle.is_some();
+    let rescale_at = (node_id.as_str(), record.generation, members.as_slice());
     if matches!(part, Part::Member) {
-        if let Some(request) = split_rescale::read(&client, &keys, record.generation).await? {
-            if request.members != members {
-                return Ok(NodeEnd::Rescale(request));
-            }
+        let etcd = (&client, &keys);
+        if let Some(request) = pending_rescale(etcd, rescale_at, (&p.store, shuffled)).await? {
+            return Ok(NodeEnd::Rescale(request));
         }
     }
     // A shuffled split whose list changed: each node's keyed operators take
@@ -218,7 +236,6 @@ async fn run_node(
         }
         _ => None,
     };
-    let shuffled = shuffle.is_some();
     let shuffle = shuffle.filter(|_| matches!(part, Part::Member));
     let (share, handover) = match (&part, &record.previous) {
         (Part::Member, previous) => {
@@ -392,7 +409,7 @@ async fn run_node(
         // Stopped at once, without a checkpoint: the next generation
         // starts from the last one committed (as after a kill), and this
         // node's sinks publish nothing past it.
-        request = rescaled(&client, &keys, record.generation, &members) => {
+        request = rescaled((&client, &keys), rescale_at, (&p.store, shuffled)) => {
             tracing::warn!(
                 members = %request.members.join(","),
                 "the split's member list is to change; stopping this node's run"
@@ -449,11 +466,10 @@ async fn run_node(
     // A peer that stopped for a change of the list fails this run: start
     // again with the new list rather than rejoin the old one.
     if outcome.is_err() {
-        if let Ok(Some(request)) = split_rescale::read(&client, &keys, record.generation).await {
-            if request.members != members {
-                tracing::warn!(error = ?outcome.as_ref().err(), "the run ended as the split's list changes");
-                return Ok(NodeEnd::Rescale(request));
-            }
+        let etcd = (&client, &keys);
+        if let Ok(Some(request)) = pending_rescale(etcd, rescale_at, (&p.store, shuffled)).await {
+            tracing::warn!(error = ?outcome.as_ref().err(), "the run ended as the split's list changes");
+            return Ok(NodeEnd::Rescale(request));
         }
     }
     if shuffle.is_some() && outcome.as_ref().is_err_and(rejoins_after) {

@@ -269,10 +269,7 @@ async fn stopped_at(
 ) -> Result<PreviousSplit, CliError> {
     let mut read = BTreeMap::new();
     for member in &record.members {
-        let commits = commits_of(client, keys, member, shuffled)?;
-        let sources = sluice::split::recorded_progress(&node_store(store, member), Some(commits))
-            .await?
-            .unwrap_or_default();
+        let sources = recorded(client, keys, member, (store, shuffled)).await?;
         read.insert(member.clone(), sources);
     }
     // From generation 2 on, a member's vnodes were handed over to it:
@@ -281,14 +278,7 @@ async fn stopped_at(
     // recorded, then its nodes were refused or stopped at once) changed
     // nothing: the split changes from the generation before it.
     if record.generation > 1 {
-        let ran = |sources: &BTreeMap<String, sluice::split::SourceProgress>| {
-            !sources.is_empty()
-                && sources.values().all(|p| {
-                    p.offset.as_deref().is_none_or(|o| {
-                        sluice::split::offset_generation(o) == Some(record.generation)
-                    })
-                })
-        };
+        let ran = |sources: &BTreeMap<String, SourceProgress>| ran_in(record.generation, sources);
         if let (false, Some(previous)) = (read.values().any(ran), &record.previous) {
             return Ok(previous.clone());
         }
@@ -334,6 +324,52 @@ async fn stopped_at(
         progress,
         cut,
     })
+}
+
+/// What `member`'s last checkpoint that counts (see [`commits_of`]) had
+/// read, by source (empty: none).
+async fn recorded(
+    client: &Client,
+    keys: &ClusterKeys,
+    member: &str,
+    (store, shuffled): (&str, bool),
+) -> Result<BTreeMap<String, SourceProgress>, CliError> {
+    let commits = commits_of(client, keys, member, shuffled)?;
+    Ok(
+        sluice::split::recorded_progress(&node_store(store, member), Some(commits))
+            .await?
+            .unwrap_or_default(),
+    )
+}
+
+/// Whether a member whose last checkpoint had read `sources` ran in
+/// `generation`: that checkpoint is of the generation (every source's
+/// offset says so). In generation 1 any member counts as having run.
+fn ran_in(generation: u64, sources: &BTreeMap<String, SourceProgress>) -> bool {
+    generation == 1
+        || (!sources.is_empty()
+            && sources.values().all(|p| {
+                p.offset
+                    .as_deref()
+                    .is_none_or(|o| sluice::split::offset_generation(o) == Some(generation))
+            }))
+}
+
+/// Whether `member` can stop for a change of the list: it ran in
+/// `generation` (a change from a generation one member has no checkpoint
+/// of is refused, see [`stopped_at`]), so a node asked to change waits
+/// for its first checkpoint of the generation.
+pub(crate) async fn may_stop_for_change(
+    client: &Client,
+    keys: &ClusterKeys,
+    (member, generation): (&str, u64),
+    (store, shuffled): (&str, bool),
+) -> Result<bool, CliError> {
+    if generation == 1 {
+        return Ok(true);
+    }
+    let sources = recorded(client, keys, member, (store, shuffled)).await?;
+    Ok(ran_in(generation, &sources))
 }
 
 /// Which checkpoints of `member`'s store count: those its split record

@@ -40,15 +40,25 @@ const SCRIPT: &str = "
 /// a later stretch of time, disordered by less than the watermark's
 /// delay: no row is late on one node or on a split.
 fn write_input(dir: &Path, script: &str) {
-    write_rising_parts(dir, FILES, ROWS_PER_FILE, 100, 17);
+    write_input_of(dir, script, FILES);
+}
+
+/// [`write_input`] with `files` files.
+fn write_input_of(dir: &Path, script: &str, files: u64) {
+    write_rising_parts(dir, files, ROWS_PER_FILE, 100, 17);
     std::fs::write(dir.join("pipeline.sql"), script).unwrap();
 }
 
 /// The rows of an uninterrupted single-node run: per sink, its header and
 /// its data lines, sorted.
 fn reference(base: &Path) -> BTreeMap<&'static str, (String, Vec<String>)> {
+    reference_of(base, FILES)
+}
+
+/// [`reference`] over `files` files.
+fn reference_of(base: &Path, files: u64) -> BTreeMap<&'static str, (String, Vec<String>)> {
     let dir = base.join("reference");
-    write_input(&dir, SCRIPT);
+    write_input_of(&dir, SCRIPT, files);
     let (status, stderr) = Run::spawn(sluice(&dir, &[])).wait(WATCHDOG);
     assert!(status.success(), "{stderr}");
     let out = dir.join("out");
@@ -387,6 +397,76 @@ fn a_split_rescaled_from_two_nodes_to_three_and_back_writes_each_row_once() {
         status.finished_members.keys().collect::<Vec<_>>(),
         ["n1", "n2"]
     );
+}
+
+/// A running split asked to change its list (`sluice cluster rescale`),
+/// twice: n1 and n2 grow to three (n3 started with the new list), then
+/// shrink back to n1 and n2 (n3, dropped unless it finished its share
+/// first, publishes what its last checkpoint committed and ends). The
+/// running nodes stop at once and start again in their processes each
+/// time, every file is read on from where its old holder stopped, and the
+/// output is exactly one node's.
+#[test]
+fn a_running_split_asked_to_grow_and_shrink_writes_each_row_once() {
+    // Four times the input: the nodes run long enough to see both
+    // requests (a row-by-row node reads its share in about a second).
+    const MORE: u64 = 4 * FILES;
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference_of(base.path(), MORE);
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("rescale");
+    write_input_of(&dir, SCRIPT, MORE);
+    let checkpointed = |runs: &mut BTreeMap<&str, Run>| {
+        let before: BTreeMap<&str, u64> = runs
+            .keys()
+            .map(|n| (*n, recorded_checkpoint(&etcd, n)))
+            .collect();
+        let until = Instant::now() + WATCHDOG;
+        for (n, run) in runs.iter_mut() {
+            while recorded_checkpoint(&etcd, n) <= before[n] {
+                assert!(
+                    run.running(),
+                    "{n} ended before the list changed: grow the input"
+                );
+                assert!(Instant::now() < until, "{n} never checkpointed");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    };
+    let asked = |list: &str| {
+        let (ok, said) = rescale_with(&etcd, "rescale", &["--split", list]);
+        assert!(
+            ok && said.contains(&format!("start again with {list}")),
+            "{said}"
+        );
+    };
+    let mut runs: BTreeMap<&str, Run> = ["n1", "n2"]
+        .iter()
+        .map(|n| (*n, node(&dir, &etcd, "rescale", n, "n1,n2")))
+        .collect();
+    checkpointed(&mut runs);
+    asked("n1,n2,n3");
+    runs.insert("n3", node(&dir, &etcd, "rescale", "n3", "n1,n2,n3"));
+    checkpointed(&mut runs);
+    asked("n1,n2");
+    let mut ends = BTreeMap::new();
+    for (name, run) in runs {
+        let (status, stderr) = run.wait(WATCHDOG);
+        assert!(status.success(), "node {name}: {stderr}");
+        ends.insert(name, stderr);
+    }
+    same_rows(&union(&dir), &expected);
+    // n1 and n2 read for a second at least, and saw the first request
+    // while they ran (it comes after their first checkpoint). A node may
+    // finish its share before it sees a later one: it ends as in any run,
+    // and the nodes that start again read on where it stopped.
+    for name in ["n1", "n2"] {
+        assert!(
+            ends[name].contains("starting again with the new list"),
+            "{name}: {}",
+            ends[name]
+        );
+    }
 }
 
 /// A node of the old list cut off past its lease (paused) while the list

@@ -570,20 +570,6 @@ fn a_shuffled_split_rescaled_at_random_writes_each_row_once() {
     same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
 }
 
-/// `sluice cluster rescale --cluster etcd=... --cluster-id CLUSTER ARGS`:
-/// whether it succeeded, and its stdout and stderr.
-fn rescale_with(etcd: &EtcdServer, cluster: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["cluster", "rescale", "--cluster"])
-        .arg(format!("etcd={}", etcd.endpoint()))
-        .args(["--cluster-id", cluster])
-        .args(args)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), said.into_owned())
-}
-
 /// `sluice cluster rescale --split LIST --shuffle ...` for cluster
 /// `cluster`: succeeds, and says what it asked.
 fn rescale(etcd: &EtcdServer, cluster: &str, (list, shuffle): (&str, &str)) {

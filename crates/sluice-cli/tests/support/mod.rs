@@ -346,3 +346,21 @@ pub fn assert_nothing_missing(name: &str, want: &str, have: &str, context: &str)
         assert!(have.contains(line), "{name}: row missing {context}: {line}");
     }
 }
+
+/// `sluice cluster rescale --cluster etcd=... --cluster-id CLUSTER ARGS`:
+/// whether it succeeded, and its stdout and stderr.
+pub fn rescale_with(
+    etcd: &sluice_cluster::testing::EtcdServer,
+    cluster: &str,
+    args: &[&str],
+) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["cluster", "rescale", "--cluster"])
+        .arg(format!("etcd={}", etcd.endpoint()))
+        .args(["--cluster-id", cluster])
+        .args(args)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), said.into_owned())
+}
