@@ -6,6 +6,7 @@
 //! sluice run --cluster etcd=URL --node-id NAME --split N1,N2 [--shuffle N1=IP:PORT,N2=IP:PORT] --state URL FILE.sql
 //! sluice bench nexmark --query q5 --events 1000000 [--rate N] [--json]
 //! sluice cluster status --cluster etcd=URL [--cluster-id C]
+//! sluice cluster rescale --cluster etcd=URL --split N1,N2,N3 [--shuffle ...] [--cluster-id C]
 //! ```
 //!
 //! The binary is a thin shell over the `sluice` library: it reads the

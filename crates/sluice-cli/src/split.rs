@@ -31,11 +31,12 @@
 //!
 //! With `--shuffle`, keyed queries run too: each key's rows cross to its
 //! vnode's owner and the nodes checkpoint as one cut under a designated
-//! leader (`split_shuffle`). What a static split does not do yet: move a
-//! down node's vnodes to the others while the rest run (its share waits
-//! for it, or the whole split is stopped and started with another list;
-//! a shuffled split's list can change too, and its keyed state moves with
-//! the vnodes).
+//! leader (`split_shuffle`). The list changes between runs, or while the
+//! nodes run when `sluice cluster rescale` asks them to (each stops at
+//! once and starts again in its process with the new list; see
+//! `sluice_cluster::split_rescale`); a shuffled split's keyed state moves
+//! with its vnodes. What a static split does not do yet: move a down
+//! node's vnodes to the others by itself (its share waits for it).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
