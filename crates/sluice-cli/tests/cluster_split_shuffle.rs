@@ -12,89 +12,14 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice_cluster::testing::EtcdServer;
+use support::keyed_split::*;
 use support::shuffled::*;
 use support::sinks::lines;
 use support::*;
-
-const FILES: u64 = 12;
-const ROWS_PER_FILE: u64 = 4_000;
-
-const SCRIPT: &str = "
-    CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
-                     WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
-      WITH (connector = 'file', path = 'in/*.csv', format = 'csv', batch_size = '200');
-    CREATE STREAM per_window AS
-      SELECT k, tumble(ts, INTERVAL '1' SECOND) AS w, count(*) AS n, sum(v) AS total
-      FROM s GROUP BY k, tumble(ts, INTERVAL '1' SECOND);
-    CREATE STREAM totals AS SELECT k, count(*) AS n, sum(v) AS total FROM s GROUP BY k;
-    CREATE STREAM pairs AS SELECT a.id AS a, b.id AS b FROM s a JOIN s b ON a.k = b.k
-      WHERE a.v > 995 AND b.v < 3;
-    CREATE SINK w FROM per_window WITH (connector = 'file', path = 'out/per_window.csv', format = 'csv');
-    CREATE SINK t FROM totals WITH (connector = 'file', path = 'out/totals.csv', format = 'csv');
-    CREATE SINK p FROM pairs WITH (connector = 'file', path = 'out/pairs.csv', format = 'csv');";
-
-/// `FILES` files of events about 10 ms apart, each a later stretch of
-/// time, disordered by less than the watermark's delay: no row is late on
-/// one node or on a split.
-fn write_input(dir: &Path) {
-    write_rising_parts(dir, FILES, ROWS_PER_FILE, 50, 29);
-    std::fs::write(dir.join("pipeline.sql"), SCRIPT).unwrap();
-}
-
-/// What a run wrote, per sink: the window and pair rows, and the final
-/// state of the updating totals. `nodes`: the per-node files of a split.
-fn outputs(out: &Path, nodes: &[&str]) -> BTreeMap<&'static str, Vec<String>> {
-    sink_rows(
-        out,
-        nodes,
-        &[("per_window", false), ("pairs", false), ("totals", true)],
-    )
-}
-
-/// The output of an uninterrupted single-node run.
-fn reference(base: &Path) -> BTreeMap<&'static str, Vec<String>> {
-    let dir = base.join("reference");
-    write_input(&dir);
-    let (status, stderr) = Run::spawn(sluice(&dir, &[])).wait(WATCHDOG);
-    assert!(status.success(), "{stderr}");
-    let refs = outputs(&dir.join("out"), &[]);
-    assert!(
-        refs["per_window"].len() > 1000,
-        "{:?}",
-        refs["per_window"].len()
-    );
-    assert!(!refs["pairs"].is_empty());
-    assert_eq!(refs["totals"].len(), 50);
-    refs
-}
-
-/// What most tests start from: the single-node reference output, a fresh
-/// etcd, and the split's directory (`base/split`) with its input.
-struct Fixture {
-    _base: tempfile::TempDir,
-    expected: BTreeMap<&'static str, Vec<String>>,
-    etcd: EtcdServer,
-    dir: std::path::PathBuf,
-}
-
-fn fixture() -> Fixture {
-    let base = tempfile::tempdir().unwrap();
-    let expected = reference(base.path());
-    let etcd = rt().block_on(EtcdServer::start()).unwrap();
-    let dir = base.path().join("split");
-    write_input(&dir);
-    Fixture {
-        _base: base,
-        expected,
-        etcd,
-        dir,
-    }
-}
 
 /// n1 and n2 of cluster `cluster`, and n3 with `SLUICE_TEST_CRASH=point`
 /// (it aborts at that point of its end).
@@ -121,7 +46,7 @@ fn three_shuffled_split_nodes_write_exactly_the_single_node_rows() {
     let f = fixture();
     let (expected, etcd, dir) = (&f.expected, &f.etcd, &f.dir);
     wait_all(start_all(dir, etcd, "keyed", &shuffle_list()));
-    same_rows(&outputs(&dir.join("out"), &NODES), expected);
+    same_rows(&split_outputs(&dir.join("out"), &NODES), expected);
     // Every node computed a part: each wrote window rows of its own keys.
     for n in NODES {
         assert!(
@@ -157,7 +82,7 @@ fn a_killed_shuffled_node_restarted_alone_resumes_with_the_rejoined_others_exact
     let f = fixture();
     let (expected, etcd, dir) = (&f.expected, &f.etcd, &f.dir);
     kill_twice_and_supervise(dir, etcd, "kills");
-    same_rows(&outputs(&dir.join("out"), &NODES), expected);
+    same_rows(&split_outputs(&dir.join("out"), &NODES), expected);
 }
 
 /// A follower killed after the split's final checkpoint committed, before
@@ -186,7 +111,7 @@ fn a_follower_killed_before_it_published_the_end_publishes_alone_when_started_ag
         stderr.contains("the split's run ended while this node was away"),
         "{stderr}"
     );
-    same_rows(&outputs(&dir.join("out"), &NODES), expected);
+    same_rows(&split_outputs(&dir.join("out"), &NODES), expected);
     let finished = cluster_status(etcd, "late").finished_members;
     assert_eq!(finished.len(), 3, "{finished:?}");
 }
@@ -206,7 +131,7 @@ fn a_follower_killed_as_its_share_ended_is_the_only_node_started_again() {
     let nodes = start_with_crashing_n3(&f, "ended", &shuffle, "follower-share-ended");
     let (_, restarts) = supervise(nodes, |i| node(dir, etcd, "ended", NODES[i], &shuffle));
     assert_eq!(restarts, 1, "only the killed follower is started again");
-    same_rows(&outputs(&dir.join("out"), &NODES), expected);
+    same_rows(&split_outputs(&dir.join("out"), &NODES), expected);
 }
 
 /// Nodes must agree on the shuffle (a node with other addresses is
@@ -288,7 +213,7 @@ fn a_shuffled_split_shrunk_from_three_nodes_to_two_hands_the_dropped_nodes_keys_
     kill_after_a_cut(&f.etcd, "shrink", old);
     let new: Vec<Run> = NODES.iter().map(|n| start(n, "n1,n2", &two)).collect();
     wait_all(new);
-    same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
+    same_rows(&split_outputs(&f.dir.join("out"), &NODES), &f.expected);
 }
 
 /// SIGKILL every one of `nodes` (of cluster `cluster`) once a checkpoint
@@ -351,7 +276,7 @@ fn a_shuffled_split_grown_from_two_nodes_to_three_moves_its_keyed_state_exactly_
     let f = fixture();
     let (start, cut) = grown_split(&f, "grow");
     let ends = wait_all((0..NODES.len()).map(&start).collect());
-    same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
+    same_rows(&split_outputs(&f.dir.join("out"), &NODES), &f.expected);
     // Every node took its keys over from the two's last cut, and n1, new
     // and leading, reserved its checkpoints above the two's ids at once.
     for (node, stderr) in NODES.iter().zip(&ends) {
@@ -384,7 +309,7 @@ fn a_grown_split_killed_after_its_first_cut_resumes_its_own_state() {
         let _ = std::mem::replace(&mut nodes[victim], start(victim)).wait(WATCHDOG);
     }
     let (ends, _) = supervise(nodes, &start);
-    same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
+    same_rows(&split_outputs(&f.dir.join("out"), &NODES), &f.expected);
     if killed {
         assert!(
             ends[victim].contains("its own checkpoint holds their state")
@@ -428,7 +353,7 @@ fn shuffled_split_nodes_with_state_on_s3_resume_a_kill_exactly_once() {
         let _ = std::mem::replace(&mut nodes[victim], one(victim)).wait(WATCHDOG);
     }
     supervise(nodes, one);
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    same_rows(&split_outputs(&dir.join("out"), &NODES), &expected);
 }
 
 /// A follower paused (SIGSTOP) past its lease: the leader's checkpoints
@@ -461,7 +386,7 @@ fn a_paused_shuffled_node_is_fenced_and_publishes_nothing() {
     assert!(stderr.contains("SLC-CLU"), "{stderr}");
     // The others rejoined and finish with its new process.
     supervise(nodes, |i| node(dir, etcd, "pause", NODES[i], &shuffle));
-    same_rows(&outputs(&dir.join("out"), &NODES), expected);
+    same_rows(&split_outputs(&dir.join("out"), &NODES), expected);
 }
 
 /// The leader paused (SIGSTOP) past its lease: its term ends without its
@@ -489,7 +414,7 @@ fn a_paused_leader_ends_its_run_and_the_followers_rejoin_its_next_term() {
     for (n, stderr) in NODES.iter().zip(&ends).skip(1) {
         assert!(stderr.contains("lost its term"), "{n}: {stderr}");
     }
-    same_rows(&outputs(&dir.join("out"), &NODES), expected);
+    same_rows(&split_outputs(&dir.join("out"), &NODES), expected);
 }
 
 /// A shuffled split whose member list changes at random several times
@@ -567,200 +492,5 @@ fn a_shuffled_split_rescaled_at_random_writes_each_row_once() {
     nodes.extend(dropped.iter().map(|n| start(n, current)));
     let names: Vec<&str> = current.iter().chain(&dropped).copied().collect();
     wait_all_of(nodes, &names);
-    same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
-}
-
-/// `sluice cluster rescale --split LIST --shuffle ...` for cluster
-/// `cluster`: succeeds, and says what it asked.
-fn rescale(etcd: &EtcdServer, cluster: &str, (list, shuffle): (&str, &str)) {
-    let (ok, said) = rescale_with(etcd, cluster, &["--split", list, "--shuffle", shuffle]);
-    assert!(
-        ok && said.contains(&format!("start again with {list}")),
-        "{said}"
-    );
-}
-
-/// Every way `sluice cluster rescale` refuses, each by name, and what a
-/// request it takes records: the split's generation, the sorted list, and
-/// the shuffle list in its canonical order.
-#[test]
-fn a_rescale_request_is_refused_by_name_unless_it_changes_a_running_split() {
-    use sluice_cluster::split_record::{self, SplitRecord};
-    use sluice_cluster::{split_rescale, ClusterKeys};
-    let rt = rt();
-    let etcd = rt.block_on(EtcdServer::start()).unwrap();
-    let client = rt
-        .block_on(sluice_cluster::status::connect(&etcd.endpoints()))
-        .unwrap();
-    let record = |cluster: &str, shuffle: Option<&str>| {
-        let keys = ClusterKeys::new(cluster).unwrap();
-        let r = SplitRecord {
-            generation: 4,
-            members: vec!["n1".into(), "n2".into()],
-            previous: None,
-            shuffle: shuffle.map(str::to_string),
-        };
-        rt.block_on(split_record::replace(&client, &keys, &r, 0, &[]))
-            .unwrap()
-            .unwrap();
-    };
-    record("keyed", Some("n1=127.0.0.1:1,n2=127.0.0.1:2"));
-    record("rows", None);
-    let shuffle = "n3=127.0.0.1:3,n1=127.0.0.1:1,n2=127.0.0.1:2";
-    let cases: &[(&str, &[&str], &str)] = &[
-        (
-            "none",
-            &["--split", "n1,n2,n3"],
-            "cluster 'none' runs no split (--split)",
-        ),
-        (
-            "keyed",
-            &["--split", "n2,n1", "--shuffle", shuffle],
-            "generation 4 of the split already runs with this list",
-        ),
-        (
-            "keyed",
-            &["--split", "n1,n2,n3"],
-            "runs with --shuffle: give --shuffle with an address for each node",
-        ),
-        (
-            "keyed",
-            &["--split", "n1,n2,n3", "--shuffle", "n1=127.0.0.1:1"],
-            "--shuffle 'n1=127.0.0.1:1'",
-        ),
-        (
-            "rows",
-            &["--split", "n1,n2,n3", "--shuffle", shuffle],
-            "runs without one (option shuffle)",
-        ),
-        ("rows", &["--split", "n1,n1"], "node 'n1' is listed twice"),
-        ("rows", &["--split", "n1,n/2"], "n/2"),
-        ("rows", &["--split", ","], "no node given"),
-    ];
-    for (cluster, args, expected) in cases {
-        let (ok, said) = rescale_with(&etcd, cluster, args);
-        assert!(!ok && said.contains(expected), "{cluster} {args:?}: {said}");
-    }
-    let keys = ClusterKeys::new("keyed").unwrap();
-    assert!(rt
-        .block_on(split_rescale::read(&client, &keys, 4))
-        .unwrap()
-        .is_none());
-    let (ok, said) = rescale_with(
-        &etcd,
-        "keyed",
-        &["--split", "n3,n1,n2", "--shuffle", shuffle],
-    );
-    assert!(
-        ok && said.contains("(n1,n2) start again with n1,n2,n3"),
-        "{said}"
-    );
-    let asked = rt.block_on(split_rescale::read(&client, &keys, 4)).unwrap();
-    assert_eq!(
-        asked,
-        Some(split_rescale::RescaleRequest {
-            from_generation: 4,
-            members: vec!["n1".into(), "n2".into(), "n3".into()],
-            shuffle: Some("n1=127.0.0.1:1,n2=127.0.0.1:2,n3=127.0.0.1:3".into()),
-        })
-    );
-    // Another generation's nodes see no request.
-    assert!(rt
-        .block_on(split_rescale::read(&client, &keys, 5))
-        .unwrap()
-        .is_none());
-}
-
-/// A running shuffled split asked to grow (`sluice cluster rescale`): n2
-/// and n3 of `--split n2,n3` stop as they see the request, without a
-/// checkpoint, and start again in their processes with `n1,n2,n3`; n1,
-/// started with that list, waits for them. Every node takes its keys
-/// over from the two's last cut, and the output is exactly one node's.
-#[test]
-fn a_running_shuffled_split_asked_to_grow_hands_keys_over_to_the_new_node() {
-    let f = fixture();
-    let state = format!("file://{}", f.dir.join("state").display());
-    let three = shuffle_list();
-    let two: Vec<&str> = three.split(',').skip(1).collect();
-    let two = two.join(",");
-    let log = [(
-        "RUST_LOG",
-        "warn,sluice_engine::coordinator::moved=info".to_string(),
-    )];
-    let start = |node: &str, list: &str, shuffle: &str| {
-        node_of_list(
-            &f.dir,
-            &f.etcd,
-            ("live-grow", node),
-            (list, shuffle),
-            &state,
-            &log,
-        )
-    };
-    let mut old: Vec<Run> = ["n2", "n3"]
-        .iter()
-        .map(|n| start(n, "n2,n3", &two))
-        .collect();
-    until_committed(&f.etcd, "live-grow", &mut old, 0);
-    assert!(old.iter_mut().all(Run::running), "grow the input");
-    rescale(&f.etcd, "live-grow", ("n1,n2,n3", &three));
-    let mut nodes = vec![start("n1", "n1,n2,n3", &three)];
-    nodes.extend(old);
-    let ends = wait_all_of(nodes, &["n1", "n2", "n3"]);
-    same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
-    for (node, stderr) in ["n1", "n2", "n3"].iter().zip(&ends) {
-        assert!(
-            stderr.contains("took over the keyed state of this node's vnodes"),
-            "{node}: {stderr}"
-        );
-    }
-    for (node, stderr) in ["n2", "n3"].iter().zip(&ends[1..]) {
-        assert!(
-            stderr.contains("starting again with the new list"),
-            "{node}: {stderr}"
-        );
-    }
-}
-
-/// A running shuffled split of three asked to shrink to n1 and n2: all
-/// three stop and start again with the new list; n3, dropped, publishes
-/// what its last checkpoint committed and ends, and n1 and n2 take its
-/// keys and files over. The output is exactly one node's.
-#[test]
-fn a_running_shuffled_split_asked_to_shrink_hands_the_dropped_nodes_keys_over() {
-    let f = fixture();
-    let state = format!("file://{}", f.dir.join("state").display());
-    let three = shuffle_list();
-    let two: Vec<&str> = three.split(',').take(2).collect();
-    let two = two.join(",");
-    let list = NODES.join(",");
-    let mut nodes: Vec<Run> = NODES
-        .iter()
-        .map(|n| {
-            node_of_list(
-                &f.dir,
-                &f.etcd,
-                ("live-shrink", n),
-                (&list, &three),
-                &state,
-                &[],
-            )
-        })
-        .collect();
-    until_committed(&f.etcd, "live-shrink", &mut nodes, 0);
-    assert!(nodes.iter_mut().all(Run::running), "grow the input");
-    rescale(&f.etcd, "live-shrink", ("n1,n2", &two));
-    let ends = wait_all(nodes);
-    same_rows(&outputs(&f.dir.join("out"), &NODES), &f.expected);
-    for (node, stderr) in NODES.iter().zip(&ends) {
-        assert!(
-            stderr.contains("starting again with the new list"),
-            "{node}: {stderr}"
-        );
-    }
-    assert!(
-        ends[2].contains("this node was dropped from the shuffled split"),
-        "n3: {}",
-        ends[2]
-    );
+    same_rows(&split_outputs(&f.dir.join("out"), &NODES), &f.expected);
 }

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod keyed_split;
 pub mod moto;
 pub mod owners;
 pub mod shuffled;

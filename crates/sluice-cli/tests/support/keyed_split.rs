@@ -1,0 +1,86 @@
+//! The keyed split the shuffled-split tests run: a window and an updating
+//! aggregation and a self-join over generated files, its single-node
+//! reference output, and a fresh etcd.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use sluice_cluster::testing::EtcdServer;
+
+use super::shuffled::{sink_rows, WATCHDOG};
+use super::{rt, sluice, write_rising_parts, Run};
+
+pub const FILES: u64 = 12;
+pub const ROWS_PER_FILE: u64 = 4_000;
+
+pub const SCRIPT: &str = "
+    CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
+                     WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+      WITH (connector = 'file', path = 'in/*.csv', format = 'csv', batch_size = '200');
+    CREATE STREAM per_window AS
+      SELECT k, tumble(ts, INTERVAL '1' SECOND) AS w, count(*) AS n, sum(v) AS total
+      FROM s GROUP BY k, tumble(ts, INTERVAL '1' SECOND);
+    CREATE STREAM totals AS SELECT k, count(*) AS n, sum(v) AS total FROM s GROUP BY k;
+    CREATE STREAM pairs AS SELECT a.id AS a, b.id AS b FROM s a JOIN s b ON a.k = b.k
+      WHERE a.v > 995 AND b.v < 3;
+    CREATE SINK w FROM per_window WITH (connector = 'file', path = 'out/per_window.csv', format = 'csv');
+    CREATE SINK t FROM totals WITH (connector = 'file', path = 'out/totals.csv', format = 'csv');
+    CREATE SINK p FROM pairs WITH (connector = 'file', path = 'out/pairs.csv', format = 'csv');";
+
+/// `FILES` files of events about 10 ms apart, each a later stretch of
+/// time, disordered by less than the watermark's delay: no row is late on
+/// one node or on a split.
+pub fn write_input(dir: &Path) {
+    write_rising_parts(dir, FILES, ROWS_PER_FILE, 50, 29);
+    std::fs::write(dir.join("pipeline.sql"), SCRIPT).unwrap();
+}
+
+/// What a run wrote, per sink: the window and pair rows, and the final
+/// state of the updating totals. `nodes`: the per-node files of a split.
+pub fn split_outputs(out: &Path, nodes: &[&str]) -> BTreeMap<&'static str, Vec<String>> {
+    sink_rows(
+        out,
+        nodes,
+        &[("per_window", false), ("pairs", false), ("totals", true)],
+    )
+}
+
+/// The output of an uninterrupted single-node run.
+pub fn reference(base: &Path) -> BTreeMap<&'static str, Vec<String>> {
+    let dir = base.join("reference");
+    write_input(&dir);
+    let (status, stderr) = Run::spawn(sluice(&dir, &[])).wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
+    let refs = split_outputs(&dir.join("out"), &[]);
+    assert!(
+        refs["per_window"].len() > 1000,
+        "{:?}",
+        refs["per_window"].len()
+    );
+    assert!(!refs["pairs"].is_empty());
+    assert_eq!(refs["totals"].len(), 50);
+    refs
+}
+
+/// What most tests start from: the single-node reference output, a fresh
+/// etcd, and the split's directory (`base/split`) with its input.
+pub struct Fixture {
+    pub _base: tempfile::TempDir,
+    pub expected: BTreeMap<&'static str, Vec<String>>,
+    pub etcd: EtcdServer,
+    pub dir: std::path::PathBuf,
+}
+
+pub fn fixture() -> Fixture {
+    let base = tempfile::tempdir().unwrap();
+    let expected = reference(base.path());
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.path().join("split");
+    write_input(&dir);
+    Fixture {
+        _base: base,
+        expected,
+        etcd,
+        dir,
+    }
+}
