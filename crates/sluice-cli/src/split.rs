@@ -149,16 +149,29 @@ async fn pending_rescale(
 
 /// Resolves with a [`pending_rescale`] request; never otherwise. A failed
 /// read is logged and asked again (the node's lease watch catches a lost
-/// etcd).
+/// etcd). A node that reads one of the `unmovable` sources (see
+/// `Database::unmovable_sources`) cannot start again with another list:
+/// it says once that it ignores the request, and runs on.
 async fn rescaled(
     etcd: (&Client, &ClusterKeys),
     at: (&str, u64, &[String]),
     store: (&str, bool),
+    unmovable: &[String],
 ) -> RescaleRequest {
+    let mut said = false;
     loop {
         match pending_rescale(etcd, at, store).await {
-            Ok(Some(request)) => return request,
-            Ok(None) => {}
+            Ok(Some(request)) if unmovable.is_empty() => return request,
+            Ok(Some(request)) if !said => {
+                said = true;
+                tracing::warn!(
+                    members = %request.members.join(","),
+                    sources = %unmovable.join(", "),
+                    "ignoring the request to change the split's member list: a Nexmark \
+                     stream's blocks of rows do not move between nodes"
+                );
+            }
+            Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "reading the split's rescale request"),
         }
         tokio::time::sleep(RESCALE_POLL).await;
@@ -212,16 +225,8 @@ async fn run_node(
         (p.lease_ttl, canonical.as_deref()),
     )
     .await?;
-    // Asked to change this generation's list (while this node was away, or
-    // as it started): start again with the new one at once.
     let shuffled = shuffle.is_some();
     let rescale_at = (node_id.as_str(), record.generation, members.as_slice());
-    if matches!(part, Part::Member) {
-        let etcd = (&client, &keys);
-        if let Some(request) = pending_rescale(etcd, rescale_at, (&p.store, shuffled)).await? {
-            return Ok(NodeEnd::Rescale(request));
-        }
-    }
     // A shuffled split whose list changed: each node's keyed operators take
     // the keys of its vnodes from the old members' last cut. A node the new
     // list dropped holds none: it runs once more without the shuffle,
@@ -311,6 +316,18 @@ async fn run_node(
     let db = builder.cluster_info(Arc::new(p.info)).open().await?;
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &p.text).await?;
+    // Asked to change this generation's list (while this node was away, or
+    // as it started): start again with the new one at once, unless a
+    // source's partitions cannot move (the request is then ignored).
+    let unmovable = db.unmovable_sources().await;
+    let movable = unmovable.is_empty();
+    if movable && matches!(part, Part::Member) {
+        let etcd = (&client, &keys);
+        if let Some(request) = pending_rescale(etcd, rescale_at, (&p.store, shuffled)).await? {
+            db.abort().await?;
+            return Ok(NodeEnd::Rescale(request));
+        }
+    }
     if shuffled && matches!(part, Part::Dropped) {
         // Not even a periodic one between its recovery and its stop: ids
         // of its store would be taken for the split's cuts if it ever
@@ -410,7 +427,7 @@ async fn run_node(
         // Stopped at once, without a checkpoint: the next generation
         // starts from the last one committed (as after a kill), and this
         // node's sinks publish nothing past it.
-        request = rescaled((&client, &keys), rescale_at, (&p.store, shuffled)) => {
+        request = rescaled((&client, &keys), rescale_at, (&p.store, shuffled), &unmovable) => {
             tracing::warn!(
                 members = %request.members.join(","),
                 "the split's member list is to change; stopping this node's run"
@@ -466,7 +483,7 @@ async fn run_node(
     };
     // A peer that stopped for a change of the list fails this run: start
     // again with the new list rather than rejoin the old one.
-    if outcome.is_err() {
+    if outcome.is_err() && movable {
         let etcd = (&client, &keys);
         if let Ok(Some(request)) = pending_rescale(etcd, rescale_at, (&p.store, shuffled)).await {
             tracing::warn!(error = ?outcome.as_ref().err(), "the run ended as the split's list changes");

@@ -59,10 +59,16 @@ fn outputs(out: &Path, nodes: &[&str]) -> BTreeMap<&'static str, Vec<String>> {
     )
 }
 
-#[test]
-fn nexmark_on_three_shuffled_nodes_survives_random_kills_exactly_once() {
-    let base = tempfile::tempdir().unwrap();
-    let reference = base.path().join("reference");
+/// The single-node reference output, a fresh etcd and the split's
+/// directory (`base/split`, with the script).
+fn reference_and_split(
+    base: &Path,
+) -> (
+    BTreeMap<&'static str, Vec<String>>,
+    EtcdServer,
+    std::path::PathBuf,
+) {
+    let reference = base.join("reference");
     std::fs::create_dir_all(&reference).unwrap();
     std::fs::write(reference.join("pipeline.sql"), SCRIPT).unwrap();
     let (status, stderr) = Run::spawn(sluice(&reference, &[])).wait(WATCHDOG);
@@ -71,11 +77,45 @@ fn nexmark_on_three_shuffled_nodes_survives_random_kills_exactly_once() {
     for (sink, rows) in &expected {
         assert!(rows.len() > 10, "{sink}: {} rows", rows.len());
     }
-
     let etcd = rt().block_on(EtcdServer::start()).unwrap();
-    let dir = base.path().join("split");
+    let dir = base.join("split");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("pipeline.sql"), SCRIPT).unwrap();
+    (expected, etcd, dir)
+}
+
+/// A running Nexmark split asked to change its list (`sluice cluster
+/// rescale`) ignores the request, naming the sources whose blocks cannot
+/// move, and runs to its end with exactly one node's rows.
+#[test]
+fn a_nexmark_split_ignores_a_request_to_change_its_list() {
+    let base = tempfile::tempdir().unwrap();
+    let (expected, etcd, dir) = reference_and_split(base.path());
+    let shuffle = shuffle_list();
+    let mut nodes = start_all(&dir, &etcd, "nexmark-rescale", &shuffle);
+    until_committed(&etcd, "nexmark-rescale", &mut nodes, 0);
+    let two: Vec<&str> = shuffle.split(',').take(2).collect();
+    let (ok, said) = rescale_with(
+        &etcd,
+        "nexmark-rescale",
+        &["--split", "n1,n2", "--shuffle", &two.join(",")],
+    );
+    assert!(ok, "{said}");
+    let ends = wait_all(nodes);
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    for (n, stderr) in NODES.iter().zip(&ends) {
+        assert!(
+            stderr.contains("ignoring the request to change the split's member list")
+                && stderr.contains("sources=bid, auction"),
+            "{n}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn nexmark_on_three_shuffled_nodes_survives_random_kills_exactly_once() {
+    let base = tempfile::tempdir().unwrap();
+    let (expected, etcd, dir) = reference_and_split(base.path());
     kill_twice_and_supervise(&dir, &etcd, "nexmark");
     same_rows(&outputs(&dir.join("out"), &NODES), &expected);
     // Every node generated a share: each wrote rows of its own keys.
