@@ -114,6 +114,9 @@ pub async fn command(args: ClusterArgs) -> Result<(), CliError> {
                 .await?;
             run::print_tables(&db.execute("SHOW CLUSTER").await?)?;
             println!("{}", summary(&s));
+            if let Some(line) = crate::split_change::status_line(&endpoints, &cluster_id).await? {
+                println!("{line}");
+            }
             Ok(())
         }
         ClusterCommand::Rescale {

@@ -158,6 +158,34 @@ pub(crate) async fn request_rescale(
     ))
 }
 
+/// `sluice cluster status`'s line on a split (`None` without one): its
+/// generation and list, whether rows shuffle, and a pending request to
+/// change the list.
+pub(crate) async fn status_line(
+    endpoints: &[String],
+    cluster_id: &str,
+) -> Result<Option<String>, CliError> {
+    let client = status::connect(endpoints).await?;
+    let keys = ClusterKeys::new(cluster_id)?;
+    let Some(record) = split_record::read(&client, &keys).await?.0 else {
+        return Ok(None);
+    };
+    let shuffled = if record.shuffle.is_some() {
+        " (shuffled)"
+    } else {
+        ""
+    };
+    let asked = match split_rescale::read(&client, &keys, record.generation).await? {
+        Some(q) => format!("; rescale to {} requested", q.members.join(",")),
+        None => String::new(),
+    };
+    Ok(Some(format!(
+        "split generation {}: {}{shuffled}{asked}",
+        record.generation,
+        record.members.join(",")
+    )))
+}
+
 /// How often a node waiting for the old members to stop asks again.
 const ASK_AGAIN: Duration = Duration::from_millis(500);
 

@@ -109,6 +109,21 @@ fn a_rescale_request_is_refused_by_name_unless_it_changes_a_running_split() {
             shuffle: Some("n1=127.0.0.1:1,n2=127.0.0.1:2,n3=127.0.0.1:3".into()),
         })
     );
+    // `sluice cluster status` shows the split and the pending request.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["cluster", "status", "--cluster"])
+        .arg(format!("etcd={}", etcd.endpoint()))
+        .args(["--cluster-id", "keyed"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && shown
+                .contains("split generation 4: n1,n2 (shuffled); rescale to n1,n2,n3 requested"),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Another generation's nodes see no request.
     assert!(rt
         .block_on(split_rescale::read(&client, &keys, 5))
