@@ -147,32 +147,48 @@ async fn pending_rescale(
     }
 }
 
-/// Resolves with a [`pending_rescale`] request; never otherwise. A failed
-/// read is logged and asked again (the node's lease watch catches a lost
-/// etcd). A node that reads one of the `unmovable` sources (see
+/// Resolves with a [`pending_rescale`] request; never otherwise. Only etcd
+/// is asked until a request comes (the store only while one waits for
+/// this node's first checkpoint of the generation). A failed read is
+/// logged and asked again (the node's lease watch catches a lost etcd).
+/// A node that reads one of the `unmovable` sources (see
 /// `Database::unmovable_sources`) cannot start again with another list:
-/// it says once that it ignores the request, and runs on.
+/// it withdraws the request (`split_rescale::withdraw`), says so, and runs
+/// on.
 async fn rescaled(
     etcd: (&Client, &ClusterKeys),
     at: (&str, u64, &[String]),
     store: (&str, bool),
     unmovable: &[String],
 ) -> RescaleRequest {
-    let mut said = false;
+    let (client, keys) = etcd;
     loop {
-        match pending_rescale(etcd, at, store).await {
-            Ok(Some(request)) if unmovable.is_empty() => return request,
-            Ok(Some(request)) if !said => {
-                said = true;
+        let asked = match split_rescale::read(client, keys, at.1).await {
+            Ok(Some(request)) if request.members != at.2 => Some(request),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the split's rescale request");
+                None
+            }
+        };
+        if let Some(request) = asked {
+            if !unmovable.is_empty() {
                 tracing::warn!(
                     members = %request.members.join(","),
                     sources = %unmovable.join(", "),
-                    "ignoring the request to change the split's member list: a Nexmark \
+                    "refusing the request to change the split's member list: a Nexmark \
                      stream's blocks of rows do not move between nodes"
                 );
+                if let Err(e) = split_rescale::withdraw(client, keys, &request).await {
+                    tracing::warn!(error = %e, "withdrawing the rescale request");
+                }
+            } else {
+                match pending_rescale(etcd, at, store).await {
+                    Ok(Some(request)) => return request,
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "reading this node's checkpoints"),
+                }
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "reading the split's rescale request"),
         }
         tokio::time::sleep(RESCALE_POLL).await;
     }
@@ -216,6 +232,14 @@ async fn run_node(
     // Nodes agree on where each shuffle listens through the split's record
     // (one list per generation, since a grown split has a longer one), and
     // on whether rows shuffle at all through the sealed catalog.
+    // Started again with the list a rescale changed: run with the new one.
+    if let Some(request) = split_change::carried_out(&client, &keys, &members).await? {
+        tracing::warn!(
+            members = %request.members.join(","),
+            "the split's list was changed from this node's --split by sluice cluster rescale"
+        );
+        return Ok(NodeEnd::Rescale(request));
+    }
     let canonical = shuffle.as_ref().map(ShuffleList::canonical);
     let (record, revision, part) = split_change::settle_part(
         &client,
@@ -424,19 +448,23 @@ async fn run_node(
         // nothing more (the store's lease already fences its writes).
         () = lease_lost(&node) => Err(ClusterError::LeaseLost { node: node_id.clone() }.into()),
         e = outlived(&node, &client, &keys, role.as_ref()) => Err(e),
-        // Stopped at once, without a checkpoint: the next generation
-        // starts from the last one committed (as after a kill), and this
-        // node's sinks publish nothing past it.
+        // Stopped without another checkpoint: the next generation starts
+        // from the last one committed (as after a kill), and this node's
+        // sinks publish nothing past it (under exactly-once delivery).
         request = rescaled((&client, &keys), rescale_at, (&p.store, shuffled), &unmovable) => {
             tracing::warn!(
                 members = %request.members.join(","),
                 "the split's member list is to change; stopping this node's run"
             );
-            let outcome = db.abort().await.map(|_| NodeEnd::Rescale(request));
+            // A peer that stopped first may have halted this run already:
+            // the abort then reports that halt, which changes nothing here.
+            if let Err(e) = db.abort().await {
+                tracing::debug!(error = %e, "abort for the change of the list");
+            }
             if let Err(e) = node.shutdown().await {
                 tracing::warn!(error = %e, "leaving the cluster");
             }
-            return outcome.map_err(CliError::from);
+            return Ok(NodeEnd::Rescale(request));
         }
         r = run_share(&node, &db, progress, signals) => r.map(Some),
     };
@@ -488,6 +516,16 @@ async fn run_node(
         if let Ok(Some(request)) = pending_rescale(etcd, rescale_at, (&p.store, shuffled)).await {
             tracing::warn!(error = ?outcome.as_ref().err(), "the run ended as the split's list changes");
             return Ok(NodeEnd::Rescale(request));
+        }
+    }
+    // A share that ended just as the list was asked to change: the new
+    // list may give this node vnodes whose files are not read to their
+    // end, so it starts again with it.
+    if matches!(outcome, Ok(RunEnd::Completed)) && movable && matches!(part, Part::Member) {
+        if let Some(request) = split_rescale::read(&client, &keys, record.generation).await? {
+            if request.members != members && request.members.contains(&node_id) {
+                return Ok(NodeEnd::Rescale(request));
+            }
         }
     }
     if shuffle.is_some() && outcome.as_ref().is_err_and(rejoins_after) {

@@ -19,9 +19,10 @@
 //! without the shuffle (`split::publish_dropped`).
 //!
 //! The old members may also be asked to change while they run (`sluice
-//! cluster rescale`, `sluice_cluster::split_rescale`): each stops at once
-//! and starts again with the new list, and a node started with it waits
-//! for them (six leases instead of three).
+//! cluster rescale`, `sluice_cluster::split_rescale`): each stops once it
+//! has a checkpoint of its generation and starts again with the new list,
+//! and a node started with it waits for them as long as the request
+//! stands (instead of three leases).
 //!
 //! Refused, by name: a change while an old member stays live, and a
 //! change from a generation one of whose members never checkpointed in it
@@ -88,7 +89,13 @@ pub(crate) async fn settle_part(
             {
                 return Ok((r, revision, Part::Dropped));
             }
-            Some(r) if r.members.iter().any(|m| m == node) && waited.elapsed() < lease_ttl * 6 => {
+            // (As long as it takes while a rescale to this list is asked
+            // for: the old members stop as each has a checkpoint.)
+            Some(r)
+                if r.members.iter().any(|m| m == node)
+                    && (waited.elapsed() < lease_ttl * 6
+                        || requested(client, keys, &r, members).await?) =>
+            {
                 tracing::info!(
                     generation = r.generation,
                     "waiting for the split's new list"
@@ -115,7 +122,8 @@ pub(crate) async fn request_rescale(
     }
     let client = status::connect(endpoints).await?;
     let keys = ClusterKeys::new(cluster_id)?;
-    let Some(current) = split_record::read(&client, &keys).await?.0 else {
+    let (current, split_revision) = split_record::read(&client, &keys).await?;
+    let Some(current) = current else {
         return Err(CliError::usage(format!(
             "cluster '{cluster_id}' runs no split (--split): there is no member list to change"
         )));
@@ -144,18 +152,59 @@ pub(crate) async fn request_rescale(
         }
         (None, None) => None,
     };
+    let (asked, request_revision) = split_rescale::read_any(&client, &keys).await?;
+    if let Some(asked) = asked.filter(|a| a.from_generation == current.generation) {
+        return Err(CliError::usage(format!(
+            "a change of generation {} ({}) to {} is already requested; its nodes carry it out \
+             once each has a checkpoint of the generation (sluice cluster status shows it)",
+            current.generation,
+            current.members.join(","),
+            asked.members.join(",")
+        )));
+    }
     let request = split_rescale::RescaleRequest {
         from_generation: current.generation,
         members: members.clone(),
         shuffle,
     };
-    split_rescale::request(&client, &keys, &request).await?;
+    let revisions = (split_revision, request_revision);
+    if !split_rescale::request(&client, &keys, &request, revisions).await? {
+        return Err(CliError::usage(format!(
+            "the split's list or its rescale request changed while --split {} was asked for; \
+             see sluice cluster status, and ask again",
+            members.join(",")
+        )));
+    }
     Ok(format!(
         "requested: the nodes of generation {} ({}) start again with {}",
         current.generation,
         current.members.join(","),
         members.join(",")
     ))
+}
+
+/// The rescale that changed the split from `members` to its current
+/// list, if one did: a node started again with the list it was started
+/// with before (by a supervisor, say) runs with the current one instead
+/// of asking to change the list back.
+pub(crate) async fn carried_out(
+    client: &Client,
+    keys: &ClusterKeys,
+    members: &[String],
+) -> Result<Option<split_rescale::RescaleRequest>, CliError> {
+    let Some(current) = split_record::read(client, keys).await?.0 else {
+        return Ok(None);
+    };
+    let from_mine = current
+        .previous
+        .as_ref()
+        .is_some_and(|p| p.members == members);
+    if current.members == members || !from_mine {
+        return Ok(None);
+    }
+    let (asked, _) = split_rescale::read_any(client, keys).await?;
+    Ok(asked
+        .filter(|a| a.from_generation + 1 == current.generation && a.members == current.members))
 }
 
 /// `sluice cluster status`'s line on a split (`None` without one): its
@@ -184,6 +233,18 @@ pub(crate) async fn status_line(
         record.generation,
         record.members.join(",")
     )))
+}
+
+/// Whether a change of `record`'s generation to `members` is asked for.
+async fn requested(
+    client: &Client,
+    keys: &ClusterKeys,
+    record: &SplitRecord,
+    members: &[String],
+) -> Result<bool, CliError> {
+    Ok(split_rescale::read(client, keys, record.generation)
+        .await?
+        .is_some_and(|q| q.members == members))
 }
 
 /// How often a node waiting for the old members to stop asks again.
@@ -236,17 +297,12 @@ pub(crate) async fn settle(
                     .collect();
                 if !live.is_empty() {
                     // Asked to change to this list (`sluice cluster
-                    // rescale`): the old members stop as they see it, and
-                    // one may first wait out a halted run (three leases).
-                    let requested = split_rescale::read(client, keys, r.generation)
-                        .await?
-                        .is_some_and(|q| q.members == members);
-                    let patience = if requested {
-                        lease_ttl * 6
-                    } else {
-                        lease_ttl * 3
-                    };
-                    if waited.elapsed() > patience {
+                    // rescale`): the old members stop as each has a
+                    // checkpoint of their generation, however long that
+                    // takes (a member that cannot, withdraws the request).
+                    if waited.elapsed() > lease_ttl * 3
+                        && !requested(client, keys, &r, members).await?
+                    {
                         let verb = if live.len() == 1 { "is" } else { "are" };
                         return Err(CliError::usage(format!(
                             "--split {} would change the split of generation {} ({}), but {} {verb} \

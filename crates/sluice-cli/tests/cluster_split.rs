@@ -467,6 +467,17 @@ fn a_running_split_asked_to_grow_and_shrink_writes_each_row_once() {
             ends[name]
         );
     }
+    // n1 started again with the list the last rescale changed (as a
+    // supervisor would): it runs with the recorded list instead of asking
+    // to change it back, and adds nothing.
+    let again = node(&dir, &etcd, "rescale", "n1", "n1,n2,n3");
+    let (status, stderr) = again.wait(WATCHDOG);
+    assert!(
+        status.success()
+            && stderr.contains("the split's list was changed from this node's --split"),
+        "{stderr}"
+    );
+    same_rows(&union(&dir), &expected);
 }
 
 /// A node of the old list cut off past its lease (paused) while the list

@@ -4,12 +4,14 @@
 //! A split's list otherwise changes only between runs: every node is
 //! stopped and started again with the new list (`split_record`). A
 //! rescale request (`sluice cluster rescale`) names the generation it
-//! changes and the new list. Each node running that generation sees it,
-//! stops at once without a checkpoint of its own (its last committed
-//! checkpoint is the cut the next generation starts from, as after a
-//! kill), and starts again in the same process with the new list; a node
-//! started with the new list waits for them. The next generation is then
-//! recorded as for any list change.
+//! changes and the new list; one request per generation (a second is
+//! refused). Each node running that generation sees it and, once it has a
+//! checkpoint of the generation, stops without another checkpoint (its
+//! last committed checkpoint is the cut the next generation starts from,
+//! as after a kill) and starts again in the same process with the new
+//! list; a node started with the new list waits for them. The next
+//! generation is then recorded as for any list change. A node that cannot
+//! move its sources' partitions (Nexmark) withdraws the request.
 //!
 //! ```text
 //!   gen 1 runs n1,n2 ── request { from 1, n1,n2,n3 } ──► n1, n2 stop
@@ -19,7 +21,7 @@
 //! The request names its generation, so a request that was carried out
 //! (or overtaken by a change between runs) is ignored by every later one.
 
-use etcd_client::Client;
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ClusterError, Result};
@@ -40,15 +42,63 @@ pub struct RescaleRequest {
     pub shuffle: Option<String>,
 }
 
-/// Record `request` (in place of any earlier one).
-pub async fn request(client: &Client, keys: &ClusterKeys, request: &RescaleRequest) -> Result<()> {
+/// Record `request` in place of the request read at etcd revision
+/// `request_revision` (0: none), only while the split's record is still
+/// the one read at `split_revision`. Whether it was recorded (`false`:
+/// another request or a change of the list came first).
+pub async fn request(
+    client: &Client,
+    keys: &ClusterKeys,
+    request: &RescaleRequest,
+    (split_revision, request_revision): (i64, i64),
+) -> Result<bool> {
     let key = keys.split_rescale();
     let value = encode(&key, request)?;
-    client
+    let txn = Txn::new()
+        .when([
+            Compare::mod_revision(keys.split(), CompareOp::Equal, split_revision),
+            Compare::mod_revision(key.clone(), CompareOp::Equal, request_revision),
+        ])
+        .and_then([TxnOp::put(key, value, None)]);
+    let response = client
         .clone()
-        .put(key, value, None)
+        .txn(txn)
         .await
         .map_err(|e| ClusterError::etcd("write of the rescale request", e))?;
+    Ok(response.succeeded())
+}
+
+/// The request recorded now, whatever its generation, and the etcd
+/// revision it was written at (0: none).
+pub async fn read_any(
+    client: &Client,
+    keys: &ClusterKeys,
+) -> Result<(Option<RescaleRequest>, i64)> {
+    let key = keys.split_rescale();
+    let got = client
+        .clone()
+        .get(key.clone(), None)
+        .await
+        .map_err(|e| ClusterError::etcd("read of the rescale request", e))?;
+    match got.kvs().first() {
+        Some(kv) => Ok((Some(decode(&key, kv.value())?), kv.mod_revision())),
+        None => Ok((None, 0)),
+    }
+}
+
+/// Remove `request` if it is still the one recorded (a node that cannot
+/// carry it out refuses it this way, so nobody waits for it).
+pub async fn withdraw(client: &Client, keys: &ClusterKeys, request: &RescaleRequest) -> Result<()> {
+    let key = keys.split_rescale();
+    let value = encode(&key, request)?;
+    let txn = Txn::new()
+        .when([Compare::value(key.clone(), CompareOp::Equal, value)])
+        .and_then([TxnOp::delete(key, None)]);
+    client
+        .clone()
+        .txn(txn)
+        .await
+        .map_err(|e| ClusterError::etcd("withdrawal of the rescale request", e))?;
     Ok(())
 }
 
@@ -59,15 +109,6 @@ pub async fn read(
     keys: &ClusterKeys,
     generation: u64,
 ) -> Result<Option<RescaleRequest>> {
-    let key = keys.split_rescale();
-    let got = client
-        .clone()
-        .get(key.clone(), None)
-        .await
-        .map_err(|e| ClusterError::etcd("read of the rescale request", e))?;
-    let Some(kv) = got.kvs().first() else {
-        return Ok(None);
-    };
-    let request: RescaleRequest = decode(&key, kv.value())?;
-    Ok((request.from_generation == generation).then_some(request))
+    let (request, _) = read_any(client, keys).await?;
+    Ok(request.filter(|r| r.from_generation == generation))
 }
