@@ -77,9 +77,9 @@ enum ClusterCommand {
         #[arg(long, value_name = "NAME", default_value = "sluice")]
         cluster_id: String,
     },
-    /// Change the member list of a running split: its nodes stop at once
-    /// (their last committed checkpoint stands) and start again with the
-    /// new list; start the nodes it adds with that list too.
+    /// Change the member list of a running split: each node, once it has a
+    /// checkpoint of its generation, stops (that checkpoint stands) and
+    /// starts again with the new list; start the nodes it adds with it too.
     Rescale {
         /// The etcd endpoints, `etcd=URL[,URL]`.
         #[arg(long, value_name = "etcd=URL[,URL]")]

@@ -82,8 +82,8 @@ const LEASE_LOST: &str = "SLC-CLU-007";
 ///
 /// A request to change the member list of the generation this node runs
 /// (`sluice cluster rescale`, see `sluice_cluster::split_rescale`) stops
-/// its run at once, without a checkpoint, and starts it again with the
-/// new list.
+/// its run without another checkpoint once it has one of the generation,
+/// and starts it again with the new list.
 pub async fn run(
     mut args: RunArgs,
     progress: &ProgressSlot,
@@ -342,7 +342,7 @@ async fn run_node(
     run::execute_script(&db, &p.text).await?;
     // Asked to change this generation's list (while this node was away, or
     // as it started): start again with the new one at once, unless a
-    // source's partitions cannot move (the request is then ignored).
+    // source's partitions cannot move (the running node then refuses it).
     let unmovable = db.unmovable_sources().await;
     let movable = unmovable.is_empty();
     if movable && matches!(part, Part::Member) {
