@@ -8,8 +8,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-
 use sluice_cluster::testing::EtcdServer;
 use support::keyed_split::*;
 use support::shuffled::*;
@@ -243,49 +241,23 @@ fn a_running_shuffled_split_asked_to_shrink_hands_the_dropped_nodes_keys_over() 
 #[test]
 fn a_running_shuffled_split_rescaled_at_random_writes_each_row_once() {
     let f = fixture();
-    let seed = std::env::var("SLUICE_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| u64::from(std::process::id()));
-    eprintln!("seed {seed}");
-    let mut rng = Lcg(seed);
+    let mut rng = seeded_rng();
     let state = format!("file://{}", f.dir.join("state").display());
-    let all = shuffle_list();
-    let address: BTreeMap<&str, &str> = all
-        .split(',')
-        .map(|e| (e.split_once('=').unwrap().0, e))
-        .collect();
-    let shuffle_of = |list: &[&str]| {
-        let each: Vec<&str> = list.iter().map(|n| address[n]).collect();
-        each.join(",")
-    };
+    let addresses = Addresses::new();
     let start = |node: &str, list: &[&str]| {
         node_of_list(
             &f.dir,
             &f.etcd,
             ("live-random", node),
-            (&list.join(","), &shuffle_of(list)),
+            (&list.join(","), &addresses.of(list)),
             &state,
             &[],
         )
     };
-    let lists: [&[&str]; 6] = [
-        &["n1", "n2"],
-        &["n1", "n3"],
-        &["n2", "n3"],
-        &["n1", "n2", "n3"],
-        &["n2"],
-        &["n1"],
-    ];
-    let mut current: &[&str] = lists[(rng.next() % 6) as usize];
+    let mut current: &[&str] = LISTS[(rng.next() % 6) as usize];
     let mut procs: Vec<(&str, Run)> = current.iter().map(|n| (*n, start(n, current))).collect();
     for change in 0..2 {
-        let next = loop {
-            let l = lists[(rng.next() % 6) as usize];
-            if l != current {
-                break l;
-            }
-        };
+        let next = other_list(&mut rng, current);
         let before = committed(&f.etcd, "live-random");
         let deadline = std::time::Instant::now() + WATCHDOG;
         let running = |procs: &mut Vec<(&str, Run)>| procs.iter_mut().any(|(_, r)| r.running());
@@ -313,7 +285,7 @@ fn a_running_shuffled_split_rescaled_at_random_writes_each_row_once() {
         std::thread::sleep(std::time::Duration::from_millis(rng.next() % 200));
         eprintln!("change {change}: {current:?} to {next:?}");
         let list = next.join(",");
-        rescale(&f.etcd, "live-random", (&list, &shuffle_of(next)));
+        rescale(&f.etcd, "live-random", (&list, &addresses.of(next)));
         for n in next {
             if !procs
                 .iter_mut()

@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -427,40 +426,20 @@ fn a_paused_leader_ends_its_run_and_the_followers_rejoin_its_next_term() {
 #[test]
 fn a_shuffled_split_rescaled_at_random_writes_each_row_once() {
     let f = fixture();
-    let seed = std::env::var("SLUICE_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| u64::from(std::process::id()));
-    eprintln!("seed {seed}");
-    let mut rng = Lcg(seed);
+    let mut rng = seeded_rng();
     let state = format!("file://{}", f.dir.join("state").display());
-    let all = shuffle_list();
-    let address: BTreeMap<&str, &str> = all
-        .split(',')
-        .map(|e| (e.split_once('=').unwrap().0, e))
-        .collect();
+    let addresses = Addresses::new();
     let start = |node: &str, list: &[&str]| {
-        let shuffle: Vec<&str> = list.iter().map(|n| address[n]).collect();
         node_of_list(
             &f.dir,
             &f.etcd,
             ("random", node),
-            (&list.join(","), &shuffle.join(",")),
+            (&list.join(","), &addresses.of(list)),
             &state,
             &[],
         )
     };
-    // Every list of one to three of the nodes, each different from the
-    // one before.
-    let lists: [&[&str]; 6] = [
-        &["n1", "n2"],
-        &["n1", "n3"],
-        &["n2", "n3"],
-        &["n1", "n2", "n3"],
-        &["n2"],
-        &["n1"],
-    ];
-    let mut current: &[&str] = lists[(rng.next() % 6) as usize];
+    let mut current: &[&str] = LISTS[(rng.next() % 6) as usize];
     let mut dropped: Vec<&str> = Vec::new();
     for change in 0..3 {
         eprintln!("change {change}: {current:?}, {dropped:?} dropped");
@@ -474,12 +453,7 @@ fn a_shuffled_split_rescaled_at_random_writes_each_row_once() {
             let _ = run.wait(WATCHDOG);
         }
         wait_all_of(leaving, &dropped);
-        let next = loop {
-            let l = lists[(rng.next() % 6) as usize];
-            if l != current {
-                break l;
-            }
-        };
+        let next = other_list(&mut rng, current);
         dropped = current
             .iter()
             .filter(|n| !next.contains(n))

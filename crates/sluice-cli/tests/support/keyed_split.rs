@@ -7,8 +7,8 @@ use std::path::Path;
 
 use sluice_cluster::testing::EtcdServer;
 
-use super::shuffled::{sink_rows, WATCHDOG};
-use super::{rt, sluice, write_rising_parts, Run};
+use super::shuffled::{shuffle_list, sink_rows, WATCHDOG};
+use super::{rt, sluice, write_rising_parts, Lcg, Run};
 
 pub const FILES: u64 = 12;
 pub const ROWS_PER_FILE: u64 = 4_000;
@@ -82,5 +82,57 @@ pub fn fixture() -> Fixture {
         expected,
         etcd,
         dir,
+    }
+}
+
+/// Every list of one to three of the nodes, for tests that change a
+/// split's list at random.
+pub const LISTS: [&[&str]; 6] = [
+    &["n1", "n2"],
+    &["n1", "n3"],
+    &["n2", "n3"],
+    &["n1", "n2", "n3"],
+    &["n2"],
+    &["n1"],
+];
+
+/// A random list of [`LISTS`] other than `current`.
+pub fn other_list(rng: &mut Lcg, current: &[&str]) -> &'static [&'static str] {
+    loop {
+        let l = LISTS[(rng.next() % LISTS.len() as u64) as usize];
+        if l != current {
+            return l;
+        }
+    }
+}
+
+/// The generator of a random test, seeded from `SLUICE_TEST_SEED` or
+/// else the process id; the seed is printed so a failure can be replayed.
+pub fn seeded_rng() -> Lcg {
+    let seed = std::env::var("SLUICE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| u64::from(std::process::id()));
+    eprintln!("seed {seed}");
+    Lcg(seed)
+}
+
+/// A free loopback address for each node's shuffle ([`shuffle_list`]).
+pub struct Addresses(BTreeMap<String, String>);
+
+impl Addresses {
+    pub fn new() -> Self {
+        Self(
+            shuffle_list()
+                .split(',')
+                .map(|e| (e.split_once('=').unwrap().0.to_string(), e.to_string()))
+                .collect(),
+        )
+    }
+
+    /// The `--shuffle` of the split `list`.
+    pub fn of(&self, list: &[&str]) -> String {
+        let each: Vec<&str> = list.iter().map(|n| self.0[*n].as_str()).collect();
+        each.join(",")
     }
 }
