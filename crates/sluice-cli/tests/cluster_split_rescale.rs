@@ -241,23 +241,14 @@ fn a_running_shuffled_split_asked_to_shrink_hands_the_dropped_nodes_keys_over() 
 #[test]
 fn a_running_shuffled_split_rescaled_at_random_writes_each_row_once() {
     let f = fixture();
-    let mut rng = seeded_rng();
-    let state = format!("file://{}", f.dir.join("state").display());
-    let addresses = Addresses::new();
-    let start = |node: &str, list: &[&str]| {
-        node_of_list(
-            &f.dir,
-            &f.etcd,
-            ("live-random", node),
-            (&list.join(","), &addresses.of(list)),
-            &state,
-            &[],
-        )
-    };
-    let mut current: &[&str] = LISTS[(rng.next() % 6) as usize];
-    let mut procs: Vec<(&str, Run)> = current.iter().map(|n| (*n, start(n, current))).collect();
+    let mut lists = RandomLists::new(&f, "live-random");
+    let mut current: &[&str] = lists.first();
+    let mut procs: Vec<(&str, Run)> = current
+        .iter()
+        .map(|n| (*n, lists.start(n, current)))
+        .collect();
     for change in 0..2 {
-        let next = other_list(&mut rng, current);
+        let next = lists.other(current);
         let before = committed(&f.etcd, "live-random");
         let deadline = std::time::Instant::now() + WATCHDOG;
         let running = |procs: &mut Vec<(&str, Run)>| procs.iter_mut().any(|(_, r)| r.running());
@@ -282,16 +273,16 @@ fn a_running_shuffled_split_rescaled_at_random_writes_each_row_once() {
                 }
             }
         }
-        std::thread::sleep(std::time::Duration::from_millis(rng.next() % 200));
+        std::thread::sleep(std::time::Duration::from_millis(lists.rng.next() % 200));
         eprintln!("change {change}: {current:?} to {next:?}");
         let list = next.join(",");
-        rescale(&f.etcd, "live-random", (&list, &addresses.of(next)));
+        rescale(&f.etcd, "live-random", (&list, &lists.shuffle_of(next)));
         for n in next {
             if !procs
                 .iter_mut()
                 .any(|(name, run)| name == n && run.running())
             {
-                procs.push((n, start(n, next)));
+                procs.push((n, lists.start(n, next)));
             }
         }
         current = next;

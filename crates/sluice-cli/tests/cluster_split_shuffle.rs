@@ -426,34 +426,22 @@ fn a_paused_leader_ends_its_run_and_the_followers_rejoin_its_next_term() {
 #[test]
 fn a_shuffled_split_rescaled_at_random_writes_each_row_once() {
     let f = fixture();
-    let mut rng = seeded_rng();
-    let state = format!("file://{}", f.dir.join("state").display());
-    let addresses = Addresses::new();
-    let start = |node: &str, list: &[&str]| {
-        node_of_list(
-            &f.dir,
-            &f.etcd,
-            ("random", node),
-            (&list.join(","), &addresses.of(list)),
-            &state,
-            &[],
-        )
-    };
-    let mut current: &[&str] = LISTS[(rng.next() % 6) as usize];
+    let mut lists = RandomLists::new(&f, "random");
+    let mut current: &[&str] = lists.first();
     let mut dropped: Vec<&str> = Vec::new();
     for change in 0..3 {
         eprintln!("change {change}: {current:?}, {dropped:?} dropped");
-        let mut nodes: Vec<Run> = current.iter().map(|n| start(n, current)).collect();
-        let leaving: Vec<Run> = dropped.iter().map(|n| start(n, current)).collect();
+        let mut nodes: Vec<Run> = current.iter().map(|n| lists.start(n, current)).collect();
+        let leaving: Vec<Run> = dropped.iter().map(|n| lists.start(n, current)).collect();
         let before = committed(&f.etcd, "random");
         until_committed(&f.etcd, "random", &mut nodes, before);
-        std::thread::sleep(Duration::from_millis(rng.next() % 200));
+        std::thread::sleep(Duration::from_millis(lists.rng.next() % 200));
         for run in nodes {
             run.signal(libc::SIGKILL);
             let _ = run.wait(WATCHDOG);
         }
         wait_all_of(leaving, &dropped);
-        let next = other_list(&mut rng, current);
+        let next = lists.other(current);
         dropped = current
             .iter()
             .filter(|n| !next.contains(n))
@@ -462,8 +450,8 @@ fn a_shuffled_split_rescaled_at_random_writes_each_row_once() {
         current = next;
     }
     eprintln!("last: {current:?}, {dropped:?} dropped");
-    let mut nodes: Vec<Run> = current.iter().map(|n| start(n, current)).collect();
-    nodes.extend(dropped.iter().map(|n| start(n, current)));
+    let mut nodes: Vec<Run> = current.iter().map(|n| lists.start(n, current)).collect();
+    nodes.extend(dropped.iter().map(|n| lists.start(n, current)));
     let names: Vec<&str> = current.iter().chain(&dropped).copied().collect();
     wait_all_of(nodes, &names);
     same_rows(&split_outputs(&f.dir.join("out"), &NODES), &f.expected);

@@ -27,7 +27,7 @@ use sluice_storage::{BlobRef, CommitAuthority, StorageError};
 
 use crate::error::{ClusterError, Result};
 use crate::keys::{ClusterKeys, NodeId};
-use crate::status::{decode, encode};
+use crate::status::{encode, read_json};
 
 /// How far one source of a node had read, as its last checkpoint says.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,16 +76,7 @@ pub struct SplitRecord {
 
 /// The record and the etcd revision it was last written at (0: absent).
 pub async fn read(client: &Client, keys: &ClusterKeys) -> Result<(Option<SplitRecord>, i64)> {
-    let key = keys.split();
-    let got = client
-        .clone()
-        .get(key.clone(), None)
-        .await
-        .map_err(|e| ClusterError::etcd("read of the split record", e))?;
-    match got.kvs().first() {
-        Some(kv) => Ok((Some(decode(&key, kv.value())?), kv.mod_revision())),
-        None => Ok((None, 0)),
-    }
+    read_json(client, keys.split(), "read of the split record").await
 }
 
 /// Write `record` in place of the one read at `revision` (0: none), only

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ClusterError, Result};
 use crate::keys::ClusterKeys;
-use crate::status::{decode, encode};
+use crate::status::{encode, read_json};
 
 /// Start the nodes of generation `from_generation` again with `members`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,16 +74,7 @@ pub async fn read_any(
     client: &Client,
     keys: &ClusterKeys,
 ) -> Result<(Option<RescaleRequest>, i64)> {
-    let key = keys.split_rescale();
-    let got = client
-        .clone()
-        .get(key.clone(), None)
-        .await
-        .map_err(|e| ClusterError::etcd("read of the rescale request", e))?;
-    match got.kvs().first() {
-        Some(kv) => Ok((Some(decode(&key, kv.value())?), kv.mod_revision())),
-        None => Ok((None, 0)),
-    }
+    read_json(client, keys.split_rescale(), "read of the rescale request").await
 }
 
 /// Remove `request` if it is still the one recorded (a node that cannot

@@ -369,6 +369,24 @@ pub(crate) fn encode<T: Serialize>(key: &str, value: &T) -> Result<Vec<u8>> {
     })
 }
 
+/// The JSON value at `key` and the etcd revision it was last written at
+/// (`(None, 0)`: absent); `what` names the read in an error.
+pub(crate) async fn read_json<T: for<'de> Deserialize<'de>>(
+    client: &Client,
+    key: String,
+    what: &'static str,
+) -> Result<(Option<T>, i64)> {
+    let got = client
+        .clone()
+        .get(key.clone(), None)
+        .await
+        .map_err(|e| ClusterError::etcd(what, e))?;
+    match got.kvs().first() {
+        Some(kv) => Ok((Some(decode(&key, kv.value())?), kv.mod_revision())),
+        None => Ok((None, 0)),
+    }
+}
+
 pub(crate) fn decode<T: for<'de> Deserialize<'de>>(key: &str, value: &[u8]) -> Result<T> {
     serde_json::from_slice(value).map_err(|e| ClusterError::Corrupt {
         key: key.to_string(),

@@ -136,3 +136,54 @@ impl Addresses {
         each.join(",")
     }
 }
+
+/// The nodes of a split whose list changes at random ([`LISTS`]), in the
+/// fixture `f`'s directory under cluster `cluster`, each node started with
+/// the `--shuffle` of the list it is given.
+pub struct RandomLists<'a> {
+    f: &'a Fixture,
+    cluster: &'a str,
+    state: String,
+    addresses: Addresses,
+    /// The test's generator ([`seeded_rng`]).
+    pub rng: Lcg,
+}
+
+impl<'a> RandomLists<'a> {
+    pub fn new(f: &'a Fixture, cluster: &'a str) -> Self {
+        Self {
+            f,
+            cluster,
+            state: format!("file://{}", f.dir.join("state").display()),
+            addresses: Addresses::new(),
+            rng: seeded_rng(),
+        }
+    }
+
+    /// The first list, at random.
+    pub fn first(&mut self) -> &'static [&'static str] {
+        LISTS[(self.rng.next() % LISTS.len() as u64) as usize]
+    }
+
+    /// A random list other than `current` ([`other_list`]).
+    pub fn other(&mut self, current: &[&str]) -> &'static [&'static str] {
+        other_list(&mut self.rng, current)
+    }
+
+    /// The `--shuffle` of `list`.
+    pub fn shuffle_of(&self, list: &[&str]) -> String {
+        self.addresses.of(list)
+    }
+
+    /// `node` started as a node of the split `list`.
+    pub fn start(&self, node: &str, list: &[&str]) -> Run {
+        super::shuffled::node_of_list(
+            &self.f.dir,
+            &self.f.etcd,
+            (self.cluster, node),
+            (&list.join(","), &self.addresses.of(list)),
+            &self.state,
+            &[],
+        )
+    }
+}
