@@ -26,6 +26,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
+use smallvec::SmallVec;
 
 /// Slots per chunk of the slab (a power of two).
 const CHUNK: usize = 4096;
@@ -43,10 +44,15 @@ pub(super) struct Partitions<P> {
     hasher: FxBuildHasher,
 }
 
+/// Keys up to this many bytes are kept in their slot (two BIGINT columns
+/// in row format take 18): comparing a found key then reads no second
+/// allocation, and a new partition makes none for its key.
+const INLINE_KEY: usize = 24;
+
 /// One live partition and what finds it again.
 struct Slot<P> {
     hash: u64,
-    key: Box<[u8]>,
+    key: SmallVec<[u8; INLINE_KEY]>,
     part: P,
 }
 
@@ -103,7 +109,7 @@ impl<P> Partitions<P> {
             None => {
                 let slot = Slot {
                     hash,
-                    key: Box::from(key),
+                    key: SmallVec::from_slice(key),
                     part: make(),
                 };
                 let id = self.place(slot)?;

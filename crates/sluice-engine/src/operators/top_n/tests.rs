@@ -214,3 +214,31 @@ fn a_snapshot_with_rows_in_arrow_row_format_restores() {
         .to_string();
     assert!(err.contains("zstd-rows"), "{err}");
 }
+
+/// An entry's sort key compares with a new row's by its head first
+/// ([`super::head_of`]) and by the bytes only on equal heads: the result
+/// must be the byte order's for every pair, keys of every length from 0
+/// to 12 (shorter, equal to and longer than the head) drawn from bytes
+/// that make prefixes, zero padding and ties likely.
+#[test]
+fn a_sort_key_compares_by_its_head_as_by_its_bytes() {
+    use crate::test_rng::Rng;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let alphabet = [0u8, 1, 0x7f, 0x80, 0xff];
+    let mut key = || -> Vec<u8> {
+        let len = rng.below(13) as usize;
+        (0..len)
+            .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize])
+            .collect()
+    };
+    let mut scratch = Vec::new();
+    for _ in 0..20_000 {
+        let (a, b) = (key(), key());
+        let kept = Entry::new(&mut scratch, &a, b"row", None);
+        assert_eq!(
+            kept.cmp_order(super::head_of(&b), &b),
+            a.cmp(&b),
+            "{a:?} against {b:?}"
+        );
+    }
+}
