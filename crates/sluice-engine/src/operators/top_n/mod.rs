@@ -124,6 +124,21 @@ impl Entry {
 /// that one lives inline in the partition.
 type Rows = SmallVec<[Entry; 1]>;
 
+/// Make `shown` equal to `rows`, touching only the ranks that changed: a
+/// rank whose entry is the one already shown keeps it, without a
+/// reference count taken and given back (a new row at rank 3 of ten
+/// changes ranks 3 to 10, and leaves 1 and 2 alone).
+fn show(shown: &mut Rows, rows: &Rows) {
+    shown.truncate(rows.len());
+    for (old, new) in shown.iter_mut().zip(rows.iter()) {
+        if !Arc::ptr_eq(&old.bytes, &new.bytes) {
+            old.clone_from(new);
+        }
+    }
+    let have = shown.len();
+    shown.extend(rows.iter().skip(have).cloned());
+}
+
 mod legacy;
 mod partitions;
 mod payload;
@@ -482,7 +497,7 @@ impl TopN {
         for id in dirty {
             if let Some(p) = self.parts.get_mut(id) {
                 p.dirty = false;
-                p.shown.clone_from(&p.rows);
+                show(&mut p.shown, &p.rows);
             }
         }
         Ok(out)

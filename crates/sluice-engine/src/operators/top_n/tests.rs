@@ -242,3 +242,28 @@ fn a_sort_key_compares_by_its_head_as_by_its_bytes() {
         );
     }
 }
+
+/// `show` leaves the shown rows equal to the kept ones, whatever the two
+/// lists were: shorter, longer, sharing some entries or none.
+#[test]
+fn showing_the_kept_rows_makes_the_shown_rows_equal_to_them() {
+    use crate::test_rng::Rng;
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut scratch = Vec::new();
+    let pool: Vec<Entry> = (0..6u8)
+        .map(|i| Entry::new(&mut scratch, &[i], &[b'r', i], Some(i64::from(i))))
+        .collect();
+    let list = |rng: &mut Rng| -> super::Rows {
+        (0..rng.below(5))
+            .map(|_| pool[rng.below(pool.len() as u64) as usize].clone())
+            .collect()
+    };
+    for _ in 0..2_000 {
+        let (mut shown, rows) = (list(&mut rng), list(&mut rng));
+        super::show(&mut shown, &rows);
+        assert_eq!(shown, rows);
+        for (a, b) in shown.iter().zip(rows.iter()) {
+            assert!(std::sync::Arc::ptr_eq(&a.bytes, &b.bytes));
+        }
+    }
+}
