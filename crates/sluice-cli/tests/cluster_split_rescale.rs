@@ -23,6 +23,20 @@ fn rescale(etcd: &EtcdServer, cluster: &str, (list, shuffle): (&str, &str)) {
     );
 }
 
+/// The generation of cluster `cluster`'s split record (0 before the
+/// first).
+fn generation(etcd: &EtcdServer, cluster: &str) -> u64 {
+    let rt = rt();
+    let client = rt
+        .block_on(sluice_cluster::status::connect(&etcd.endpoints()))
+        .unwrap();
+    let keys = sluice_cluster::ClusterKeys::new(cluster).unwrap();
+    let (record, _) = rt
+        .block_on(sluice_cluster::split_record::read(&client, &keys))
+        .unwrap();
+    record.map_or(0, |r| r.generation)
+}
+
 /// Every way `sluice cluster rescale` refuses, each by name, and what a
 /// request it takes records: the split's generation, the sorted list, and
 /// the shuffle list in its canonical order.
@@ -247,11 +261,23 @@ fn a_running_shuffled_split_rescaled_at_random_writes_each_row_once() {
         .iter()
         .map(|n| (*n, lists.start(n, current)))
         .collect();
-    for change in 0..2 {
+    for change in 0..2u64 {
         let next = lists.other(current);
-        let before = committed(&f.etcd, "live-random");
         let deadline = std::time::Instant::now() + WATCHDOG;
         let running = |procs: &mut Vec<(&str, Run)>| procs.iter_mut().any(|(_, r)| r.running());
+        // The change before was carried out (the record is of its
+        // generation): until then a new request is refused as one more
+        // for the old generation, and a checkpoint the old list commits
+        // meanwhile must not count.
+        while generation(&f.etcd, "live-random") <= change && running(&mut procs) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "generation {} never recorded",
+                change + 1
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let before = committed(&f.etcd, "live-random");
         while committed(&f.etcd, "live-random") <= before && running(&mut procs) {
             assert!(
                 std::time::Instant::now() < deadline,
