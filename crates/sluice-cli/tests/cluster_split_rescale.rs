@@ -161,10 +161,9 @@ fn a_rescale_request_is_refused_by_name_unless_it_changes_a_running_split() {
 #[test]
 fn a_running_shuffled_split_asked_to_grow_hands_keys_over_to_the_new_node() {
     let f = fixture();
-    let state = format!("file://{}", f.dir.join("state").display());
-    let three = shuffle_list();
-    let two: Vec<&str> = three.split(',').skip(1).collect();
-    let two = two.join(",");
+    let state = f.state();
+    let addresses = Addresses::new();
+    let (three, two) = (addresses.of(&NODES), addresses.of(&["n2", "n3"]));
     let log = [(
         "RUST_LOG",
         "warn,sluice_engine::coordinator::moved=info".to_string(),
@@ -211,10 +210,9 @@ fn a_running_shuffled_split_asked_to_grow_hands_keys_over_to_the_new_node() {
 #[test]
 fn a_running_shuffled_split_asked_to_shrink_hands_the_dropped_nodes_keys_over() {
     let f = fixture();
-    let state = format!("file://{}", f.dir.join("state").display());
-    let three = shuffle_list();
-    let two: Vec<&str> = three.split(',').take(2).collect();
-    let two = two.join(",");
+    let state = f.state();
+    let addresses = Addresses::new();
+    let (three, two) = (addresses.of(&NODES), addresses.of(&["n1", "n2"]));
     let list = NODES.join(",");
     let mut nodes: Vec<Run> = NODES
         .iter()

@@ -23,7 +23,7 @@ use support::*;
 /// n1 and n2 of cluster `cluster`, and n3 with `SLUICE_TEST_CRASH=point`
 /// (it aborts at that point of its end).
 fn start_with_crashing_n3(f: &Fixture, cluster: &str, shuffle: &str, point: &str) -> Vec<Run> {
-    let state = format!("file://{}", f.dir.join("state").display());
+    let state = f.state();
     let crash = [("SLUICE_TEST_CRASH", point.to_string())];
     let mut nodes: Vec<Run> = NODES[..2]
         .iter()
@@ -191,10 +191,9 @@ fn a_node_with_another_shuffle_or_list_is_refused_by_name() {
 #[test]
 fn a_shuffled_split_shrunk_from_three_nodes_to_two_hands_the_dropped_nodes_keys_over() {
     let f = fixture();
-    let state = format!("file://{}", f.dir.join("state").display());
-    let three = shuffle_list();
-    let two: Vec<&str> = three.split(',').take(2).collect();
-    let two = two.join(",");
+    let state = f.state();
+    let addresses = Addresses::new();
+    let (three, two) = (addresses.of(&NODES), addresses.of(&["n1", "n2"]));
     let start = |node: &str, list: &str, shuffle: &str| {
         node_of_list(
             &f.dir,
@@ -236,7 +235,7 @@ fn kill_after_a_cut(etcd: &EtcdServer, cluster: &str, mut nodes: Vec<Run>) {
 /// sorts first, joins only then and leads the grown split from a store
 /// with no checkpoint of its own. Also returns the two's last cut.
 fn grown_split<'a>(f: &'a Fixture, cluster: &'a str) -> (impl Fn(usize) -> Run + 'a, u64) {
-    let state = format!("file://{}", f.dir.join("state").display());
+    let state = f.state();
     let three = shuffle_list();
     let two: Vec<&str> = three.split(',').skip(1).collect();
     let two = two.join(",");

@@ -71,6 +71,13 @@ pub struct Fixture {
     pub dir: std::path::PathBuf,
 }
 
+impl Fixture {
+    /// The `--state` URL every node of the split keeps its checkpoints under.
+    pub fn state(&self) -> String {
+        format!("file://{}", self.dir.join("state").display())
+    }
+}
+
 pub fn fixture() -> Fixture {
     let base = tempfile::tempdir().unwrap();
     let expected = reference(base.path());
@@ -154,7 +161,7 @@ impl<'a> RandomLists<'a> {
         Self {
             f,
             cluster,
-            state: format!("file://{}", f.dir.join("state").display()),
+            state: f.state(),
             addresses: Addresses::new(),
             rng: seeded_rng(),
         }
