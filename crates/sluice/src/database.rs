@@ -255,7 +255,7 @@ impl DatabaseBuilder {
     /// Open the database.
     pub async fn open(self) -> Result<Database> {
         let lock = match &self.state_dir {
-            Some(dir) => Some(lock_state_dir(dir)?),
+            Some(dir) => Some(lock_state_dir(dir).await?),
             None => None,
         };
         let base_dir = self.base_dir.clone();
@@ -279,7 +279,20 @@ impl DatabaseBuilder {
     }
 }
 
-fn lock_state_dir(dir: &Path) -> Result<std::fs::File> {
+/// How long an open waits for a state directory's lock that another
+/// holder may be about to give up (see [`lock_state_dir`]).
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Take the OS lock on `dir`'s `LOCK` file, or refuse the open.
+///
+/// The lock is the open file's (`flock`), so a child process that another
+/// thread is starting holds it too, through its copy of every descriptor,
+/// from its fork until its exec closes them. A database dropped a moment
+/// ago can therefore still look open; the lock is tried again for
+/// [`LOCK_GRACE`] before the directory is refused as in use. A database
+/// that really is open keeps it, and the second open is refused after the
+/// grace.
+async fn lock_state_dir(dir: &Path) -> Result<std::fs::File> {
     std::fs::create_dir_all(dir).map_err(|e| {
         Error::Option(format!(
             "state directory {}: cannot create it: {e}",
@@ -293,14 +306,29 @@ fn lock_state_dir(dir: &Path) -> Result<std::fs::File> {
         .write(true)
         .open(&path)
         .map_err(|e| Error::Option(format!("state directory {}: {e}", dir.display())))?;
-    file.try_lock().map_err(|_| {
-        Error::Option(format!(
-            "state directory {} is in use by another open database (in this process or \
-             another); shut that one down and drop it first",
-            dir.display()
-        ))
-    })?;
-    Ok(file)
+    let deadline = std::time::Instant::now() + LOCK_GRACE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::Option(format!(
+                    "state directory {} is in use by another open database (in this process or \
+                     another); shut that one down and drop it first",
+                    dir.display()
+                )))
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::Option(format!(
+                    "state directory {}: cannot lock {}: {e}",
+                    dir.display(),
+                    path.display()
+                )))
+            }
+        }
+    }
 }
 
 fn text_batch(column: &str, lines: Vec<String>) -> Result<RecordBatch> {

@@ -445,3 +445,42 @@ async fn a_state_directory_in_use_is_refused_until_its_database_is_dropped() {
     drop(first);
     bounded("reopen", Database::open(&state)).await.unwrap();
 }
+
+/// A child process started by another thread holds a copy of every open
+/// descriptor from its fork until its exec closes them, the state
+/// directory's lock included: a database reopened right after it was
+/// dropped still opens while other threads start processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_database_reopens_while_other_threads_start_processes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let stop = Arc::new(AtomicBool::new(false));
+    let spawners: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = std::process::Command::new("true").status();
+                }
+            })
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for round in 0..300 {
+        match bounded("open", Database::open(&state)).await {
+            Ok(db) => drop(db),
+            Err(e) => refused.push((round, e.to_string())),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for s in spawners {
+        s.join().unwrap();
+    }
+    assert!(
+        refused.is_empty(),
+        "{} refused: {:?}",
+        refused.len(),
+        refused.first()
+    );
+}
