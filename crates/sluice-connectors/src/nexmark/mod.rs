@@ -35,9 +35,12 @@
 //!   together read every row once, each row with the same contents and
 //!   event time as on one node. Its offset is then the row it reached in
 //!   the whole stream, and records the share: resuming under another share
-//!   is refused, since the skipped blocks were some other node's.
+//!   is refused, since the skipped blocks were some other node's. When
+//!   vnodes move, [`handover::handover`] starts a share from the positions of the
+//!   shares that held its blocks before.
 
 mod columns;
+pub mod handover;
 mod reader;
 
 use std::fmt;
@@ -49,6 +52,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use crate::error::{ConnectorError, Result};
 use crate::FileShare;
 
+pub use handover::{handover as nexmark_handover, PreviousNexmarkShare};
 pub use reader::NexmarkReader;
 
 /// Event time of global event 0: 2024-01-01T00:00:00Z, in ms since the epoch.
@@ -458,5 +462,7 @@ fn sql_type(t: &DataType) -> &'static str {
     }
 }
 
+#[cfg(test)]
+mod handover_tests;
 #[cfg(test)]
 mod tests;

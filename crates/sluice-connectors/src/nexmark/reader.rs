@@ -1,5 +1,6 @@
 //! [`NexmarkReader`]: batches of one Nexmark stream, paced and replayable.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,13 +17,54 @@ use crate::reader::BatchReader;
 /// Where a Nexmark reader stands: `produced` rows of `stream` were emitted
 /// (or, for a node's share, skipped as other nodes' partitions).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct NexmarkPosition {
-    stream: String,
-    seed: u64,
-    produced: u64,
+pub(super) struct NexmarkPosition {
+    pub stream: String,
+    pub seed: u64,
+    pub produced: u64,
     /// The identity of the share read (`None`: the whole stream).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    share: Option<String>,
+    pub share: Option<String>,
+    /// Partitions after the one `produced` is in whose first rows were
+    /// emitted before this share held them (see [`super::handover`]):
+    /// partition number → rows of it emitted, from its first. The reader
+    /// starts such a partition after them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ahead: BTreeMap<u64, u64>,
+}
+
+impl NexmarkPosition {
+    /// Parse a checkpointed offset of `cfg`'s stream; refused when it is
+    /// unreadable or of another stream or seed.
+    pub(super) fn parse(cfg: &NexmarkConfig, offset: &str) -> Result<Self> {
+        let pos: NexmarkPosition = serde_json::from_str(offset).map_err(|e| {
+            ConnectorError::invalid_option(
+                "offset",
+                format!(
+                    "checkpointed Nexmark offset '{}' is unreadable: {e}",
+                    crate::quote::bounded(offset)
+                ),
+            )
+        })?;
+        if pos.stream != cfg.stream.name() || pos.seed != cfg.seed {
+            return Err(ConnectorError::invalid_option(
+                "offset",
+                format!(
+                    "checkpointed offset is for the {} stream with seed {}, but the source reads the {} stream with seed {}",
+                    pos.stream, pos.seed, cfg.stream, cfg.seed
+                ),
+            ));
+        }
+        Ok(pos)
+    }
+
+    /// Rows of partition `block` (its first `len`) this position says were
+    /// emitted: all of a partition before `produced`'s, those before
+    /// `produced` in its own, and as [`Self::ahead`] says after it.
+    pub(super) fn emitted_of(&self, block: u64, len: u64) -> u64 {
+        let start = block.saturating_mul(PARTITION_ROWS);
+        let passed = self.produced.saturating_sub(start).min(len);
+        passed.max(self.ahead.get(&block).copied().unwrap_or(0).min(len))
+    }
 }
 
 /// Most partitions a share's reader skips in a row before it takes the
@@ -44,6 +86,9 @@ pub struct NexmarkReader {
     cfg: NexmarkConfig,
     generator: EventGenerator,
     produced: u64,
+    /// Rows of later partitions emitted before this share held them
+    /// (see [`NexmarkPosition::ahead`]); an entry goes once it is passed.
+    ahead: BTreeMap<u64, u64>,
     total: Option<u64>,
     pacing: Option<Pacing>,
 }
@@ -69,24 +114,7 @@ impl NexmarkReader {
     /// that follow are identical to those the original reader emitted next.
     pub fn open_at_offset(cfg: NexmarkConfig, offset: &str) -> Result<Self> {
         cfg.validate()?;
-        let pos: NexmarkPosition = serde_json::from_str(offset).map_err(|e| {
-            ConnectorError::invalid_option(
-                "offset",
-                format!(
-                    "checkpointed Nexmark offset '{}' is unreadable: {e}",
-                    crate::quote::bounded(offset)
-                ),
-            )
-        })?;
-        if pos.stream != cfg.stream.name() || pos.seed != cfg.seed {
-            return Err(ConnectorError::invalid_option(
-                "offset",
-                format!(
-                    "checkpointed offset is for the {} stream with seed {}, but the source reads the {} stream with seed {}",
-                    pos.stream, pos.seed, cfg.stream, cfg.seed
-                ),
-            ));
-        }
+        let pos = NexmarkPosition::parse(&cfg, offset)?;
         let share = cfg.share.as_ref().map(|s| s.identity().to_string());
         if pos.share != share {
             let read = |share: &Option<String>| match share {
@@ -96,14 +124,16 @@ impl NexmarkReader {
             return Err(ConnectorError::invalid_option(
                 "offset",
                 format!(
-                    "checkpointed offset of the {} stream was read from {}, but the source now reads {}; a Nexmark source's partitions do not move between nodes",
+                    "checkpointed offset of the {} stream was read from {}, but the source now reads {}; a Nexmark source's partitions move to another share only through a handover (nexmark_handover), which starts the new share where the previous ones stopped",
                     cfg.stream,
                     read(&pos.share),
                     read(&share)
                 ),
             ));
         }
-        Ok(Self::open_at(cfg, pos.produced))
+        let mut reader = Self::open_at(cfg, pos.produced);
+        reader.ahead = pos.ahead;
+        Ok(reader)
     }
 
     fn open_at(cfg: NexmarkConfig, produced: u64) -> Self {
@@ -117,28 +147,51 @@ impl NexmarkReader {
             cfg,
             generator,
             produced,
+            ahead: BTreeMap::new(),
             pacing,
         }
     }
 
-    /// Move past the partitions this reader's share does not hold, to the
-    /// next row it reads (or `total`). `false` when the share holds no
-    /// partition within [`MAX_SKIPPED_PARTITIONS`]: it reads nothing more.
+    /// Move past the partitions this reader's share does not hold, and
+    /// past the rows of [`Self::ahead`]'s partitions emitted before it
+    /// held them, to the next row it reads (or `total`). `false` when the
+    /// share holds no partition within [`MAX_SKIPPED_PARTITIONS`]: it reads
+    /// nothing more.
     fn skip_to_held(&mut self, total: u64) -> bool {
-        let Some(share) = &self.cfg.share else {
-            return true;
-        };
         let start = self.produced;
         let mut skipped = 0;
-        while self.produced < total
-            && !share.holds(&super::partition_key(self.cfg.stream, self.produced))
-        {
-            if skipped == MAX_SKIPPED_PARTITIONS {
-                return false;
+        while self.produced < total {
+            let block = self.produced / PARTITION_ROWS;
+            let next = (block + 1).saturating_mul(PARTITION_ROWS).min(total);
+            let held = self
+                .cfg
+                .share
+                .as_ref()
+                .is_none_or(|s| s.holds(&super::partition_key(self.cfg.stream, self.produced)));
+            if !held {
+                if skipped == MAX_SKIPPED_PARTITIONS {
+                    return false;
+                }
+                skipped += 1;
+                self.produced = next;
+                continue;
             }
-            skipped += 1;
-            let next = (self.produced / PARTITION_ROWS + 1).saturating_mul(PARTITION_ROWS);
-            self.produced = next.min(total);
+            // Entries of partitions passed go: the position stays small.
+            while self
+                .ahead
+                .first_key_value()
+                .is_some_and(|(b, _)| *b < block)
+            {
+                self.ahead.pop_first();
+            }
+            let emitted = match self.ahead.get(&block) {
+                Some(rows) => block.saturating_mul(PARTITION_ROWS).saturating_add(*rows),
+                None => 0,
+            };
+            if self.produced >= emitted {
+                break;
+            }
+            self.produced = emitted.min(next);
         }
         if self.produced != start {
             self.generator = generator(&self.cfg, self.produced);
@@ -224,6 +277,7 @@ impl NexmarkReader {
             seed: self.cfg.seed,
             produced: self.produced,
             share: self.cfg.share.as_ref().map(|s| s.identity().to_string()),
+            ahead: self.ahead.clone(),
         }
     }
 }
@@ -247,8 +301,9 @@ impl BatchReader for NexmarkReader {
             return Ok(None);
         }
         let mut wanted = remaining.min(self.cfg.batch_size as u64);
-        if self.cfg.share.is_some() {
-            // A batch ends with its partition: the next may be another's.
+        if self.cfg.share.is_some() || !self.ahead.is_empty() {
+            // A batch ends with its partition: the next may be another's,
+            // or begin with rows emitted before this share held it.
             wanted = wanted.min(PARTITION_ROWS - self.produced % PARTITION_ROWS);
         }
         let n = self.due_rows(wanted);

@@ -7,14 +7,14 @@ use arrow::datatypes::{Int64Type, TimestampMillisecondType};
 use super::*;
 use crate::reader::BatchReader;
 
-fn config(stream: NexmarkStream, events: u64) -> NexmarkConfig {
+pub(super) fn config(stream: NexmarkStream, events: u64) -> NexmarkConfig {
     let mut c = NexmarkConfig::full(stream);
     c.events = Some(events);
     c.batch_size = 97;
     c
 }
 
-fn drain(mut r: NexmarkReader) -> Vec<RecordBatch> {
+pub(super) fn drain(mut r: NexmarkReader) -> Vec<RecordBatch> {
     let mut out = Vec::new();
     while let Some(b) = r.next_batch().expect("generation") {
         assert!(b.num_rows() > 0 && b.num_rows() <= 97);
@@ -366,7 +366,7 @@ fn share_of(part: u64, of: u64) -> FileShare {
 
 /// Every row as (global event number, row): which node generated it
 /// does not change it.
-fn keyed_rows(batches: &[RecordBatch]) -> Vec<(i64, String)> {
+pub(super) fn keyed_rows(batches: &[RecordBatch]) -> Vec<(i64, String)> {
     let mut out = Vec::new();
     for b in batches {
         let times = b.column(5).as_primitive::<TimestampMillisecondType>();
