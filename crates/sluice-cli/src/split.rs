@@ -151,15 +151,10 @@ async fn pending_rescale(
 /// is asked until a request comes (the store only while one waits for
 /// this node's first checkpoint of the generation). A failed read is
 /// logged and asked again (the node's lease watch catches a lost etcd).
-/// A node that reads one of the `unmovable` sources (see
-/// `Database::unmovable_sources`) cannot start again with another list:
-/// it withdraws the request (`split_rescale::withdraw`), says so, and runs
-/// on.
 async fn rescaled(
     etcd: (&Client, &ClusterKeys),
     at: (&str, u64, &[String]),
     store: (&str, bool),
-    unmovable: &[String],
 ) -> RescaleRequest {
     let (client, keys) = etcd;
     loop {
@@ -171,23 +166,11 @@ async fn rescaled(
                 None
             }
         };
-        if let Some(request) = asked {
-            if !unmovable.is_empty() {
-                tracing::warn!(
-                    members = %request.members.join(","),
-                    sources = %unmovable.join(", "),
-                    "refusing the request to change the split's member list: a Nexmark \
-                     stream's blocks of rows do not move between nodes"
-                );
-                if let Err(e) = split_rescale::withdraw(client, keys, &request).await {
-                    tracing::warn!(error = %e, "withdrawing the rescale request");
-                }
-            } else {
-                match pending_rescale(etcd, at, store).await {
-                    Ok(Some(request)) => return request,
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(error = %e, "reading this node's checkpoints"),
-                }
+        if asked.is_some() {
+            match pending_rescale(etcd, at, store).await {
+                Ok(Some(request)) => return request,
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "reading this node's checkpoints"),
             }
         }
         tokio::time::sleep(RESCALE_POLL).await;
@@ -341,11 +324,8 @@ async fn run_node(
     crate::builtins::register(&db).await?;
     run::execute_script(&db, &p.text).await?;
     // Asked to change this generation's list (while this node was away, or
-    // as it started): start again with the new one at once, unless a
-    // source's partitions cannot move (the running node then refuses it).
-    let unmovable = db.unmovable_sources().await;
-    let movable = unmovable.is_empty();
-    if movable && matches!(part, Part::Member) {
+    // as it started): start again with the new one at once.
+    if matches!(part, Part::Member) {
         let etcd = (&client, &keys);
         if let Some(request) = pending_rescale(etcd, rescale_at, (&p.store, shuffled)).await? {
             db.abort().await?;
@@ -451,7 +431,7 @@ async fn run_node(
         // Stopped without another checkpoint: the next generation starts
         // from the last one committed (as after a kill), and this node's
         // sinks publish nothing past it (under exactly-once delivery).
-        request = rescaled((&client, &keys), rescale_at, (&p.store, shuffled), &unmovable) => {
+        request = rescaled((&client, &keys), rescale_at, (&p.store, shuffled)) => {
             tracing::warn!(
                 members = %request.members.join(","),
                 "the split's member list is to change; stopping this node's run"
@@ -511,7 +491,7 @@ async fn run_node(
     };
     // A peer that stopped for a change of the list fails this run: start
     // again with the new list rather than rejoin the old one.
-    if outcome.is_err() && movable {
+    if outcome.is_err() {
         let etcd = (&client, &keys);
         if let Ok(Some(request)) = pending_rescale(etcd, rescale_at, (&p.store, shuffled)).await {
             tracing::warn!(error = ?outcome.as_ref().err(), "the run ended as the split's list changes");
@@ -519,9 +499,9 @@ async fn run_node(
         }
     }
     // A share that ended just as the list was asked to change: the new
-    // list may give this node vnodes whose files are not read to their
+    // list may give this node vnodes whose files or blocks of rows are not read to their
     // end, so it starts again with it.
-    if matches!(outcome, Ok(RunEnd::Completed)) && movable && matches!(part, Part::Member) {
+    if matches!(outcome, Ok(RunEnd::Completed)) && matches!(part, Part::Member) {
         if let Some(request) = split_rescale::read(&client, &keys, record.generation).await? {
             if request.members != members && request.members.contains(&node_id) {
                 return Ok(NodeEnd::Rescale(request));

@@ -299,7 +299,7 @@ pub(crate) async fn settle(
                     // Asked to change to this list (`sluice cluster
                     // rescale`): the old members stop as each has a
                     // checkpoint of their generation, however long that
-                    // takes (a member that cannot, withdraws the request).
+                    // takes.
                     if waited.elapsed() > lease_ttl * 3
                         && !requested(client, keys, &r, members).await?
                     {

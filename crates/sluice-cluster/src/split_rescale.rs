@@ -77,22 +77,6 @@ pub async fn read_any(
     read_json(client, keys.split_rescale(), "read of the rescale request").await
 }
 
-/// Remove `request` if it is still the one recorded (a node that cannot
-/// carry it out refuses it this way, so nobody waits for it).
-pub async fn withdraw(client: &Client, keys: &ClusterKeys, request: &RescaleRequest) -> Result<()> {
-    let key = keys.split_rescale();
-    let value = encode(&key, request)?;
-    let txn = Txn::new()
-        .when([Compare::value(key.clone(), CompareOp::Equal, value)])
-        .and_then([TxnOp::delete(key, None)]);
-    client
-        .clone()
-        .txn(txn)
-        .await
-        .map_err(|e| ClusterError::etcd("withdrawal of the rescale request", e))?;
-    Ok(())
-}
-
 /// The request for generation `generation`, if one was made (a request for
 /// another generation is none).
 pub async fn read(

@@ -23,7 +23,9 @@ pub mod lookup;
 pub use error::{ConnectorError, Result};
 pub use format::FileFormat;
 pub use lookup::{LookupError, LookupRows, LookupTable, MemoryLookupTable};
-pub use nexmark::{NexmarkConfig, NexmarkReader, NexmarkStream};
+pub use nexmark::{
+    nexmark_handover, NexmarkConfig, NexmarkReader, NexmarkStream, PreviousNexmarkShare,
+};
 pub use quote::{bounded as bounded_quote, MAX_QUOTED_CHARS};
 pub use reader::BatchReader;
 pub use sink::{EpochFileSink, EpochRecord, FileSinkWriter};

@@ -51,7 +51,7 @@ impl SourceDef {
         }
     }
 
-    /// For a split node whose vnodes moved, its file source's reader from
+    /// For a split node whose vnodes moved, its file or Nexmark source's reader from
     /// the handover, given this node's own checkpointed progress (`None`
     /// without a checkpoint), and whether it resumes this node's own
     /// position of its current share (see `SplitHandover::open`); `None`
@@ -63,6 +63,9 @@ impl SourceDef {
         match (&self.connector, &self.handover) {
             (SourceConnector::File(cfg), Some((at, handover))) => {
                 Ok(Some(handover.open(at, &self.name, cfg, own)?))
+            }
+            (SourceConnector::Nexmark(cfg), Some((at, handover))) => {
+                Ok(Some(handover.open_nexmark(at, &self.name, cfg, own)?))
             }
             _ => Ok(None),
         }
@@ -120,7 +123,7 @@ pub struct SourceDef {
     pub connector: SourceConnector,
     /// Quiet time after which the source stops holding the watermark.
     pub idle_timeout: Duration,
-    /// For a file source of a split node whose vnodes moved: this node's
+    /// For a file or Nexmark source of a split node whose vnodes moved: this node's
     /// name and who held its vnodes before (see [`crate::split::handover`]).
     pub handover: Option<(SplitAt, Arc<SplitHandover>)>,
 }
@@ -224,7 +227,7 @@ impl SourceDef {
             late_data_to: stmt.late_data_to,
             primary_key: stmt.primary_key,
             handover: match (&connector, &opts.split) {
-                (SourceConnector::File(_), Some(split)) => split
+                (SourceConnector::File(_) | SourceConnector::Nexmark(_), Some(split)) => split
                     .handover()
                     .map(|h| (SplitAt::of(split), Arc::clone(h))),
                 _ => None,

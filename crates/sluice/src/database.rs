@@ -573,19 +573,6 @@ impl Database {
             .collect()
     }
 
-    /// Names of the sources whose partitions cannot move between the
-    /// nodes of a split (a Nexmark stream's blocks of rows): a split that
-    /// reads one cannot change its member list.
-    pub async fn unmovable_sources(&self) -> Vec<String> {
-        let p = self.inner.pipeline.lock().await;
-        p.catalog()
-            .sources
-            .iter()
-            .filter(|s| matches!(s.connector, SourceConnector::Nexmark(_)))
-            .map(|s| s.name.clone())
-            .collect()
-    }
-
     /// Close sinks (making their files visible), end subscriptions and stop.
     /// If the pipeline halted, sink output is discarded and the halt is returned.
     pub async fn shutdown(&self) -> Result<MetricsSnapshot> {

@@ -1,4 +1,4 @@
-//! A split node whose vnodes moved: it starts each file source where the
+//! A split node whose vnodes moved: it starts each file and Nexmark source where the
 //! nodes that held its vnodes before stopped (`split_handover`), through
 //! several moves among nodes that stop cleanly or crash, so every row is
 //! written once; a handover that cannot be exact is refused.
@@ -40,7 +40,7 @@ async fn run_assigned(
     node: &str,
     (placement, generation): (VnodePlacement, u64),
     handover: Option<sluice::split::SplitHandover>,
-    batch: u64,
+    script: &str,
     stop: Option<(Stop, u64)>,
 ) {
     let mut b = Database::builder()
@@ -59,9 +59,7 @@ async fn run_assigned(
         b = b.split_handover(h).unwrap();
     }
     let db = b.open().await.unwrap();
-    db.execute(&SCRIPT.replace("BATCH", &batch.to_string()))
-        .await
-        .unwrap();
+    db.execute(script).await.unwrap();
     let Some((stop, ms)) = stop else {
         tokio::time::timeout(LIMIT, db.run_to_completion())
             .await
@@ -108,17 +106,68 @@ fn lines_or_none(path: &Path) -> Vec<String> {
 /// each once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
+    moves_are_read_on_exactly_once(Input::Files, 8).await;
+}
+
+/// As [`vnodes_that_move_between_nodes_are_read_on_exactly_once`], for a
+/// Nexmark stream: each node generates the blocks of rows of its vnodes,
+/// starting those it took over where their previous holder stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nexmark_blocks_that_move_between_nodes_are_generated_once() {
+    moves_are_read_on_exactly_once(Input::Nexmark, 5).await;
+}
+
+/// What the nodes of [`moves_are_read_on_exactly_once`] read.
+#[derive(Debug, Clone, Copy)]
+enum Input {
+    /// CSV files of generated rows (`SCRIPT`).
+    Files,
+    /// A bounded Nexmark bid stream ([`NEXMARK_SCRIPT`]).
+    Nexmark,
+}
+
+/// A filter over Nexmark bids, in `BATCH`-row batches.
+const NEXMARK_SCRIPT: &str = "
+    CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP)
+      WITH (connector = 'nexmark', stream = 'bid', events = '150000', batch_size = 'BATCH');
+    CREATE STREAM picked AS SELECT auction, bidder, price, date_time FROM bid WHERE price % 3 <> 0;
+    CREATE SINK out FROM picked WITH (connector = 'file', path = 'out/picked.csv', format = 'csv');
+";
+
+/// The sorted lines `script` writes to `out/picked.csv` on one node.
+async fn single_node_lines(script: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    run_script(dir.path(), None, script).await;
+    lines(&dir.path().join("out/picked.csv"))
+}
+
+/// Vnodes move between nodes `rounds` times over (see
+/// [`vnodes_that_move_between_nodes_are_read_on_exactly_once`]), the nodes
+/// reading `input`.
+async fn moves_are_read_on_exactly_once(input: Input, rounds: u64) {
     let mut rng = Rng(0x5eed_4a4d);
     // Nodes that stopped with files of their share unread: the handovers
     // the test is about.
     let mut midway = 0;
-    for round in 0..8 {
+    for round in 0..rounds {
         let dir = tempfile::tempdir().unwrap();
         let stores = tempfile::tempdir().unwrap();
-        // Many rows, so that a node stopping after a few ms stops midway.
-        let files = 2 + rng.below(12) as usize;
-        let rows = write_rows(dir.path(), &mut rng, files, 600);
-        let batch = 1 + rng.below(4);
+        let (script, expected) = match input {
+            Input::Files => {
+                // Many rows, so that a node stopping after a few ms stops midway.
+                let files = 2 + rng.below(12) as usize;
+                let rows = write_rows(dir.path(), &mut rng, files, 600);
+                let batch = 1 + rng.below(4);
+                let script = SCRIPT.replace("BATCH", &batch.to_string());
+                (script, expected_picked(&rows))
+            }
+            Input::Nexmark => {
+                let batch = [7, 100, 1024, 5000][rng.below(4) as usize];
+                let script = NEXMARK_SCRIPT.replace("BATCH", &batch.to_string());
+                let expected = single_node_lines(&script).await;
+                (script, expected)
+            }
+        };
         let count = [1u32, 7, 64][rng.below(3) as usize];
         let names = ["a", "b", "c", "d"];
         // Assignment generations count from 1.
@@ -199,7 +248,7 @@ async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
                         node,
                         (now[node].clone(), generation_of(assignment)),
                         handover.clone(),
-                        batch,
+                        &script,
                         stop,
                     )
                     .await;
@@ -228,12 +277,11 @@ async fn vnodes_that_move_between_nodes_are_read_on_exactly_once() {
                 node,
                 (none, generation_of(rounds)),
                 Some(handover),
-                batch,
+                &script,
                 None,
             )
             .await;
         }
-        let expected = expected_picked(&rows);
         let mut union = Vec::new();
         for node in names {
             union.extend(lines_or_none(
@@ -300,37 +348,6 @@ async fn a_handover_needs_a_split_node_with_checkpoints() {
         assert!(e.contains(says), "{e}");
         let _ = db.abort().await;
     }
-    // A Nexmark stream's blocks do not move: a node whose vnodes moved
-    // would generate the blocks another node generated already.
-    let state = tempfile::tempdir().unwrap();
-    let db = Database::builder()
-        .base_dir(dir.path())
-        .state_dir(state.path())
-        .set("delivery", "exactly_once")
-        .unwrap()
-        .split("n1", VnodePlacement::new(4, 0..4).unwrap())
-        .unwrap()
-        .split_generation(2)
-        .unwrap()
-        .split_handover(handover())
-        .unwrap()
-        .open()
-        .await
-        .unwrap();
-    db.execute(
-        "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR,
-                            url VARCHAR, date_time TIMESTAMP, extra VARCHAR)
-           WITH (connector = 'nexmark', stream = 'bid', events = '1000');
-         CREATE SINK out FROM bid WITH (connector = 'file', path = 'out/bid.csv', format = 'csv')",
-    )
-    .await
-    .unwrap();
-    let e = db.start().await.expect_err("nexmark").to_string();
-    assert!(
-        e.contains("source 'bid': a Nexmark stream's blocks of rows do not move between nodes"),
-        "{e}"
-    );
-    let _ = db.abort().await;
 }
 
 /// With generations counted, a node that holds again the vnodes it held
@@ -359,7 +376,7 @@ async fn a_node_back_on_its_old_vnodes_reads_on_from_the_node_in_between() {
         "a",
         (all(), 1),
         None,
-        1,
+        &SCRIPT.replace("BATCH", "1"),
         Some((Stop::Clean, 30)),
     )
     .await;
@@ -383,7 +400,7 @@ async fn a_node_back_on_its_old_vnodes_reads_on_from_the_node_in_between() {
         "b",
         (all(), 2),
         Some(from_a),
-        1,
+        &SCRIPT.replace("BATCH", "1"),
         Some((Stop::Clean, 30)),
     )
     .await;
@@ -402,7 +419,7 @@ async fn a_node_back_on_its_old_vnodes_reads_on_from_the_node_in_between() {
         "a",
         (all(), 3),
         Some(from_b),
-        1,
+        &SCRIPT.replace("BATCH", "1"),
         None,
     )
     .await;

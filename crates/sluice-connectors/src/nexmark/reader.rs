@@ -110,6 +110,12 @@ impl NexmarkReader {
         Ok(Self::open_at(cfg, 0))
     }
 
+    /// The identity of the share a checkpointed offset of `cfg`'s stream
+    /// was emitted under (`None`: the whole stream).
+    pub fn share_of_offset(cfg: &NexmarkConfig, offset: &str) -> Result<Option<String>> {
+        Ok(NexmarkPosition::parse(cfg, offset)?.share)
+    }
+
     /// Reopen at an offset produced by [`BatchReader::offset`]: the rows
     /// that follow are identical to those the original reader emitted next.
     pub fn open_at_offset(cfg: NexmarkConfig, offset: &str) -> Result<Self> {

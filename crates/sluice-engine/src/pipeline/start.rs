@@ -92,17 +92,6 @@ impl Pipeline {
             .split
             .as_ref()
             .is_some_and(|s| !s.placement().owned().is_empty());
-        if let Some(source) = self.catalog.sources.iter().find(|s| {
-            handover && holds_vnodes && matches!(s.connector, SourceConnector::Nexmark(_))
-        }) {
-            return Err(EngineError::Option(format!(
-                "source '{}': a Nexmark stream's blocks of rows do not move between nodes yet, \
-                 so a split whose vnodes moved (split_handover: its member list changed) cannot \
-                 generate it without repeating or losing rows; run it on the list it started \
-                 with, or read files",
-                source.name
-            )));
-        }
         if handover && config.is_none() {
             return Err(EngineError::Option(
                 "a split node that takes vnodes over (split_handover) needs checkpoints: set \

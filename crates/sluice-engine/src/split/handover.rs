@@ -1,5 +1,5 @@
-//! A node whose vnodes changed: its file sources start where the nodes that
-//! held its vnodes before stopped.
+//! A node whose vnodes changed: its file and Nexmark sources start where
+//! the nodes that held its vnodes before stopped.
 //!
 //! When vnodes move between the nodes of a split (a node joins or leaves),
 //! a node's share of every file source changes. Its own checkpointed
@@ -9,8 +9,10 @@
 //! every other node that held vnodes this node now holds, its vnodes and
 //! the positions of its last committed checkpoint ([`SourceProgress`]). At
 //! recovery, or at the start when this node has no checkpoint, each file
-//! source starts from all of them (`sluice_connectors::handover`): rows they
-//! read are not read again, rows they did not read are read here.
+//! source starts from all of them (`sluice_connectors::handover`), and each
+//! Nexmark source likewise from the blocks of rows they generated
+//! (`sluice_connectors::nexmark_handover`): rows they read are not read
+//! again, rows they did not read are read here.
 //!
 //! That is exactly once only if the positions are final: the nodes that
 //! held the vnodes read no further (they stopped, or gave the vnodes up at
@@ -23,7 +25,9 @@
 use std::collections::BTreeMap;
 
 use sluice_connectors::{
-    handover, FileSourceConfig, FileSourceReader, HandoverStart, PreviousShare, SourcePosition,
+    handover, nexmark_handover, BatchReader, FileShare, FileSourceConfig, FileSourceReader,
+    HandoverStart, NexmarkConfig, NexmarkReader, PreviousNexmarkShare, PreviousShare,
+    SourcePosition,
 };
 
 use super::placement_share;
@@ -97,34 +101,45 @@ impl SplitHandover {
         config: &FileSourceConfig,
         own: Option<&SourceProgress>,
     ) -> Result<HandoverStart> {
-        let node = at.node.as_str();
         if let Some(start) = self.resumed(at, config, own)? {
             return Ok(start);
         }
+        let previous = self
+            .previous_shares(at, source, own)
+            .into_iter()
+            .map(|(share, progress)| {
+                Ok(PreviousShare {
+                    share: Some(share),
+                    position: parse(progress.and_then(|p| p.offset.as_deref()))?,
+                    finished: progress.is_some_and(|p| p.finished),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        handover(config, &previous)
+            .map_err(|e| EngineError::from(e).context("handing its files over".to_string()))
+    }
+
+    /// Every share that held this node's vnodes in the previous
+    /// assignment, with how far it read `source` (`None`: it read
+    /// nothing): this node's own share of then, whose progress is `own`,
+    /// and the other nodes'.
+    fn previous_shares<'a>(
+        &'a self,
+        at: &SplitAt,
+        source: &str,
+        own: Option<&'a SourceProgress>,
+    ) -> Vec<(FileShare, Option<&'a SourceProgress>)> {
         let mut previous = Vec::with_capacity(self.others.len() + 1);
         // A node that held no vnodes in the previous assignment has, at
         // most, positions of an older one: another node read on from them.
         if let Some(placement) = &self.own_before {
-            previous.push(PreviousShare {
-                share: Some(placement_share(node, placement, self.generation)),
-                position: parse(own.and_then(|o| o.offset.as_deref()))?,
-                finished: own.is_some_and(|o| o.finished),
-            });
+            previous.push((placement_share(&at.node, placement, self.generation), own));
         }
         for other in &self.others {
-            let progress = other.sources.get(source);
-            previous.push(PreviousShare {
-                share: Some(placement_share(
-                    &other.node,
-                    &other.placement,
-                    self.generation,
-                )),
-                position: parse(progress.and_then(|p| p.offset.as_deref()))?,
-                finished: progress.is_some_and(|p| p.finished),
-            });
+            let share = placement_share(&other.node, &other.placement, self.generation);
+            previous.push((share, other.sources.get(source)));
         }
-        handover(config, &previous)
-            .map_err(|e| EngineError::from(e).context("handing its files over".to_string()))
+        previous
     }
 
     /// This node's own position, when it was checkpointed under its
@@ -146,21 +161,25 @@ impl SplitHandover {
         let Some(position) = parse(own.offset.as_deref())? else {
             return Ok(None);
         };
-        let current = share.identity();
-        let same_before = self
-            .own_before
-            .as_ref()
-            .is_some_and(|p| placement_share(&at.node, p, self.generation).identity() == current);
-        if position.share.as_deref() != Some(current) {
-            return Ok(None);
-        }
-        if !(at.generation > 0 || same_before) {
+        if !self.is_current(at, share, position.share.as_deref()) {
             return Ok(None);
         }
         Ok(Some(HandoverStart {
             position,
             finished: own.finished,
         }))
+    }
+
+    /// Whether a position of this node's, read under share `read_under`,
+    /// is of its current `share` in this assignment (see
+    /// [`Self::resumed`]).
+    fn is_current(&self, at: &SplitAt, share: &FileShare, read_under: Option<&str>) -> bool {
+        let current = share.identity();
+        let same_before = self
+            .own_before
+            .as_ref()
+            .is_some_and(|p| placement_share(&at.node, p, self.generation).identity() == current);
+        read_under == Some(current) && (at.generation > 0 || same_before)
     }
 
     /// A reader of `config`'s share from [`SplitHandover::start`]: one
@@ -178,13 +197,52 @@ impl SplitHandover {
         source: &str,
         config: &FileSourceConfig,
         own: Option<&SourceProgress>,
-    ) -> Result<(Box<dyn sluice_connectors::BatchReader>, bool)> {
+    ) -> Result<(Box<dyn BatchReader>, bool)> {
         let resumed = self.resumed(at, config, own)?.is_some();
         // A share whose files were all read starts at a `done` position,
         // where the reader reads nothing.
         let start = self.start(at, source, config, own)?;
         let reader = FileSourceReader::open_at(config.clone(), &start.position)?;
         Ok((Box::new(reader), resumed))
+    }
+}
+
+impl SplitHandover {
+    /// A reader of Nexmark source `source` under `config`'s share (this
+    /// node's new one), as [`SplitHandover::open`] is for a file source:
+    /// from this node's own offset when it is of its current share, else
+    /// from where the previous holders of its blocks stopped
+    /// (`sluice_connectors::nexmark_handover`). Also says whether it
+    /// resumes this node's own offset.
+    pub fn open_nexmark(
+        &self,
+        at: &SplitAt,
+        source: &str,
+        config: &NexmarkConfig,
+        own: Option<&SourceProgress>,
+    ) -> Result<(Box<dyn BatchReader>, bool)> {
+        let own_offset = own.and_then(|o| o.offset.as_deref());
+        if let (Some(share), Some(offset)) = (&config.share, own_offset) {
+            let read_under = NexmarkReader::share_of_offset(config, offset)?;
+            if self.is_current(at, share, read_under.as_deref()) {
+                let reader = NexmarkReader::open_at_offset(config.clone(), offset)?;
+                return Ok((Box::new(reader), true));
+            }
+        }
+        let previous: Vec<PreviousNexmarkShare> = self
+            .previous_shares(at, source, own)
+            .into_iter()
+            .map(|(share, progress)| PreviousNexmarkShare {
+                share: Some(share),
+                offset: progress.and_then(|p| p.offset.clone()),
+                finished: progress.is_some_and(|p| p.finished),
+            })
+            .collect();
+        let offset = nexmark_handover(config, &previous).map_err(|e| {
+            EngineError::from(e).context("handing its blocks of rows over".to_string())
+        })?;
+        let reader = NexmarkReader::open_at_offset(config.clone(), &offset)?;
+        Ok((Box::new(reader), false))
     }
 }
 

@@ -17,7 +17,8 @@
 //!
 //! A Nexmark source's partitions are blocks of its rows
 //! (`sluice_connectors::nexmark::partition_key`, for example `bid/17`),
-//! placed the same way: each node generates the rows of its blocks.
+//! placed the same way: each node generates the rows of its blocks, and a
+//! block moves with its vnode as a file does ([`handover`]).
 //!
 //! Certification (`catalog::split_admission::certify`) refuses, by name and with the
 //! reason, every object whose result on split input would differ from the

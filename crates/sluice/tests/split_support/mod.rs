@@ -84,14 +84,17 @@ pub const SCRIPT: &str = "
 ";
 
 pub async fn run_node(dir: &Path, split: Option<(&str, VnodePlacement)>, batch: u64) {
+    run_script(dir, split, &SCRIPT.replace("BATCH", &batch.to_string())).await;
+}
+
+/// Run `script` to its end in `dir`, as node `split` of a split if given.
+pub async fn run_script(dir: &Path, split: Option<(&str, VnodePlacement)>, script: &str) {
     let mut b = Database::builder().base_dir(dir);
     if let Some((node, placement)) = split {
         b = b.split(node, placement).unwrap();
     }
     let db = b.open().await.unwrap();
-    db.execute(&SCRIPT.replace("BATCH", &batch.to_string()))
-        .await
-        .unwrap();
+    db.execute(script).await.unwrap();
     tokio::time::timeout(LIMIT, db.run_to_completion())
         .await
         .expect("in time")
