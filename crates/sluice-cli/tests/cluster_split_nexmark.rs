@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use sluice_cluster::testing::EtcdServer;
+use support::keyed_split::Addresses;
 use support::shuffled::*;
 use support::sinks::lines;
 use support::*;
@@ -116,6 +117,55 @@ fn a_nexmark_split_asked_to_shrink_hands_the_dropped_nodes_blocks_over() {
         ends[2].contains("this node was dropped from the shuffled split"),
         "n3: {}",
         ends[2]
+    );
+}
+
+/// A running Nexmark split of n2 and n3 asked to grow to three: the two
+/// stop and start again with the new list, n1 (started with it) waits for
+/// them, and each generates the blocks of its new vnodes from where their
+/// previous owner's last cut stopped. The output is exactly one node's.
+#[test]
+fn a_nexmark_split_asked_to_grow_hands_blocks_over_to_the_new_node() {
+    let base = tempfile::tempdir().unwrap();
+    let (expected, etcd, dir) = reference_and_split(base.path());
+    let state = format!("file://{}", dir.join("state").display());
+    let addresses = Addresses::new();
+    let (three, two) = (addresses.of(&NODES), addresses.of(&["n2", "n3"]));
+    let start = |node: &str, list: &str, shuffle: &str| {
+        node_of_list(
+            &dir,
+            &etcd,
+            ("nexmark-grow", node),
+            (list, shuffle),
+            &state,
+            &[],
+        )
+    };
+    let mut old: Vec<Run> = ["n2", "n3"]
+        .iter()
+        .map(|n| start(n, "n2,n3", &two))
+        .collect();
+    until_committed(&etcd, "nexmark-grow", &mut old, 0);
+    assert!(old.iter_mut().all(Run::running), "lengthen the stream");
+    let (ok, said) = rescale_with(
+        &etcd,
+        "nexmark-grow",
+        &["--split", "n1,n2,n3", "--shuffle", &three],
+    );
+    assert!(ok, "{said}");
+    let mut nodes = vec![start("n1", "n1,n2,n3", &three)];
+    nodes.extend(old);
+    let ends = wait_all_of(nodes, &NODES);
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    for (node, stderr) in ["n2", "n3"].iter().zip(&ends[1..]) {
+        assert!(
+            stderr.contains("starting again with the new list"),
+            "{node}: {stderr}"
+        );
+    }
+    assert!(
+        !lines(&dir.join("out/n1/hot.csv")).is_empty(),
+        "n1 wrote nothing"
     );
 }
 
