@@ -29,6 +29,7 @@ mod run;
 mod signals;
 mod split;
 mod split_change;
+mod split_failover;
 mod split_members;
 mod split_shuffle;
 
@@ -123,6 +124,15 @@ pub struct RunArgs {
     /// the same list, naming each node of --split once.
     #[arg(long, value_name = "NODE=IP:PORT,...", requires = "split")]
     pub shuffle: Option<String>,
+
+    /// With --split and --shuffle: once a member of the split's list has
+    /// been away (its lease lapsed) this long, e.g. `10s`, the running
+    /// nodes change the list to go on without it, taking its vnodes over
+    /// from the last checkpoint committed for all (as `sluice cluster
+    /// rescale` would). Without it, an away member's share waits for it to
+    /// be started again.
+    #[arg(long, value_name = "DURATION", requires = "shuffle")]
+    pub failover_after: Option<String>,
 
     /// How long a silent node stays a member (and leader), e.g. `5s`, `1500ms`.
     #[arg(long, value_name = "DURATION", default_value = "5s")]

@@ -35,8 +35,9 @@
 //! nodes run when `sluice cluster rescale` asks them to (each stops at
 //! once and starts again in its process with the new list; see
 //! `sluice_cluster::split_rescale`); a shuffled split's keyed state moves
-//! with its vnodes. What a static split does not do yet: move a down
-//! node's vnodes to the others by itself (its share waits for it).
+//! with its vnodes. A down node's share waits for it to be started again,
+//! or, with `--failover-after`, moves to the others once it has been away
+//! that long (`split_failover`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,6 +58,7 @@ use crate::progress::ProgressSlot;
 use crate::run::{self, RunEnd};
 use crate::signals::Signals;
 use crate::split_change::{self, Part};
+use crate::split_failover;
 use crate::split_members::{node_store, parse_list, share_of};
 use crate::split_shuffle::{self, Role, RoleAuthority, ShuffleList};
 use crate::RunArgs;
@@ -199,6 +201,11 @@ async fn run_node(
     signals: &Signals,
     started: Instant,
 ) -> Result<NodeEnd, CliError> {
+    let failover = args
+        .failover_after
+        .as_deref()
+        .map(split_failover::parse)
+        .transpose()?;
     let p: Prepared = cluster::prepare(args).await?;
     let node_id = p.node_id;
     let members = parse_list(list)?;
@@ -303,7 +310,9 @@ async fn run_node(
         // Dropped from a shuffled split: it recovers from the leader's last
         // cut and takes no checkpoint (see `publish_dropped`).
         None if shuffled => {
-            builder.commit_authority(Arc::new(CommittedCuts::new(client.clone(), keys.clone())))
+            let cut = record.previous.as_ref().and_then(|p| p.cut);
+            let cuts = CommittedCuts::new(client.clone(), keys.clone()).with_recorded_cut(cut);
+            builder.commit_authority(Arc::new(cuts))
         }
         // Its checkpoints count once recorded in etcd, which it does only
         // while the split's list is the one it runs under.
@@ -417,6 +426,11 @@ async fn run_node(
             return leave(node, &db, outcome).await.map(NodeEnd::Ended);
         }
     }
+    let running = split_failover::Running {
+        node: &node_id,
+        generation: record.generation,
+        members: &members,
+    };
     let ran = tokio::select! {
         biased;
         signal = signals.first() => {
@@ -446,6 +460,9 @@ async fn run_node(
             }
             return Ok(NodeEnd::Rescale(request));
         }
+        // A member away past --failover-after: the request to go on
+        // without it is carried out by the arm above.
+        never = split_failover::watch(&node, (&client, &keys), running, failover) => match never {},
         r = run_share(&node, &db, progress, signals) => r.map(Some),
     };
     // Once the share ran to its end, its shutdown (the final checkpoint,

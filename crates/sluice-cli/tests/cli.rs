@@ -515,6 +515,48 @@ fn push_sources_and_missing_scripts_are_refused() {
     assert!(err.contains("nope.sql"), "{err}");
 }
 
+/// `--failover-after` needs a shuffled split, and a duration of at least
+/// 1 ms; both are refused before anything connects to etcd (none runs
+/// here).
+#[test]
+fn failover_after_is_refused_without_a_shuffle_or_with_a_zero_duration() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    fs::write(tmp.path().join("x.sql"), "").expect("write");
+    let cluster = [
+        "run",
+        "--cluster",
+        "etcd=http://127.0.0.1:9",
+        "--node-id",
+        "n1",
+    ];
+    let mut args = cluster.to_vec();
+    args.extend(["--split", "n1", "--failover-after", "1s", "x.sql"]);
+    // A usage error of the command line: clap's exit status 2.
+    let out = sluice(tmp.path(), &args);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the following required arguments were not provided")
+            && err.contains("--shuffle <NODE=IP:PORT,...>"),
+        "{err}"
+    );
+    let mut args = cluster.to_vec();
+    args.extend([
+        "--split",
+        "n1",
+        "--shuffle",
+        "n1=127.0.0.1:9",
+        "--failover-after",
+        "0s",
+        "x.sql",
+    ]);
+    let err = expect_failure(&sluice(tmp.path(), &args));
+    assert!(
+        err.contains("--failover-after '0s': give a duration of at least 1ms"),
+        "{err}"
+    );
+}
+
 #[test]
 fn state_dir_is_created_and_locked() {
     let tmp = bad_input_dir(", on_error = 'skip'");

@@ -169,6 +169,68 @@ fn a_nexmark_split_asked_to_grow_hands_blocks_over_to_the_new_node() {
     );
 }
 
+/// With `--failover-after`, a node SIGKILLed for good is dropped from the
+/// list by the others once it has been away that long: they stop, start
+/// again with the two of them, and generate its blocks and hold its keys
+/// from its last committed cut. Started again once with its old list, the
+/// killed node runs as a dropped node (it publishes what its last
+/// checkpoint committed) and ends. Together they write exactly one node's
+/// rows; `victim` is the node killed (`n1` leads the split).
+fn a_node_killed_for_good_fails_over(cluster: &str, victim: &str) {
+    let base = tempfile::tempdir().unwrap();
+    let (expected, etcd, dir) = reference_and_split(base.path());
+    let state = format!("file://{}", dir.join("state").display());
+    let shuffle = shuffle_list();
+    let list = NODES.join(",");
+    let failover = ["--failover-after", "1500ms"];
+    let start = |node: &str| {
+        node_with_args(
+            &dir,
+            &etcd,
+            (cluster, node),
+            (&list, &shuffle),
+            &state,
+            &[],
+            &failover,
+        )
+    };
+    let mut nodes: Vec<Run> = NODES.iter().map(|n| start(n)).collect();
+    until_committed(&etcd, cluster, &mut nodes, 0);
+    assert!(nodes.iter_mut().all(Run::running), "lengthen the stream");
+    let at = NODES.iter().position(|n| *n == victim).unwrap();
+    nodes.remove(at).kill();
+    let survivors: Vec<&str> = NODES.iter().copied().filter(|n| *n != victim).collect();
+    let ends = wait_all_of(nodes, &survivors);
+    assert!(
+        ends.iter()
+            .any(|e| e.contains("members of the split are away: asked to go on without them")),
+        "{ends:?}"
+    );
+    for (node, stderr) in survivors.iter().zip(&ends) {
+        assert!(
+            stderr.contains("starting again with the new list"),
+            "{node}: {stderr}"
+        );
+    }
+    let (status, stderr) = start(victim).wait(WATCHDOG);
+    assert!(status.success(), "{victim}: {stderr}");
+    assert!(
+        stderr.contains("this node was dropped from the shuffled split"),
+        "{victim}: {stderr}"
+    );
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+}
+
+#[test]
+fn a_follower_killed_for_good_fails_over_to_the_others() {
+    a_node_killed_for_good_fails_over("failover-follower", "n3");
+}
+
+#[test]
+fn the_leader_killed_for_good_fails_over_to_the_others() {
+    a_node_killed_for_good_fails_over("failover-leader", "n1");
+}
+
 #[test]
 fn nexmark_on_three_shuffled_nodes_survives_random_kills_exactly_once() {
     let base = tempfile::tempdir().unwrap();

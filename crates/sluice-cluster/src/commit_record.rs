@@ -483,6 +483,9 @@ impl CommitAuthority for LeaderCommitRecord {
 pub struct CommittedCuts {
     client: Client,
     keys: ClusterKeys,
+    /// A cut that counts as committed whatever etcd holds now (see
+    /// [`CommittedCuts::with_recorded_cut`]).
+    recorded: Option<u64>,
 }
 
 impl std::fmt::Debug for CommittedCuts {
@@ -496,7 +499,23 @@ impl std::fmt::Debug for CommittedCuts {
 impl CommittedCuts {
     /// The commit decisions of the cluster of `keys`.
     pub fn new(client: Client, keys: ClusterKeys) -> Self {
-        Self { client, keys }
+        Self {
+            client,
+            keys,
+            recorded: None,
+        }
+    }
+
+    /// Count `cut` as committed too: the last cut of a generation, which
+    /// the split's record holds since the list changed
+    /// (`split_record::PreviousSplit::cut`). The leader forgets the
+    /// decisions of older checkpoints as it commits newer ones, so a
+    /// member dropped by the change, started again once the others ran
+    /// on, would otherwise find its last checkpoint uncommitted and never
+    /// publish the output a kill left staged.
+    pub fn with_recorded_cut(mut self, cut: Option<u64>) -> Self {
+        self.recorded = cut;
+        self
     }
 }
 
@@ -515,7 +534,11 @@ impl CommitAuthority for CommittedCuts {
     }
 
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {
-        committed_ids(&self.client, &self.keys).await
+        let mut ids = committed_ids(&self.client, &self.keys).await?;
+        if let Some(cut) = self.recorded {
+            ids.get_or_insert_with(BTreeSet::new).insert(cut);
+        }
+        Ok(ids)
     }
 
     async fn forget_below(&self, _id: u64) -> Result<(), StorageError> {

@@ -10,8 +10,7 @@
 //! last committed checkpoint is the cut the next generation starts from,
 //! as after a kill) and starts again in the same process with the new
 //! list; a node started with the new list waits for them. The next
-//! generation is then recorded as for any list change. A node that cannot
-//! move its sources' partitions (Nexmark) withdraws the request.
+//! generation is then recorded as for any list change.
 //!
 //! ```text
 //!   gen 1 runs n1,n2 ── request { from 1, n1,n2,n3 } ──► n1, n2 stop

@@ -95,6 +95,19 @@ pub fn node_of_list(
     state: &str,
     env: &[(&'static str, String)],
 ) -> Run {
+    node_with_args(dir, etcd, (cluster, node), (list, shuffle), state, env, &[])
+}
+
+/// [`node_of_list`] with `args` added before the script.
+pub fn node_with_args(
+    dir: &Path,
+    etcd: &EtcdServer,
+    (cluster, node): (&str, &str),
+    (list, shuffle): (&str, &str),
+    state: &str,
+    env: &[(&'static str, String)],
+    args: &[&str],
+) -> Run {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
     c.current_dir(dir)
         .env(
@@ -108,6 +121,7 @@ pub fn node_of_list(
         .args(["--lease-ttl", LEASE, "--state", state])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .args(["--set", "checkpoint_interval=50ms"])
+        .args(args)
         .arg("pipeline.sql")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
