@@ -4,7 +4,9 @@
 shuffled split (`--split` with `--shuffle`: each node generates its share
 of the Nexmark partitions and every row crosses to its key's owner),
 against the same query on a single node without a cluster, plus the
-failover time when the leader is killed mid-run. A split row's *shuffle
+failover time when the leader is killed mid-run (and, on a shuffled split,
+when a node is killed for good and the others go on without it after
+`--failover-after`). A split row's *shuffle
 bytes* are the Arrow IPC frames (and watermarks and barriers) every node
 sent to the others, from each node's summary.
 
@@ -218,31 +220,59 @@ def run_cluster(sluice, work, etcd, query, events, nodes, kill_at=None, rate=Non
             "output": open(os.path.join(d, "out", f"{query}.csv")).read()}
 
 
-def run_split(sluice, work, etcd, query, events, nodes):
+RESTARTED = re.compile(
+    r"^(\S+Z) .*starting again with the new list", re.MULTILINE)
+
+
+def log_time(stamp):
+    """Seconds since the epoch of a log line's RFC 3339 UTC timestamp."""
+    from datetime import datetime
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def run_split(sluice, work, etcd, query, events, nodes, rate=None, fail=None):
     """The query on a shuffled split of `nodes` processes (`--split` with
     `--shuffle`): each generates its share of the Nexmark partitions and
     every row crosses to its key's vnode owner; one checkpoint cut across
     all of them under n1. Returns the summary figures and the union of the
-    nodes' outputs (sorted rows, header first)."""
+    nodes' outputs (sorted rows, header first).
+
+    With `fail` = (seconds, node, failover_after): every node runs with
+    `--failover-after`, `node` is SIGKILLed `seconds` after the start and
+    not restarted until the others ended; *failover* is from the kill to
+    the last survivor's start with the list without it. The killed node
+    is then started once with its old list, as a dropped node, to publish
+    what its last committed checkpoint staged."""
     d = tempfile.mkdtemp(dir=work)
     with open(os.path.join(d, "pipeline.sql"), "w") as f:
-        f.write(query_sql(query, events))
+        f.write(query_sql(query, events, rate))
     cluster = os.path.basename(d).replace("_", "-")
     members = [f"n{i + 1}" for i in range(nodes)]
     shuffle = ",".join(f"{n}=127.0.0.1:{free_port()}" for n in members)
+    extra = ["--failover-after", fail[2]] if fail else []
     before = etcd.grpc_bytes()
     started = time.time()
-    procs = {}
-    for n in members:
-        out = open(os.path.join(d, f"{n}.stdout"), "w")
-        err = open(os.path.join(d, f"{n}.stderr"), "w")
-        procs[n] = (subprocess.Popen(
+
+    def start(n, tag=""):
+        out = open(os.path.join(d, f"{n}{tag}.stdout"), "w")
+        err = open(os.path.join(d, f"{n}{tag}.stderr"), "w")
+        return (subprocess.Popen(
             [sluice, "run", "--cluster", f"etcd={etcd.endpoint}", "--cluster-id", cluster,
              "--node-id", n, "--split", ",".join(members), "--shuffle", shuffle,
              "--lease-ttl", "1s", "--state", f"file://{d}/state",
-             "--set", "checkpoint_interval=1s", "pipeline.sql"],
+             "--set", "checkpoint_interval=1s", *extra, "pipeline.sql"],
             cwd=d, stdout=out, stderr=err, env=LOG_ENV), out, err)
+
+    procs = {n: start(n) for n in members}
+    killed = None
+    if fail:
+        time.sleep(max(0.0, started + fail[0] - time.time()))
+        victim = procs.pop(fail[1])
+        victim[0].send_signal(signal.SIGKILL)
+        victim[0].wait()
+        killed = time.time()
     cpu, shuffled = 0.0, 0
+    restarted = []
     for n, (p, out, err) in procs.items():
         p.wait()
         out.close()
@@ -253,7 +283,15 @@ def run_split(sluice, work, etcd, query, events, nodes):
         cpu += float(SUMMARY.search(text).group(4))
         m = SHUFFLE.search(text)
         shuffled += int(m.group(1)) if m else 0
+        restarted += [log_time(t) for t in RESTARTED.findall(open(err.name).read())]
     wall = time.time() - started
+    failover = None
+    if fail:
+        failover = max(restarted) - killed
+        p, out, err = start(fail[1], ".dropped")
+        p.wait()
+        if p.returncode != 0:
+            raise RuntimeError(f"node {fail[1]} (dropped) failed: {open(err.name).read()}")
     rows = []
     header = None
     for n in members:
@@ -264,6 +302,7 @@ def run_split(sluice, work, etcd, query, events, nodes):
     return {"wall": wall, "cpu": cpu, "shuffle_bytes": shuffled,
             "checkpoints": durations(open(os.path.join(d, "n1.stderr")).read()),
             "control_bytes": etcd.grpc_bytes() - before,
+            "failover": failover,
             "rows": [header] + sorted(rows)}
 
 
@@ -304,6 +343,15 @@ def main():
             assert r["output"] == paced["output"], f"{query} after failover differs"
             rows.append((query, "cluster, 2 nodes, paced to 10 s, leader killed at 50%", r,
                          single))
+            # The same pacing on a shuffled split of three: n3 killed for
+            # good at 5 s, n1 and n2 go on without it 2 s after its lease
+            # lapsed (CPU: theirs only, the killed node has no summary).
+            r = run_split(args.sluice, work, etcd, query, args.events, 3, rate=rate,
+                          fail=(5.0, "n3", "2s"))
+            assert r["rows"] == sorted_rows(paced["output"]), \
+                f"{query} on a shuffled split after failover differs"
+            rows.append((query, "shuffled split, 3 nodes, paced to 10 s, n3 killed for good "
+                         "at 5 s, --failover-after 2s", r, single))
     finally:
         etcd.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -57,6 +57,13 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             if waiting.is_empty() {
                 return Ok(());
             }
+            if self.abort.is_raised() {
+                return Err(EngineError::Checkpoint(format!(
+                    "the pipeline is aborted (its output discarded) while waiting for the other \
+                     nodes' barrier on exchange {}",
+                    waiting.join(", ")
+                )));
+            }
             if Instant::now() >= deadline {
                 return Err(EngineError::Checkpoint(format!(
                     "alignment timed out waiting for the other nodes' barrier on exchange {}",
@@ -64,7 +71,11 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 )));
             }
             // A wake that came while draining is kept (`notify_one`).
-            let _ = tokio::time::timeout_at(deadline.into(), wake.notified()).await;
+            let abort = self.abort.clone();
+            tokio::select! {
+                _ = tokio::time::timeout_at(deadline.into(), wake.notified()) => {}
+                () = abort.raised() => {}
+            }
         }
     }
 }

@@ -20,6 +20,45 @@ pub struct CoordinatorHandle {
     status: watch::Receiver<PipelineStatus>,
     thread: Option<std::thread::JoinHandle<()>>,
     death: CoordinatorDeath,
+    abort: AbortRequest,
+}
+
+/// A discarding shutdown asked for, seen by the coordinator while it
+/// cannot read its commands: a checkpoint attempt waiting in alignment for
+/// another node's barrier (a node that died sends none) gives up at once
+/// instead of at the alignment timeout, so an abort (a node of a split
+/// stopping for a change of its list) takes moments, not seconds. Its
+/// output is discarded anyway.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AbortRequest(Arc<AbortState>);
+
+#[derive(Debug, Default)]
+struct AbortState {
+    raised: std::sync::atomic::AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl AbortRequest {
+    /// Ask; wakes a coordinator waiting in [`Self::raised`].
+    fn raise(&self) {
+        self.0
+            .raised
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.0.wake.notify_waiters();
+    }
+
+    /// Whether it was asked.
+    pub(super) fn is_raised(&self) -> bool {
+        self.0.raised.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Resolves once it is asked.
+    pub(super) async fn raised(&self) {
+        let wake = self.0.wake.notified();
+        if !self.is_raised() {
+            wake.await;
+        }
+    }
 }
 
 impl CoordinatorHandle {
@@ -33,6 +72,7 @@ impl CoordinatorHandle {
         let (status_tx, status_rx) = watch::channel(PipelineStatus::default());
         let last_word = status_tx.clone();
         let coordinator = StreamingCoordinator::new(callback, source_rx, cmd_rx, status_tx, config);
+        let abort = coordinator.abort_request();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -62,6 +102,7 @@ impl CoordinatorHandle {
             status: status_rx,
             thread: Some(thread),
             death,
+            abort,
         })
     }
 
@@ -162,6 +203,9 @@ impl CoordinatorHandle {
     }
 
     async fn shutdown_as(&mut self, discard: bool, exiting: bool) -> Result<()> {
+        if discard {
+            self.abort.raise();
+        }
         let (tx, rx) = oneshot::channel();
         if self
             .commands

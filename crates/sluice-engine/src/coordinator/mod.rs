@@ -100,6 +100,9 @@ pub struct StreamingCoordinator<C: PipelineCallback> {
     cycles_since_checkpoint: u64,
     /// Manual checkpoints answered when their tail completes.
     replies: Vec<(u64, CheckpointReply)>,
+    /// Raised by the handle as it asks for a discarding shutdown, while
+    /// this coordinator may be waiting for another node's barrier.
+    abort: handle::AbortRequest,
 }
 
 /// Where a manual checkpoint's outcome goes.
@@ -124,7 +127,15 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             stopped_intake: false,
             cycles_since_checkpoint: 0,
             replies: Vec::new(),
+            abort: handle::AbortRequest::default(),
         }
+    }
+
+    /// What the handle raises to ask for a discarding shutdown without
+    /// waiting for an attempt in alignment (see
+    /// [`handle::AbortRequest`]).
+    pub(super) fn abort_request(&self) -> handle::AbortRequest {
+        self.abort.clone()
     }
 
     /// Run until shut down.
