@@ -139,6 +139,7 @@ fn a_nexmark_split_asked_to_grow_hands_blocks_over_to_the_new_node() {
             (list, shuffle),
             &state,
             &[],
+            &[],
         )
     };
     let mut old: Vec<Run> = ["n2", "n3"]
@@ -184,7 +185,7 @@ fn a_node_killed_for_good_fails_over(cluster: &str, victim: &str) {
     let list = NODES.join(",");
     let failover = ["--failover-after", "1500ms"];
     let start = |node: &str| {
-        node_with_args(
+        node_of_list(
             &dir,
             &etcd,
             (cluster, node),

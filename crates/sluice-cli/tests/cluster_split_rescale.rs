@@ -176,6 +176,7 @@ fn a_running_shuffled_split_asked_to_grow_hands_keys_over_to_the_new_node() {
             (list, shuffle),
             &state,
             &log,
+            &[],
         )
     };
     let mut old: Vec<Run> = ["n2", "n3"]
@@ -223,6 +224,7 @@ fn a_running_shuffled_split_asked_to_shrink_hands_the_dropped_nodes_keys_over() 
                 ("live-shrink", n),
                 (&list, &three),
                 &state,
+                &[],
                 &[],
             )
         })

@@ -202,6 +202,7 @@ fn a_shuffled_split_shrunk_from_three_nodes_to_two_hands_the_dropped_nodes_keys_
             (list, shuffle),
             &state,
             &[],
+            &[],
         )
     };
     let old: Vec<Run> = NODES
@@ -252,6 +253,7 @@ fn grown_split<'a>(f: &'a Fixture, cluster: &'a str) -> (impl Fn(usize) -> Run +
             (list, shuffle),
             &state,
             &log,
+            &[],
         )
     };
     let old: Vec<Run> = ["n2", "n3"]

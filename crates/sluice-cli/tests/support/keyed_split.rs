@@ -191,6 +191,7 @@ impl<'a> RandomLists<'a> {
             (&list.join(","), &self.addresses.of(list)),
             &self.state,
             &[],
+            &[],
         )
     }
 }

@@ -82,24 +82,22 @@ pub fn node_on(
     env: &[(&'static str, String)],
 ) -> Run {
     let list = NODES.join(",");
-    node_of_list(dir, etcd, (cluster, node), (&list, shuffle), state, env)
+    node_of_list(
+        dir,
+        etcd,
+        (cluster, node),
+        (&list, shuffle),
+        state,
+        env,
+        &[],
+    )
 }
 
 /// [`node_on`] of the split `list` (`--split`), whose `--shuffle` is
 /// `shuffle`.
+/// [`node_on`] of the split `list` (`--split`), whose `--shuffle` is
+/// `shuffle`, with `args` added before the script.
 pub fn node_of_list(
-    dir: &Path,
-    etcd: &EtcdServer,
-    (cluster, node): (&str, &str),
-    (list, shuffle): (&str, &str),
-    state: &str,
-    env: &[(&'static str, String)],
-) -> Run {
-    node_with_args(dir, etcd, (cluster, node), (list, shuffle), state, env, &[])
-}
-
-/// [`node_of_list`] with `args` added before the script.
-pub fn node_with_args(
     dir: &Path,
     etcd: &EtcdServer,
     (cluster, node): (&str, &str),

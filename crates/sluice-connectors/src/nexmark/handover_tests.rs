@@ -4,7 +4,7 @@
 
 use arrow::record_batch::RecordBatch;
 
-use super::tests::{config, drain, keyed_rows};
+use super::tests::{block_of, config, drain, keyed_rows};
 use super::*;
 use crate::reader::BatchReader;
 
@@ -28,14 +28,7 @@ fn share(name: &str, me: usize, owner: &[usize]) -> FileShare {
     FileShare::new(
         format!("{name}/{me}"),
         format!("share {me} of {name}"),
-        move |key| {
-            let block: u64 = key
-                .rsplit('/')
-                .next()
-                .and_then(|b| b.parse().ok())
-                .expect("block");
-            owner[(block % owner.len() as u64) as usize] == me
-        },
+        move |key| owner[(block_of(key) % owner.len() as u64) as usize] == me,
     )
 }
 

@@ -348,19 +348,20 @@ fn rate_paces_emission_in_wall_clock_time() {
     assert!((0.08..2.0).contains(&secs), "{secs}");
 }
 
+/// The block number of a partition key (`bid/17` is 17).
+pub(super) fn block_of(key: &str) -> u64 {
+    key.rsplit('/')
+        .next()
+        .and_then(|b| b.parse().ok())
+        .expect("block")
+}
+
 /// A share of the partitions whose block number is `part` modulo `of`.
 fn share_of(part: u64, of: u64) -> FileShare {
     FileShare::new(
         format!("{part} of {of}"),
         format!("part {part}"),
-        move |key| {
-            let block: u64 = key
-                .rsplit('/')
-                .next()
-                .and_then(|b| b.parse().ok())
-                .expect("block");
-            block % of == part
-        },
+        move |key| block_of(key) % of == part,
     )
 }
 
