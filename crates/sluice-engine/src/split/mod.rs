@@ -22,12 +22,13 @@
 //!
 //! Certification (`catalog::split_admission::certify`) refuses, by name and with the
 //! reason, every object whose result on split input would differ from the
-//! single-node result: operators that keep state across rows (their rows
-//! would meet on no node until keyed state is placed by vnode with a
-//! shuffle between nodes), process functions, late-data streams and
-//! materialized views. Row-by-row queries (filters, projections,
-//! `UNION ALL`, lookup joins) and push sources (the program feeds each
-//! node) run split.
+//! single-node result: without a shuffle between the nodes, operators that
+//! keep state across rows (their rows would meet on no node), process
+//! functions, late-data streams and materialized views; with one
+//! (`crate::exchange`), keyed aggregations, joins and process functions
+//! run on their key's vnode owner, and the rest is refused as before.
+//! Row-by-row queries (filters, projections, `UNION ALL`, lookup joins)
+//! and push sources (the program feeds each node) run split.
 //!
 //! Lateness is judged at each source, per batch, against the watermark of
 //! the rows this node read before the batch. A node reads other rows and
