@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use sluice_cluster::testing::EtcdServer;
-use support::keyed_split::Addresses;
+use support::keyed_split::{seeded_rng, Addresses};
 use support::shuffled::*;
 use support::sinks::lines;
 use support::*;
@@ -197,6 +197,11 @@ fn a_node_killed_for_good_fails_over(cluster: &str, victim: &str) {
     };
     let mut nodes: Vec<Run> = NODES.iter().map(|n| start(n)).collect();
     until_committed(&etcd, cluster, &mut nodes, 0);
+    // At a random moment after the first committed checkpoint
+    // (`SLUICE_TEST_SEED` replays a printed seed), between checkpoints or
+    // during one.
+    let pause = seeded_rng().next() % 1500;
+    std::thread::sleep(std::time::Duration::from_millis(pause));
     assert!(nodes.iter_mut().all(Run::running), "lengthen the stream");
     let at = NODES.iter().position(|n| *n == victim).unwrap();
     nodes.remove(at).kill();
