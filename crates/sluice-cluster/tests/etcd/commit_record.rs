@@ -13,7 +13,7 @@ use bytes::Bytes;
 use sluice_cluster::assignment::Placement;
 use sluice_cluster::checkpoint::now_ms;
 use sluice_cluster::standby::{self, Turn};
-use sluice_cluster::{ClusterKeys, ClusterNode, LeaderCommitRecord};
+use sluice_cluster::{ClusterKeys, ClusterNode, CommittedCuts, LeaderCommitRecord};
 use sluice_storage::{CheckpointStore, CommitAuthority, LocalBackend, Manifest};
 
 use super::{etcd, part, start_placed};
@@ -201,6 +201,31 @@ async fn a_leader_deposed_before_its_manifest_commits_nothing() {
         Some(BTreeSet::from([third]))
     );
     assert_eq!(ids(&s2).await, vec![third]);
+
+    // A reader of the decisions sees what the leader has not forgotten;
+    // given the cut a change of the split's list recorded, it counts that
+    // one too (a dropped member's last checkpoint, for its publish).
+    let client = sluice_cluster::status::connect(&etcd.endpoints())
+        .await
+        .expect("connect");
+    let keys = ClusterKeys::new("cr").expect("keys");
+    let cuts = CommittedCuts::new(client, keys);
+    assert_eq!(
+        cuts.committed().await.expect("read"),
+        Some(BTreeSet::from([third]))
+    );
+    let recorded = cuts.clone().with_recorded_cut(Some(first));
+    assert_eq!(
+        recorded.committed().await.expect("read"),
+        Some(BTreeSet::from([first, third]))
+    );
+    assert_eq!(
+        cuts.with_recorded_cut(None)
+            .committed()
+            .await
+            .expect("read"),
+        Some(BTreeSet::from([third]))
+    );
 
     // A node that stood down records nothing any more.
     r2.stand_down();
