@@ -107,17 +107,8 @@ fn a_nexmark_split_asked_to_shrink_hands_the_dropped_nodes_blocks_over() {
     assert!(ok, "{said}");
     let ends = wait_all(nodes);
     same_rows(&outputs(&dir.join("out"), &NODES), &expected);
-    for (node, stderr) in NODES.iter().zip(&ends) {
-        assert!(
-            stderr.contains("starting again with the new list"),
-            "{node}: {stderr}"
-        );
-    }
-    assert!(
-        ends[2].contains("this node was dropped from the shuffled split"),
-        "n3: {}",
-        ends[2]
-    );
+    assert_restarted(&NODES, &ends);
+    assert_dropped("n3", &ends[2]);
 }
 
 /// A running Nexmark split of n2 and n3 asked to grow to three: the two
@@ -158,12 +149,7 @@ fn a_nexmark_split_asked_to_grow_hands_blocks_over_to_the_new_node() {
     nodes.extend(old);
     let ends = wait_all_of(nodes, &NODES);
     same_rows(&outputs(&dir.join("out"), &NODES), &expected);
-    for (node, stderr) in ["n2", "n3"].iter().zip(&ends[1..]) {
-        assert!(
-            stderr.contains("starting again with the new list"),
-            "{node}: {stderr}"
-        );
-    }
+    assert_restarted(&["n2", "n3"], &ends[1..]);
     assert!(
         !lines(&dir.join("out/n1/hot.csv")).is_empty(),
         "n1 wrote nothing"
@@ -212,11 +198,8 @@ fn a_node_killed_for_good_fails_over(cluster: &str, victim: &str) {
             .any(|e| e.contains("members of the split are away: asked to go on without them")),
         "{ends:?}"
     );
+    assert_restarted(&survivors, &ends);
     for (node, stderr) in survivors.iter().zip(&ends) {
-        assert!(
-            stderr.contains("starting again with the new list"),
-            "{node}: {stderr}"
-        );
         // A checkpoint waiting for the killed node's barrier as the node
         // stops for the change gives up at once, not at the alignment
         // timeout (10 s, past the failover).
@@ -227,10 +210,7 @@ fn a_node_killed_for_good_fails_over(cluster: &str, victim: &str) {
     }
     let (status, stderr) = start(victim).wait(WATCHDOG);
     assert!(status.success(), "{victim}: {stderr}");
-    assert!(
-        stderr.contains("this node was dropped from the shuffled split"),
-        "{victim}: {stderr}"
-    );
+    assert_dropped(victim, &stderr);
     same_rows(&outputs(&dir.join("out"), &NODES), &expected);
 }
 

@@ -196,12 +196,7 @@ fn a_running_shuffled_split_asked_to_grow_hands_keys_over_to_the_new_node() {
             "{node}: {stderr}"
         );
     }
-    for (node, stderr) in ["n2", "n3"].iter().zip(&ends[1..]) {
-        assert!(
-            stderr.contains("starting again with the new list"),
-            "{node}: {stderr}"
-        );
-    }
+    assert_restarted(&["n2", "n3"], &ends[1..]);
 }
 
 /// A running shuffled split of three asked to shrink to n1 and n2: all
@@ -234,17 +229,8 @@ fn a_running_shuffled_split_asked_to_shrink_hands_the_dropped_nodes_keys_over() 
     rescale(&f.etcd, "live-shrink", ("n1,n2", &two));
     let ends = wait_all(nodes);
     same_rows(&split_outputs(&f.dir.join("out"), &NODES), &f.expected);
-    for (node, stderr) in NODES.iter().zip(&ends) {
-        assert!(
-            stderr.contains("starting again with the new list"),
-            "{node}: {stderr}"
-        );
-    }
-    assert!(
-        ends[2].contains("this node was dropped from the shuffled split"),
-        "n3: {}",
-        ends[2]
-    );
+    assert_restarted(&NODES, &ends);
+    assert_dropped("n3", &ends[2]);
 }
 
 /// Live changes among every list of one to three nodes, chosen at random

@@ -284,3 +284,23 @@ pub fn sink_rows(
     }
     all
 }
+
+/// Each of `names` (whose stderr `ends` holds, in order) said it started
+/// again with the new list of a rescale.
+pub fn assert_restarted(names: &[&str], ends: &[String]) {
+    for (node, stderr) in names.iter().zip(ends) {
+        assert!(
+            stderr.contains("starting again with the new list"),
+            "{node}: {stderr}"
+        );
+    }
+}
+
+/// `node` (its stderr `stderr`) ran as a node dropped from the shuffled
+/// split: it published what its last checkpoint committed and ended.
+pub fn assert_dropped(node: &str, stderr: &str) {
+    assert!(
+        stderr.contains("this node was dropped from the shuffled split"),
+        "{node}: {stderr}"
+    );
+}
