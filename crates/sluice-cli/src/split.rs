@@ -84,8 +84,9 @@ const LEASE_LOST: &str = "SLC-CLU-007";
 ///
 /// A request to change the member list of the generation this node runs
 /// (`sluice cluster rescale`, see `sluice_cluster::split_rescale`) stops
-/// its run without another checkpoint once it has one of the generation,
-/// and starts it again with the new list.
+/// its run without another checkpoint once it may (see
+/// `split_change::may_stop_for_change`), and starts it again with the new
+/// list.
 pub async fn run(
     mut args: RunArgs,
     progress: &ProgressSlot,
@@ -425,6 +426,9 @@ async fn run_node(
             let outcome = publish_ended_run(&node, &db, (leader, &ended), started).await;
             return leave(node, &db, outcome).await.map(NodeEnd::Ended);
         }
+    }
+    if record.generation > 1 && matches!(part, Part::Member) {
+        crash_point("later-generation-joined");
     }
     let running = split_failover::Running {
         node: &node_id,

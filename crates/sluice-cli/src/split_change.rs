@@ -20,7 +20,8 @@
 //!
 //! The old members may also be asked to change while they run (`sluice
 //! cluster rescale`, `sluice_cluster::split_rescale`): each stops once it
-//! has a checkpoint of its generation and starts again with the new list,
+//! has a checkpoint of its generation (a shuffled split's node at once,
+//! see [`may_stop_for_change`]) and starts again with the new list,
 //! and a node started with it waits for them as long as the request
 //! stands (instead of three leases).
 //!
@@ -443,13 +444,21 @@ fn ran_in(generation: u64, sources: &BTreeMap<String, SourceProgress>) -> bool {
 /// `generation` (a change from a generation one member has no checkpoint
 /// of is refused, see [`stopped_at`]), so a node asked to change waits
 /// for its first checkpoint of the generation.
+///
+/// A node of a shuffled split may always stop: its checkpoints are cuts
+/// the leader commits for every member at once, so either every member
+/// ran in the generation or none did, and a generation none ran in
+/// changes from the one before it. Waiting would be wrong there: a
+/// member that died before the generation's first cut (a second failure
+/// right after a failover) leaves the others unable to commit one, and
+/// so unable ever to stop for the change that drops it.
 pub(crate) async fn may_stop_for_change(
     client: &Client,
     keys: &ClusterKeys,
     (member, generation): (&str, u64),
     (store, shuffled): (&str, bool),
 ) -> Result<bool, CliError> {
-    if generation == 1 {
+    if generation == 1 || shuffled {
         return Ok(true);
     }
     let sources = recorded(client, keys, member, (store, shuffled)).await?;

@@ -214,6 +214,60 @@ fn a_node_killed_for_good_fails_over(cluster: &str, victim: &str) {
     same_rows(&outputs(&dir.join("out"), &NODES), &expected);
 }
 
+/// A second failure right after a failover: n3 is SIGKILLed for good,
+/// and n1 (the leader of the list n1,n2 too) dies as it joins that list's
+/// generation, before its first checkpoint (`SLUICE_TEST_CRASH`). n2,
+/// which can commit no checkpoint of that generation without n1, stops
+/// for the change that drops n1 all the same and goes on alone from the
+/// cut before both failures. Started again with the old list, n1 and n3
+/// run as dropped nodes. The output is exactly one node's.
+#[test]
+fn a_second_node_killed_right_after_a_failover_fails_over_too() {
+    let cluster = "failover-twice";
+    let base = tempfile::tempdir().unwrap();
+    let (expected, etcd, dir) = reference_and_split(base.path());
+    let state = format!("file://{}", dir.join("state").display());
+    let shuffle = shuffle_list();
+    let list = NODES.join(",");
+    let failover = ["--failover-after", "1500ms"];
+    let start = |node: &str, env: &[(&'static str, String)]| {
+        node_of_list(
+            &dir,
+            &etcd,
+            (cluster, node),
+            (&list, &shuffle),
+            &state,
+            env,
+            &failover,
+        )
+    };
+    let crash = [("SLUICE_TEST_CRASH", "later-generation-joined".to_string())];
+    let mut nodes = vec![start("n1", &crash), start("n2", &[]), start("n3", &[])];
+    until_committed(&etcd, cluster, &mut nodes, 0);
+    let pause = seeded_rng().next() % 1500;
+    std::thread::sleep(std::time::Duration::from_millis(pause));
+    assert!(nodes.iter_mut().all(Run::running), "lengthen the stream");
+    nodes.pop().unwrap().kill();
+    let n2 = nodes.pop().unwrap();
+    let (status, n1_end) = nodes.pop().unwrap().wait(WATCHDOG);
+    assert!(!status.success(), "n1 did not crash: {n1_end}");
+    assert!(n1_end.contains("SLUICE_TEST_CRASH"), "{n1_end}");
+    let n2_end = wait_all_of(vec![n2], &["n2"]).remove(0);
+    // It changed its list twice: without n3, then without n1 as well.
+    assert_eq!(
+        n2_end.matches("starting again with the new list").count(),
+        2,
+        "{n2_end}"
+    );
+    assert!(!n2_end.contains("alignment timed out"), "{n2_end}");
+    for victim in ["n1", "n3"] {
+        let (status, stderr) = start(victim, &[]).wait(WATCHDOG);
+        assert!(status.success(), "{victim}: {stderr}");
+        assert_dropped(victim, &stderr);
+    }
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+}
+
 #[test]
 fn a_follower_killed_for_good_fails_over_to_the_others() {
     a_node_killed_for_good_fails_over("failover-follower", "n3");

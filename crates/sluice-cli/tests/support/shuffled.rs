@@ -94,8 +94,6 @@ pub fn node_on(
 }
 
 /// [`node_on`] of the split `list` (`--split`), whose `--shuffle` is
-/// `shuffle`.
-/// [`node_on`] of the split `list` (`--split`), whose `--shuffle` is
 /// `shuffle`, with `args` added before the script.
 pub fn node_of_list(
     dir: &Path,
