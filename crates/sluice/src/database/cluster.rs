@@ -42,13 +42,16 @@ pub struct ClusterMember {
     pub rows_in: Option<u64>,
     /// Rows written so far.
     pub rows_out: Option<u64>,
-    /// Its watermark (ms since the epoch).
+    /// Its watermark (ms since the epoch; `i64::MIN`, before its sources
+    /// set one, shows as no value).
     pub watermark_ms: Option<i64>,
     /// Its newest committed checkpoint id.
     pub checkpoint: Option<u64>,
     /// How long ago it reported (ms; its clock against the answering node's).
     pub report_age_ms: Option<i64>,
 }
+// `SHOW CLUSTER` adds `watermark_lag_ms`, each member's watermark behind
+// the most advanced member's, computed from the rows (`watermark_lags`).
 
 /// A catalog's identity: what a cluster seals and compares.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +72,7 @@ pub(super) async fn show(info: Option<&Arc<dyn ClusterInfo>>) -> Result<Vec<Reco
         ));
     };
     let rows = info.members().await?;
+    let lags = watermark_lags(&rows);
     let schema = Arc::new(Schema::new(vec![
         Field::new("node", DataType::Utf8, false),
         Field::new("role", DataType::Utf8, false),
@@ -80,6 +84,7 @@ pub(super) async fn show(info: Option<&Arc<dyn ClusterInfo>>) -> Result<Vec<Reco
         Field::new("watermark_ms", DataType::Int64, true),
         Field::new("checkpoint", DataType::UInt64, true),
         Field::new("report_age_ms", DataType::Int64, true),
+        Field::new("watermark_lag_ms", DataType::Int64, true),
     ]));
     let strings =
         |f: fn(&ClusterMember) -> &str| Arc::new(StringArray::from_iter_values(rows.iter().map(f)));
@@ -97,9 +102,28 @@ pub(super) async fn show(info: Option<&Arc<dyn ClusterInfo>>) -> Result<Vec<Reco
             )),
             Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.rows_in))),
             Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.rows_out))),
-            Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.watermark_ms))),
+            Arc::new(Int64Array::from_iter(rows.iter().map(watermark_set))),
             Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.checkpoint))),
             Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.report_age_ms))),
+            Arc::new(Int64Array::from(lags)),
         ],
     )?])
+}
+
+/// How far each member's watermark trails the most advanced member's
+/// (ms; 0 for the most advanced): the member holding a cluster's windows
+/// back shows the largest lag. `None` for a member that reported no
+/// watermark yet (none, or `i64::MIN`: its sources have not set one),
+/// and for every member while none has.
+fn watermark_lags(rows: &[ClusterMember]) -> Vec<Option<i64>> {
+    let front = rows.iter().filter_map(watermark_set).max();
+    rows.iter()
+        .map(|r| Some(front?.saturating_sub(watermark_set(r)?)))
+        .collect()
+}
+
+/// A member's watermark, if its sources set one (`i64::MIN`, what a
+/// pipeline reports before any, shows as no value).
+fn watermark_set(r: &ClusterMember) -> Option<i64> {
+    r.watermark_ms.filter(|w| *w != i64::MIN)
 }

@@ -62,6 +62,9 @@ async fn show_cluster_lists_what_the_cluster_reports() {
         .cluster_info(Arc::new(Fixed(vec![
             member("n1", "leader", false, Some((1000, 5000))),
             member("n2", "standby", true, None),
+            member("n3", "follower", false, Some((900, 3750))),
+            // Running, with no watermark yet.
+            member("n4", "follower", false, Some((0, i64::MIN))),
         ])))
         .open()
         .await
@@ -72,13 +75,29 @@ async fn show_cluster_lists_what_the_cluster_reports() {
     assert_eq!(
         table,
         "\
-+------+---------+---------+--------+------------+---------+----------+--------------+------------+---------------+
-| node | role    | is_self | vnodes | generation | rows_in | rows_out | watermark_ms | checkpoint | report_age_ms |
-+------+---------+---------+--------+------------+---------+----------+--------------+------------+---------------+
-| n1   | leader  | false   | 128    | 7          | 1000    | 500      | 5000         | 3          | 40            |
-| n2   | standby | true    | 128    | 7          |         |          |              |            |               |
-+------+---------+---------+--------+------------+---------+----------+--------------+------------+---------------+"
++------+----------+---------+--------+------------+---------+----------+--------------+------------+---------------+------------------+
+| node | role     | is_self | vnodes | generation | rows_in | rows_out | watermark_ms | checkpoint | report_age_ms | watermark_lag_ms |
++------+----------+---------+--------+------------+---------+----------+--------------+------------+---------------+------------------+
+| n1   | leader   | false   | 128    | 7          | 1000    | 500      | 5000         | 3          | 40            | 0                |
+| n2   | standby  | true    | 128    | 7          |         |          |              |            |               |                  |
+| n3   | follower | false   | 128    | 7          | 900     | 450      | 3750         | 3          | 40            | 1250             |
+| n4   | follower | false   | 128    | 7          | 0       | 0        |              | 3          | 40            |                  |
++------+----------+---------+--------+------------+---------+----------+--------------+------------+---------------+------------------+"
     );
+    // No member with a watermark: no lag for any.
+    let db = Database::builder()
+        .cluster_info(Arc::new(Fixed(vec![
+            member("n1", "leader", true, Some((0, i64::MIN))),
+            member("n2", "follower", false, None),
+        ])))
+        .open()
+        .await
+        .unwrap();
+    let batches = db.execute("SHOW CLUSTER").await.unwrap();
+    for column in ["watermark_ms", "watermark_lag_ms"] {
+        let values = batches[0].column_by_name(column).unwrap();
+        assert_eq!(values.null_count(), 2, "{column}");
+    }
     let db = Database::builder()
         .cluster_info(Arc::new(Unreachable))
         .open()
