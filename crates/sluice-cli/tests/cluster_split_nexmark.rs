@@ -69,9 +69,21 @@ fn reference_and_split(
     EtcdServer,
     std::path::PathBuf,
 ) {
+    reference_and_split_of(base, SCRIPT)
+}
+
+/// [`reference_and_split`] of `script`.
+fn reference_and_split_of(
+    base: &Path,
+    script: &str,
+) -> (
+    BTreeMap<&'static str, Vec<String>>,
+    EtcdServer,
+    std::path::PathBuf,
+) {
     let reference = base.join("reference");
     std::fs::create_dir_all(&reference).unwrap();
-    std::fs::write(reference.join("pipeline.sql"), SCRIPT).unwrap();
+    std::fs::write(reference.join("pipeline.sql"), script).unwrap();
     let (status, stderr) = Run::spawn(sluice(&reference, &[])).wait(WATCHDOG);
     assert!(status.success(), "{stderr}");
     let expected = outputs(&reference.join("out"), &[]);
@@ -81,7 +93,7 @@ fn reference_and_split(
     let etcd = rt().block_on(EtcdServer::start()).unwrap();
     let dir = base.join("split");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("pipeline.sql"), SCRIPT).unwrap();
+    std::fs::write(dir.join("pipeline.sql"), script).unwrap();
     (expected, etcd, dir)
 }
 
@@ -266,6 +278,73 @@ fn a_second_node_killed_right_after_a_failover_fails_over_too() {
         assert_dropped(victim, &stderr);
     }
     same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+}
+
+/// A node SIGKILLed and started again at once, well within
+/// `--failover-after`, is waited for, not failed over: the others rejoin
+/// it from the last committed cut, nobody asks to change the list, and
+/// the output is exactly one node's. (The stream runs twice as long as
+/// the other tests', past the duration after the kill, so a node back
+/// in time that still counted as away would be failed over.)
+#[test]
+fn a_node_back_before_the_failover_duration_keeps_its_place() {
+    let cluster = "failover-back-in-time";
+    let base = tempfile::tempdir().unwrap();
+    let script = SCRIPT.replace("events = '40000'", "events = '80000'");
+    let (expected, etcd, dir) = reference_and_split_of(base.path(), &script);
+    let state = format!("file://{}", dir.join("state").display());
+    let shuffle = shuffle_list();
+    let list = NODES.join(",");
+    let failover = ["--failover-after", "4s"];
+    let start = |node: &str| {
+        node_of_list(
+            &dir,
+            &etcd,
+            (cluster, node),
+            (&list, &shuffle),
+            &state,
+            &[],
+            &failover,
+        )
+    };
+    let mut nodes: Vec<Run> = NODES.iter().map(|n| start(n)).collect();
+    until_committed(&etcd, cluster, &mut nodes, 0);
+    let mut rng = seeded_rng();
+    std::thread::sleep(std::time::Duration::from_millis(rng.next() % 1500));
+    assert!(nodes.iter_mut().all(Run::running), "lengthen the stream");
+    let victim = (rng.next() % 3) as usize;
+    nodes[victim].signal(libc::SIGKILL);
+    let again = start(NODES[victim]);
+    let _ = std::mem::replace(&mut nodes[victim], again).wait(WATCHDOG);
+    let (ends, _) = supervise(nodes, |i| start(NODES[i]));
+    for (node, stderr) in NODES.iter().zip(&ends) {
+        for said in [
+            "asked to go on without them",
+            "starting again with the new list",
+        ] {
+            assert!(!stderr.contains(said), "{node} said '{said}': {stderr}");
+        }
+    }
+    assert_eq!(list_changes(&etcd, cluster), (1, false));
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+}
+
+/// The split's recorded generation, and whether a change of its list was
+/// ever asked for.
+fn list_changes(etcd: &EtcdServer, cluster: &str) -> (u64, bool) {
+    rt().block_on(async {
+        let client = sluice_cluster::status::connect(&etcd.endpoints())
+            .await
+            .unwrap();
+        let keys = sluice_cluster::ClusterKeys::new(cluster).unwrap();
+        let (record, _) = sluice_cluster::split_record::read(&client, &keys)
+            .await
+            .unwrap();
+        let (asked, _) = sluice_cluster::split_rescale::read_any(&client, &keys)
+            .await
+            .unwrap();
+        (record.map_or(0, |r| r.generation), asked.is_some())
+    })
 }
 
 #[test]
