@@ -168,6 +168,65 @@ fn a_nexmark_split_asked_to_grow_hands_blocks_over_to_the_new_node() {
     );
 }
 
+/// Three nodes of a shuffled split on a real etcd, each run with
+/// `--failover-after`, and the single-node output they must write
+/// together.
+struct FailoverSplit {
+    _base: tempfile::TempDir,
+    expected: BTreeMap<&'static str, Vec<String>>,
+    etcd: EtcdServer,
+    dir: std::path::PathBuf,
+    state: String,
+    shuffle: String,
+    cluster: &'static str,
+    after: &'static str,
+}
+
+impl FailoverSplit {
+    /// Cluster `cluster` running `script`, failing over after `after`.
+    fn new(cluster: &'static str, script: &str, after: &'static str) -> Self {
+        let base = tempfile::tempdir().unwrap();
+        let (expected, etcd, dir) = reference_and_split_of(base.path(), script);
+        FailoverSplit {
+            state: format!("file://{}", dir.join("state").display()),
+            shuffle: shuffle_list(),
+            _base: base,
+            expected,
+            etcd,
+            dir,
+            cluster,
+            after,
+        }
+    }
+
+    /// Start `node` with the list of all three, `env` added.
+    fn start(&self, node: &str, env: &[(&'static str, String)]) -> Run {
+        node_of_list(
+            &self.dir,
+            &self.etcd,
+            (self.cluster, node),
+            (&NODES.join(","), &self.shuffle),
+            &self.state,
+            env,
+            &["--failover-after", self.after],
+        )
+    }
+
+    /// Wait for the first committed checkpoint, then a random moment
+    /// after it (`SLUICE_TEST_SEED` replays a printed seed), between
+    /// checkpoints or during one; every node of `nodes` still runs.
+    fn wait_into_the_run(&self, nodes: &mut [Run], rng: &mut Lcg) {
+        until_committed(&self.etcd, self.cluster, nodes, 0);
+        std::thread::sleep(std::time::Duration::from_millis(rng.next() % 1500));
+        assert!(nodes.iter_mut().all(Run::running), "lengthen the stream");
+    }
+
+    /// The nodes' files together hold exactly the single-node rows.
+    fn assert_exact_output(&self) {
+        same_rows(&outputs(&self.dir.join("out"), &NODES), &self.expected);
+    }
+}
+
 /// With `--failover-after`, a node SIGKILLed for good is dropped from the
 /// list by the others once it has been away that long: they stop, start
 /// again with the two of them, and generate its blocks and hold its keys
@@ -175,32 +234,10 @@ fn a_nexmark_split_asked_to_grow_hands_blocks_over_to_the_new_node() {
 /// killed node runs as a dropped node (it publishes what its last
 /// checkpoint committed) and ends. Together they write exactly one node's
 /// rows; `victim` is the node killed (`n1` leads the split).
-fn a_node_killed_for_good_fails_over(cluster: &str, victim: &str) {
-    let base = tempfile::tempdir().unwrap();
-    let (expected, etcd, dir) = reference_and_split(base.path());
-    let state = format!("file://{}", dir.join("state").display());
-    let shuffle = shuffle_list();
-    let list = NODES.join(",");
-    let failover = ["--failover-after", "1500ms"];
-    let start = |node: &str| {
-        node_of_list(
-            &dir,
-            &etcd,
-            (cluster, node),
-            (&list, &shuffle),
-            &state,
-            &[],
-            &failover,
-        )
-    };
-    let mut nodes: Vec<Run> = NODES.iter().map(|n| start(n)).collect();
-    until_committed(&etcd, cluster, &mut nodes, 0);
-    // At a random moment after the first committed checkpoint
-    // (`SLUICE_TEST_SEED` replays a printed seed), between checkpoints or
-    // during one.
-    let pause = seeded_rng().next() % 1500;
-    std::thread::sleep(std::time::Duration::from_millis(pause));
-    assert!(nodes.iter_mut().all(Run::running), "lengthen the stream");
+fn a_node_killed_for_good_fails_over(cluster: &'static str, victim: &str) {
+    let split = FailoverSplit::new(cluster, SCRIPT, "1500ms");
+    let mut nodes: Vec<Run> = NODES.iter().map(|n| split.start(n, &[])).collect();
+    split.wait_into_the_run(&mut nodes, &mut seeded_rng());
     let at = NODES.iter().position(|n| *n == victim).unwrap();
     nodes.remove(at).kill();
     let survivors: Vec<&str> = NODES.iter().copied().filter(|n| *n != victim).collect();
@@ -220,10 +257,10 @@ fn a_node_killed_for_good_fails_over(cluster: &str, victim: &str) {
             "{node} waited out an alignment: {stderr}"
         );
     }
-    let (status, stderr) = start(victim).wait(WATCHDOG);
+    let (status, stderr) = split.start(victim, &[]).wait(WATCHDOG);
     assert!(status.success(), "{victim}: {stderr}");
     assert_dropped(victim, &stderr);
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    split.assert_exact_output();
 }
 
 /// A second failure right after a failover: n3 is SIGKILLed for good,
@@ -235,30 +272,14 @@ fn a_node_killed_for_good_fails_over(cluster: &str, victim: &str) {
 /// run as dropped nodes. The output is exactly one node's.
 #[test]
 fn a_second_node_killed_right_after_a_failover_fails_over_too() {
-    let cluster = "failover-twice";
-    let base = tempfile::tempdir().unwrap();
-    let (expected, etcd, dir) = reference_and_split(base.path());
-    let state = format!("file://{}", dir.join("state").display());
-    let shuffle = shuffle_list();
-    let list = NODES.join(",");
-    let failover = ["--failover-after", "1500ms"];
-    let start = |node: &str, env: &[(&'static str, String)]| {
-        node_of_list(
-            &dir,
-            &etcd,
-            (cluster, node),
-            (&list, &shuffle),
-            &state,
-            env,
-            &failover,
-        )
-    };
+    let split = FailoverSplit::new("failover-twice", SCRIPT, "1500ms");
     let crash = [("SLUICE_TEST_CRASH", "later-generation-joined".to_string())];
-    let mut nodes = vec![start("n1", &crash), start("n2", &[]), start("n3", &[])];
-    until_committed(&etcd, cluster, &mut nodes, 0);
-    let pause = seeded_rng().next() % 1500;
-    std::thread::sleep(std::time::Duration::from_millis(pause));
-    assert!(nodes.iter_mut().all(Run::running), "lengthen the stream");
+    let mut nodes = vec![
+        split.start("n1", &crash),
+        split.start("n2", &[]),
+        split.start("n3", &[]),
+    ];
+    split.wait_into_the_run(&mut nodes, &mut seeded_rng());
     nodes.pop().unwrap().kill();
     let n2 = nodes.pop().unwrap();
     let (status, n1_end) = nodes.pop().unwrap().wait(WATCHDOG);
@@ -273,11 +294,11 @@ fn a_second_node_killed_right_after_a_failover_fails_over_too() {
     );
     assert!(!n2_end.contains("alignment timed out"), "{n2_end}");
     for victim in ["n1", "n3"] {
-        let (status, stderr) = start(victim, &[]).wait(WATCHDOG);
+        let (status, stderr) = split.start(victim, &[]).wait(WATCHDOG);
         assert!(status.success(), "{victim}: {stderr}");
         assert_dropped(victim, &stderr);
     }
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    split.assert_exact_output();
 }
 
 /// A node SIGKILLed and started again at once, well within
@@ -288,35 +309,16 @@ fn a_second_node_killed_right_after_a_failover_fails_over_too() {
 /// in time that still counted as away would be failed over.)
 #[test]
 fn a_node_back_before_the_failover_duration_keeps_its_place() {
-    let cluster = "failover-back-in-time";
-    let base = tempfile::tempdir().unwrap();
     let script = SCRIPT.replace("events = '40000'", "events = '80000'");
-    let (expected, etcd, dir) = reference_and_split_of(base.path(), &script);
-    let state = format!("file://{}", dir.join("state").display());
-    let shuffle = shuffle_list();
-    let list = NODES.join(",");
-    let failover = ["--failover-after", "4s"];
-    let start = |node: &str| {
-        node_of_list(
-            &dir,
-            &etcd,
-            (cluster, node),
-            (&list, &shuffle),
-            &state,
-            &[],
-            &failover,
-        )
-    };
-    let mut nodes: Vec<Run> = NODES.iter().map(|n| start(n)).collect();
-    until_committed(&etcd, cluster, &mut nodes, 0);
+    let split = FailoverSplit::new("failover-back-in-time", &script, "4s");
+    let mut nodes: Vec<Run> = NODES.iter().map(|n| split.start(n, &[])).collect();
     let mut rng = seeded_rng();
-    std::thread::sleep(std::time::Duration::from_millis(rng.next() % 1500));
-    assert!(nodes.iter_mut().all(Run::running), "lengthen the stream");
+    split.wait_into_the_run(&mut nodes, &mut rng);
     let victim = (rng.next() % 3) as usize;
     nodes[victim].signal(libc::SIGKILL);
-    let again = start(NODES[victim]);
+    let again = split.start(NODES[victim], &[]);
     let _ = std::mem::replace(&mut nodes[victim], again).wait(WATCHDOG);
-    let (ends, _) = supervise(nodes, |i| start(NODES[i]));
+    let (ends, _) = supervise(nodes, |i| split.start(NODES[i], &[]));
     for (node, stderr) in NODES.iter().zip(&ends) {
         for said in [
             "asked to go on without them",
@@ -325,8 +327,8 @@ fn a_node_back_before_the_failover_duration_keeps_its_place() {
             assert!(!stderr.contains(said), "{node} said '{said}': {stderr}");
         }
     }
-    assert_eq!(list_changes(&etcd, cluster), (1, false));
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+    assert_eq!(list_changes(&split.etcd, split.cluster), (1, false));
+    split.assert_exact_output();
 }
 
 /// The split's recorded generation, and whether a change of its list was
