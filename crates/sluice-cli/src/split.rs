@@ -133,8 +133,9 @@ enum NodeEnd {
 const RESCALE_POLL: Duration = Duration::from_millis(250);
 
 /// A request to start generation `generation` of `members` again with
-/// another list, once this node `node` may stop for it: it has a
-/// checkpoint of the generation (`split_change::may_stop_for_change`).
+/// another list, once this node `node` may stop for it: at once in a
+/// shuffled split, else once it has a checkpoint of the generation
+/// (`split_change::may_stop_for_change`).
 async fn pending_rescale(
     (client, keys): (&Client, &ClusterKeys),
     (node, generation, members): (&str, u64, &[String]),

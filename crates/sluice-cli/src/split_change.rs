@@ -157,7 +157,8 @@ pub(crate) async fn request_rescale(
     if let Some(asked) = asked.filter(|a| a.from_generation == current.generation) {
         return Err(CliError::usage(format!(
             "a change of generation {} ({}) to {} is already requested; its nodes carry it out \
-             once each has a checkpoint of the generation (sluice cluster status shows it)",
+             (a shuffled split's at once, a row-by-row split's once each has a checkpoint of the \
+             generation; sluice cluster status shows it)",
             current.generation,
             current.members.join(","),
             asked.members.join(",")

@@ -9,11 +9,14 @@
 //! the node asks for the list without it, exactly as `sluice cluster
 //! rescale` would (`split_rescale::request`, one request per generation:
 //! of several nodes asking at once, one is recorded). From there the
-//! request is carried out as any other: each node still running stops
-//! once it has a checkpoint of the generation and starts again with the
-//! new list, taking the away member's vnodes over from its last committed
-//! checkpoint (keyed state, files, Nexmark blocks), so no committed row is
-//! lost or written twice.
+//! request is carried out as any other: each node still running stops at
+//! once (a shuffled split's checkpoints are cuts committed for all, so a
+//! generation without one changes from the one before it, see
+//! `split_change::may_stop_for_change`) and starts again with the new
+//! list, taking the away member's vnodes over from the last committed cut
+//! (keyed state, files, Nexmark blocks), so no committed row is lost or
+//! written twice. A second member that dies before the new list's first
+//! cut is failed over the same way.
 //!
 //! ```text
 //!   n3's lease lapses ──► n1, n2: n3 away ── DURATION ──► request {gen g: n1,n2}
