@@ -18,6 +18,13 @@
 //! * the function reads that source directly or through filters and
 //!   projections, so each input batch (and the watermark after it) maps to
 //!   one source batch.
+//!
+//! In a checkpointed split whose rows cross between nodes, each node reads
+//! its share of that one source, and a function's input merges its own
+//! node's batches with the rows the other nodes send, interleaved
+//! differently on every run. The function is admitted there under the same
+//! rules because it runs its input only once the checkpoint that cut it
+//! has committed (`process/commit_gate.rs`), which replays exactly.
 
 use super::{Catalog, StreamKind};
 use crate::error::ProcessError;
@@ -99,31 +106,6 @@ fn admit_one(
                 info.input
             ),
         )),
-    }
-}
-
-/// Admit the process functions of a checkpointed split whose rows cross
-/// between nodes: none. A function's input there merges its own node's
-/// batches with the rows the other nodes send, which arrive interleaved
-/// differently on every run, so a replay after a crash could not hand it
-/// the same activations in the same order (the merge of independent
-/// channels the at-least-once rules leave unadmitted). Unchecked
-/// pipelines run them (`shuffle::a_process_function_across_*`).
-pub fn admit_shuffled(catalog: &Catalog) -> Result<(), ProcessError> {
-    let process = catalog.streams.iter().find_map(|s| match &s.kind {
-        StreamKind::Process(info) => Some(info),
-        _ => None,
-    });
-    match process {
-        Some(info) => Err(refuse(
-            info,
-            "checkpoints replay its activations after a crash, but on a split whose rows \
-             cross between nodes its input merges this node's batches with the other nodes' \
-             rows, which interleave differently on every run, so the replay could not \
-             reproduce them; run it without checkpoints, or on one node"
-                .into(),
-        )),
-        None => Ok(()),
     }
 }
 

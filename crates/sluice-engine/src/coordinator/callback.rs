@@ -190,6 +190,15 @@ pub trait CycleExecution {
     fn record_cycle_phases(&self, _execute_ns: u64, _output_store_ns: u64, _sink_enqueue_ns: u64) {}
     /// Count a failed cycle.
     fn note_cycle_error(&self) {}
+    /// Whether the graph holds input it can run now without any new input
+    /// or wake (a process function's input released by a checkpoint's
+    /// commit; see `process/commit_gate.rs`). While it does, and intake
+    /// is neither stopped nor paused, the coordinator runs cycles without
+    /// source input; a clean shutdown runs them after its last checkpoint
+    /// committed, before the sinks close.
+    fn has_runnable_deferred_input(&self) -> bool {
+        false
+    }
 }
 
 /// Publishing a cycle's results.

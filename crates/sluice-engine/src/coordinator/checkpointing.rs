@@ -145,6 +145,7 @@ impl ConnectorPipelineCallback {
     ) -> Result<Captured> {
         let mut blobs = Vec::new();
         for s in self.streams.iter_mut() {
+            s.seal(attempt.id);
             let mut parts = Vec::new();
             s.snapshot(&mut parts)?;
             for (i, p) in parts.into_iter().enumerate() {

@@ -382,6 +382,10 @@ impl SourceIntake for ConnectorPipelineCallback {
 }
 
 impl CycleExecution for ConnectorPipelineCallback {
+    fn has_runnable_deferred_input(&self) -> bool {
+        self.streams.iter().any(InstalledStream::has_runnable_input)
+    }
+
     async fn execute_cycle(
         &mut self,
         source_batches: &BatchMap,
@@ -540,6 +544,10 @@ impl OutputPublication for ConnectorPipelineCallback {
         &mut self,
         attempt: super::callback::CheckpointAttempt,
     ) -> Result<(), EngineError> {
+        // Input a process function held for this cut may run now.
+        for s in self.streams.iter_mut() {
+            s.commit(attempt.id);
+        }
         self.shared.subscriptions.publish_cut(attempt.id)
     }
 
@@ -642,6 +650,10 @@ impl RuntimeControl for ConnectorPipelineCallback {
                     view,
                     marks_wanted: false,
                 };
+                let mut stream = stream;
+                if self.checkpoints.is_some() {
+                    stream.gate_on_commits();
+                }
                 // A process function needs the marks of its input chain.
                 if stream.is_process() {
                     let mut next = stream.marks_input().cloned();
@@ -700,6 +712,9 @@ impl RuntimeControl for ConnectorPipelineCallback {
                     .subscriptions
                     .set_history(config.history_epochs, config.history_bytes);
                 self.checkpoints = Some(*config);
+                for s in self.streams.iter_mut() {
+                    s.gate_on_commits();
+                }
             }
             ControlMsg::Recover(checkpoint) => {
                 let id = checkpoint.manifest.id;

@@ -216,6 +216,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         } else {
             None
         };
+        // Input a committed checkpoint released runs before new input.
+        if !self.stopped_intake && !paused && self.callback.has_runnable_deferred_input() {
+            self.run_cycle(BatchMap::default(), 0, 0).await;
+            self.take_callback_failure();
+            return Step::Continue;
+        }
         if !self.stopped_intake && !paused && !self.held.is_empty() {
             let n = self.held.len().min(self.config.max_batches_per_cycle);
             let batch: Vec<SourceMessage> = self.held.drain(..n).collect();
@@ -598,6 +604,14 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 Err(e) => {
                     result = Err(e.context("the shutdown checkpoint did not commit"));
                 }
+            }
+        }
+        if settles && result.is_ok() {
+            // The last checkpoint committed: input it released (the last a
+            // process function held) runs before the sinks close.
+            self.complete_tails().await;
+            while !self.stopped_intake && self.callback.has_runnable_deferred_input() {
+                self.run_cycle(BatchMap::default(), 0, 0).await;
             }
         }
         if discard {

@@ -149,6 +149,46 @@ impl InstalledStream {
         matches!(self.producer, StreamProducer::Process(_))
     }
 
+    /// The process function producing this stream, if one does.
+    fn process_mut(&mut self) -> Option<&mut ProcessOperator> {
+        match &mut self.producer {
+            StreamProducer::Process(p) => Some(p),
+            StreamProducer::Query(_) => None,
+        }
+    }
+
+    /// A checkpointed pipeline holds a routed process function's input
+    /// until the checkpoint that cut it commits (see
+    /// [`ProcessOperator::gate_on_commits`]).
+    pub(super) fn gate_on_commits(&mut self) {
+        if let Some(p) = self.process_mut().filter(|p| p.is_routed()) {
+            p.gate_on_commits();
+            tracing::debug!(stream = %self.name, "process function input waits for checkpoint commits");
+        }
+    }
+
+    /// Checkpoint `checkpoint` captures this stream next.
+    pub(super) fn seal(&mut self, checkpoint: u64) {
+        if let Some(p) = self.process_mut() {
+            p.seal(checkpoint);
+        }
+    }
+
+    /// Checkpoint `checkpoint` committed.
+    pub(super) fn commit(&mut self, checkpoint: u64) {
+        if let Some(p) = self.process_mut() {
+            p.commit(checkpoint);
+        }
+    }
+
+    /// Whether this stream holds input it may run without new input.
+    pub(super) fn has_runnable_input(&self) -> bool {
+        match &self.producer {
+            StreamProducer::Process(p) => p.has_runnable_input(),
+            StreamProducer::Query(_) => false,
+        }
+    }
+
     /// The stream's stateful operators, in checkpoint part order.
     fn stateful_operators(&mut self) -> Vec<&mut (dyn StatefulOperator + 'static)> {
         let mut ops = Vec::new();

@@ -272,9 +272,6 @@ impl Pipeline {
         }
         if let (true, Some(delivery)) = (self.lifecycle.is_running(), self.checkpointing()) {
             crate::catalog::admission::admit_delivery(next, delivery)?;
-            if self.shuffles_between_nodes() {
-                crate::catalog::admission::admit_shuffled(next)?;
-            }
         }
         Ok(())
     }

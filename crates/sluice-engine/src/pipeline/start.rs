@@ -43,9 +43,6 @@ impl Pipeline {
         if exchanges && self.lone_checkpoints {
             return Err(lone_checkpoints_refused());
         }
-        if config.is_some() && self.shuffles_between_nodes() {
-            crate::catalog::admission::admit_shuffled(&self.catalog)?;
-        }
         let recovered = match &config {
             Some(cfg) => latest_matching(cfg).await?,
             None => None,

@@ -17,6 +17,7 @@
 
 pub mod benchmark;
 mod capture;
+mod commit_gate;
 mod harness;
 pub use crate::partition::key;
 pub mod keyed;

@@ -17,6 +17,7 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
+use super::commit_gate::{CommitGate, SealedEpoch};
 use super::keyed::{CallOutput, KeyedProcessor, ProcessSnapshot};
 use super::placement::VnodePlacement;
 use super::types::{NativeProcessFunction, ProcessFunctionInfo, ValueState};
@@ -55,6 +56,9 @@ pub struct ProcessOperator {
     /// In a split with a shuffle: routes each input row to its key's
     /// owner first (see [`Self::route_through`]).
     exchange: Option<Box<crate::operators::exchange::ExchangeOp>>,
+    /// In a checkpointed split with a shuffle: input waits for the commit
+    /// of the checkpoint that cut it (see [`Self::gate_on_commits`]).
+    gate: Option<CommitGate>,
 }
 
 impl std::fmt::Debug for ProcessOperator {
@@ -135,6 +139,7 @@ impl ProcessOperator {
             projection,
             processor,
             exchange: None,
+            gate: None,
         })
     }
 
@@ -145,6 +150,45 @@ impl ProcessOperator {
     /// reached: they were sent before any watermark this cycle applies.
     pub fn route_through(&mut self, exchange: crate::operators::exchange::ExchangeOp) {
         self.exchange = Some(Box::new(exchange));
+    }
+
+    /// Whether rows reach this function through an exchange (see
+    /// [`Self::route_through`]): its input then merges channels.
+    pub fn is_routed(&self) -> bool {
+        self.exchange.is_some()
+    }
+
+    /// Run input only once the checkpoint that cut it has committed (see
+    /// `commit_gate.rs`): for a routed function of a checkpointed
+    /// pipeline, whose merged input interleaves differently on every run
+    /// (an unrouted one reads one replayable channel and needs no gate).
+    pub fn gate_on_commits(&mut self) {
+        if self.gate.is_none() {
+            self.gate = Some(CommitGate::default());
+        }
+    }
+
+    /// Checkpoint `checkpoint` captures this function next: a gated one
+    /// seals its open input under it.
+    pub fn seal(&mut self, checkpoint: u64) {
+        let own = self.processor.watermark();
+        if let Some(gate) = &mut self.gate {
+            gate.seal(checkpoint, own);
+        }
+    }
+
+    /// Checkpoint `checkpoint` committed: a gated function's input sealed
+    /// at or before it may run.
+    pub fn commit(&mut self, checkpoint: u64) {
+        if let Some(gate) = &mut self.gate {
+            gate.commit(checkpoint);
+        }
+    }
+
+    /// Whether a gated function holds input it may run now, without any
+    /// new input (the next cycle runs it).
+    pub fn has_runnable_input(&self) -> bool {
+        self.gate.as_ref().is_some_and(CommitGate::runnable)
     }
 
     /// Run only the keys of the vnodes `placement` holds, numbering
@@ -175,6 +219,9 @@ impl ProcessOperator {
         marks: Option<&[(usize, i64)]>,
         watermark: i64,
     ) -> Result<Vec<RecordBatch>> {
+        if self.gate.is_some() {
+            return self.run_gated(batches, watermark);
+        }
         let routed;
         let shifted: Vec<(usize, i64)>;
         let (batches, marks) = match &self.exchange {
@@ -216,7 +263,50 @@ impl ProcessOperator {
         Ok(vec![merged])
     }
 
+    /// A gated cycle: route and hold this cycle's input, then run every
+    /// sealed epoch a committed checkpoint released, each as its batches
+    /// in stored order and a timer cut at its watermark.
+    fn run_gated(&mut self, batches: &[RecordBatch], watermark: i64) -> Result<Vec<RecordBatch>> {
+        let routed = match &self.exchange {
+            Some(exchange) => {
+                let (kept, received) = exchange.route_each(batches)?;
+                received.into_iter().chain(kept).collect::<Vec<_>>()
+            }
+            None => batches.to_vec(),
+        };
+        let inputs = routed
+            .iter()
+            .map(|b| self.input_of(b))
+            .collect::<Result<Vec<_>>>()?;
+        let Some(gate) = &mut self.gate else {
+            return Ok(vec![]);
+        };
+        gate.hold(inputs, watermark);
+        let mut out = CallOutput::default();
+        while let Some(epoch) = self.gate.as_mut().and_then(CommitGate::take_runnable) {
+            for b in &epoch.batches {
+                self.processor.process_batch(b, &mut out)?;
+            }
+            self.processor
+                .advance_watermark(epoch.watermark, &mut out)?;
+        }
+        if out.batches.is_empty() {
+            return Ok(vec![]);
+        }
+        let merged =
+            arrow::compute::concat_batches(&self.info.descriptor.output_schema, &out.batches)?;
+        Ok(vec![merged])
+    }
+
     fn feed(&mut self, batch: &RecordBatch, out: &mut CallOutput) -> Result<()> {
+        let projected = self.input_of(batch)?;
+        self.processor.process_batch(&projected, out)?;
+        Ok(())
+    }
+
+    /// `batch`'s columns the function reads, as its input schema; refused
+    /// when a column the function declares NOT NULL holds a NULL.
+    fn input_of(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let columns = batch.project(&self.projection)?.columns().to_vec();
         let declared = &self.info.descriptor.input_schema;
         for (f, c) in declared.fields().iter().zip(&columns) {
@@ -233,10 +323,10 @@ impl ProcessOperator {
                 .into());
             }
         }
-        let projected =
-            RecordBatch::try_new(Arc::clone(&self.info.descriptor.input_schema), columns)?;
-        self.processor.process_batch(&projected, out)?;
-        Ok(())
+        Ok(RecordBatch::try_new(
+            Arc::clone(&self.info.descriptor.input_schema),
+            columns,
+        )?)
     }
 }
 
@@ -287,6 +377,19 @@ impl StatefulOperator for ProcessOperator {
         for part in capture.parts {
             w.push_deferred(part);
         }
+        // A gated function's sealed input not run yet, batch by batch
+        // after the state and timers: `checkpoint:watermark:batches` per
+        // epoch, oldest first.
+        if let Some(gate) = &self.gate {
+            let epochs: Vec<String> = gate
+                .sealed()
+                .map(|e| format!("{}:{}:{}", e.checkpoint, e.watermark, e.batches.len()))
+                .collect();
+            w.set(SEALED_EPOCHS, epochs.join(";"));
+            for b in gate.sealed().flat_map(|e| &e.batches) {
+                w.push(b)?;
+            }
+        }
         Ok(())
     }
 
@@ -310,13 +413,14 @@ impl StatefulOperator for ProcessOperator {
             watermark: r.get("watermark")?,
             ..Default::default()
         };
-        let [state, timers] = r.parts() else {
+        let [state, timers, sealed @ ..] = r.parts() else {
             return Err(EngineError::Internal(format!(
-                "process function '{}' snapshot has {} parts, expected 2",
+                "process function '{}' snapshot has {} parts, expected at least 2",
                 self.info.descriptor.name,
                 r.parts().len()
             )));
         };
+        let epochs = self.restore_sealed(r.get_optional::<String>(SEALED_EPOCHS)?, sealed)?;
         let damaged = || {
             EngineError::Internal(format!(
                 "process function '{}' snapshot has damaged columns",
@@ -363,7 +467,73 @@ impl StatefulOperator for ProcessOperator {
                 .insert(t_names.value(i).to_string(), t_at.value(i));
         }
         self.processor.restore(snap)?;
+        if let Some(gate) = &mut self.gate {
+            gate.restore(epochs);
+        }
         Ok(())
+    }
+}
+
+/// The snapshot field listing a gated function's sealed epochs.
+const SEALED_EPOCHS: &str = "sealed_epochs";
+
+impl ProcessOperator {
+    /// The sealed epochs a snapshot stored (`listed`, with their batches
+    /// `parts`). Refused when they do not match, and when a snapshot with
+    /// sealed input is restored into a function that is not gated (the
+    /// pipeline is no longer a checkpointed split with a shuffle).
+    fn restore_sealed(
+        &self,
+        listed: Option<String>,
+        parts: &[RecordBatch],
+    ) -> Result<Vec<SealedEpoch>> {
+        let name = &self.info.descriptor.name;
+        let damaged = |what: &str| {
+            EngineError::Internal(format!(
+                "process function '{name}' snapshot has damaged sealed input: {what}"
+            ))
+        };
+        let Some(listed) = listed.filter(|l| !l.is_empty()) else {
+            return match parts.len() {
+                0 => Ok(Vec::new()),
+                n => Err(damaged(&format!("{n} batches, no epochs"))),
+            };
+        };
+        if self.gate.is_none() {
+            return Err(EngineError::Catalog(format!(
+                "process function '{name}' was checkpointed in a split whose rows cross between \
+                 nodes, holding input for its checkpoints' commit; it can only be restored \
+                 there (start the node in the same split, with checkpoints on)"
+            )));
+        }
+        let mut rest = parts.iter();
+        let mut epochs = Vec::new();
+        for entry in listed.split(';') {
+            let mut fields = entry.split(':');
+            let mut next = || fields.next().ok_or_else(|| damaged(entry));
+            let checkpoint = next()?.parse().map_err(|_| damaged(entry))?;
+            let watermark = next()?.parse().map_err(|_| damaged(entry))?;
+            let count: usize = next()?.parse().map_err(|_| damaged(entry))?;
+            let batches = rest.by_ref().take(count).cloned().collect::<Vec<_>>();
+            if batches.len() != count {
+                return Err(damaged(&format!("epoch {entry} lacks batches")));
+            }
+            if let Some(b) = batches
+                .iter()
+                .find(|b| b.schema() != self.info.descriptor.input_schema)
+            {
+                return Err(damaged(&format!("a batch of schema {:?}", b.schema())));
+            }
+            epochs.push(SealedEpoch {
+                checkpoint,
+                watermark,
+                batches,
+            });
+        }
+        if rest.next().is_some() {
+            return Err(damaged("more batches than its epochs list"));
+        }
+        Ok(epochs)
     }
 }
 

@@ -1,0 +1,212 @@
+//! A process function's input held until the checkpoint that cut it is
+//! committed: how a checkpointed split whose rows cross between nodes
+//! replays a function's activations exactly.
+//!
+//! # Why
+//!
+//! In such a split a function's input merges this node's batches with the
+//! rows the other nodes send, and they interleave differently on every
+//! run. Replay after a crash must still hand the handler the same
+//! activations, in the same order within each vnode, with the same ids
+//! (see [`super::keyed`]). Ordering the merge by anything the rows carry
+//! does not help: the checkpoint barriers fall at other rows on every run,
+//! so whatever ran after the last committed cut would be cut differently
+//! when replayed.
+//!
+//! So the function runs only input whose grouping is durable. Everything
+//! it takes in waits in the *open* epoch; when a checkpoint captures the
+//! function, the open epoch is *sealed* under that checkpoint's id, and a
+//! sealed epoch runs once a checkpoint at or after it has committed. A
+//! checkpoint stores the function's state together with every sealed
+//! epoch it has not run yet, batch by batch.
+//!
+//! # Architecture
+//!
+//! ```text
+//!  routed batches ──► open epoch ──(checkpoint c captured: seal)──► sealed [c₁, c₂, …]
+//!                                                                      │ a checkpoint ≥ cᵢ
+//!                                                                      │ committed
+//!                                                                      ▼
+//!                          handler: cᵢ's batches in stored order, then a timer cut at
+//!                          the watermark cᵢ was sealed at
+//! ```
+//!
+//! Whatever the handler saw came from a sealed epoch that a committed
+//! checkpoint either stores (not run yet at its capture) or had run before
+//! it (in its state). Recovering from that checkpoint restores the same
+//! state and the same stored epochs, so the replay runs them again in the
+//! same order from the same state: the same ids, the same timer cuts (the
+//! deliveries repeat, as at-least-once allows, and are identical). Input
+//! after the last committed checkpoint never ran, so its new grouping on
+//! replay is the only one anybody sees.
+//!
+//! The price is latency: a function's output trails its input by one
+//! checkpoint interval and commit. A clean shutdown's checkpoint seals the
+//! last input, and the shutdown runs it once that checkpoint commits.
+
+use std::collections::VecDeque;
+
+use arrow::record_batch::RecordBatch;
+
+/// Input sealed by one checkpoint's capture.
+#[derive(Debug, Clone)]
+pub struct SealedEpoch {
+    /// The checkpoint whose capture sealed it.
+    pub checkpoint: u64,
+    /// The pipeline watermark at that capture: the timer cut after its rows.
+    pub watermark: i64,
+    /// Its batches (of the function's input schema), in arrival order;
+    /// each is one call of the handler, as when it ran ungated.
+    pub batches: Vec<RecordBatch>,
+}
+
+/// The open and sealed epochs of one gated process function.
+#[derive(Debug, Default)]
+pub struct CommitGate {
+    open: Vec<RecordBatch>,
+    /// The latest watermark a cycle ran at since the gate opened.
+    watermark: Option<i64>,
+    sealed: VecDeque<SealedEpoch>,
+    /// The highest checkpoint known committed.
+    committed: Option<u64>,
+}
+
+impl CommitGate {
+    /// Hold a cycle's input batches (empty ones are dropped: a call with
+    /// no rows activates nothing), which ran at `watermark`.
+    pub fn hold(&mut self, batches: impl IntoIterator<Item = RecordBatch>, watermark: i64) {
+        self.open
+            .extend(batches.into_iter().filter(|b| b.num_rows() > 0));
+        self.watermark = Some(self.watermark.map_or(watermark, |w| w.max(watermark)));
+    }
+
+    /// Checkpoint `checkpoint` captures the function: the open epoch is
+    /// sealed under it, with the latest watermark as its cut (or
+    /// `fallback`, the function's own, when no cycle ran yet).
+    pub fn seal(&mut self, checkpoint: u64, fallback: i64) {
+        let watermark = self.watermark.unwrap_or(fallback);
+        self.sealed.push_back(SealedEpoch {
+            checkpoint,
+            watermark,
+            batches: std::mem::take(&mut self.open),
+        });
+    }
+
+    /// Checkpoint `checkpoint` committed: every epoch sealed at or before
+    /// it may run.
+    pub fn commit(&mut self, checkpoint: u64) {
+        self.committed = Some(self.committed.map_or(checkpoint, |c| c.max(checkpoint)));
+    }
+
+    /// Whether a sealed epoch may run now.
+    pub fn runnable(&self) -> bool {
+        match (self.sealed.front(), self.committed) {
+            (Some(e), Some(c)) => e.checkpoint <= c,
+            _ => false,
+        }
+    }
+
+    /// The next epoch that may run, taken out of the gate.
+    pub fn take_runnable(&mut self) -> Option<SealedEpoch> {
+        if self.runnable() {
+            self.sealed.pop_front()
+        } else {
+            None
+        }
+    }
+
+    /// The sealed epochs not run yet, oldest first (what a checkpoint
+    /// stores).
+    pub fn sealed(&self) -> impl Iterator<Item = &SealedEpoch> {
+        self.sealed.iter()
+    }
+
+    /// Start again from a committed checkpoint's stored epochs: each may
+    /// run (the checkpoint that stored them committed, and sealed them or
+    /// came after them); nothing is open.
+    pub fn restore(&mut self, epochs: Vec<SealedEpoch>) {
+        self.open.clear();
+        self.watermark = None;
+        self.committed = epochs.iter().map(|e| e.checkpoint).max();
+        self.sealed = epochs.into();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    fn rows(n: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..n))]).unwrap()
+    }
+
+    #[test]
+    fn an_epoch_runs_once_a_checkpoint_at_or_after_it_committed() {
+        let mut g = CommitGate::default();
+        g.hold([rows(2), rows(0), rows(1)], 10);
+        g.hold([rows(3)], 7);
+        assert!(!g.runnable(), "nothing sealed");
+        g.seal(4, i64::MIN);
+        assert!(!g.runnable(), "sealed, not committed");
+        g.hold([rows(5)], 20);
+        g.seal(5, i64::MIN);
+        g.commit(3);
+        assert!(!g.runnable(), "an earlier checkpoint committed");
+        // Checkpoint 4 failed; 5 committed: both run, in order.
+        g.commit(5);
+        let first = g.take_runnable().unwrap();
+        assert_eq!(first.checkpoint, 4);
+        assert_eq!(first.watermark, 10, "the latest watermark, never lower");
+        let sizes: Vec<usize> = first.batches.iter().map(RecordBatch::num_rows).collect();
+        assert_eq!(
+            sizes,
+            [2, 1, 3],
+            "empty batches are dropped, the rest keep their bounds"
+        );
+        let second = g.take_runnable().unwrap();
+        assert_eq!((second.checkpoint, second.watermark), (5, 20));
+        assert!(g.take_runnable().is_none());
+    }
+
+    #[test]
+    fn a_seal_before_any_cycle_takes_the_fallback_watermark() {
+        let mut g = CommitGate::default();
+        g.seal(1, 42);
+        assert_eq!(g.sealed().next().unwrap().watermark, 42);
+        assert!(g.sealed().next().unwrap().batches.is_empty());
+    }
+
+    #[test]
+    fn restored_epochs_all_run_and_nothing_stays_open() {
+        let mut g = CommitGate::default();
+        g.hold([rows(4)], 1);
+        let stored = vec![
+            SealedEpoch {
+                checkpoint: 8,
+                watermark: 3,
+                batches: vec![rows(1)],
+            },
+            SealedEpoch {
+                checkpoint: 9,
+                watermark: 4,
+                batches: vec![],
+            },
+        ];
+        g.restore(stored);
+        assert_eq!(g.take_runnable().unwrap().checkpoint, 8);
+        assert_eq!(g.take_runnable().unwrap().checkpoint, 9);
+        assert!(!g.runnable());
+        g.seal(10, 0);
+        let open = g.sealed().next().unwrap();
+        assert!(
+            open.batches.is_empty(),
+            "the held input was dropped by the restore"
+        );
+        assert_eq!(open.watermark, 0);
+    }
+}
