@@ -21,7 +21,7 @@ mod support;
 use sluice_cluster::testing::EtcdServer;
 use sluice_cluster::ClusterNode;
 use support::owners::{follower_of, fresh_leader, ids, nodes as cluster_of, LIMIT};
-use support::sinks::{final_state, lines};
+use support::sinks::{assert_activation_logs, assert_activations, final_state, lines};
 
 const SCRIPT: &str = "
     CREATE SOURCE s (id BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP,
@@ -90,6 +90,43 @@ const PROCESS_SCRIPT: &str = "
     CREATE SINK l FROM log WITH (connector = 'file', path = 'out/log.csv', format = 'csv');
 ";
 
+/// Every activation the split's `activation_log` handlers returned, as
+/// `id,key,callback,count,watermark`, across kills (the nodes run in this
+/// process): what a handler's side effects would show, which a kill does
+/// not take back (the sink files do: a restarted node rewrites them from
+/// its checkpoint).
+type Seen = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// The built-in activation log, recording what it returns in `seen`.
+struct Recording {
+    inner: sluice::process::benchmark::ActivationLog,
+    seen: Seen,
+}
+
+impl sluice::process::NativeProcessFunction for Recording {
+    fn process(
+        &mut self,
+        activations: &[sluice::process::ProcessActivation],
+    ) -> Result<Vec<sluice::process::ProcessActivationResult>, String> {
+        use sluice::arrow::array::AsArray;
+        use sluice::arrow::datatypes::Int64Type;
+        let results = self.inner.process(activations)?;
+        let mut seen = self.seen.lock().unwrap();
+        for b in results.iter().filter_map(|r| r.output.as_ref()) {
+            let int = |i: usize| b.column(i).as_primitive::<Int64Type>().value(0);
+            let callback = b.column(2).as_string::<i32>().value(0);
+            seen.push(format!(
+                "{},{},{callback},{},{}",
+                int(0),
+                int(1),
+                int(3),
+                int(4)
+            ));
+        }
+        Ok(results)
+    }
+}
+
 /// How the split runs: the source's batch size, each channel's credit,
 /// and whether it runs the process functions (else the keyed queries).
 #[derive(Debug, Clone, Copy)]
@@ -113,8 +150,9 @@ impl Knobs {
         }
     }
 
-    /// `db` with the process functions the script binds registered.
-    async fn register(&self, db: Database) -> Database {
+    /// `db` with the process functions the script binds registered (the
+    /// activation log recording into `seen`, if given).
+    async fn register(&self, db: Database, seen: Option<&Seen>) -> Database {
         use sluice::process::benchmark::{
             activation_log_descriptor, running_count_descriptor, ActivationLog, RunningCount,
         };
@@ -124,11 +162,18 @@ impl Knobs {
             })
             .await
             .unwrap();
-            db.register_process_function(activation_log_descriptor("activation_log"), || {
-                ActivationLog { window_ms: 1_000 }
-            })
-            .await
-            .unwrap();
+            let log = || ActivationLog { window_ms: 1_000 };
+            let descriptor = activation_log_descriptor("activation_log");
+            match seen.cloned() {
+                Some(seen) => db
+                    .register_process_function(descriptor, move || Recording {
+                        inner: log(),
+                        seen: Arc::clone(&seen),
+                    })
+                    .await
+                    .unwrap(),
+                None => db.register_process_function(descriptor, log).await.unwrap(),
+            }
         }
         db
     }
@@ -147,7 +192,7 @@ async fn open_node(
     servers: &HashMap<String, Arc<ShuffleServer>>,
     authority: Arc<dyn CommitAuthority>,
     pause: Duration,
-    knobs: Knobs,
+    (knobs, seen): (Knobs, &Seen),
 ) -> Database {
     let endpoints = servers
         .iter()
@@ -182,7 +227,7 @@ async fn open_node(
         .open()
         .await
         .unwrap();
-    let db = knobs.register(db).await;
+    let db = knobs.register(db, Some(seen)).await;
     db.execute(&knobs.script()).await.unwrap();
     tokio::time::sleep(pause).await;
     db.start().await.unwrap();
@@ -199,6 +244,7 @@ struct Split {
     etcd: EtcdServer,
     nodes: Vec<ClusterNode>,
     knobs: Knobs,
+    seen: Seen,
 }
 
 impl Split {
@@ -225,7 +271,7 @@ impl Split {
             .open()
             .await
             .unwrap();
-        let single = knobs.register(single).await;
+        let single = knobs.register(single, None).await;
         single.execute(&knobs.script()).await.unwrap();
         tokio::time::timeout(LIMIT, single.run_to_completion())
             .await
@@ -256,6 +302,7 @@ impl Split {
             etcd,
             nodes,
             knobs,
+            seen: Seen::default(),
         }
     }
 
@@ -279,7 +326,7 @@ impl Split {
             &self.servers,
             authority,
             pause,
-            self.knobs,
+            (self.knobs, &self.seen),
         )
         .await
     }
@@ -316,13 +363,11 @@ impl Split {
 }
 
 impl Split {
-    /// The process functions' outputs, delivered at least once: every
-    /// delivery of an activation id is the same row (a replay after a kill
-    /// reproduced it, the same key, callback, count and watermark), and
-    /// without repeats the nodes together ran exactly the single node's
-    /// input activations and running counts (ids aside: a split numbers
-    /// them per vnode). A replay that ran an input again under another id
-    /// shows as an input too many for its key.
+    /// The process functions' outputs, delivered at least once: without
+    /// repeats the running counts are the single node's, and the
+    /// activation logs replayed identically (see
+    /// [`assert_activation_logs`]), both in the sink files and in what the
+    /// handlers returned before and after each kill.
     fn check_process_outputs(&self) {
         let out = self.data.path().join("out");
         let nodes: Vec<_> = (1..=self.nodes.len())
@@ -343,50 +388,11 @@ impl Split {
             expected,
             "running counts"
         );
-        let mut by_id: BTreeMap<i64, String> = BTreeMap::new();
-        let mut repeats = 0;
-        for line in nodes.iter().flat_map(|n| lines(&n.join("log.csv"))) {
-            let (id, row) = line.split_once(',').unwrap();
-            let id: i64 = id.parse().unwrap();
-            match by_id.get(&id) {
-                Some(before) => {
-                    repeats += 1;
-                    assert_eq!(
-                        before, row,
-                        "activation {id} delivered again with another row"
-                    );
-                }
-                None => {
-                    by_id.insert(id, row.to_string());
-                }
-            }
-        }
-        eprintln!(
-            "{} activations, {repeats} delivered again by a replay",
-            by_id.len()
-        );
-        // `key,callback,count,watermark`: input activations per key (a
-        // count restarts after each timer, whose cuts differ from one
-        // node's, so only how many inputs each key had is compared).
-        let inputs = |rows: &mut dyn Iterator<Item = &str>| {
-            let mut per_key: BTreeMap<String, usize> = BTreeMap::new();
-            for r in rows {
-                let f: Vec<&str> = r.split(',').collect();
-                if f[1] == "input" {
-                    *per_key.entry(f[0].to_string()).or_default() += 1;
-                }
-            }
-            per_key
-        };
-        let single = lines(&out.join("log.csv"));
-        let single = inputs(&mut single.iter().map(|l| l.split_once(',').unwrap().1));
-        assert_eq!(
-            single.values().sum::<usize>(),
-            expected.len(),
-            "one input per row"
-        );
-        let split = inputs(&mut by_id.values().map(String::as_str));
-        assert_eq!(split, single, "input activations per key");
+        let logs: Vec<_> = nodes.iter().map(|n| n.join("log.csv")).collect();
+        assert_activation_logs(&logs, &out.join("log.csv"));
+        // What the handlers returned, including what a kill took back.
+        let seen = self.seen.lock().unwrap().clone();
+        assert_activations(seen.into_iter(), &out.join("log.csv"));
     }
 }
 
@@ -619,7 +625,7 @@ async fn process_functions_across_checkpointed_shuffled_owners_equal_one_node() 
 
 /// The kill harness with process functions: three nodes, one of them
 /// (the leader too) killed at a random time after a checkpoint of all,
-/// twice, every node started again after each kill. Each replay hands the
+/// three times, every node started again after each kill. Each replay hands the
 /// handlers the activations they had after the last committed checkpoint
 /// again, with the same ids, rows and watermarks; without repeats the
 /// output is one node's. The batch size comes from the printed seed
@@ -639,7 +645,7 @@ async fn process_functions_on_killed_shuffled_owners_replay_the_same_activations
     };
     eprintln!("seed {seed}: {knobs:?}");
     let split = Split::with(3, knobs).await;
-    kill_rounds(&split, 2, &mut next).await;
+    kill_rounds(&split, 3, &mut next).await;
     let dbs = split.open_all().await;
     run_all(&dbs).await;
     split.check_process_outputs();

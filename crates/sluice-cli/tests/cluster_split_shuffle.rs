@@ -80,7 +80,7 @@ fn three_shuffled_split_nodes_write_exactly_the_single_node_rows() {
 fn a_killed_shuffled_node_restarted_alone_resumes_with_the_rejoined_others_exactly_once() {
     let f = fixture();
     let (expected, etcd, dir) = (&f.expected, &f.etcd, &f.dir);
-    kill_twice_and_supervise(dir, etcd, "kills");
+    kill_twice_and_supervise(dir, etcd, "kills", &[]);
     same_rows(&split_outputs(&dir.join("out"), &NODES), expected);
 }
 

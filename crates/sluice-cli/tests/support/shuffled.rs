@@ -209,17 +209,34 @@ pub fn wait_all_of(nodes: Vec<Run>, names: &[&str]) -> Vec<String> {
 /// time after a checkpoint, twice over, starting only that node again,
 /// then supervise them to their end; asserts that every kill of a running
 /// node was recovered from (another node rejoined, or the killed follower
-/// published its share of the final checkpoint alone).
+/// published its share of the final checkpoint alone). Each node runs
+/// with `args` added (`--set delivery=at_least_once`, say).
 /// `SLUICE_TEST_SEED` replays a printed seed.
-pub fn kill_twice_and_supervise(dir: &Path, etcd: &EtcdServer, cluster: &str) {
+pub fn kill_twice_and_supervise(dir: &Path, etcd: &EtcdServer, cluster: &str, args: &[&str]) {
     let shuffle = shuffle_list();
+    let state = format!("file://{}", dir.join("state").display());
+    let list = NODES.join(",");
+    let node = |dir: &Path, etcd: &EtcdServer, cluster: &str, name: &str, shuffle: &str| {
+        node_of_list(
+            dir,
+            etcd,
+            (cluster, name),
+            (&list, shuffle),
+            &state,
+            &[],
+            args,
+        )
+    };
     let seed = std::env::var("SLUICE_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| u64::from(std::process::id()));
     let mut rng = Lcg(seed);
     eprintln!("seed {seed}");
-    let mut nodes = start_all(dir, etcd, cluster, &shuffle);
+    let mut nodes: Vec<Run> = NODES
+        .iter()
+        .map(|n| node(dir, etcd, cluster, n, &shuffle))
+        .collect();
     let mut killed = 0;
     for round in 0..2 {
         let before = committed(etcd, cluster);

@@ -35,3 +35,60 @@ pub fn final_state_of<P: AsRef<Path>>(paths: &[P]) -> Vec<String> {
         })
         .collect()
 }
+
+/// The activation logs (`activation_id,key,callback,count,watermark`, the
+/// built-in `activation_log` function's output) that a split's nodes
+/// wrote at least once (`nodes`), against one node's (`reference`):
+/// every delivery of an activation id is the same row (a replay after a
+/// kill reproduced it: key, callback, count and watermark), and without
+/// repeats each key had exactly the reference's number of input
+/// activations (ids aside: a split numbers them per vnode; a count
+/// restarts at each timer, whose cuts differ from one node's). A replay
+/// that ran an input again under another id shows as an input too many.
+/// Returns how many deliveries were repeats.
+pub fn assert_activation_logs<P: AsRef<Path>>(nodes: &[P], reference: &Path) -> usize {
+    assert_activations(nodes.iter().flat_map(|n| lines(n.as_ref())), reference)
+}
+
+/// [`assert_activation_logs`] of the rows `delivered` (the handlers' own
+/// record of what they returned, say, which a kill does not take back).
+pub fn assert_activations(delivered: impl Iterator<Item = String>, reference: &Path) -> usize {
+    let mut by_id: BTreeMap<i64, String> = BTreeMap::new();
+    let mut repeats = 0;
+    for line in delivered {
+        let (id, row) = line.split_once(',').unwrap();
+        let id: i64 = id.parse().unwrap();
+        match by_id.get(&id) {
+            Some(before) => {
+                repeats += 1;
+                assert_eq!(
+                    before, row,
+                    "activation {id} delivered again with another row"
+                );
+            }
+            None => {
+                by_id.insert(id, row.to_string());
+            }
+        }
+    }
+    let inputs = |rows: &mut dyn Iterator<Item = &str>| {
+        let mut per_key: BTreeMap<String, usize> = BTreeMap::new();
+        for r in rows {
+            let f: Vec<&str> = r.split(',').collect();
+            if f[1] == "input" {
+                *per_key.entry(f[0].to_string()).or_default() += 1;
+            }
+        }
+        per_key
+    };
+    let single = lines(reference);
+    let single = inputs(&mut single.iter().map(|l| l.split_once(',').unwrap().1));
+    assert!(!single.is_empty(), "the reference ran no input activation");
+    let split = inputs(&mut by_id.values().map(String::as_str));
+    assert_eq!(split, single, "input activations per key");
+    eprintln!(
+        "{} activations, {repeats} delivered again by a replay",
+        by_id.len()
+    );
+    repeats
+}
