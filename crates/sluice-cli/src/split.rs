@@ -343,13 +343,22 @@ async fn run_node(
             return Ok(NodeEnd::Rescale(request));
         }
     }
+    // Sealed before a dropped node turns its checkpoints off below: at
+    // least once, that would read as another delivery than the members'.
+    let mut catalog = cluster::sealed_catalog(&db, &p.store).await;
     if shuffled && matches!(part, Part::Dropped) {
         // Not even a periodic one between its recovery and its stop: ids
         // of its store would be taken for the split's cuts if it ever
-        // joined again.
-        db.execute("SET checkpoint_interval = 'off'").await?;
+        // joined again. At least once, an interval is what keeps
+        // checkpointing on (recovery needs it): one that never comes due
+        // in the short run of a dropped node.
+        let interval = match db.checkpoint_delivery().await {
+            Some(sluice::Delivery::AtLeastOnce) => "1day",
+            _ => "off",
+        };
+        db.execute(&format!("SET checkpoint_interval = '{interval}'"))
+            .await?;
     }
-    let mut catalog = cluster::sealed_catalog(&db, &p.store).await;
     let exchange = if shuffled { "on" } else { "off" };
     catalog
         .objects

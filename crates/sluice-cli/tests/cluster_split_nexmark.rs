@@ -396,6 +396,49 @@ const PROCESS_SCRIPT: &str = "
     CREATE SINK o FROM outbid WITH (connector = 'file', path = 'out/outbid.csv', format = 'csv');
     CREATE SINK l FROM log WITH (connector = 'file', path = 'out/log.csv', format = 'csv');";
 
+/// The windows' and the join's sinks of [`PROCESS_SCRIPT`], without
+/// repeats (at least once).
+const PROCESS_SINKS: [(&str, bool); 2] = [("hot", false), ("outbid", false)];
+
+/// A run's rows of [`PROCESS_SINKS`] as sets. `nodes`: a split's.
+fn unique_rows(out: &Path, nodes: &[&str]) -> BTreeMap<&'static str, BTreeSet<String>> {
+    sink_rows(out, nodes, &PROCESS_SINKS)
+        .into_iter()
+        .map(|(sink, rows)| (sink, rows.into_iter().collect()))
+        .collect()
+}
+
+/// [`PROCESS_SCRIPT`] run on one node (in `base/reference`), a fresh
+/// etcd, and the split's directory (`base/split`).
+fn process_reference(base: &Path) -> (std::path::PathBuf, EtcdServer, std::path::PathBuf) {
+    let reference = base.join("reference");
+    std::fs::create_dir_all(&reference).unwrap();
+    std::fs::write(reference.join("pipeline.sql"), PROCESS_SCRIPT).unwrap();
+    let (status, stderr) = Run::spawn(sluice(&reference, &[])).wait(WATCHDOG);
+    assert!(status.success(), "{stderr}");
+    for (sink, rows) in unique_rows(&reference.join("out"), &[]) {
+        assert!(rows.len() > 10, "{sink}: {} rows", rows.len());
+    }
+    let etcd = rt().block_on(EtcdServer::start()).unwrap();
+    let dir = base.join("split");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("pipeline.sql"), PROCESS_SCRIPT).unwrap();
+    (reference, etcd, dir)
+}
+
+/// The split's output (`dir/out`) against the single node's
+/// (`reference/out`): the same rows without repeats, and the activation
+/// logs as `assert_activation_logs` checks them.
+fn assert_process_output(dir: &Path, reference: &Path) {
+    let out = dir.join("out");
+    assert_eq!(
+        unique_rows(&out, &NODES),
+        unique_rows(&reference.join("out"), &[])
+    );
+    let logs: Vec<_> = NODES.iter().map(|n| out.join(n).join("log.csv")).collect();
+    assert_activation_logs(&logs, &reference.join("out/log.csv"));
+}
+
 /// The issue's kill harness with a process function: three `sluice`
 /// processes of a shuffled split at least once, a random node (the leader
 /// too) SIGKILLed at random times, twice, and started again. Without
@@ -408,33 +451,51 @@ const PROCESS_SCRIPT: &str = "
 #[test]
 fn nexmark_with_a_process_function_on_three_shuffled_nodes_survives_random_kills() {
     let base = tempfile::tempdir().unwrap();
-    let reference = base.path().join("reference");
-    std::fs::create_dir_all(&reference).unwrap();
-    std::fs::write(reference.join("pipeline.sql"), PROCESS_SCRIPT).unwrap();
-    let (status, stderr) = Run::spawn(sluice(&reference, &[])).wait(WATCHDOG);
-    assert!(status.success(), "{stderr}");
-    let sinks = [("hot", false), ("outbid", false)];
-    let unique = |rows: BTreeMap<&'static str, Vec<String>>| {
-        rows.into_iter()
-            .map(|(sink, rows)| (sink, rows.into_iter().collect::<BTreeSet<_>>()))
-            .collect::<BTreeMap<_, _>>()
-    };
-    let expected = unique(sink_rows(&reference.join("out"), &[], &sinks));
-    for (sink, rows) in &expected {
-        assert!(rows.len() > 10, "{sink}: {} rows", rows.len());
-    }
-    let etcd = rt().block_on(EtcdServer::start()).unwrap();
-    let dir = base.path().join("split");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("pipeline.sql"), PROCESS_SCRIPT).unwrap();
-    kill_twice_and_supervise(
-        &dir,
+    let (reference, etcd, dir) = process_reference(base.path());
+    kill_twice_and_supervise(&dir, &etcd, "nexmark-process", &AT_LEAST_ONCE);
+    assert_process_output(&dir, &reference);
+}
+
+/// Each node's delivery for [`PROCESS_SCRIPT`].
+const AT_LEAST_ONCE: [&str; 2] = ["--set", "delivery=at_least_once"];
+
+/// The split with a process function asked to shrink to n1 and n2: the
+/// function's state and the input it held for a commit move with their
+/// vnodes (each previous holder's held input runs again on the new owner
+/// as it ran there), and the output is one node's.
+#[test]
+fn a_nexmark_split_with_a_process_function_shrinks_with_its_keys() {
+    let base = tempfile::tempdir().unwrap();
+    let (reference, etcd, dir) = process_reference(base.path());
+    let cluster = "nexmark-process-shrink";
+    let state = format!("file://{}", dir.join("state").display());
+    let shuffle = shuffle_list();
+    let list = NODES.join(",");
+    let mut nodes: Vec<Run> = NODES
+        .iter()
+        .map(|n| {
+            node_of_list(
+                &dir,
+                &etcd,
+                (cluster, n),
+                (&list, &shuffle),
+                &state,
+                &[],
+                &AT_LEAST_ONCE,
+            )
+        })
+        .collect();
+    until_committed(&etcd, cluster, &mut nodes, 0);
+    assert!(nodes.iter_mut().all(Run::running), "lengthen the stream");
+    let two: Vec<&str> = shuffle.split(',').take(2).collect();
+    let (ok, said) = rescale_with(
         &etcd,
-        "nexmark-process",
-        &["--set", "delivery=at_least_once"],
+        cluster,
+        &["--split", "n1,n2", "--shuffle", &two.join(",")],
     );
-    let out = dir.join("out");
-    assert_eq!(unique(sink_rows(&out, &NODES, &sinks)), expected);
-    let logs: Vec<_> = NODES.iter().map(|n| out.join(n).join("log.csv")).collect();
-    assert_activation_logs(&logs, &reference.join("out/log.csv"));
+    assert!(ok, "{said}");
+    let ends = wait_all(nodes);
+    assert_restarted(&NODES, &ends);
+    assert_dropped("n3", &ends[2]);
+    assert_process_output(&dir, &reference);
 }

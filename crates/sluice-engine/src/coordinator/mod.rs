@@ -217,7 +217,11 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             None
         };
         // Input a committed checkpoint released runs before new input.
-        if !self.stopped_intake && !paused && self.callback.has_runnable_deferred_input() {
+        if !self.stopped_intake
+            && !paused
+            && self.callback.is_started()
+            && self.callback.has_runnable_deferred_input()
+        {
             self.run_cycle(BatchMap::default(), 0, 0).await;
             self.take_callback_failure();
             return Step::Continue;

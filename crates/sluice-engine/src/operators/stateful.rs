@@ -96,7 +96,8 @@ pub trait StatefulOperator: Send {
         let _ = (snaps, keep);
         Err(EngineError::Catalog(format!(
             "the state of a {} cannot move with its vnodes to another node yet (that of \
-             windowed, session and updating GROUP BYs and of inner, outer and ASOF joins can); \
+             windowed, session and updating GROUP BYs, of inner, outer and ASOF joins and of \
+             process functions can); \
              keep the split's member list, or start the pipeline afresh",
             self.kind()
         )))

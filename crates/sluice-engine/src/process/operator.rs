@@ -10,40 +10,21 @@
 //! the activation sequence does not depend on how batches were grouped into
 //! cycles, which is what makes replay after recovery reproduce the same ids.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
+use arrow::array::Array;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use super::commit_gate::{CommitGate, SealedEpoch};
-use super::keyed::{CallOutput, KeyedProcessor, ProcessSnapshot};
+use super::keyed::{CallOutput, KeyedProcessor};
 use super::placement::VnodePlacement;
-use super::types::{NativeProcessFunction, ProcessFunctionInfo, ValueState};
+use super::types::{NativeProcessFunction, ProcessFunctionInfo};
 use super::validate::ProcessError;
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::operators::stateful::{no_such_port, Port, StatefulOperator};
 use crate::state::{SnapshotReader, SnapshotWriter};
-
-/// A placed processor's sequences as `vnode=next;vnode=next` (ascending).
-fn encode_sequences(sequences: &BTreeMap<u32, u64>) -> String {
-    sequences
-        .iter()
-        .map(|(v, s)| format!("{v}={s}"))
-        .collect::<Vec<_>>()
-        .join(";")
-}
-
-/// The inverse of [`encode_sequences`]; `None` for damaged text.
-fn decode_sequences(text: &str) -> Option<BTreeMap<u32, u64>> {
-    text.split(';')
-        .map(|pair| {
-            let (v, s) = pair.split_once('=')?;
-            Some((v.parse().ok()?, s.parse().ok()?))
-        })
-        .collect()
-}
+use state::{encode_sequences, SEALED_EPOCHS};
 
 /// One bound process function, running in the pipeline.
 pub struct ProcessOperator {
@@ -59,6 +40,9 @@ pub struct ProcessOperator {
     /// In a checkpointed split with a shuffle: input waits for the commit
     /// of the checkpoint that cut it (see [`Self::gate_on_commits`]).
     gate: Option<CommitGate>,
+    /// Output of input run when the state was restored after vnodes moved
+    /// (see `operator_state.rs`): the next cycle emits it first.
+    carried: Vec<RecordBatch>,
 }
 
 impl std::fmt::Debug for ProcessOperator {
@@ -140,6 +124,7 @@ impl ProcessOperator {
             processor,
             exchange: None,
             gate: None,
+            carried: Vec::new(),
         })
     }
 
@@ -185,10 +170,10 @@ impl ProcessOperator {
         }
     }
 
-    /// Whether a gated function holds input it may run now, without any
-    /// new input (the next cycle runs it).
+    /// Whether the function holds input it may run now, or output to
+    /// emit, without any new input (the next cycle runs or emits it).
     pub fn has_runnable_input(&self) -> bool {
-        self.gate.as_ref().is_some_and(CommitGate::runnable)
+        !self.carried.is_empty() || self.gate.as_ref().is_some_and(CommitGate::runnable)
     }
 
     /// Run only the keys of the vnodes `placement` holds, numbering
@@ -238,7 +223,7 @@ impl ProcessOperator {
                 (routed.as_slice(), marks.map(|_| shifted.as_slice()))
             }
         };
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.carried);
         let mut next = 0;
         for (n, w) in marks.unwrap_or_default() {
             while next < (*n).min(batches.len()) {
@@ -282,7 +267,10 @@ impl ProcessOperator {
             return Ok(vec![]);
         };
         gate.hold(inputs, watermark);
-        let mut out = CallOutput::default();
+        let mut out = CallOutput {
+            batches: std::mem::take(&mut self.carried),
+            ..Default::default()
+        };
         while let Some(epoch) = self.gate.as_mut().and_then(CommitGate::take_runnable) {
             for b in &epoch.batches {
                 self.processor.process_batch(b, &mut out)?;
@@ -396,146 +384,39 @@ impl StatefulOperator for ProcessOperator {
     /// Restore from a checkpoint part; refused when the part was written
     /// under another binding (name, version or binding hash).
     fn restore(&mut self, r: &SnapshotReader) -> Result<()> {
-        let mut snap = ProcessSnapshot {
-            binding: r.get("binding")?,
-            function: r.get("function")?,
-            version: r.get("version")?,
-            next_id: r.get("next_id")?,
-            vnode_sequences: match r.get_optional::<String>("vnode_sequences")? {
-                Some(text) => decode_sequences(&text).ok_or_else(|| {
-                    EngineError::Internal(format!(
-                        "process function '{}' snapshot has damaged vnode sequences: '{text}'",
-                        self.info.descriptor.name
-                    ))
-                })?,
-                None => BTreeMap::new(),
-            },
-            watermark: r.get("watermark")?,
-            ..Default::default()
+        let (snap, epochs) = self.decode(r)?;
+        let (snap, epochs) = match self.processor.placement().cloned() {
+            Some(keep) => self.within_placement(snap, epochs, &keep)?,
+            None => (snap, epochs),
         };
-        let [state, timers, sealed @ ..] = r.parts() else {
-            return Err(EngineError::Internal(format!(
-                "process function '{}' snapshot has {} parts, expected at least 2",
-                self.info.descriptor.name,
-                r.parts().len()
-            )));
-        };
-        let epochs = self.restore_sealed(r.get_optional::<String>(SEALED_EPOCHS)?, sealed)?;
-        let damaged = || {
-            EngineError::Internal(format!(
-                "process function '{}' snapshot has damaged columns",
-                self.info.descriptor.name
-            ))
-        };
-        if state.num_columns() != 3 || timers.num_columns() != 3 {
-            return Err(damaged());
-        }
-        let keys = state.column(0).as_binary_opt::<i32>().ok_or_else(damaged)?;
-        let kinds = state
-            .column(1)
-            .as_primitive_opt::<arrow::datatypes::UInt8Type>()
-            .ok_or_else(damaged)?;
-        let values = state
-            .column(2)
-            .as_primitive_opt::<arrow::datatypes::Int64Type>()
-            .ok_or_else(damaged)?;
-        for i in 0..state.num_rows() {
-            let v = match kinds.value(i) {
-                0 => ValueState::Absent,
-                1 => ValueState::Null,
-                2 if values.is_valid(i) => ValueState::Int64(values.value(i)),
-                _ => return Err(damaged()),
-            };
-            snap.state.insert(keys.value(i).to_vec(), v);
-        }
-        let t_keys = timers
-            .column(0)
-            .as_binary_opt::<i32>()
-            .ok_or_else(damaged)?;
-        let t_names = timers
-            .column(1)
-            .as_string_opt::<i32>()
-            .ok_or_else(damaged)?;
-        let t_at = timers
-            .column(2)
-            .as_primitive_opt::<arrow::datatypes::Int64Type>()
-            .ok_or_else(damaged)?;
-        for i in 0..timers.num_rows() {
-            snap.timers
-                .entry(t_keys.value(i).to_vec())
-                .or_default()
-                .insert(t_names.value(i).to_string(), t_at.value(i));
-        }
         self.processor.restore(snap)?;
-        if let Some(gate) = &mut self.gate {
-            gate.restore(epochs);
+        self.carried.clear();
+        match &mut self.gate {
+            Some(gate) => gate.restore(epochs),
+            // Sealed input comes only from a split whose rows cross between
+            // nodes; a function that is not gated there is a node's dropped
+            // from it (it has no shuffle), which gives its keys up: their new
+            // owners run that input from this part.
+            None if !epochs.is_empty() => tracing::info!(
+                function = %self.info.descriptor.name,
+                epochs = epochs.len(),
+                "sealed input left to the new owners of its vnodes"
+            ),
+            None => {}
         }
         Ok(())
     }
-}
 
-/// The snapshot field listing a gated function's sealed epochs.
-const SEALED_EPOCHS: &str = "sealed_epochs";
-
-impl ProcessOperator {
-    /// The sealed epochs a snapshot stored (`listed`, with their batches
-    /// `parts`). Refused when they do not match, and when a snapshot with
-    /// sealed input is restored into a function that is not gated (the
-    /// pipeline is no longer a checkpointed split with a shuffle).
-    fn restore_sealed(
-        &self,
-        listed: Option<String>,
-        parts: &[RecordBatch],
-    ) -> Result<Vec<SealedEpoch>> {
-        let name = &self.info.descriptor.name;
-        let damaged = |what: &str| {
-            EngineError::Internal(format!(
-                "process function '{name}' snapshot has damaged sealed input: {what}"
-            ))
-        };
-        let Some(listed) = listed.filter(|l| !l.is_empty()) else {
-            return match parts.len() {
-                0 => Ok(Vec::new()),
-                n => Err(damaged(&format!("{n} batches, no epochs"))),
-            };
-        };
-        if self.gate.is_none() {
-            return Err(EngineError::Catalog(format!(
-                "process function '{name}' was checkpointed in a split whose rows cross between \
-                 nodes, holding input for its checkpoints' commit; it can only be restored \
-                 there (start the node in the same split, with checkpoints on)"
-            )));
-        }
-        let mut rest = parts.iter();
-        let mut epochs = Vec::new();
-        for entry in listed.split(';') {
-            let mut fields = entry.split(':');
-            let mut next = || fields.next().ok_or_else(|| damaged(entry));
-            let checkpoint = next()?.parse().map_err(|_| damaged(entry))?;
-            let watermark = next()?.parse().map_err(|_| damaged(entry))?;
-            let count: usize = next()?.parse().map_err(|_| damaged(entry))?;
-            let batches = rest.by_ref().take(count).cloned().collect::<Vec<_>>();
-            if batches.len() != count {
-                return Err(damaged(&format!("epoch {entry} lacks batches")));
-            }
-            if let Some(b) = batches
-                .iter()
-                .find(|b| b.schema() != self.info.descriptor.input_schema)
-            {
-                return Err(damaged(&format!("a batch of schema {:?}", b.schema())));
-            }
-            epochs.push(SealedEpoch {
-                checkpoint,
-                watermark,
-                batches,
-            });
-        }
-        if rest.next().is_some() {
-            return Err(damaged("more batches than its epochs list"));
-        }
-        Ok(epochs)
+    /// Take the keys of `keep`'s vnodes from the previous holders'
+    /// snapshots, with the sealed input of theirs not run yet (see
+    /// `operator_state.rs`).
+    fn restore_moved(&mut self, snaps: &[SnapshotReader], keep: &VnodePlacement) -> Result<()> {
+        self.adopt_moved(snaps, keep)
     }
 }
+
+#[path = "operator_state.rs"]
+mod state;
 
 #[cfg(test)]
 #[path = "operator_tests.rs"]
