@@ -13,6 +13,11 @@
 //! * [`key`] documents the canonical key encoding (a stable byte format).
 //! * [`placement`] places keys on vnodes and numbers a placed processor's
 //!   activations per vnode (the cluster execution hooks).
+//! * `commit_gate` holds a function's input in a checkpointed split whose
+//!   rows cross between nodes until the checkpoint that cut it commits,
+//!   which is what makes its replay exact there; `operator_state` reads a
+//!   function's checkpoint part back, and moves its keys and held input
+//!   with their vnodes.
 //! * [`admission`] holds the delivery-guarantee rules checked at start.
 
 pub mod benchmark;
