@@ -14,6 +14,7 @@ mod checkpoint_failures;
 mod cluster_admission;
 mod cluster_follower;
 mod control;
+mod deferred;
 mod fences;
 mod halts;
 mod shutdown;

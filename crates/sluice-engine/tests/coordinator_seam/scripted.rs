@@ -99,6 +99,15 @@ pub(crate) struct Script {
     /// `settle_sink_epoch_for_shutdown` fails with this (sinks whose
     /// epochs are unsettled).
     pub(crate) unsettled: Option<String>,
+    /// Cycles of deferred input the graph can run without source input
+    /// (`has_runnable_deferred_input`); a cycle without source batches
+    /// runs one.
+    pub(crate) deferred: usize,
+    /// `publish_barrier` (a committed checkpoint) releases this many more.
+    pub(crate) released_by_commit: usize,
+    /// `is_started` answers whether `Start` was applied (else: started).
+    pub(crate) start_by_control: bool,
+    pub(crate) started: bool,
 }
 
 pub(crate) struct ScriptedCallback {
@@ -180,6 +189,9 @@ impl CycleExecution for ScriptedCallback {
         };
         let delay = {
             let mut s = self.script();
+            if batches.is_empty() && s.deferred > 0 {
+                s.deferred -= 1;
+            }
             if has(s.halt_on) {
                 s.halt = Some("halt requested".into());
             }
@@ -204,6 +216,9 @@ impl CycleExecution for ScriptedCallback {
     fn note_cycle_error(&self) {
         self.note("cycle error noted".into());
     }
+    fn has_runnable_deferred_input(&self) -> bool {
+        self.script().deferred > 0
+    }
 }
 
 impl OutputPublication for ScriptedCallback {
@@ -221,6 +236,10 @@ impl OutputPublication for ScriptedCallback {
     }
     fn publish_barrier(&mut self, attempt: CheckpointAttempt) -> Result<(), EngineError> {
         self.note(format!("publish {}", attempt.id));
+        {
+            let mut s = self.script();
+            s.deferred += std::mem::take(&mut s.released_by_commit);
+        }
         let fail = self.script().fail_publish.clone();
         fail.map_or(Ok(()), |e| Err(EngineError::Injected(e)))
     }
@@ -259,6 +278,9 @@ impl RuntimeControl for ScriptedCallback {
             }
             None => {
                 self.note(format!("control {kind}"));
+                if kind == "start" {
+                    self.script().started = true;
+                }
                 Ok(())
             }
         }
@@ -277,6 +299,10 @@ impl RuntimeControl for ScriptedCallback {
     }
     fn forget_operator_state(&mut self) {
         self.note("forget state".into());
+    }
+    fn is_started(&self) -> bool {
+        let s = self.script();
+        !s.start_by_control || s.started
     }
 }
 

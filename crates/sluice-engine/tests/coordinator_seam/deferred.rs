@@ -1,0 +1,62 @@
+//! Deferred input (`has_runnable_deferred_input`): what a process function
+//! held for a checkpoint's commit runs in cycles without source input, only
+//! once the pipeline started and while intake runs, and a clean shutdown
+//! runs what its last checkpoint released before the sinks close.
+
+use std::time::Duration;
+
+use sluice_engine::coordinator::ControlMsg;
+
+use crate::harness::*;
+
+/// Nothing deferred runs before `Start` (a recovered checkpoint may still
+/// replace the state, and the sinks are not open); then each runnable
+/// piece runs in a cycle of its own, with no source input.
+#[tokio::test]
+async fn deferred_input_runs_without_source_input_only_once_started() {
+    let h = start(|s| (s.start_by_control, s.deferred) = (true, 2));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.count("cycle"), 0, "{:?}", h.log());
+    bounded(h.handle.control(ControlMsg::Start))
+        .await
+        .expect("started");
+    h.expect_log("control start | cycle wm=0 | sinks.write | cycle wm=0 | sinks.write")
+        .await;
+}
+
+/// While intake is fenced, deferred input waits like source input; it
+/// runs at the loop's next step once the fence is down.
+#[tokio::test]
+async fn deferred_input_waits_while_intake_is_paused() {
+    let h = start(|s| (s.intake_paused, s.deferred) = (true, 1));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.count("cycle"), 0, "{:?}", h.log());
+    h.script.lock().unwrap().intake_paused = false;
+    // A control message wakes the loop (a paused step waits for no input).
+    bounded(h.handle.control(ControlMsg::Drop("nothing".into())))
+        .await
+        .expect("applied");
+    h.expect_log("control ddl | cycle wm=0 | sinks.write").await;
+}
+
+/// The shutdown checkpoint's commit releases the last held input: it runs,
+/// and its output is written, before the sinks close.
+#[tokio::test]
+async fn a_clean_shutdown_runs_what_its_checkpoint_released_before_closing() {
+    let mut h = start(|s| (s.settles, s.released_by_commit) = (true, 1));
+    h.shutdown(false).await.expect("clean shutdown");
+    h.expect_log(
+        "reserve 1 | inject 1 [] | cut 1 | capture 1 flags=2 | publish 1 | cycle wm=0 | \
+         sinks.write | sinks.close | invalidate: shutdown",
+    )
+    .await;
+}
+
+/// A discarding shutdown runs nothing more.
+#[tokio::test]
+async fn a_discarding_shutdown_leaves_deferred_input() {
+    let mut h = start(|s| (s.settles, s.deferred) = (true, 0));
+    h.script.lock().unwrap().released_by_commit = 1;
+    h.shutdown(true).await.expect("discarding shutdown");
+    h.expect_log("sinks.abort | invalidate: shutdown").await;
+}
