@@ -131,36 +131,40 @@ fn a_nexmark_split_asked_to_shrink_hands_the_dropped_nodes_blocks_over() {
 fn a_nexmark_split_asked_to_grow_hands_blocks_over_to_the_new_node() {
     let base = tempfile::tempdir().unwrap();
     let (expected, etcd, dir) = reference_and_split(base.path());
+    grow_from_two(&dir, &etcd, "nexmark-grow", &[]);
+    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
+}
+
+/// Run the split in `dir` on n2 and n3 (each with `args`), ask it to grow
+/// to three once it committed a checkpoint, start n1 with the new list,
+/// and wait for all three: n2 and n3 started again with the new list, and
+/// n1 wrote rows of its own keys.
+fn grow_from_two(dir: &Path, etcd: &EtcdServer, cluster: &str, args: &[&str]) {
     let state = format!("file://{}", dir.join("state").display());
     let addresses = Addresses::new();
     let (three, two) = (addresses.of(&NODES), addresses.of(&["n2", "n3"]));
     let start = |node: &str, list: &str, shuffle: &str| {
         node_of_list(
-            &dir,
-            &etcd,
-            ("nexmark-grow", node),
+            dir,
+            etcd,
+            (cluster, node),
             (list, shuffle),
             &state,
             &[],
-            &[],
+            args,
         )
     };
     let mut old: Vec<Run> = ["n2", "n3"]
         .iter()
         .map(|n| start(n, "n2,n3", &two))
         .collect();
-    until_committed(&etcd, "nexmark-grow", &mut old, 0);
+    until_committed(etcd, cluster, &mut old, 0);
     assert!(old.iter_mut().all(Run::running), "lengthen the stream");
-    let (ok, said) = rescale_with(
-        &etcd,
-        "nexmark-grow",
-        &["--split", "n1,n2,n3", "--shuffle", &three],
-    );
+    let (ok, said) = rescale_with(etcd, cluster, &["--split", "n1,n2,n3", "--shuffle", &three]);
     assert!(ok, "{said}");
     let mut nodes = vec![start("n1", "n1,n2,n3", &three)];
     nodes.extend(old);
     let ends = wait_all_of(nodes, &NODES);
-    same_rows(&outputs(&dir.join("out"), &NODES), &expected);
     assert_restarted(&["n2", "n3"], &ends[1..]);
     assert!(
         !lines(&dir.join("out/n1/hot.csv")).is_empty(),
@@ -497,5 +501,16 @@ fn a_nexmark_split_with_a_process_function_shrinks_with_its_keys() {
     let ends = wait_all(nodes);
     assert_restarted(&NODES, &ends);
     assert_dropped("n3", &ends[2]);
+    assert_process_output(&dir, &reference);
+}
+
+/// The split with a process function asked to grow from n2 and n3 to
+/// three: n1 takes keys from both, with their state and the input each
+/// held for a commit, and the output is one node's.
+#[test]
+fn a_nexmark_split_with_a_process_function_grows_with_its_keys() {
+    let base = tempfile::tempdir().unwrap();
+    let (reference, etcd, dir) = process_reference(base.path());
+    grow_from_two(&dir, &etcd, "nexmark-process-grow", &AT_LEAST_ONCE);
     assert_process_output(&dir, &reference);
 }
