@@ -46,11 +46,17 @@ fn run(op: &mut ProcessOperator, steps: &[Step]) -> Vec<RecordBatch> {
     out
 }
 
+/// A generator from `seed`, and the steps it gave first.
+fn seeded(seed: u64) -> (Rng, Vec<Step>) {
+    let mut rng = Rng(seed.wrapping_mul(6_364_136_223_846_793_005) | 1);
+    let all = steps(&mut rng);
+    (rng, all)
+}
+
 #[test]
 fn a_placed_operator_restored_from_its_checkpoint_part_keeps_its_ids() {
     for seed in 0..40u64 {
-        let mut rng = Rng(seed.wrapping_mul(6_364_136_223_846_793_005) | 1);
-        let all = steps(&mut rng);
+        let (mut rng, all) = seeded(seed);
         let cut = 1 + rng.below(all.len() as u64 - 1) as usize;
         let (before, after) = all.split_at(cut);
 
@@ -170,8 +176,7 @@ fn regrouped(steps: &[Step], rng: &mut Rng) -> Vec<Step> {
 #[test]
 fn a_gated_operator_runs_sealed_input_after_its_commit_and_replays_it_identically() {
     for seed in 0..40u64 {
-        let mut rng = Rng(seed.wrapping_mul(6_364_136_223_846_793_005) | 1);
-        let all = steps(&mut rng);
+        let (mut rng, all) = seeded(seed);
         let inputs: usize = all
             .iter()
             .map(|s| match s {
@@ -277,17 +282,7 @@ fn sealed_input_is_restored_within_the_placement_and_left_by_an_ungated_operator
 
 /// A gated operator placed on `owned` of [`VNODES`].
 fn gated_on(owned: &[u32]) -> ProcessOperator {
-    let info = ProcessFunctionInfo {
-        descriptor: activation_log_descriptor("log"),
-        input: "events".into(),
-        output: "log".into(),
-    };
-    let mut op = ProcessOperator::new(
-        info,
-        &input_schema(),
-        Box::new(ActivationLog { window_ms: 30 }),
-    )
-    .unwrap();
+    let mut op = operator(false);
     op.place(VnodePlacement::new(VNODES, owned.iter().copied()).unwrap())
         .unwrap();
     op.gate_on_commits();
@@ -320,8 +315,7 @@ fn routed_to(steps: &[Step], owned: &[u32]) -> Vec<Step> {
 fn sealed_input_moves_with_its_vnodes_and_runs_again_as_its_holder_ran_it() {
     use crate::process::placement::split_activation_id;
     for seed in 0..30u64 {
-        let mut rng = Rng(seed.wrapping_mul(6_364_136_223_846_793_005) | 1);
-        let all = steps(&mut rng);
+        let (mut rng, all) = seeded(seed);
         let cut = 1 + rng.below(all.len() as u64 - 2) as usize;
         let (before, after) = all.split_at(cut);
         // Two holders, each with its vnodes and its own watermarks.
