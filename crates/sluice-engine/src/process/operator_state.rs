@@ -198,10 +198,7 @@ impl ProcessOperator {
                     }
                     self.processor.advance_watermark(e.watermark, &mut out)?;
                 }
-                let gate = self.gate.take();
-                let part = crate::operators::stateful::snapshot_part(self);
-                self.gate = gate;
-                snap = self.decode(&SnapshotReader::new(&part?)?)?.0;
+                snap = self.processor_snapshot()?;
             }
             merged = Some(match merged {
                 None => snap,
@@ -220,10 +217,7 @@ impl ProcessOperator {
             // No previous holder: no key (a node dropped from the split
             // gives its keys up).
             None => {
-                let gate = self.gate.take();
-                let part = crate::operators::stateful::snapshot_part(self);
-                self.gate = gate;
-                let (mut none, _) = self.decode(&SnapshotReader::new(&part?)?)?;
+                let mut none = self.processor_snapshot()?;
                 none.state.clear();
                 none.timers.clear();
                 none.vnode_sequences.clear();
@@ -257,6 +251,15 @@ impl ProcessOperator {
             .map(|e| self.rows_of(e, keep))
             .collect::<Result<Vec<_>>>()?;
         Ok((snap, epochs))
+    }
+
+    /// The processor's state as it stands, as a snapshot (its held input
+    /// left out): encoded and read back, as a checkpoint part would be.
+    fn processor_snapshot(&mut self) -> Result<ProcessSnapshot> {
+        let gate = self.gate.take();
+        let part = crate::operators::stateful::snapshot_part(self);
+        self.gate = gate;
+        Ok(self.decode(&SnapshotReader::new(&part?)?)?.0)
     }
 
     /// `epoch` with only the rows of `keep`'s vnodes (a batch left with
