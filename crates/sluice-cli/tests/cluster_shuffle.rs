@@ -469,9 +469,14 @@ async fn kill(dbs: Vec<Database>, victim: usize) {
         if i == victim {
             continue;
         }
-        let ended = tokio::time::timeout(LIMIT, db.run_to_completion())
-            .await
-            .expect("a node whose peer was killed stops");
+        let Ok(ended) = tokio::time::timeout(LIMIT, db.run_to_completion()).await else {
+            panic!(
+                "n{} did not stop within {LIMIT:?} of n{}'s kill: {:?}",
+                i + 1,
+                victim + 1,
+                db.status().await
+            );
+        };
         if let Err(e) = ended {
             let e = e.to_string();
             let leader_gone = victim == 0 && e.contains("SLC-CLU-019");
@@ -657,7 +662,19 @@ async fn process_functions_on_killed_shuffled_owners_replay_the_same_activations
 
 /// A random seed (odd, for [`numbers`]), or the one `SLUICE_TEST_SEED`
 /// replays.
+/// `SLUICE_TEST_LOG` (a `tracing` filter, e.g. `sluice_engine=debug`)
+/// prints the nodes' logs with the test's output, to diagnose a failure.
+fn log_if_asked() {
+    if let Ok(filter) = std::env::var("SLUICE_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 fn test_seed() -> u64 {
+    log_if_asked();
     std::env::var("SLUICE_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -186,7 +186,10 @@ pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
 
     /// The recorded ids, ascending. `Ok(None)` when the authority has never
     /// recorded one: the store was written without it so far (by a
-    /// pipeline on one host), and its manifests count as they are.
+    /// pipeline on one host), and its manifests count as they are; except
+    /// under an authority whose checkpoints are [one cut across
+    /// nodes](Self::one_cut_across_nodes), where a manifest is only one
+    /// node's part of an attempt and none counts before the first commit.
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>>;
 
     /// The largest checkpoint id this authority knows was reserved,

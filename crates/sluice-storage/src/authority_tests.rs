@@ -21,6 +21,8 @@ enum Answer {
     Fence,
     /// Records, then reports a timeout (the outcome the caller cannot know).
     RecordButTimeOut,
+    /// The cut's leader aborted the attempt (another node refused it).
+    Abort,
 }
 
 /// `std`'s lock without poisoning (a test that failed is already failing).
@@ -40,6 +42,8 @@ struct Fake {
     answer: Mutex<Answer>,
     recorded: Mutex<Option<BTreeSet<u64>>>,
     forgotten_below: Mutex<Option<u64>>,
+    /// Decides one cut for several nodes' stores (a shuffled split).
+    one_cut: bool,
 }
 
 impl Fake {
@@ -48,6 +52,7 @@ impl Fake {
             answer: Mutex::new(Answer::Record),
             recorded: Mutex::new(None),
             forgotten_below: Mutex::new(None),
+            one_cut: false,
         })
     }
 
@@ -79,7 +84,15 @@ impl CommitAuthority for Fake {
                     source: "timed out".into(),
                 })
             }
+            Answer::Abort => Err(StorageError::Aborted {
+                id,
+                reason: "node 'n2' nacked".into(),
+            }),
         }
+    }
+
+    fn one_cut_across_nodes(&self) -> bool {
+        self.one_cut
     }
 
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>> {
@@ -223,6 +236,32 @@ async fn an_authority_with_no_records_takes_the_store_as_it_is() {
     assert_eq!(store.latest_valid().await.unwrap().unwrap().manifest.id, 1);
     assert_eq!(checkpoint(&store).await.unwrap(), 2);
     assert_eq!(ids(&store).await, vec![2]);
+}
+
+/// Under an authority deciding one cut for several nodes, a manifest is
+/// one node's part of an attempt: before the first commit, one whose
+/// attempt was aborted is no checkpoint (a node resuming from it, while the
+/// others resume from nothing, would count the rows they send again), and
+/// neither is a store's manifest from before (its state is not the cut's).
+#[tokio::test]
+async fn under_one_cut_no_manifest_counts_before_the_first_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = CheckpointStore::new(Box::new(LocalBackend::new(dir.path()).unwrap()));
+    assert_eq!(checkpoint(&before).await.unwrap(), 1);
+    let fake = Arc::new(Fake {
+        one_cut: true,
+        ..Arc::into_inner(Fake::new()).unwrap()
+    });
+    *fake.answer.locked() = Answer::Abort;
+    let store = CheckpointStore::new(Box::new(LocalBackend::new(dir.path()).unwrap()))
+        .with_authority(fake.clone());
+    let e = checkpoint(&store).await.unwrap_err();
+    assert_eq!(e.code(), "SLC-STO-011", "{e}");
+    assert!(store.latest_valid().await.unwrap().is_none());
+    assert_eq!(ids(&store).await, Vec::<u64>::new());
+    *fake.answer.locked() = Answer::Record;
+    let id = checkpoint(&store).await.unwrap();
+    assert_eq!(ids(&store).await, vec![id], "the first commit counts");
 }
 
 /// A record whose outcome is unknown fails the checkpoint but keeps its

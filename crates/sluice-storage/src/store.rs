@@ -412,8 +412,16 @@ impl CheckpointStore {
         ids.sort_unstable();
         ids.dedup();
         if let Some(authority) = &self.authority {
-            if let Some(recorded) = authority.committed().await? {
-                ids.retain(|id| recorded.contains(id));
+            match authority.committed().await? {
+                Some(recorded) => ids.retain(|id| recorded.contains(id)),
+                // One cut through several nodes: a manifest is this node's
+                // part of an attempt, and only the cut's record makes it a
+                // checkpoint. Before the first commit every attempt was
+                // aborted or undecided, and resuming from one would restore
+                // state holding rows the other nodes, resuming from nothing,
+                // send again (and skip what this node had sent them).
+                None if authority.one_cut_across_nodes() => ids.clear(),
+                None => {}
             }
         }
         Ok(ids)
