@@ -323,7 +323,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     // The caller is told the fault this causes.
                     self.callback
                         .record_checkpoint_continuation_fault(attempt, e);
-                    match self.callback.take_pipeline_failure() {
+                    match self.pending_failure() {
                         Some(f) => Err(self.settle(f)),
                         None => Ok(report),
                     }

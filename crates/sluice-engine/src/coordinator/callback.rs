@@ -199,6 +199,15 @@ pub trait CycleExecution {
     fn has_runnable_deferred_input(&self) -> bool {
         false
     }
+    /// Whether the graph holds input at all, runnable or not (a process
+    /// function's rows waiting for a checkpoint to seal them, or for the
+    /// commit of the one that did). While it does, a periodic checkpoint
+    /// is due even if no cycle ran since the last one: only a committed
+    /// checkpoint releases that input, and one that failed must be taken
+    /// again.
+    fn has_deferred_input(&self) -> bool {
+        self.has_runnable_deferred_input()
+    }
 }
 
 /// Publishing a cycle's results.
@@ -215,7 +224,8 @@ pub trait OutputPublication {
     }
     /// Hand results to the sinks (each sink writes on its own thread, so
     /// this does not wait for the writes: a write that fails later is
-    /// taken with [`RuntimeControl::take_pipeline_failure`]). An error
+    /// taken with [`RuntimeControl::take_pipeline_fault`] or, without
+    /// checkpoints, [`RuntimeControl::take_pipeline_halt`]). An error
     /// ([`CycleError::Output`]) names the sink and keeps the connector's
     /// code; the cycle failed and no sink output of it may become visible.
     fn write_to_sinks(
@@ -253,10 +263,23 @@ pub trait RuntimeControl {
     /// means nothing of it was applied (a statement is refused and the
     /// pipeline runs on; a failed `Recover` or `Start` stops it).
     fn apply_control(&mut self, msg: ControlMsg) -> Result<(), EngineError>;
-    /// Take a failure the callback found outside a call that could return
-    /// it (a sink epoch that could not be committed after the checkpoint
-    /// became durable). None: nothing pending.
-    fn take_pipeline_failure(&mut self) -> Option<CycleError> {
+    /// Take a pending deterministic halt: a failure the callback found
+    /// outside a call that could return it, which stops the pipeline for
+    /// good under [`crate::seam::disposition`] (a peer that never opened
+    /// its channel; a sink write that failed without checkpoints). The
+    /// coordinator takes halts first: a halt is permanent, so it outranks
+    /// a pending fault whose recovery would replay the same input into
+    /// the same failure. None: no halt pending.
+    fn take_pipeline_halt(&mut self) -> Option<CycleError> {
+        None
+    }
+    /// Take a pending consistency fault: a failure found outside a call
+    /// that could return it and that is not a halt (a sink epoch that
+    /// could not be committed after the checkpoint became durable, a sink
+    /// write that failed with checkpoints on). The coordinator stops
+    /// intake so recovery replays from the last committed checkpoint.
+    /// None: no fault pending.
+    fn take_pipeline_fault(&mut self) -> Option<CycleError> {
         None
     }
     /// The pipeline has shut down and the process exits next: give up the
@@ -324,7 +347,7 @@ pub trait CheckpointLifecycle {
     }
     /// All sources aligned: capture, persist, commit. `Committed`: the
     /// manifest is durable (a sink that could not commit afterwards is left
-    /// for [`RuntimeControl::take_pipeline_failure`]); `Tailing`: captured,
+    /// for [`RuntimeControl::take_pipeline_fault`]); `Tailing`: captured,
     /// its tail makes it durable (see [`Self::next_checkpoint_tail`]);
     /// `Aborted`: nothing was captured; `Failed`: the attempt failed
     /// before it was durable. An attempt whose manifest is not durable by
@@ -379,7 +402,7 @@ pub trait CheckpointLifecycle {
     /// was durable. What it does to the pipeline is the coordinator's call.
     fn record_checkpoint_failure(&mut self, _checkpoint_id: u64, _reason: &EngineError) {}
     /// An invariant broke after the checkpoint became durable: left for
-    /// [`RuntimeControl::take_pipeline_failure`] as a
+    /// [`RuntimeControl::take_pipeline_fault`] as a
     /// [`CycleError::AfterDurable`].
     fn record_checkpoint_continuation_fault(
         &mut self,

@@ -570,7 +570,7 @@ impl CheckpointLifecycle for ConnectorPipelineCallback {
         reason: EngineError,
     ) {
         let e = reason.context(format!("after checkpoint {} became durable", attempt.id));
-        self.failure.get_or_insert(CycleError::AfterDurable(e));
+        self.failures.push(CycleError::AfterDurable(e));
     }
 
     fn record_checkpoint_admission_failure(&mut self, reason: &EngineError) {

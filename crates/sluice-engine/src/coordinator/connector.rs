@@ -27,6 +27,7 @@ use crate::output::sink::{SinkMode, SinkRuntime};
 use crate::output::subscription::DeliveryEnd;
 use crate::output::subscription::SubscriptionRegistry;
 use crate::seam::CheckpointConfig;
+use crate::seam::{disposition, Disposition};
 use crate::sources::{spawn_reader, SourceBarrierControl, SourceSender};
 use crate::watermark::{combine, Alignment, SourceWatermark};
 
@@ -63,9 +64,11 @@ pub struct ConnectorPipelineCallback {
     /// cycle, per source, in arrival order (see [`super::streams`]).
     pub(super) cycle_marks: MarkMap,
     pub(super) watermark: i64,
-    /// A failure found where it could not be returned (after a checkpoint
-    /// became durable), for the coordinator to take.
-    pub(super) failure: Option<CycleError>,
+    /// Failures found where they could not be returned (after a checkpoint
+    /// became durable, a peer that never attached), in the order found,
+    /// for the coordinator to take: halts first (see
+    /// [`RuntimeControl::take_pipeline_halt`]).
+    pub(super) failures: Vec<CycleError>,
     pub(super) started: bool,
     pub(super) source_tx: SourceSender,
     pub(super) readers: Vec<std::thread::JoinHandle<()>>,
@@ -97,7 +100,7 @@ impl ConnectorPipelineCallback {
             late_stash: Mutex::new(FxHashMap::default()),
             cycle_marks: FxHashMap::default(),
             watermark: i64::MIN,
-            failure: None,
+            failures: Vec::new(),
             started: false,
             source_tx: source_tx.into(),
             readers: Vec::new(),
@@ -184,8 +187,11 @@ impl ConnectorPipelineCallback {
 
     /// A sink write that failed on its writer thread, once, as the
     /// message a failed cycle carries.
-    fn take_sink_failure(&mut self) -> Option<EngineError> {
-        self.sinks.iter().find_map(SinkRuntime::take_failure)
+    /// A sink write that failed on its writer thread is a failed cycle's
+    /// output, pending like any other failure found between calls.
+    fn collect_sink_failures(&mut self) {
+        let failed = self.sinks.iter().filter_map(SinkRuntime::take_failure);
+        self.failures.extend(failed.map(CycleError::Output));
     }
 
     fn source(&self, name: &str) -> Result<&SourceState, CycleError> {
@@ -384,6 +390,10 @@ impl SourceIntake for ConnectorPipelineCallback {
 impl CycleExecution for ConnectorPipelineCallback {
     fn has_runnable_deferred_input(&self) -> bool {
         self.streams.iter().any(InstalledStream::has_runnable_input)
+    }
+
+    fn has_deferred_input(&self) -> bool {
+        self.streams.iter().any(InstalledStream::has_held_input)
     }
 
     async fn execute_cycle(
@@ -767,11 +777,18 @@ impl RuntimeControl for ConnectorPipelineCallback {
         Ok(())
     }
 
-    fn take_pipeline_failure(&mut self) -> Option<CycleError> {
-        // A sink write that failed on its writer thread is a failed
-        // cycle's output, decided like any other.
-        self.failure
-            .take()
-            .or_else(|| self.take_sink_failure().map(CycleError::Output))
+    fn take_pipeline_halt(&mut self) -> Option<CycleError> {
+        self.collect_sink_failures();
+        let delivery = self.checkpoints.as_ref().map(|c| c.delivery);
+        let halt = self
+            .failures
+            .iter()
+            .position(|e| disposition(e, delivery) == Disposition::Halt)?;
+        Some(self.failures.remove(halt))
+    }
+
+    fn take_pipeline_fault(&mut self) -> Option<CycleError> {
+        self.collect_sink_failures();
+        (!self.failures.is_empty()).then(|| self.failures.remove(0))
     }
 }

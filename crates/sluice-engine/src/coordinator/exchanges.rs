@@ -84,7 +84,14 @@ impl ConnectorPipelineCallback {
         let patience = setup.patience();
         for edge in setup.edges() {
             if let Err(e) = edge.check_attached(patience) {
-                self.failure.get_or_insert(CycleError::Source(e));
+                // Once: the check runs again before the halt is taken.
+                if !self
+                    .failures
+                    .iter()
+                    .any(|f| matches!(f, CycleError::Source(_)))
+                {
+                    self.failures.push(CycleError::Source(e));
+                }
                 return;
             }
         }

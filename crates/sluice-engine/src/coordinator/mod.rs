@@ -306,10 +306,11 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     None => std::future::pending::<()>().await,
                 }
             }, if !self.stopped_intake => {
-                // Nothing changed since the last checkpoint: nothing to capture.
+                // Nothing changed since the last checkpoint: nothing to
+                // capture, unless input is held for a checkpoint to release.
                 // At the tail bound the checkpoint is skipped: the previous
                 // one is still being written, and the next tick takes it.
-                if self.cycles_since_checkpoint > 0 {
+                if self.cycles_since_checkpoint > 0 || self.callback.has_deferred_input() {
                     if !self.callback.is_leader() {
                         // A follower (or a deposed leader) originates nothing.
                         tracing::debug!("periodic checkpoint skipped: this node does not lead");
@@ -410,9 +411,19 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
 
     /// Act on a failure the callback left pending.
     fn take_callback_failure(&mut self) {
-        if let Some(e) = self.callback.take_pipeline_failure() {
+        if let Some(e) = self.pending_failure() {
             self.settle(e);
         }
+    }
+
+    /// The callback's pending halt, else its pending fault: a halt is
+    /// permanent and outranks a fault whose recovery would replay the
+    /// same input (the fault stays pending; a stopped pipeline reports
+    /// its first failure).
+    fn pending_failure(&mut self) -> Option<CycleError> {
+        self.callback
+            .take_pipeline_halt()
+            .or_else(|| self.callback.take_pipeline_fault())
     }
 
     /// What `error` does to the pipeline is [`disposition`]'s decision:

@@ -189,6 +189,14 @@ impl InstalledStream {
         }
     }
 
+    /// Whether this stream holds input, runnable or waiting for a commit.
+    pub(super) fn has_held_input(&self) -> bool {
+        match &self.producer {
+            StreamProducer::Process(p) => p.has_held_input(),
+            StreamProducer::Query(_) => false,
+        }
+    }
+
     /// The stream's stateful operators, in checkpoint part order.
     fn stateful_operators(&mut self) -> Vec<&mut (dyn StatefulOperator + 'static)> {
         let mut ops = Vec::new();

@@ -106,6 +106,12 @@ impl CommitGate {
         }
     }
 
+    /// Whether the gate holds rows, open or sealed (an epoch sealed with
+    /// no rows only cuts timers, which the next commit releases anyway).
+    pub fn holds_rows(&self) -> bool {
+        !self.open.is_empty() || self.sealed.iter().any(|e| !e.batches.is_empty())
+    }
+
     /// The next epoch that may run, taken out of the gate.
     pub fn take_runnable(&mut self) -> Option<SealedEpoch> {
         if self.runnable() {
@@ -171,6 +177,24 @@ mod tests {
         let second = g.take_runnable().unwrap();
         assert_eq!((second.checkpoint, second.watermark), (5, 20));
         assert!(g.take_runnable().is_none());
+    }
+
+    #[test]
+    fn the_gate_holds_rows_until_the_epoch_holding_them_ran() {
+        let mut g = CommitGate::default();
+        g.hold([rows(0)], 1);
+        assert!(!g.holds_rows(), "an empty batch is no input");
+        g.seal(1, i64::MIN);
+        assert!(!g.holds_rows(), "an empty epoch only cuts timers");
+        g.hold([rows(2)], 2);
+        assert!(g.holds_rows(), "open");
+        g.seal(2, i64::MIN);
+        assert!(g.holds_rows(), "sealed, its checkpoint not committed");
+        g.commit(2);
+        assert!(g.take_runnable().is_some_and(|e| e.batches.is_empty()));
+        assert!(g.holds_rows(), "runnable, not run");
+        assert!(g.take_runnable().is_some_and(|e| e.batches.len() == 1));
+        assert!(!g.holds_rows());
     }
 
     #[test]

@@ -176,6 +176,12 @@ impl ProcessOperator {
         !self.carried.is_empty() || self.gate.as_ref().is_some_and(CommitGate::runnable)
     }
 
+    /// Whether the function holds input or output at all: runnable, or
+    /// rows waiting for a checkpoint to seal them or for its commit.
+    pub fn has_held_input(&self) -> bool {
+        self.has_runnable_input() || self.gate.as_ref().is_some_and(CommitGate::holds_rows)
+    }
+
     /// Run only the keys of the vnodes `placement` holds, numbering
     /// activations per vnode (cluster execution; see
     /// [`KeyedProcessor::place`]). Its checkpoints then carry the sequence

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sluice_engine::coordinator::ControlMsg;
 
 use crate::harness::*;
+use crate::scripted::Capture;
 
 /// Nothing deferred runs before `Start` (a recovered checkpoint may still
 /// replace the state, and the sinks are not open); then each runnable
@@ -59,4 +60,26 @@ async fn a_discarding_shutdown_leaves_deferred_input() {
     h.script.lock().unwrap().released_by_commit = 1;
     h.shutdown(true).await.expect("discarding shutdown");
     h.expect_log("sinks.abort | invalidate: shutdown").await;
+}
+
+/// Input held for a commit makes a periodic checkpoint due though no cycle
+/// ran since the last one (a failed one is taken again); once the input ran
+/// and nothing is held, the ticks take none.
+#[tokio::test]
+async fn held_input_makes_a_periodic_checkpoint_due_without_new_cycles() {
+    let h = start(|s| {
+        s.interval = Some(Duration::from_millis(50));
+        s.released_by_commit = 1;
+        s.captures.push_back(Capture::Fail("disk full".into()));
+    });
+    h.wait_for("publish 2").await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    h.expect_log(
+        "reserve 1 | inject 1 [] | cut 1 | capture 1 flags=0 | cut abort 1 | \
+         checkpoint failed 1: disk full | \
+         reserve 2 | inject 2 [] | cut 2 | capture 2 flags=0 | publish 2 | \
+         cycle wm=0 | sinks.write | \
+         reserve 3 | inject 3 [] | cut 3 | capture 3 flags=0 | publish 3",
+    )
+    .await;
 }

@@ -219,6 +219,10 @@ impl CycleExecution for ScriptedCallback {
     fn has_runnable_deferred_input(&self) -> bool {
         self.script().deferred > 0
     }
+    fn has_deferred_input(&self) -> bool {
+        let s = self.script();
+        s.deferred > 0 || s.released_by_commit > 0
+    }
 }
 
 impl OutputPublication for ScriptedCallback {
@@ -285,15 +289,13 @@ impl RuntimeControl for ScriptedCallback {
             }
         }
     }
-    /// A pending halt outranks a pending fault (the fault stays pending).
-    fn take_pipeline_failure(&mut self) -> Option<CycleError> {
-        let halt = self.script().halt.take();
-        if let Some(h) = halt {
-            self.note(format!("halt: {h}"));
-            return Some(CycleError::Startup(EngineError::Injected(h)));
-        }
-        let fault = self.script().fault.take();
-        let f = fault?;
+    fn take_pipeline_halt(&mut self) -> Option<CycleError> {
+        let h = self.script().halt.take()?;
+        self.note(format!("halt: {h}"));
+        Some(CycleError::Startup(EngineError::Injected(h)))
+    }
+    fn take_pipeline_fault(&mut self) -> Option<CycleError> {
+        let f = self.script().fault.take()?;
         self.note(format!("fault: {f}"));
         Some(CycleError::AfterDurable(EngineError::Injected(f)))
     }
