@@ -69,6 +69,8 @@ pub struct CommitGate {
     sealed: VecDeque<SealedEpoch>,
     /// The highest checkpoint known committed.
     committed: Option<u64>,
+    /// The watermark the latest epoch was sealed at.
+    last_cut: Option<i64>,
 }
 
 impl CommitGate {
@@ -82,9 +84,16 @@ impl CommitGate {
 
     /// Checkpoint `checkpoint` captures the function: the open epoch is
     /// sealed under it, with the latest watermark as its cut (or
-    /// `fallback`, the function's own, when no cycle ran yet).
+    /// `fallback`, the function's own, when no cycle ran yet). An epoch
+    /// with no rows whose cut is the previous epoch's would activate
+    /// nothing and is not sealed: running it would count as a cycle, and
+    /// an idle pipeline would take a checkpoint every interval for it.
     pub fn seal(&mut self, checkpoint: u64, fallback: i64) {
         let watermark = self.watermark.unwrap_or(fallback);
+        if self.open.is_empty() && self.last_cut == Some(watermark) {
+            return;
+        }
+        self.last_cut = Some(watermark);
         self.sealed.push_back(SealedEpoch {
             checkpoint,
             watermark,
@@ -133,6 +142,7 @@ impl CommitGate {
     pub fn restore(&mut self, epochs: Vec<SealedEpoch>) {
         self.open.clear();
         self.watermark = None;
+        self.last_cut = None;
         self.committed = epochs.iter().map(|e| e.checkpoint).max();
         self.sealed = epochs.into();
     }
@@ -195,6 +205,28 @@ mod tests {
         assert!(g.holds_rows(), "runnable, not run");
         assert!(g.take_runnable().is_some_and(|e| e.batches.len() == 1));
         assert!(!g.holds_rows());
+    }
+
+    #[test]
+    fn an_epoch_with_nothing_to_activate_is_not_sealed() {
+        let mut g = CommitGate::default();
+        g.hold([rows(1)], 5);
+        g.seal(1, i64::MIN);
+        g.seal(2, i64::MIN);
+        g.hold([rows(0)], 5);
+        g.seal(3, i64::MIN);
+        let cuts: Vec<(u64, i64)> = g.sealed().map(|e| (e.checkpoint, e.watermark)).collect();
+        assert_eq!(cuts, [(1, 5)], "no rows, the same cut: nothing sealed");
+        g.hold([], 6);
+        g.seal(4, i64::MIN);
+        g.hold([rows(2)], 6);
+        g.seal(5, i64::MIN);
+        let cuts: Vec<(u64, i64)> = g.sealed().map(|e| (e.checkpoint, e.watermark)).collect();
+        assert_eq!(
+            cuts,
+            [(1, 5), (4, 6), (5, 6)],
+            "a later cut fires timers; rows run"
+        );
     }
 
     #[test]
