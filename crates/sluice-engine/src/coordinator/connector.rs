@@ -26,8 +26,7 @@ use crate::options::Delivery;
 use crate::output::sink::{SinkMode, SinkRuntime};
 use crate::output::subscription::DeliveryEnd;
 use crate::output::subscription::SubscriptionRegistry;
-use crate::seam::CheckpointConfig;
-use crate::seam::{disposition, Disposition};
+use crate::seam::{disposition, CheckpointConfig, Disposition};
 use crate::sources::{spawn_reader, SourceBarrierControl, SourceSender};
 use crate::watermark::{combine, Alignment, SourceWatermark};
 
@@ -185,8 +184,6 @@ impl ConnectorPipelineCallback {
         }
     }
 
-    /// A sink write that failed on its writer thread, once, as the
-    /// message a failed cycle carries.
     /// A sink write that failed on its writer thread is a failed cycle's
     /// output, pending like any other failure found between calls.
     fn collect_sink_failures(&mut self) {
