@@ -323,6 +323,15 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         tracing::debug!(error = %e, "periodic checkpoint not taken");
                     }
                 }
+                // The period counts from the end of this attempt. An
+                // alignment can outlast it, and the tick would then be due
+                // at once and win this biased `select!` again and again:
+                // the idle tick below (which halts on a peer that never
+                // attached) would never run, and a leader aligning on such
+                // a peer would retry forever.
+                if let Some(i) = checkpoints.as_mut() {
+                    i.reset();
+                }
             }
             // The leader announced checkpoint control (or the fallback
             // elapsed): a follower takes part in the leader's attempt.
@@ -336,6 +345,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 }
             }, if following => {
                 self.follow_checkpoint_control().await;
+                // As for the periodic checkpoint: a followed attempt can
+                // outlast the fallback period, and must not starve the
+                // branches below.
+                if let Some((_, fallback)) = control.as_mut() {
+                    fallback.reset();
+                }
             }
             _ = idle.tick(), if !self.stopped_intake => {
                 let before = self.callback.current_watermark();

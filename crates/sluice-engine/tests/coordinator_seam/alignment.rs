@@ -167,3 +167,31 @@ async fn alignment_timeout_is_enforced_while_input_keeps_coming() {
     let took = started.elapsed();
     assert!(took < Duration::from_millis(300), "alignment ran {took:?}");
 }
+
+/// Periodic checkpoints whose alignment outlasts the interval (a peer that
+/// never sends its barrier) do not starve the idle tick: it is what notices
+/// a peer that never attached and halts the pipeline, so without it a
+/// leader would retry such checkpoints forever. The interval counts from
+/// the end of each attempt, so an idle tick runs between any two.
+#[tokio::test]
+async fn failing_periodic_alignments_leave_room_for_the_idle_tick() {
+    let h = start(|s| {
+        s.pending = vec!["A"];
+        s.interval = Some(Duration::from_millis(250));
+        s.alignment_timeout = Some(Duration::from_millis(400));
+        // Held input keeps a checkpoint due after every failed one.
+        s.released_by_commit = 1;
+        s.idle_tick = Some(Duration::from_millis(10));
+        s.note_idle_ticks = true;
+    });
+    h.wait_for("reserve 3").await;
+    let attempts = h.only(&["reserve", "idle tick"]);
+    let attempts: Vec<&str> = attempts.split(" | ").collect();
+    for (i, pair) in attempts.windows(2).enumerate() {
+        let both_attempts = pair.iter().all(|e| e.starts_with("reserve"));
+        assert!(
+            !both_attempts,
+            "no idle tick between attempts at {i}: {attempts:?}"
+        );
+    }
+}

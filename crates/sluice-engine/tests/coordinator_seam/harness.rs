@@ -26,6 +26,7 @@ pub(crate) struct Harness {
 pub(crate) fn start(setup: impl FnOnce(&mut Script)) -> Harness {
     let mut script = Script::default();
     setup(&mut script);
+    let idle_tick = script.idle_tick.unwrap_or(Duration::from_secs(3600));
     let (log, script) = (Log::default(), Arc::new(Mutex::new(script)));
     let callback = ScriptedCallback {
         log: Arc::clone(&log),
@@ -34,10 +35,11 @@ pub(crate) fn start(setup: impl FnOnce(&mut Script)) -> Harness {
         watermark: 0,
     };
     let (tx, rx) = mpsc::channel(256);
-    // One message per cycle keeps the log deterministic; no idle ticks.
+    // One message per cycle keeps the log deterministic; no idle ticks
+    // unless the test asks for them.
     let config = CoordinatorConfig {
         max_batches_per_cycle: 1,
-        idle_tick: Duration::from_secs(3600),
+        idle_tick,
     };
     let handle = CoordinatorHandle::spawn(callback, rx, config).expect("spawn");
     Harness {

@@ -108,6 +108,11 @@ pub(crate) struct Script {
     /// `is_started` answers whether `Start` was applied (else: started).
     pub(crate) start_by_control: bool,
     pub(crate) started: bool,
+    /// `tick_idle_watermark` logs "idle tick" (the harness's idle tick is
+    /// an hour unless the test sets `idle_tick`).
+    pub(crate) note_idle_ticks: bool,
+    /// The coordinator's idle tick (an hour when unset).
+    pub(crate) idle_tick: Option<Duration>,
 }
 
 pub(crate) struct ScriptedCallback {
@@ -174,6 +179,11 @@ impl SourceIntake for ScriptedCallback {
     }
     fn current_watermark(&self) -> i64 {
         self.watermark
+    }
+    fn tick_idle_watermark(&mut self) {
+        if self.script().note_idle_ticks {
+            self.note("idle tick".into());
+        }
     }
 }
 
