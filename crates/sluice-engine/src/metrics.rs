@@ -43,6 +43,9 @@ pub struct PipelineMetrics {
     output_queue_bytes: AtomicU64,
     output_queue_peak_bytes: AtomicU64,
     output_full: AtomicBool,
+    held_input_bytes: AtomicU64,
+    held_input_peak_bytes: AtomicU64,
+    held_full: AtomicBool,
     intake_pauses: AtomicU64,
     source_pressure_cycles: AtomicU64,
 }
@@ -179,7 +182,13 @@ pub struct MetricsSnapshot {
     pub output_queue_bytes: u64,
     /// The most bytes ever seen queued for sink writers and subscribers.
     pub output_queue_peak_bytes: u64,
-    /// Times source intake paused because an output was full.
+    /// Bytes of input process functions hold for a checkpoint's commit
+    /// (a checkpointed split's), as of the last cycle.
+    pub held_input_bytes: u64,
+    /// The most bytes process functions ever held for a commit.
+    pub held_input_peak_bytes: u64,
+    /// Times source intake paused because an output was full, or process
+    /// functions held `process_held_input_bytes` for a commit.
     pub intake_pauses: u64,
     /// Cycles that began with the source channel at its high-water mark
     /// (readers and pushing callers waiting for room): the pipeline, not
@@ -329,6 +338,20 @@ impl PipelineMetrics {
         self.source_pressure_cycles.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Record the input process functions hold for a commit as the
+    /// coordinator saw it before taking source input; a pause is counted
+    /// when it reaches its budget.
+    pub fn record_held_input(&self, bytes: u64, full: bool) {
+        self.held_input_bytes.store(bytes, Ordering::Relaxed);
+        self.held_input_peak_bytes
+            .fetch_max(bytes, Ordering::Relaxed);
+        if full && !self.held_full.swap(true, Ordering::Relaxed) {
+            self.intake_pauses.fetch_add(1, Ordering::Relaxed);
+        } else if !full {
+            self.held_full.store(false, Ordering::Relaxed);
+        }
+    }
+
     /// Record the output queues as the coordinator saw them before a
     /// cycle; a pause is counted when they turn full.
     pub fn record_output_pressure(&self, queued_bytes: u64, full: bool) {
@@ -381,6 +404,8 @@ impl PipelineMetrics {
             source_queue_peak_bytes: source_queue.as_ref().map_or(0, |b| b.peak()),
             output_queue_bytes: self.output_queue_bytes.load(Ordering::Relaxed),
             output_queue_peak_bytes: self.output_queue_peak_bytes.load(Ordering::Relaxed),
+            held_input_bytes: self.held_input_bytes.load(Ordering::Relaxed),
+            held_input_peak_bytes: self.held_input_peak_bytes.load(Ordering::Relaxed),
             intake_pauses: self.intake_pauses.load(Ordering::Relaxed),
             source_pressure_cycles: self.source_pressure_cycles.load(Ordering::Relaxed),
         }

@@ -78,6 +78,8 @@ pub struct ConnectorPipelineCallback {
     pub(super) tails: super::tails::CheckpointTails,
     /// `watermark_max_drift` in ms: readers further ahead are held.
     pub(super) max_drift_ms: Option<i64>,
+    /// `process_held_input_bytes`: see [`Self::with_held_input_budget`].
+    pub(super) held_input_budget: u64,
     /// The leader's attempt this follower is aligning for, until it is
     /// captured, declined or resolved.
     pub(super) following: Option<u64>,
@@ -108,10 +110,18 @@ impl ConnectorPipelineCallback {
             sink_mode: SinkMode::Atomic,
             tails: super::tails::CheckpointTails::default(),
             max_drift_ms: None,
+            held_input_budget: u64::MAX,
             following: None,
             exchanges: None,
             local_watermark: i64::MIN,
         }
+    }
+
+    /// Pause source intake while process functions hold `bytes` of input
+    /// for a checkpoint's commit (unbounded when never called).
+    pub fn with_held_input_budget(mut self, bytes: u64) -> Self {
+        self.held_input_budget = bytes;
+        self
     }
 
     /// Hold back a reader whose watermark runs more than `max_drift` ahead
@@ -328,6 +338,17 @@ impl SourceIntake for ConnectorPipelineCallback {
         self.source_tx
             .budget()
             .is_some_and(|b| b.is_over_high_water())
+    }
+
+    fn held_input_full(&self) -> bool {
+        let held: u64 = self
+            .streams
+            .iter()
+            .map(InstalledStream::input_awaiting_commit_bytes)
+            .sum();
+        let full = held >= self.held_input_budget;
+        self.shared.metrics.record_held_input(held, full);
+        full
     }
 
     fn external_output_pressure(&self) -> ExternalOutputPressure {

@@ -211,6 +211,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             .callback
             .shuffle_work_wake()
             .filter(|_| self.callback.shuffle_input_open());
+        // Process functions hold their budget of input for a commit: only
+        // source intake waits (see `held_input_full`).
+        let waiting_for_commit = !self.stopped_intake && !paused && self.callback.held_input_full();
         let relief = if paused {
             self.callback.output_pressure_wake()
         } else {
@@ -226,7 +229,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             self.take_callback_failure();
             return Step::Continue;
         }
-        if !self.stopped_intake && !paused && !self.held.is_empty() {
+        if !self.stopped_intake && !paused && !waiting_for_commit && !self.held.is_empty() {
             let n = self.held.len().min(self.config.max_batches_per_cycle);
             let batch: Vec<SourceMessage> = self.held.drain(..n).collect();
             self.process(batch).await;
@@ -384,7 +387,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     None => std::future::pending::<()>().await,
                 }
             }, if paused => {}
-            msg = self.source_rx.recv(), if !self.stopped_intake && !paused => {
+            msg = self.source_rx.recv(), if !self.stopped_intake && !paused && !waiting_for_commit => {
                 if let Some(first) = msg {
                     if self.callback.intake_paused() {
                         // The fence went up while this step waited: the

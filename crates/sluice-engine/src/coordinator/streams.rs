@@ -197,6 +197,14 @@ impl InstalledStream {
         }
     }
 
+    /// Bytes of this stream's input waiting for a checkpoint's commit.
+    pub(super) fn input_awaiting_commit_bytes(&self) -> u64 {
+        match &self.producer {
+            StreamProducer::Process(p) => p.input_awaiting_commit_bytes(),
+            StreamProducer::Query(_) => 0,
+        }
+    }
+
     /// The stream's stateful operators, in checkpoint part order.
     fn stateful_operators(&mut self) -> Vec<&mut (dyn StatefulOperator + 'static)> {
         let mut ops = Vec::new();

@@ -82,6 +82,10 @@ pub struct PipelineOptions {
     pub subscription_buffer_bytes: u64,
     /// What a subscriber that falls behind does by default.
     pub subscription_on_lag: OnLag,
+    /// Bytes of input the process functions of a checkpointed split may
+    /// hold for a checkpoint's commit (see `process/commit_gate.rs`); from
+    /// this on, source intake pauses until a commit releases some.
+    pub process_held_input_bytes: u64,
     /// This node's share of a pipeline split across nodes (`None`: the
     /// whole pipeline). Set by the builder, never by `SET`.
     pub split: Option<crate::split::SourceSplit>,
@@ -115,6 +119,7 @@ impl Default for PipelineOptions {
             sink_queue_bytes: 64 << 20,
             subscription_buffer_bytes: 64 << 20,
             subscription_on_lag: OnLag::Backpressure,
+            process_held_input_bytes: 256 << 20,
             split: None,
             shuffle: None,
         }
@@ -150,6 +155,7 @@ pub const PIPELINE_OPTIONS: &[&str] = &[
     "sink_queue_bytes",
     "subscription_buffer_bytes",
     "subscription_on_lag",
+    "process_held_input_bytes",
 ];
 
 impl PipelineOptions {
@@ -194,6 +200,7 @@ impl PipelineOptions {
             "subscription_buffer_bytes" => {
                 self.subscription_buffer_bytes = spec.count(value)? as u64
             }
+            "process_held_input_bytes" => self.process_held_input_bytes = spec.count(value)? as u64,
             "subscription_on_lag" => {
                 self.subscription_on_lag = match spec.choice(value)? {
                     "disconnect" => OnLag::Disconnect,

@@ -136,6 +136,7 @@ pub const PIPELINE_OPTION_SPECS: &[OptionSpec] = &[
         name: "subscription_on_lag",
         kind: OptionKind::Choice(&["backpressure", "disconnect"]),
     },
+    count("process_held_input_bytes", 1 << 10, 1 << 40),
 ];
 
 /// The spec of the pipeline option `name` (case-insensitive), or the

@@ -101,6 +101,7 @@ fn table() -> Vec<Row> {
     let (sq_ok, sq_bad) = bytes();
     let (kq_ok, kq_bad) = bytes();
     let (sbb_ok, sbb_bad) = bytes();
+    let (phb_ok, phb_bad) = bytes();
     vec![
         ("checkpoint_interval", ci_ok, ci_bad),
         (
@@ -195,6 +196,7 @@ fn table() -> Vec<Row> {
         ("source_queue_bytes", sq_ok, sq_bad),
         ("sink_queue_bytes", kq_ok, kq_bad),
         ("subscription_buffer_bytes", sbb_ok, sbb_bad),
+        ("process_held_input_bytes", phb_ok, phb_bad),
         (
             "subscription_on_lag",
             vec!["backpressure", "disconnect", "DISCONNECT", " backpressure "],
@@ -293,6 +295,9 @@ fn accepted_values_land_in_their_fields() {
     assert_eq!(o.sink_queue_bytes, 2048);
     o.set("subscription_buffer_bytes", "4096").unwrap();
     assert_eq!(o.subscription_buffer_bytes, 4096);
+    assert_eq!(o.process_held_input_bytes, 256 << 20, "default: 256 MiB");
+    o.set("process_held_input_bytes", "8192").unwrap();
+    assert_eq!(o.process_held_input_bytes, 8192);
     assert_eq!(
         o.subscription_on_lag,
         crate::output::subscription::OnLag::Backpressure,

@@ -202,6 +202,7 @@ impl Pipeline {
             },
         )
         .with_watermark_alignment(opts.watermark_max_drift)
+        .with_held_input_budget(opts.process_held_input_bytes)
         .with_exchanges(opts.shuffle.as_ref().map(|h| Arc::clone(&h.0)));
         let config = CoordinatorConfig {
             max_batches_per_cycle: opts.max_batches_per_cycle,

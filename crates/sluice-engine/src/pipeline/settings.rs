@@ -36,6 +36,7 @@ pub fn option_timing(name: &str) -> &'static [OptionTiming] {
         | "max_batches_per_cycle"
         | "source_queue_bytes"
         | "sink_queue_bytes"
+        | "process_held_input_bytes"
         | "watermark_max_drift" => &[Build],
         // The coordinator's idle check period is derived from it too.
         "idle_timeout" => &[Build, SourceDefault],

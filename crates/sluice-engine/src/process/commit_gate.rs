@@ -71,14 +71,18 @@ pub struct CommitGate {
     committed: Option<u64>,
     /// The watermark the latest epoch was sealed at.
     last_cut: Option<i64>,
+    /// Bytes of the open epoch's batches (see [`Self::awaiting_commit_bytes`]).
+    open_bytes: u64,
 }
 
 impl CommitGate {
     /// Hold a cycle's input batches (empty ones are dropped: a call with
     /// no rows activates nothing), which ran at `watermark`.
     pub fn hold(&mut self, batches: impl IntoIterator<Item = RecordBatch>, watermark: i64) {
-        self.open
-            .extend(batches.into_iter().filter(|b| b.num_rows() > 0));
+        for b in batches.into_iter().filter(|b| b.num_rows() > 0) {
+            self.open_bytes += batch_bytes(&b);
+            self.open.push(b);
+        }
         self.watermark = Some(self.watermark.map_or(watermark, |w| w.max(watermark)));
     }
 
@@ -94,6 +98,7 @@ impl CommitGate {
             return;
         }
         self.last_cut = Some(watermark);
+        self.open_bytes = 0;
         self.sealed.push_back(SealedEpoch {
             checkpoint,
             watermark,
@@ -121,6 +126,21 @@ impl CommitGate {
         !self.open.is_empty() || self.sealed.iter().any(|e| !e.batches.is_empty())
     }
 
+    /// Bytes of the input no committed checkpoint released yet: the open
+    /// epoch and the sealed ones after the last commit. Only a checkpoint's
+    /// commit makes them runnable, so this is what a byte budget bounds
+    /// (released input runs at the next cycle and needs no bound of its
+    /// own). Arrow's buffer sizes: batches sharing buffers count each.
+    pub fn awaiting_commit_bytes(&self) -> u64 {
+        let uncommitted = self.sealed.iter();
+        let sealed_bytes: u64 = uncommitted
+            .filter(|e| self.committed.is_none_or(|c| e.checkpoint > c))
+            .flat_map(|e| &e.batches)
+            .map(batch_bytes)
+            .sum();
+        self.open_bytes + sealed_bytes
+    }
+
     /// The next epoch that may run, taken out of the gate.
     pub fn take_runnable(&mut self) -> Option<SealedEpoch> {
         if self.runnable() {
@@ -141,11 +161,16 @@ impl CommitGate {
     /// came after them); nothing is open.
     pub fn restore(&mut self, epochs: Vec<SealedEpoch>) {
         self.open.clear();
+        self.open_bytes = 0;
         self.watermark = None;
         self.last_cut = None;
         self.committed = epochs.iter().map(|e| e.checkpoint).max();
         self.sealed = epochs.into();
     }
+}
+
+fn batch_bytes(b: &RecordBatch) -> u64 {
+    b.get_array_memory_size() as u64
 }
 
 #[cfg(test)]
@@ -226,6 +251,35 @@ mod tests {
             cuts,
             [(1, 5), (4, 6), (5, 6)],
             "a later cut fires timers; rows run"
+        );
+    }
+
+    /// What waits for a commit counts until the commit, not until it ran:
+    /// a budget on it must let released input run.
+    #[test]
+    fn input_counts_against_the_budget_until_its_checkpoint_committed() {
+        let mut g = CommitGate::default();
+        let (a, b) = (rows(3), rows(5));
+        let (na, nb) = (batch_bytes(&a), batch_bytes(&b));
+        assert!(na > 0 && nb > 0);
+        g.hold([a, rows(0)], 1);
+        assert_eq!(
+            g.awaiting_commit_bytes(),
+            na,
+            "open; an empty batch is nothing"
+        );
+        g.seal(1, i64::MIN);
+        assert_eq!(g.awaiting_commit_bytes(), na, "sealed, not committed");
+        g.hold([b], 2);
+        assert_eq!(g.awaiting_commit_bytes(), na + nb);
+        g.commit(1);
+        assert_eq!(g.awaiting_commit_bytes(), nb, "released, though not run");
+        g.seal(2, i64::MIN);
+        g.restore(Vec::new());
+        assert_eq!(
+            g.awaiting_commit_bytes(),
+            0,
+            "a restore drops what was open"
         );
     }
 

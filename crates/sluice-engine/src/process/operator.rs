@@ -182,6 +182,14 @@ impl ProcessOperator {
         self.has_runnable_input() || self.gate.as_ref().is_some_and(CommitGate::holds_rows)
     }
 
+    /// Bytes of the input a gated function holds until a checkpoint's
+    /// commit releases it (see [`CommitGate::awaiting_commit_bytes`]).
+    pub fn input_awaiting_commit_bytes(&self) -> u64 {
+        self.gate
+            .as_ref()
+            .map_or(0, CommitGate::awaiting_commit_bytes)
+    }
+
     /// Run only the keys of the vnodes `placement` holds, numbering
     /// activations per vnode (cluster execution; see
     /// [`KeyedProcessor::place`]). Its checkpoints then carry the sequence

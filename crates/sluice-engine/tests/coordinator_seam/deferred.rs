@@ -83,3 +83,29 @@ async fn held_input_makes_a_periodic_checkpoint_due_without_new_cycles() {
     )
     .await;
 }
+
+/// While process functions hold their budget of input for a commit, no
+/// source input is taken, but the periodic checkpoint whose commit releases
+/// the held input runs, and so does the input it released; source input
+/// runs once the budget has room again.
+#[tokio::test]
+async fn a_full_held_input_budget_stops_only_source_intake() {
+    let h = start(|s| {
+        s.held_full = true;
+        s.interval = Some(Duration::from_millis(50));
+        s.released_by_commit = 1;
+    });
+    h.send(vec![batch("A", 7)]).await;
+    h.wait_for("sinks.write").await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        h.only(&["publish", "cycle"]),
+        "publish 1 | cycle wm=0 | publish 2",
+        "the released input ran (and made a checkpoint due), the source batch waits"
+    );
+    h.script.lock().unwrap().held_full = false;
+    h.wait_for("cycle wm=7 A=[7]").await;
+    assert!(h
+        .only(&["publish", "cycle"])
+        .starts_with("publish 1 | cycle wm=0 | publish 2 | cycle wm=7 A=[7]"));
+}

@@ -96,6 +96,8 @@ pub(crate) struct Script {
     pub(crate) control_fallback: Option<Duration>,
     /// `intake_paused` answers this.
     pub(crate) intake_paused: bool,
+    /// `held_input_full` answers this.
+    pub(crate) held_full: bool,
     /// `settle_sink_epoch_for_shutdown` fails with this (sinks whose
     /// epochs are unsettled).
     pub(crate) unsettled: Option<String>,
@@ -176,6 +178,9 @@ impl SourceIntake for ScriptedCallback {
     }
     fn intake_paused(&self) -> bool {
         self.script().intake_paused
+    }
+    fn held_input_full(&self) -> bool {
+        self.script().held_full
     }
     fn current_watermark(&self) -> i64 {
         self.watermark

@@ -70,6 +70,7 @@ fn expected(name: &str, stage: Stage) -> Outcome {
             | "max_batches_per_cycle"
             | "source_queue_bytes"
             | "sink_queue_bytes"
+            | "process_held_input_bytes"
             | "watermark_max_drift",
             Declared | Subscribed | Running,
         ) => Refused("SLC-ENG-003", SIZES),
@@ -78,6 +79,7 @@ fn expected(name: &str, stage: Stage) -> Outcome {
             | "max_batches_per_cycle"
             | "source_queue_bytes"
             | "sink_queue_bytes"
+            | "process_held_input_bytes"
             | "watermark_max_drift",
             _,
         ) => Applied,
