@@ -71,8 +71,11 @@ pub struct CommitGate {
     committed: Option<u64>,
     /// The watermark the latest epoch was sealed at.
     last_cut: Option<i64>,
-    /// Bytes of the open epoch's batches (see [`Self::awaiting_commit_bytes`]).
+    /// Bytes of the open epoch's batches, and of the sealed epochs after
+    /// the last commit (see [`Self::awaiting_commit_bytes`]): kept as they
+    /// change, since the coordinator asks before every intake.
     open_bytes: u64,
+    uncommitted_bytes: u64,
 }
 
 impl CommitGate {
@@ -98,7 +101,10 @@ impl CommitGate {
             return;
         }
         self.last_cut = Some(watermark);
-        self.open_bytes = 0;
+        let bytes = std::mem::take(&mut self.open_bytes);
+        if self.committed.is_none_or(|c| checkpoint > c) {
+            self.uncommitted_bytes += bytes;
+        }
         self.sealed.push_back(SealedEpoch {
             checkpoint,
             watermark,
@@ -109,7 +115,15 @@ impl CommitGate {
     /// Checkpoint `checkpoint` committed: every epoch sealed at or before
     /// it may run.
     pub fn commit(&mut self, checkpoint: u64) {
-        self.committed = Some(self.committed.map_or(checkpoint, |c| c.max(checkpoint)));
+        let committed = self.committed.map_or(checkpoint, |c| c.max(checkpoint));
+        self.committed = Some(committed);
+        self.uncommitted_bytes = self
+            .sealed
+            .iter()
+            .filter(|e| e.checkpoint > committed)
+            .flat_map(|e| &e.batches)
+            .map(batch_bytes)
+            .sum();
     }
 
     /// Whether a sealed epoch may run now.
@@ -132,13 +146,7 @@ impl CommitGate {
     /// (released input runs at the next cycle and needs no bound of its
     /// own). Arrow's buffer sizes: batches sharing buffers count each.
     pub fn awaiting_commit_bytes(&self) -> u64 {
-        let uncommitted = self.sealed.iter();
-        let sealed_bytes: u64 = uncommitted
-            .filter(|e| self.committed.is_none_or(|c| e.checkpoint > c))
-            .flat_map(|e| &e.batches)
-            .map(batch_bytes)
-            .sum();
-        self.open_bytes + sealed_bytes
+        self.open_bytes + self.uncommitted_bytes
     }
 
     /// The next epoch that may run, taken out of the gate.
@@ -162,6 +170,8 @@ impl CommitGate {
     pub fn restore(&mut self, epochs: Vec<SealedEpoch>) {
         self.open.clear();
         self.open_bytes = 0;
+        // Every restored epoch may run (see `committed` below).
+        self.uncommitted_bytes = 0;
         self.watermark = None;
         self.last_cut = None;
         self.committed = epochs.iter().map(|e| e.checkpoint).max();
@@ -275,6 +285,11 @@ mod tests {
         g.commit(1);
         assert_eq!(g.awaiting_commit_bytes(), nb, "released, though not run");
         g.seal(2, i64::MIN);
+        assert_eq!(g.awaiting_commit_bytes(), nb);
+        g.commit(2);
+        assert_eq!(g.awaiting_commit_bytes(), 0);
+        g.hold([rows(1)], 3);
+        g.seal(3, i64::MIN);
         g.restore(Vec::new());
         assert_eq!(
             g.awaiting_commit_bytes(),
