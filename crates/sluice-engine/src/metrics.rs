@@ -342,27 +342,39 @@ impl PipelineMetrics {
     /// coordinator saw it before taking source input; a pause is counted
     /// when it reaches its budget.
     pub fn record_held_input(&self, bytes: u64, full: bool) {
-        self.held_input_bytes.store(bytes, Ordering::Relaxed);
-        self.held_input_peak_bytes
-            .fetch_max(bytes, Ordering::Relaxed);
-        if full && !self.held_full.swap(true, Ordering::Relaxed) {
-            self.intake_pauses.fetch_add(1, Ordering::Relaxed);
-        } else if !full {
-            self.held_full.store(false, Ordering::Relaxed);
-        }
+        self.record_pressure(
+            [&self.held_input_bytes, &self.held_input_peak_bytes],
+            &self.held_full,
+            bytes,
+            full,
+        );
     }
 
     /// Record the output queues as the coordinator saw them before a
     /// cycle; a pause is counted when they turn full.
     pub fn record_output_pressure(&self, queued_bytes: u64, full: bool) {
-        self.output_queue_bytes
-            .store(queued_bytes, Ordering::Relaxed);
-        self.output_queue_peak_bytes
-            .fetch_max(queued_bytes, Ordering::Relaxed);
-        if full && !self.output_full.swap(true, Ordering::Relaxed) {
+        self.record_pressure(
+            [&self.output_queue_bytes, &self.output_queue_peak_bytes],
+            &self.output_full,
+            queued_bytes,
+            full,
+        );
+    }
+
+    /// `bytes` now and at peak; a pause counted when `was_full` turns on.
+    fn record_pressure(
+        &self,
+        [now, peak]: [&AtomicU64; 2],
+        was_full: &AtomicBool,
+        bytes: u64,
+        full: bool,
+    ) {
+        now.store(bytes, Ordering::Relaxed);
+        peak.fetch_max(bytes, Ordering::Relaxed);
+        if full && !was_full.swap(true, Ordering::Relaxed) {
             self.intake_pauses.fetch_add(1, Ordering::Relaxed);
         } else if !full {
-            self.output_full.store(false, Ordering::Relaxed);
+            was_full.store(false, Ordering::Relaxed);
         }
     }
 
