@@ -183,7 +183,8 @@ pub struct MetricsSnapshot {
     /// The most bytes ever seen queued for sink writers and subscribers.
     pub output_queue_peak_bytes: u64,
     /// Bytes of input process functions hold for a checkpoint's commit
-    /// (a checkpointed split's), as of the last cycle.
+    /// (a checkpointed split's), as the coordinator last checked (before
+    /// taking source input, and on idle ticks).
     pub held_input_bytes: u64,
     /// The most bytes process functions ever held for a commit.
     pub held_input_peak_bytes: u64,

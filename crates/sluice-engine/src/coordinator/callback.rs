@@ -157,9 +157,10 @@ pub trait SourceIntake {
     /// Whether process functions hold as much input for a checkpoint's
     /// commit as they may (`process_held_input_bytes`). While they do, the
     /// coordinator takes no source input (neither held nor new); all that
-    /// releases it keeps running: the checkpoints (due while input is
-    /// held, see [`CycleExecution::has_deferred_input`]), the other nodes'
-    /// rows and barriers, and the input a commit released.
+    /// releases it keeps running: the checkpoints (due on a leader while
+    /// any node may hold input, see [`CycleExecution::has_deferred_input`]),
+    /// the other nodes' rows and barriers, and the input a commit
+    /// released.
     fn held_input_full(&self) -> bool {
         false
     }

@@ -383,6 +383,8 @@ impl SourceIntake for ConnectorPipelineCallback {
         // other nodes wait for it.
         self.flush_exchanges();
         self.check_exchanges_attached();
+        // The metrics show the held input while intake waits for a commit.
+        self.held_input_full();
     }
 
     fn shuffle_work_wake(&self) -> Option<Arc<tokio::sync::Notify>> {
@@ -410,8 +412,14 @@ impl CycleExecution for ConnectorPipelineCallback {
         self.streams.iter().any(InstalledStream::has_runnable_input)
     }
 
+    /// Also while another node of the split may hold a gated function's
+    /// input (it has not ended its channels): only the leader's checkpoints
+    /// release it, and the leader cannot see it. Without this, a leader
+    /// with nothing new of its own would take no checkpoint while a
+    /// follower waited at `process_held_input_bytes` for one.
     fn has_deferred_input(&self) -> bool {
         self.streams.iter().any(InstalledStream::has_held_input)
+            || (self.streams.iter().any(InstalledStream::is_gated) && !self.exchanges_finished())
     }
 
     async fn execute_cycle(

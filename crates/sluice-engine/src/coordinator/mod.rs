@@ -150,9 +150,10 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         // Created once checkpointing is enabled (at start).
         let mut checkpoints: Option<tokio::time::Interval> = None;
         // The leader's checkpoint control wake, taken once the pipeline
-        // runs (`None`: single node, or not yet asked), with its fixed
-        // fallback schedule: an interval, so input arriving more often
-        // than the period does not postpone it.
+        // runs (`None`: single node, or not yet asked), with its fallback
+        // schedule: an interval (restarted after each followed attempt),
+        // so input arriving more often than the period does not postpone
+        // it.
         let mut control: Option<(CheckpointControlWake, tokio::time::Interval)> = None;
         loop {
             let step = AssertUnwindSafe(self.step(&mut idle, &mut checkpoints, &mut control))

@@ -1,0 +1,73 @@
+//! The byte budget of the input process functions hold for checkpoint
+//! commits (`process_held_input_bytes`).
+
+use sluice::split::CreditBudget;
+
+use super::*;
+
+/// Process functions whose input waits for checkpoint commits hold about
+/// `process_held_input_bytes` of it per node: a node's source intake waits
+/// until a commit releases some, while checkpoints, the other node's rows
+/// and the released input keep running (else this run would never
+/// finish). The other node's rows count against no budget of its own (the
+/// exchange's credit bounds them), so a node may hold a few budgets'
+/// worth with these evenly spread keys; without the budget each holds its whole
+/// input (about 500 KB here) until the first commit. Two nodes together
+/// still emit one node's activations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_functions_hold_no_more_input_for_commits_than_their_budget() {
+    const HELD: u64 = 16 << 10;
+    // Measured: 40 KB on the leader, 80 to 115 KB on the follower.
+    const BOUND: u64 = 12 * HELD;
+    let knobs = Knobs {
+        batch: 3,
+        budget: CreditBudget::new(4, 4096).unwrap(),
+        process: true,
+        held: Some(Held::Spread(HELD)),
+    };
+    let split = Split::with(2, knobs).await;
+    let dbs = split.open_all().await;
+    run_all(&dbs).await;
+    split.check_process_outputs();
+    for (i, db) in dbs.iter().enumerate() {
+        let m = db.metrics();
+        eprintln!(
+            "n{}: held peak {} B, {} pauses",
+            i + 1,
+            m.held_input_peak_bytes,
+            m.intake_pauses
+        );
+        assert!(m.intake_pauses > 0, "n{}: never paused", i + 1);
+        assert!(
+            m.held_input_peak_bytes <= BOUND,
+            "n{} held {} B for commits (budget {HELD} B)",
+            i + 1,
+            m.held_input_peak_bytes
+        );
+    }
+}
+
+/// The follower alone has input (its files, its keys, one time, so its
+/// watermark moves once) and holds its budget for commits: the leader has
+/// nothing new of its own, but takes a checkpoint every interval while the
+/// follower has not ended its channels, and those checkpoints release the
+/// input until the run ends. Before, the leader took none and the follower
+/// waited for ever (found by review, session 48).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_holding_its_budget_gets_checkpoints_from_an_idle_leader() {
+    log_if_asked();
+    let knobs = Knobs {
+        batch: 3,
+        budget: CreditBudget::default(),
+        process: true,
+        held: Some(Held::OnFollowerOnly(64 << 10)),
+    };
+    let split = Split::with(2, knobs).await;
+    let dbs = split.open_all().await;
+    run_all(&dbs).await;
+    split.check_process_outputs();
+    let (n1, n2) = (dbs[0].metrics(), dbs[1].metrics());
+    assert_eq!(n1.events_ingested, 0, "n1 read nothing");
+    assert_eq!(n1.held_input_peak_bytes, 0, "n1 was sent nothing");
+    assert!(n2.intake_pauses > 0, "n2 never held its budget");
+}
