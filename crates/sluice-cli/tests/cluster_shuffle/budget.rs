@@ -9,16 +9,17 @@ use super::*;
 /// `process_held_input_bytes` of it per node: a node's source intake waits
 /// until a commit releases some, while checkpoints, the other node's rows
 /// and the released input keep running (else this run would never
-/// finish). The other node's rows count against no budget of its own (the
-/// exchange's credit bounds them), so a node may hold a few budgets'
-/// worth with these evenly spread keys; without the budget each holds its whole
-/// input (about 500 KB here) until the first commit. Two nodes together
-/// still emit one node's activations.
+/// finish). The rows a node is sent count against no budget: the sender
+/// counts only what it keeps, and the receiver takes them in while it
+/// waits. With these evenly spread keys a node holds a few budgets' worth,
+/// the follower more (it learns of each commit after the leader); without
+/// the budget the leader held its whole input (460 KB) before its first
+/// commit. Two nodes together still emit one node's activations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_functions_hold_no_more_input_for_commits_than_their_budget() {
     const HELD: u64 = 16 << 10;
-    // Measured: 40 KB on the leader, 80 to 115 KB on the follower.
-    const BOUND: u64 = 12 * HELD;
+    // Measured: 32 to 51 KB on the leader, 61 to 115 KB on the follower.
+    const BOUNDS: [u64; 2] = [12 * HELD, 24 * HELD];
     let knobs = Knobs {
         batch: 3,
         budget: CreditBudget::new(4, 4096).unwrap(),
@@ -39,7 +40,7 @@ async fn process_functions_hold_no_more_input_for_commits_than_their_budget() {
         );
         assert!(m.intake_pauses > 0, "n{}: never paused", i + 1);
         assert!(
-            m.held_input_peak_bytes <= BOUND,
+            m.held_input_peak_bytes <= BOUNDS[i],
             "n{} held {} B for commits (budget {HELD} B)",
             i + 1,
             m.held_input_peak_bytes

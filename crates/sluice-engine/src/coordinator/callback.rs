@@ -211,10 +211,11 @@ pub trait CycleExecution {
     }
     /// Whether the graph holds input at all, runnable or not (a process
     /// function's rows waiting for a checkpoint to seal them, or for the
-    /// commit of the one that did). While it does, a periodic checkpoint
-    /// is due even if no cycle ran since the last one: only a committed
-    /// checkpoint releases that input, and one that failed must be taken
-    /// again.
+    /// commit of the one that did), or another node may hold such input
+    /// that only this node's checkpoints release (it leads). While it
+    /// does, a periodic checkpoint is due even if no cycle ran since the
+    /// last one: only a committed checkpoint releases that input, and one
+    /// that failed must be taken again.
     fn has_deferred_input(&self) -> bool {
         self.has_runnable_deferred_input()
     }

@@ -311,7 +311,8 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                 }
             }, if !self.stopped_intake => {
                 // Nothing changed since the last checkpoint: nothing to
-                // capture, unless input is held for a checkpoint to release.
+                // capture, unless input is held (here, or maybe on another
+                // node) for a checkpoint to release.
                 // At the tail bound the checkpoint is skipped: the previous
                 // one is still being written, and the next tick takes it.
                 if self.cycles_since_checkpoint > 0 || self.callback.has_deferred_input() {

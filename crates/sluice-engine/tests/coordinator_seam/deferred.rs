@@ -96,7 +96,7 @@ async fn a_full_held_input_budget_stops_only_source_intake() {
         s.released_by_commit = 1;
     });
     h.send(vec![batch("A", 7)]).await;
-    h.wait_for("sinks.write").await;
+    h.wait_for("publish 2").await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert_eq!(
         h.only(&["publish", "cycle"]),
