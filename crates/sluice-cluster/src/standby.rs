@@ -200,7 +200,7 @@ pub async fn record_finished(election: &Election, finished: &Finished) -> Result
 
 /// How long a node waits before asking etcd again after a call that got
 /// no answer.
-const ASK_AGAIN: std::time::Duration = std::time::Duration::from_millis(200);
+pub(crate) const ASK_AGAIN: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn watch_ended(node: &ClusterNode) -> ClusterError {
     ClusterError::LeaseLost {

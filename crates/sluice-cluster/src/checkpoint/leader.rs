@@ -222,16 +222,29 @@ pub async fn abort_orphaned_attempts(election: &Election, term: u64) -> Result<V
     let attempts_dir = keys.checkpoint_dir("attempts");
     let decisions_dir = keys.checkpoint_dir("decisions");
     let keys_only = || Some(GetOptions::new().with_prefix().with_keys_only());
-    // One read, so the two listings are of the same revision.
-    let txn = Txn::new().and_then([
-        TxnOp::get(attempts_dir.clone(), keys_only()),
-        TxnOp::get(decisions_dir.clone(), keys_only()),
-    ]);
-    let response = session
-        .client()
-        .txn(txn)
-        .await
-        .map_err(|e| ClusterError::etcd("listing of undecided checkpoint attempts", e))?;
+    // One read, so the two listings are of the same revision. A read whose
+    // answer was lost (a call timeout, say after this process was paused)
+    // is asked again while this node still leads in `term`: the read
+    // changes nothing, and failing here would end a leader that is fine.
+    let response = loop {
+        let txn = Txn::new().and_then([
+            TxnOp::get(attempts_dir.clone(), keys_only()),
+            TxnOp::get(decisions_dir.clone(), keys_only()),
+        ]);
+        match session.client().txn(txn).await {
+            Ok(response) => break response,
+            Err(e) if election.term() == Some(term) => {
+                tracing::warn!(node = %session.node(), error = %e, "listing undecided checkpoint attempts again");
+                tokio::time::sleep(crate::standby::ASK_AGAIN).await;
+            }
+            Err(e) => {
+                return Err(ClusterError::etcd(
+                    "listing of undecided checkpoint attempts",
+                    e,
+                ))
+            }
+        }
+    };
     let mut listings = Vec::new();
     for (op, dir) in response
         .op_responses()
