@@ -24,6 +24,10 @@ use tokio::time::Instant;
 use crate::error::{ClusterError, Result};
 use crate::keys::{ClusterKeys, NodeId};
 
+/// How long a node waits before asking etcd again after a call that got
+/// no answer (a call timeout, say after the process was paused).
+pub(crate) const ASK_AGAIN: Duration = Duration::from_millis(200);
+
 /// Default lease TTL: a node that stops renewing is gone after 5 s.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
 

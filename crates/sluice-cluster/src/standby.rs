@@ -107,7 +107,7 @@ pub async fn wait_for_turn(node: &ClusterNode) -> Result<Turn> {
                     // would hand a healthy cluster's run to a standby for
                     // one slow call; the lease bounds the retries.
                     tracing::warn!(node = node.node_id(), error = %e, "asking etcd again whether the run finished");
-                    tokio::time::sleep(ASK_AGAIN).await;
+                    tokio::time::sleep(crate::session::ASK_AGAIN).await;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -172,7 +172,7 @@ pub async fn record_finished(election: &Election, finished: &Finished) -> Result
         match attempt {
             Err(e @ ClusterError::Etcd { .. }) if election.term() == Some(finished.term) => {
                 tracing::warn!(node = %session.node(), error = %e, "recording the finished run again");
-                tokio::time::sleep(ASK_AGAIN).await;
+                tokio::time::sleep(crate::session::ASK_AGAIN).await;
             }
             other => break other?,
         }
@@ -197,10 +197,6 @@ pub async fn record_finished(election: &Election, finished: &Finished) -> Result
         }
     }
 }
-
-/// How long a node waits before asking etcd again after a call that got
-/// no answer.
-pub(crate) const ASK_AGAIN: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn watch_ended(node: &ClusterNode) -> ClusterError {
     ClusterError::LeaseLost {

@@ -235,7 +235,7 @@ pub async fn abort_orphaned_attempts(election: &Election, term: u64) -> Result<V
             Ok(response) => break response,
             Err(e) if election.term() == Some(term) => {
                 tracing::warn!(node = %session.node(), error = %e, "listing undecided checkpoint attempts again");
-                tokio::time::sleep(crate::standby::ASK_AGAIN).await;
+                tokio::time::sleep(crate::session::ASK_AGAIN).await;
             }
             Err(e) => {
                 return Err(ClusterError::etcd(
