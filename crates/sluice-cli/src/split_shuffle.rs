@@ -245,6 +245,16 @@ impl CommitAuthority for RoleAuthority {
         self.role()?.largest_reserved().await
     }
 
+    fn request_checkpoints(&self, holding: bool) {
+        if let Some(r) = self.role.get() {
+            r.request_checkpoints(holding);
+        }
+    }
+
+    fn checkpoints_requested(&self) -> bool {
+        self.role.get().is_some_and(|r| r.checkpoints_requested())
+    }
+
     async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {
         self.role()?.committed().await
     }

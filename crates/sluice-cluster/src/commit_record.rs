@@ -62,6 +62,7 @@ use crate::checkpoint::{
     commit_attempt, decide, now_ms, publish_checkpoint_prepare, read_answers, read_attempt_counter,
     require_prepare, reserve_given, wait_for_answers, CheckpointAssignmentFence, Decided,
 };
+use crate::checkpoint_requests::RequestWatch;
 use crate::error::ClusterError;
 use crate::keys::ClusterKeys;
 use crate::leader::{Election, Guarded};
@@ -82,6 +83,8 @@ pub struct LeaderCommitRecord {
     /// the next Prepare if its tail never reached `record_commit` (a
     /// failed manifest write), so no follower waits on it past then.
     open: Mutex<Option<(u64, u64)>>,
+    /// The followers' requests for checkpoints, watched while it leads.
+    requests: Mutex<Option<RequestWatch>>,
 }
 
 impl std::fmt::Debug for LeaderCommitRecord {
@@ -106,6 +109,7 @@ impl LeaderCommitRecord {
             admitted: Mutex::new(None),
             whole: true,
             open: Mutex::new(None),
+            requests: Mutex::new(None),
         }
     }
 
@@ -120,9 +124,13 @@ impl LeaderCommitRecord {
     }
 
     /// This node leads at `term` through `election`: its writes are
-    /// fenced by that term from now on.
+    /// fenced by that term from now on. Call inside a tokio runtime:
+    /// sharing vnodes, the record watches the followers' requests for
+    /// checkpoints from now on.
     pub fn lead(&self, election: Arc<Election>, term: u64) {
         *self.admitted.lock() = None;
+        // Only followers that share the vnodes hold input for its commits.
+        *self.requests.lock() = (!self.whole).then(|| RequestWatch::start(election.session()));
         *self.leading.lock() = Some((election, term));
     }
 
@@ -142,6 +150,7 @@ impl LeaderCommitRecord {
     /// This node no longer leads: everything is refused.
     pub fn stand_down(&self) {
         *self.leading.lock() = None;
+        *self.requests.lock() = None;
     }
 
     /// Decide an attempt whose vnodes are shared with followers, once
@@ -264,6 +273,10 @@ impl CommitAuthority for LeaderCommitRecord {
     fn may_originate(&self) -> bool {
         let leading = self.leading.lock().clone();
         leading.is_some_and(|(election, term)| election.term() == Some(term))
+    }
+
+    fn checkpoints_requested(&self) -> bool {
+        self.requests.lock().as_ref().is_some_and(RequestWatch::any)
     }
 
     async fn admit(&self) -> Result<Option<u64>, StorageError> {

@@ -44,6 +44,7 @@ use crate::checkpoint::record::{
 use crate::checkpoint::txn::{instant_of, now_ms};
 use crate::checkpoint::wait::term_ended;
 use crate::checkpoint::{answer_checkpoint, wait_for_decision};
+use crate::checkpoint_requests::CheckpointRequests;
 use crate::commit_record::{authority_error, committed_ids, part_of};
 use crate::error::ClusterError;
 use crate::session::Session;
@@ -68,6 +69,8 @@ pub struct FollowerCommitRecord {
     /// Wall-clock start (Unix ms): Prepares due before it are not this
     /// record's to answer.
     started_ms: u64,
+    /// This node's request for the leader's checkpoints.
+    requests: CheckpointRequests,
 }
 
 impl std::fmt::Debug for FollowerCommitRecord {
@@ -99,6 +102,7 @@ impl FollowerCommitRecord {
             decisions.clone(),
             Arc::clone(&wake),
         ));
+        let requests = CheckpointRequests::start(Arc::clone(&session));
         Self {
             session,
             prepares,
@@ -108,6 +112,7 @@ impl FollowerCommitRecord {
             handled: Mutex::new(0),
             pending: Mutex::new(BTreeMap::new()),
             started_ms: now_ms(),
+            requests,
         }
     }
 
@@ -247,6 +252,10 @@ impl CommitAuthority for FollowerCommitRecord {
 
     fn may_originate(&self) -> bool {
         false
+    }
+
+    fn request_checkpoints(&self, holding: bool) {
+        self.requests.set(holding);
     }
 
     fn may_fold_input(&self) -> bool {

@@ -133,6 +133,18 @@ impl ClusterKeys {
         format!("{}{}", self.progress_prefix(), node.as_str())
     }
 
+    /// `/sluice/C/checkpoint-requests/`: the prefix of the followers'
+    /// requests for checkpoints (see `checkpoint_requests`).
+    pub fn checkpoint_requests(&self) -> String {
+        format!("/sluice/{}/checkpoint-requests/", self.cluster)
+    }
+
+    /// `/sluice/C/checkpoint-requests/N`: node `N` holds input only a
+    /// committed checkpoint releases (lease-attached).
+    pub fn checkpoint_request(&self, node: &NodeId) -> String {
+        format!("{}{}", self.checkpoint_requests(), node.as_str())
+    }
+
     /// `/sluice/C/checkpoints/<kind>/`: the directory of one kind of
     /// checkpoint record (`attempts`, `prepare`, `answers`, `decisions`).
     pub fn checkpoint_dir(&self, kind: &str) -> String {

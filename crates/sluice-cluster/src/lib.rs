@@ -112,6 +112,7 @@
 pub mod assignment;
 pub mod catalog_seal;
 pub mod checkpoint;
+mod checkpoint_requests;
 pub mod client;
 pub mod commit_record;
 pub mod error;

@@ -184,6 +184,25 @@ pub trait CommitAuthority: Send + Sync + std::fmt::Debug {
         Ok(None)
     }
 
+    /// A follower says whether it holds input that only a committed
+    /// checkpoint releases (a process function's rows, gated on commits):
+    /// `holding` is its current state, and calls that repeat it are
+    /// cheap. Only the leader originates checkpoints, and it cannot see a
+    /// follower's input, so it takes one while any follower says so
+    /// ([`Self::checkpoints_requested`]). Never fails: the authority
+    /// publishes the state in the background and retries; a node that
+    /// dies stops asking with its lease. Default: nobody to tell (one
+    /// host, or a leader).
+    fn request_checkpoints(&self, _holding: bool) {}
+
+    /// On a leader: whether another node holds input that only a
+    /// committed checkpoint releases ([`Self::request_checkpoints`]).
+    /// While it does, a periodic checkpoint is due even if this node ran
+    /// no cycle since the last one. Default: no (one host, or a follower).
+    fn checkpoints_requested(&self) -> bool {
+        false
+    }
+
     /// The recorded ids, ascending. `Ok(None)` when the authority has never
     /// recorded one: the store was written without it so far (by a
     /// pipeline on one host), and its manifests count as they are; except

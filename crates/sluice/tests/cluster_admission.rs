@@ -2,8 +2,9 @@
 //! cluster leader's etcd record does: only while it says this node leads
 //! does the pipeline start a checkpoint; each attempt is admitted under
 //! the assignment generation it names, which comes back with the commit;
-//! a refused admission burns the id and stops nothing; and a node that
-//! does not lead folds no input into state.
+//! a refused admission burns the id and stops nothing; a node that does
+//! not lead folds no input into state; and a leader checkpoints while
+//! another node asks it to, idle or not.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,8 @@ struct Scripted {
     not_leader: AtomicBool,
     generation: AtomicU64,
     recorded: Mutex<Vec<(u64, Option<u64>)>>,
+    /// Whether another node asks this one for checkpoints.
+    requested: AtomicBool,
 }
 
 #[async_trait::async_trait]
@@ -49,6 +52,10 @@ impl CommitAuthority for Scripted {
         !self.not_leader.load(Ordering::SeqCst)
     }
 
+    fn checkpoints_requested(&self) -> bool {
+        self.requested.load(Ordering::SeqCst)
+    }
+
     async fn admit(&self) -> Result<Option<u64>, StorageError> {
         match self.generation.load(Ordering::SeqCst) {
             0 => Err(StorageError::Authority {
@@ -67,10 +74,14 @@ async fn checkpoint(db: &Database) -> sluice::Result<Vec<RecordBatch>> {
 }
 
 async fn open(authority: &Arc<Scripted>) -> Database {
+    open_every(authority, "1h").await
+}
+
+async fn open_every(authority: &Arc<Scripted>, interval: &str) -> Database {
     let db = Database::builder()
         .set("checkpoint_store", "memory:///")
         .unwrap()
-        .set("checkpoint_interval", "1h")
+        .set("checkpoint_interval", interval)
         .unwrap()
         .set("delivery", "at_least_once")
         .unwrap()
@@ -171,5 +182,49 @@ async fn a_node_that_does_not_lead_folds_no_input() {
     // Leading again (the next idle tick re-checks): they are folded in.
     authority.not_leader.store(false, Ordering::SeqCst);
     assert_eq!(count(&db, 5, Duration::from_secs(30)).await, 5);
+    db.abort().await.unwrap();
+}
+
+/// The number of checkpoints recorded so far.
+fn commits(authority: &Scripted) -> usize {
+    authority.recorded.lock().unwrap().len()
+}
+
+#[tokio::test]
+async fn another_nodes_request_makes_checkpoints_due_on_an_idle_leader() {
+    let authority = Arc::new(Scripted::default());
+    authority.generation.store(1, Ordering::SeqCst);
+    let db = open_every(&authority, "50ms").await;
+    push(&db, vec![1, 2]).await;
+    assert_eq!(count(&db, 2, Duration::from_secs(30)).await, 2);
+    let quiet = |what: &'static str| {
+        let authority = Arc::clone(&authority);
+        async move {
+            // One checkpoint may be under way when this starts.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let before = commits(&authority);
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            assert_eq!(
+                commits(&authority),
+                before,
+                "{what}: an idle leader checkpointed"
+            );
+        }
+    };
+    quiet("before any request").await;
+
+    // Another node asks: checkpoints are due every interval, idle or not.
+    authority.requested.store(true, Ordering::SeqCst);
+    let from = commits(&authority);
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while commits(&authority) < from + 3 {
+        assert!(
+            std::time::Instant::now() < until,
+            "no checkpoint for the request"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    authority.requested.store(false, Ordering::SeqCst);
+    quiet("after the request was withdrawn").await;
     db.abort().await.unwrap();
 }

@@ -502,3 +502,63 @@ async fn a_follower_passes_over_a_prepare_whose_leader_lost_its_term() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_holding_input_asks_the_leader_for_checkpoints_until_it_lets_go_or_leaves() {
+    let etcd = etcd().await;
+    let (n1, n2, leader, follower, _) = two_owners(&etcd, "own11").await;
+    let settle = || tokio::time::sleep(Duration::from_millis(300));
+    settle().await;
+    assert!(!leader.checkpoints_requested(), "nobody asked");
+
+    follower.request_checkpoints(true);
+    eventually("the leader sees n2's request", LIMIT, || {
+        leader.checkpoints_requested()
+    })
+    .await;
+    // A record that starts to lead lists the requests made before it.
+    let client = sluice_cluster::client::connect(&etcd.endpoints())
+        .await
+        .expect("connect");
+    let keys = ClusterKeys::new("own11").expect("keys");
+    let again = LeaderCommitRecord::new(client, keys, "n1").sharing_vnodes();
+    again.lead(Arc::clone(n1.election()), n1.term().expect("n1 leads"));
+    eventually(
+        "a new leader's record sees the earlier request",
+        LIMIT,
+        || again.checkpoints_requested(),
+    )
+    .await;
+    again.stand_down();
+    assert!(!again.checkpoints_requested(), "a record that stood down");
+
+    follower.request_checkpoints(false);
+    eventually("the request withdrawn", LIMIT, || {
+        !leader.checkpoints_requested()
+    })
+    .await;
+
+    // The leader's own node asking does not count.
+    let own = FollowerCommitRecord::new(Arc::clone(n1.session()));
+    own.request_checkpoints(true);
+    settle().await;
+    assert!(!leader.checkpoints_requested(), "the leader asked itself");
+
+    // Of quick changes, the last one counts.
+    for holding in [true, false, true, false, true] {
+        follower.request_checkpoints(holding);
+    }
+    eventually("the last request seen", LIMIT, || {
+        leader.checkpoints_requested()
+    })
+    .await;
+    settle().await;
+    assert!(leader.checkpoints_requested(), "the last state is asking");
+
+    // A follower that leaves the cluster stops asking with its lease.
+    n2.session().stop_keep_alive();
+    eventually("the request gone with n2's lease", LIMIT, || {
+        !leader.checkpoints_requested()
+    })
+    .await;
+}

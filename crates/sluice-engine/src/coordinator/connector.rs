@@ -340,6 +340,8 @@ impl SourceIntake for ConnectorPipelineCallback {
             .is_some_and(|b| b.is_over_high_water())
     }
 
+    /// Also tells the leader, on a follower, whether this node holds
+    /// input for commits (see [`CycleExecution::has_deferred_input`]).
     fn held_input_full(&self) -> bool {
         let held: u64 = self
             .streams
@@ -348,6 +350,9 @@ impl SourceIntake for ConnectorPipelineCallback {
             .sum();
         let full = held >= self.held_input_budget;
         self.shared.metrics.record_held_input(held, full);
+        if let Some(authority) = self.authority() {
+            authority.request_checkpoints(self.streams.iter().any(InstalledStream::has_held_input));
+        }
         full
     }
 
@@ -412,14 +417,16 @@ impl CycleExecution for ConnectorPipelineCallback {
         self.streams.iter().any(InstalledStream::has_runnable_input)
     }
 
-    /// Also while another node of the split may hold a gated function's
-    /// input (it has not ended its channels): only the leader's checkpoints
-    /// release it, and the leader cannot see it. Without this, a leader
-    /// with nothing new of its own would take no checkpoint while a
-    /// follower waited at `process_held_input_bytes` for one.
+    /// Also while another node says it holds such input (see
+    /// [`sluice_storage::CommitAuthority::checkpoints_requested`]; each
+    /// node says so on every step, from [`SourceIntake::held_input_full`]):
+    /// only the leader's checkpoints release it, and the leader cannot see
+    /// it. Without this, a leader with nothing new of its own would take
+    /// no checkpoint while a follower waited for one (at
+    /// `process_held_input_bytes`, with its sources stopped).
     fn has_deferred_input(&self) -> bool {
         self.streams.iter().any(InstalledStream::has_held_input)
-            || (self.streams.iter().any(InstalledStream::is_gated) && !self.exchanges_finished())
+            || self.authority().is_some_and(|a| a.checkpoints_requested())
     }
 
     async fn execute_cycle(

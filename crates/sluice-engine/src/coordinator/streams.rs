@@ -197,15 +197,6 @@ impl InstalledStream {
         }
     }
 
-    /// Whether this stream's process function holds its input for
-    /// checkpoint commits (see `process/commit_gate.rs`).
-    pub(super) fn is_gated(&self) -> bool {
-        match &self.producer {
-            StreamProducer::Process(p) => p.is_gated(),
-            StreamProducer::Query(_) => false,
-        }
-    }
-
     /// Bytes of this stream's input waiting for a checkpoint's commit.
     pub(super) fn input_awaiting_commit_bytes(&self) -> u64 {
         match &self.producer {
