@@ -333,14 +333,25 @@ pub enum Disposition {
 /// - A DDL statement that cannot be applied is refused; the pipeline keeps
 ///   running.
 pub fn disposition(error: &CycleError, delivery: Option<Delivery>) -> Disposition {
-    let checkpoints_on = delivery.is_some();
+    disposition_with(error, delivery, delivery.is_some())
+}
+
+/// [`disposition`], with a failed cycle faulting only if
+/// `fault_on_cycle_error` (the callback's
+/// `CheckpointLifecycle::fault_on_cycle_error`, which by default is
+/// whether checkpoints are on) and halting otherwise.
+pub fn disposition_with(
+    error: &CycleError,
+    delivery: Option<Delivery>,
+    fault_on_cycle_error: bool,
+) -> Disposition {
     match error {
         CycleError::Source(_) | CycleError::Startup(_) => Disposition::Halt,
         CycleError::Execution(_)
         | CycleError::Process(_)
         | CycleError::Output(_)
         | CycleError::Panicked(_) => {
-            if checkpoints_on {
+            if fault_on_cycle_error {
                 Disposition::Fault
             } else {
                 Disposition::Halt

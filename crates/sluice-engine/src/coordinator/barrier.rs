@@ -85,6 +85,16 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             self.callback.record_checkpoint_admission_failure(&e);
             return Err(e);
         }
+        if self.callback.is_recovering() {
+            // The admission gate holds: nothing was reserved.
+            let e = EngineError::Checkpoint(
+                "the pipeline has not started yet: its recovered state may still replace the \
+                 operators', so nothing can be captured before it has"
+                    .into(),
+            );
+            self.callback.record_checkpoint_admission_failure(&e);
+            return Err(e);
+        }
         let attempt = match self.callback.reserve_checkpoint_attempt(deadline).await {
             Ok(a) => a,
             Err(e) => {

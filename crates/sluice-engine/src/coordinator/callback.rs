@@ -298,16 +298,21 @@ pub trait RuntimeControl {
     /// `StatefulOperator::forget_state`). Nothing runs on this callback
     /// afterwards. Default: nothing.
     fn forget_operator_state(&mut self) {}
-    /// Whether `ControlMsg::Start` was applied. Until then a recovered
-    /// checkpoint may still replace the operators' state and the sinks
-    /// are not open in their delivery mode, so a follower takes part in no
-    /// leader's attempt (it does once it started; the leader's deadline
-    /// bounds the wait). A leader's periodic tick is not held back by it:
-    /// `Start` follows `Recover` at once, and a tick skipped before `Start`
-    /// would put the leader's first checkpoint a whole interval later.
-    /// Default: started.
-    fn is_started(&self) -> bool {
-        true
+    /// Whether a (re)start is in flight: `ControlMsg::Start` was not
+    /// applied yet, so a recovered checkpoint (`Recover`) or moved state
+    /// (`AdoptMovedState`) may still replace the operators' state, and the
+    /// sinks are not open in their delivery mode. While it is, the
+    /// checkpoint admission gate holds: nothing may be captured, since a
+    /// checkpoint of the state before recovery would become the newest
+    /// committed one and lose what the recovered one held. A periodic
+    /// tick stays due and is taken once recovery ends (`Start` follows
+    /// `Recover` at once, so a tick skipped would put the first checkpoint
+    /// a whole interval later); a `CHECKPOINT` asked for is refused by
+    /// name; a follower takes part in no leader's attempt (the leader's
+    /// deadline bounds the wait); input a commit released does not run;
+    /// a shutdown takes no checkpoint. Default: never.
+    fn is_recovering(&mut self) -> bool {
+        false
     }
 }
 
@@ -319,6 +324,16 @@ pub trait CheckpointLifecycle {
     /// The delivery guarantee checkpoints keep; None when checkpointing is
     /// off. What a failure does depends on it ([`crate::seam::disposition`]).
     fn checkpoint_delivery(&self) -> Option<Delivery>;
+    /// Whether a failed cycle (an operator, a process function, an output
+    /// or a panic) faults the pipeline for recovery, which replays the
+    /// cycle's input from the last committed checkpoint: `true`; or halts
+    /// it for good: `false`. Sluice never drops a failed cycle's input,
+    /// in any delivery mode (the reference drops it under at-least-once
+    /// by default), so without a checkpoint to recover from it halts.
+    /// Default: while checkpoints are on.
+    fn fault_on_cycle_error(&self) -> bool {
+        self.checkpoint_delivery().is_some()
+    }
     /// How long sources may take to deliver their barriers.
     fn alignment_timeout(&self) -> std::time::Duration;
     /// How long an attempt may take from its start until its manifest is

@@ -13,8 +13,8 @@ use rustc_hash::FxHashMap;
 use sluice_connectors::BatchReader;
 
 use super::callback::{
-    BatchMap, ControlMsg, CycleError, CycleExecution, CycleOutcome, ExternalOutputPressure,
-    OutputPublication, RuntimeControl, SourceIntake,
+    BatchMap, CheckpointLifecycle, ControlMsg, CycleError, CycleExecution, CycleOutcome,
+    ExternalOutputPressure, OutputPublication, RuntimeControl, SourceIntake,
 };
 use super::streams::{InstalledStream, MarkMap, StreamFailure};
 use crate::catalog::{SourceConnector, SourceDef};
@@ -26,7 +26,7 @@ use crate::options::Delivery;
 use crate::output::sink::{SinkMode, SinkRuntime};
 use crate::output::subscription::DeliveryEnd;
 use crate::output::subscription::SubscriptionRegistry;
-use crate::seam::{disposition, CheckpointConfig, Disposition};
+use crate::seam::{disposition_with, CheckpointConfig, Disposition};
 use crate::sources::{spawn_reader, SourceBarrierControl, SourceSender};
 use crate::watermark::{combine, Alignment, SourceWatermark};
 
@@ -646,8 +646,8 @@ fn first_error(results: Vec<Result<(), EngineError>>, what: &str) -> Result<(), 
 }
 
 impl RuntimeControl for ConnectorPipelineCallback {
-    fn is_started(&self) -> bool {
-        self.started
+    fn is_recovering(&mut self) -> bool {
+        !self.started
     }
 
     fn forget_operator_state(&mut self) {
@@ -813,10 +813,9 @@ impl RuntimeControl for ConnectorPipelineCallback {
     fn take_pipeline_halt(&mut self) -> Option<CycleError> {
         self.collect_sink_failures();
         let delivery = self.checkpoints.as_ref().map(|c| c.delivery);
-        let halt = self
-            .failures
-            .iter()
-            .position(|e| disposition(e, delivery) == Disposition::Halt)?;
+        let halt = self.failures.iter().position(|e| {
+            disposition_with(e, delivery, self.fault_on_cycle_error()) == Disposition::Halt
+        })?;
         Some(self.failures.remove(halt))
     }
 

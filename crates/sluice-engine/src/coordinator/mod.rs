@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::EngineError;
 use crate::output::subscription::DeliveryEnd;
-use crate::seam::{disposition, Disposition};
+use crate::seam::{disposition_with, Disposition};
 pub use crate::seam::{CheckpointConfig, CoordinatorDeath, PipelineStatus};
 use crate::sources::{SourceEvent, SourceMessage};
 pub use callback::{
@@ -199,8 +199,10 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         // A follower acts on the leader's checkpoint control. The wake is
         // awaited while leading too (and then ignored): leadership can be
         // lost without any other event, and the fallback keeps asking.
-        // Not before `Start`: the wake waits for it (see `is_started`).
-        let following = !self.stopped_intake && control.is_some() && self.callback.is_started();
+        // Nothing is captured while a (re)start is in flight: the wake and
+        // the periodic tick wait for its end (see `is_recovering`).
+        let recovering = self.callback.is_recovering();
+        let following = !self.stopped_intake && control.is_some() && !recovering;
         // Backpressure: while an output is full, no source input is taken
         // (neither held nor new); commands, checkpoints and idleness still
         // run, so a pipeline whose subscriber never reads still checkpoints
@@ -223,7 +225,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         // Input a committed checkpoint released runs before new input.
         if !self.stopped_intake
             && !paused
-            && self.callback.is_started()
+            && !recovering
             && self.callback.has_runnable_deferred_input()
         {
             self.run_cycle(BatchMap::default(), 0, 0).await;
@@ -309,7 +311,7 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                     }
                     None => std::future::pending::<()>().await,
                 }
-            }, if !self.stopped_intake => {
+            }, if !self.stopped_intake && !recovering => {
                 // Nothing changed since the last checkpoint: nothing to
                 // capture, unless input is held (here, or maybe on another
                 // node) for a checkpoint to release.
@@ -450,7 +452,11 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     /// refused (nothing changes), or intake stops for good (halt) or for
     /// recovery (fault). Returns the error the caller is told.
     fn settle(&mut self, error: CycleError) -> EngineError {
-        let what = disposition(&error, self.callback.checkpoint_delivery());
+        let what = disposition_with(
+            &error,
+            self.callback.checkpoint_delivery(),
+            self.callback.fault_on_cycle_error(),
+        );
         let error = error.into_error();
         let fault = match what {
             Disposition::Refuse => return error,
@@ -610,7 +616,12 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
 
     async fn shutdown(&mut self, discard: bool) -> crate::Result<()> {
         let mut result = Ok(());
-        let settles = !discard && !self.stopped_intake && self.callback.settles_on_shutdown();
+        // A pipeline whose (re)start never ended has nothing to settle: a
+        // checkpoint now would capture the state before its recovery.
+        let settles = !discard
+            && !self.stopped_intake
+            && !self.callback.is_recovering()
+            && self.callback.settles_on_shutdown();
         // Only a follower (it has the leader's control wake) skips the
         // shutdown checkpoint; a deposed leader is refused it, and its
         // sinks are aborted, as before.

@@ -60,6 +60,20 @@ async fn cycle_error_faults_when_asked() {
     .await;
 }
 
+/// The callback's `fault_on_cycle_error` decides, not the delivery mode:
+/// a callback that has checkpoints (exactly-once here) but answers `false`
+/// halts on a failed cycle.
+#[tokio::test]
+async fn a_callback_that_does_not_fault_on_cycle_errors_halts_with_checkpoints_on() {
+    let h = start(|s| {
+        (s.fail_cycle_on, s.fault_on_checkpoint_failure) = (Some(13), true);
+        s.fault_on_cycle_error = false;
+    });
+    h.send(vec![batch("A", 13)]).await;
+    assert_halted(h.finished().await, "operator blew up");
+    assert!(h.handle.status().fault.is_none());
+}
+
 /// No failed cycle is ever dropped: later input is not taken in.
 #[tokio::test]
 async fn a_failed_cycle_is_never_dropped_and_later_input_stays_out() {

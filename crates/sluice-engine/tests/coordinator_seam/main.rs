@@ -17,4 +17,5 @@ mod control;
 mod deferred;
 mod fences;
 mod halts;
+mod recovering;
 mod shutdown;

@@ -107,7 +107,7 @@ pub(crate) struct Script {
     pub(crate) deferred: usize,
     /// `publish_barrier` (a committed checkpoint) releases this many more.
     pub(crate) released_by_commit: usize,
-    /// `is_started` answers whether `Start` was applied (else: started).
+    /// `is_recovering` answers whether `Start` is still to come (else: never).
     pub(crate) start_by_control: bool,
     pub(crate) started: bool,
     /// `tick_idle_watermark` logs "idle tick" (the harness's idle tick is
@@ -317,9 +317,9 @@ impl RuntimeControl for ScriptedCallback {
     fn forget_operator_state(&mut self) {
         self.note("forget state".into());
     }
-    fn is_started(&self) -> bool {
+    fn is_recovering(&mut self) -> bool {
         let s = self.script();
-        !s.start_by_control || s.started
+        s.start_by_control && !s.started
     }
 }
 
@@ -432,6 +432,9 @@ impl CheckpointLifecycle for ScriptedCallback {
     }
     fn checkpoint_timeout(&self) -> Duration {
         Duration::from_secs(600)
+    }
+    fn fault_on_cycle_error(&self) -> bool {
+        self.script().fault_on_cycle_error
     }
     fn checkpoint_delivery(&self) -> Option<Delivery> {
         let s = self.script();
