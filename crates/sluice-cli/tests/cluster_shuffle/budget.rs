@@ -51,9 +51,10 @@ async fn process_functions_hold_no_more_input_for_commits_than_their_budget() {
 /// The follower alone has input (its files, its keys, one time, so its
 /// watermark moves once) and holds its budget for commits: the leader has
 /// nothing new of its own, but takes a checkpoint every interval while the
-/// follower has not ended its channels, and those checkpoints release the
-/// input until the run ends. Before, the leader took none and the follower
-/// waited for ever (found by review, session 48).
+/// follower says it holds input (its etcd request key), and those
+/// checkpoints release the input until the run ends. Without them the
+/// leader took none and the follower waited for ever (found by review,
+/// session 48).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_holding_its_budget_gets_checkpoints_from_an_idle_leader() {
     log_if_asked();

@@ -503,6 +503,25 @@ async fn a_follower_passes_over_a_prepare_whose_leader_lost_its_term() {
     }
 }
 
+/// Whether node `node` of cluster `cluster` has a checkpoint request in
+/// etcd now.
+async fn request_key(
+    etcd: &sluice_cluster::testing::EtcdServer,
+    cluster: &str,
+    node: &str,
+) -> bool {
+    let mut client = sluice_cluster::client::connect(&etcd.endpoints())
+        .await
+        .expect("connect");
+    let keys = ClusterKeys::new(cluster).expect("keys");
+    let node = sluice_cluster::NodeId::new(node).expect("node id");
+    let got = client
+        .get(keys.checkpoint_request(&node), None)
+        .await
+        .expect("read");
+    !got.kvs().is_empty()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_holding_input_asks_the_leader_for_checkpoints_until_it_lets_go_or_leaves() {
     let etcd = etcd().await;
@@ -537,14 +556,23 @@ async fn a_follower_holding_input_asks_the_leader_for_checkpoints_until_it_lets_
         !leader.checkpoints_requested()
     })
     .await;
+    assert!(!request_key(&etcd, "own11", "n2").await);
 
     // The leader's own node asking does not count.
     let own = FollowerCommitRecord::new(Arc::clone(n1.session()));
     own.request_checkpoints(true);
+    let until = std::time::Instant::now() + LIMIT;
+    while !request_key(&etcd, "own11", "n1").await {
+        assert!(
+            std::time::Instant::now() < until,
+            "n1's request never written"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     settle().await;
     assert!(!leader.checkpoints_requested(), "the leader asked itself");
 
-    // Of quick changes, the last one counts.
+    // Of quick changes, the last one counts, either way.
     for holding in [true, false, true, false, true] {
         follower.request_checkpoints(holding);
     }
@@ -552,10 +580,42 @@ async fn a_follower_holding_input_asks_the_leader_for_checkpoints_until_it_lets_
         leader.checkpoints_requested()
     })
     .await;
+    for holding in [false, true, false] {
+        follower.request_checkpoints(holding);
+    }
+    eventually("the last withdrawal seen", LIMIT, || {
+        !leader.checkpoints_requested()
+    })
+    .await;
     settle().await;
-    assert!(leader.checkpoints_requested(), "the last state is asking");
+    assert!(
+        !leader.checkpoints_requested(),
+        "the last state asks nothing"
+    );
+    assert!(!request_key(&etcd, "own11", "n2").await);
+
+    // A record dropped while asking (its pipeline gone, the node not):
+    // the session's next record clears the request with its first write.
+    follower.request_checkpoints(true);
+    eventually("asking again", LIMIT, || leader.checkpoints_requested()).await;
+    drop(follower);
+    settle().await;
+    assert!(
+        leader.checkpoints_requested(),
+        "the key outlives its record"
+    );
+    let next = FollowerCommitRecord::new(Arc::clone(n2.session()));
+    eventually("the next record cleared it", LIMIT, || {
+        !leader.checkpoints_requested()
+    })
+    .await;
 
     // A follower that leaves the cluster stops asking with its lease.
+    next.request_checkpoints(true);
+    eventually("the next record asks", LIMIT, || {
+        leader.checkpoints_requested()
+    })
+    .await;
     n2.session().stop_keep_alive();
     eventually("the request gone with n2's lease", LIMIT, || {
         !leader.checkpoints_requested()

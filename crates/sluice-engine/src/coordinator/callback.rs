@@ -158,7 +158,8 @@ pub trait SourceIntake {
     /// commit as they may (`process_held_input_bytes`). While they do, the
     /// coordinator takes no source input (neither held nor new); all that
     /// releases it keeps running: the checkpoints (due on a leader while
-    /// any node may hold input, see [`CycleExecution::has_deferred_input`]),
+    /// it, or a node that says so, holds input; see
+    /// [`CycleExecution::has_deferred_input`]),
     /// the other nodes' rows and barriers, and the input a commit
     /// released.
     fn held_input_full(&self) -> bool {
@@ -211,8 +212,8 @@ pub trait CycleExecution {
     }
     /// Whether the graph holds input at all, runnable or not (a process
     /// function's rows waiting for a checkpoint to seal them, or for the
-    /// commit of the one that did), or another node may hold such input
-    /// that only this node's checkpoints release (it leads). While it
+    /// commit of the one that did), or another node says it holds such
+    /// input, which only this node's checkpoints release (it leads). While it
     /// does, a periodic checkpoint is due even if no cycle ran since the
     /// last one: only a committed checkpoint releases that input, and one
     /// that failed must be taken again.

@@ -341,7 +341,9 @@ impl SourceIntake for ConnectorPipelineCallback {
     }
 
     /// Also tells the leader, on a follower, whether this node holds
-    /// input for commits (see [`CycleExecution::has_deferred_input`]).
+    /// input that waits for a commit (see
+    /// [`CycleExecution::has_deferred_input`]); input a commit released
+    /// needs no checkpoint, and does not count.
     fn held_input_full(&self) -> bool {
         let held: u64 = self
             .streams
@@ -351,7 +353,7 @@ impl SourceIntake for ConnectorPipelineCallback {
         let full = held >= self.held_input_budget;
         self.shared.metrics.record_held_input(held, full);
         if let Some(authority) = self.authority() {
-            authority.request_checkpoints(self.streams.iter().any(InstalledStream::has_held_input));
+            authority.request_checkpoints(held > 0);
         }
         full
     }
@@ -417,9 +419,11 @@ impl CycleExecution for ConnectorPipelineCallback {
         self.streams.iter().any(InstalledStream::has_runnable_input)
     }
 
-    /// Also while another node says it holds such input (see
-    /// [`sluice_storage::CommitAuthority::checkpoints_requested`]; each
-    /// node says so on every step, from [`SourceIntake::held_input_full`]):
+    /// Also while another node says it holds input waiting for a commit
+    /// (see [`sluice_storage::CommitAuthority::checkpoints_requested`];
+    /// each node says so from [`SourceIntake::held_input_full`], on every
+    /// step that may take input and every idle tick, and withdraws it once
+    /// it stopped):
     /// only the leader's checkpoints release it, and the leader cannot see
     /// it. Without this, a leader with nothing new of its own would take
     /// no checkpoint while a follower waited for one (at

@@ -152,6 +152,11 @@ impl ConnectorPipelineCallback {
         for edge in self.edges() {
             edge.close();
         }
+        // Out of the cut: whatever this node still holds, no checkpoint
+        // of the leader's releases it now, so it asks for none.
+        if let Some(authority) = self.authority() {
+            authority.request_checkpoints(false);
+        }
     }
 
     /// Checkpoint `id`'s local sources are aligned: every edge sends its

@@ -182,12 +182,6 @@ impl ProcessOperator {
         self.has_runnable_input() || self.gate.as_ref().is_some_and(CommitGate::holds_rows)
     }
 
-    /// Whether the function's input waits for checkpoint commits
-    /// ([`Self::gate_on_commits`]).
-    pub fn is_gated(&self) -> bool {
-        self.gate.is_some()
-    }
-
     /// Bytes of the input a gated function holds until a checkpoint's
     /// commit releases it (see [`CommitGate::awaiting_commit_bytes`]).
     pub fn input_awaiting_commit_bytes(&self) -> u64 {
