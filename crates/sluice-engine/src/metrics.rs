@@ -182,8 +182,9 @@ pub struct MetricsSnapshot {
     pub output_queue_bytes: u64,
     /// The most bytes ever seen queued for sink writers and subscribers.
     pub output_queue_peak_bytes: u64,
-    /// Bytes of input process functions hold for a checkpoint's commit
-    /// (a checkpointed split's), as the coordinator last checked (before
+    /// Bytes of input process functions hold, or sent to the function's
+    /// other owners, for a checkpoint's commit (a checkpointed split's),
+    /// as the coordinator last checked (before
     /// taking source input, and on idle ticks).
     pub held_input_bytes: u64,
     /// The most bytes process functions ever held for a commit.

@@ -149,17 +149,20 @@ struct Knobs {
 enum Held {
     /// Spread over every node (`write_input`).
     Spread(u64),
-    /// Only on n2, the follower (`write_follower_input`).
+    /// Only on n2, the follower, with keys n2 owns (`write_follower_input`).
     OnFollowerOnly(u64),
+    /// Only on n2, with keys n1 owns: n2 sends every row to n1.
+    SkewedToLeader(u64),
 }
 
 /// 3,200 rows in files whose vnodes n2 owns (its share), with keys of
-/// vnodes n2 owns, all at one time: n1, the leader, reads nothing, is
-/// sent no row, and n2's watermark moves once.
-fn write_follower_input(dir: &Path, owners: &[u32]) {
+/// vnodes node `keys_on` owns (0: n1, 1: n2), all at one time: n1, the
+/// leader, reads nothing, and n2's watermark moves once.
+fn write_follower_input(dir: &Path, owners: &[u32], keys_on: u32) {
     use sluice::arrow::array::{ArrayRef, Int64Array};
     let count = owners.len() as u32;
     let on_n2 = |vnode: u32| owners[vnode as usize] == 1;
+    let keyed_on = |vnode: u32| owners[vnode as usize] == keys_on;
     let files = (0..).map(|f| format!("part-{f:03}.csv"));
     let files: Vec<String> = files
         .filter(|f| on_n2(sluice::split::file_vnode(f, count)))
@@ -172,7 +175,7 @@ fn write_follower_input(dir: &Path, owners: &[u32]) {
             .unwrap()
             .vnode_of(&key)
     };
-    let keys: Vec<i64> = (0..).filter(|k| on_n2(key_vnode(*k))).take(5).collect();
+    let keys: Vec<i64> = (0..).filter(|k| keyed_on(key_vnode(*k))).take(5).collect();
     let mut next = numbers(0x5eed_f011);
     let mut id = 0;
     for name in files {
@@ -269,7 +272,9 @@ async fn open_node(
     .with_budget(knobs.budget);
     let placement = VnodePlacement::new(table.vnode_count(), setup.owned_vnodes()).unwrap();
     let mut builder = Database::builder();
-    if let Some(Held::Spread(held) | Held::OnFollowerOnly(held)) = knobs.held {
+    if let Some(Held::Spread(held) | Held::OnFollowerOnly(held) | Held::SkewedToLeader(held)) =
+        knobs.held
+    {
         builder = builder
             .set("process_held_input_bytes", &held.to_string())
             .unwrap()
@@ -343,7 +348,8 @@ impl Split {
             .collect();
         let data = tempfile::tempdir().unwrap();
         match knobs.held {
-            Some(Held::OnFollowerOnly(_)) => write_follower_input(data.path(), &owners),
+            Some(Held::OnFollowerOnly(_)) => write_follower_input(data.path(), &owners, 1),
+            Some(Held::SkewedToLeader(_)) => write_follower_input(data.path(), &owners, 0),
             _ => write_input(data.path(), 16),
         }
         // One node, no checkpoints: the output to match.

@@ -23,6 +23,19 @@ use crate::exchange::{ExchangeEdge, ShuffleSetup};
 use crate::partition::key::encode_keys;
 use crate::partition::placement::vnode_of;
 
+/// One cycle's input, routed.
+#[derive(Debug)]
+pub struct Routed {
+    /// Per input batch, the part this node owns (empty when none, so
+    /// positions among the input batches hold).
+    pub kept: Vec<RecordBatch>,
+    /// The rows other nodes sent since the last cycle.
+    pub received: Vec<RecordBatch>,
+    /// Bytes (Arrow buffer sizes, as the wire carries them) of the rows
+    /// this cycle routed to other nodes.
+    pub sent_bytes: u64,
+}
+
 /// The exchange in front of one keyed operator.
 ///
 /// Only the input columns that are read cross between nodes (an
@@ -77,7 +90,7 @@ impl ExchangeOp {
     /// Route this cycle's `input`: the rows this node owns, then the rows
     /// other nodes sent since the last cycle.
     pub fn run(&self, input: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
-        let (kept, received) = self.route_each(&input)?;
+        let Routed { kept, received, .. } = self.route_each(&input)?;
         Ok(kept
             .into_iter()
             .filter(|b| b.num_rows() > 0)
@@ -85,16 +98,12 @@ impl ExchangeOp {
             .collect())
     }
 
-    /// Route each batch of `input`: per input batch, the part this node
-    /// owns (empty when none, so positions among the input batches hold),
-    /// and apart, the rows other nodes sent since the last cycle.
-    pub fn route_each(
-        &self,
-        input: &[RecordBatch],
-    ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
+    /// Route each batch of `input` (see [`Routed`]).
+    pub fn route_each(&self, input: &[RecordBatch]) -> Result<Routed> {
         let table = self.edge.table();
         let local = self.edge.local();
         let mut kept = Vec::with_capacity(input.len());
+        let mut sent_bytes = 0;
         for batch in input {
             let rows = batch.num_rows();
             if rows == 0 || table.nodes().len() == 1 {
@@ -128,7 +137,9 @@ impl ExchangeOp {
                     self.edge.count_kept(part.num_rows());
                     mine = Some(self.unroute(&part)?);
                 } else {
-                    self.edge.push_outbox(self.wire_part(&part)?);
+                    let wire = self.wire_part(&part)?;
+                    sent_bytes += wire.get_array_memory_size() as u64;
+                    self.edge.push_outbox(wire);
                 }
             }
             kept.push(mine.unwrap_or_else(|| RecordBatch::new_empty(Arc::clone(&self.input))));
@@ -139,7 +150,11 @@ impl ExchangeOp {
             .iter()
             .map(|b| self.unwire(b))
             .collect::<Result<_>>()?;
-        Ok((kept, received))
+        Ok(Routed {
+            kept,
+            received,
+            sent_bytes,
+        })
     }
 
     /// A routed batch without its vnode column.

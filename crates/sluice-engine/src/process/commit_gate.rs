@@ -76,6 +76,13 @@ pub struct CommitGate {
     /// change, since the coordinator asks before every intake.
     open_bytes: u64,
     uncommitted_bytes: u64,
+    /// Bytes of input this node routed to other nodes' copies of the
+    /// function since the last capture, and per capture since (the
+    /// checkpoint, the bytes): the receivers hold them in their open
+    /// epochs until that checkpoint commits, so they count against this
+    /// node's budget too (see [`Self::count_sent`]).
+    open_sent: u64,
+    sealed_sent: VecDeque<(u64, u64)>,
 }
 
 impl CommitGate {
@@ -89,6 +96,16 @@ impl CommitGate {
         self.watermark = Some(self.watermark.map_or(watermark, |w| w.max(watermark)));
     }
 
+    /// This cycle routed `bytes` of the function's input to other nodes.
+    /// Their barrier for the next checkpoint follows those rows, so the
+    /// receivers seal them under it and hold them until it commits: the
+    /// sender counts them as awaiting that commit. Otherwise a node whose
+    /// keys all live elsewhere would keep nothing, never reach its budget,
+    /// and let its receivers hold everything it reads.
+    pub fn count_sent(&mut self, bytes: u64) {
+        self.open_sent += bytes;
+    }
+
     /// Checkpoint `checkpoint` captures the function: the open epoch is
     /// sealed under it, with the latest watermark as its cut (or
     /// `fallback`, the function's own, when no cycle ran yet). An epoch
@@ -96,6 +113,10 @@ impl CommitGate {
     /// nothing and is not sealed: running it would count as a cycle, and
     /// an idle pipeline would take a checkpoint every interval for it.
     pub fn seal(&mut self, checkpoint: u64, fallback: i64) {
+        let sent = std::mem::take(&mut self.open_sent);
+        if sent > 0 && self.committed.is_none_or(|c| checkpoint > c) {
+            self.sealed_sent.push_back((checkpoint, sent));
+        }
         let watermark = self.watermark.unwrap_or(fallback);
         if self.open.is_empty() && self.last_cut == Some(watermark) {
             return;
@@ -117,6 +138,7 @@ impl CommitGate {
     pub fn commit(&mut self, checkpoint: u64) {
         let committed = self.committed.map_or(checkpoint, |c| c.max(checkpoint));
         self.committed = Some(committed);
+        self.sealed_sent.retain(|(c, _)| *c > committed);
         self.uncommitted_bytes = self
             .sealed
             .iter()
@@ -141,12 +163,15 @@ impl CommitGate {
     }
 
     /// Bytes of the input no committed checkpoint released yet: the open
-    /// epoch and the sealed ones after the last commit. Only a checkpoint's
-    /// commit makes them runnable, so this is what a byte budget bounds
-    /// (released input runs at the next cycle and needs no bound of its
-    /// own). Arrow's buffer sizes: batches sharing buffers count each.
+    /// epoch and the sealed ones after the last commit, and what this node
+    /// sent other nodes since the last commit ([`Self::count_sent`]). Only
+    /// a checkpoint's commit makes them runnable, so this is what a byte
+    /// budget bounds (released input runs at the next cycle and needs no
+    /// bound of its own). Arrow's buffer sizes: batches sharing buffers
+    /// count each.
     pub fn awaiting_commit_bytes(&self) -> u64 {
-        self.open_bytes + self.uncommitted_bytes
+        let sent: u64 = self.sealed_sent.iter().map(|(_, b)| b).sum();
+        self.open_bytes + self.uncommitted_bytes + self.open_sent + sent
     }
 
     /// The next epoch that may run, taken out of the gate.
@@ -170,6 +195,9 @@ impl CommitGate {
     pub fn restore(&mut self, epochs: Vec<SealedEpoch>) {
         self.open.clear();
         self.open_bytes = 0;
+        // What the node sent before belongs to a run that is over.
+        self.open_sent = 0;
+        self.sealed_sent.clear();
         // Every restored epoch may run (see `committed` below).
         self.uncommitted_bytes = 0;
         self.watermark = None;
@@ -296,6 +324,31 @@ mod tests {
             0,
             "a restore drops what was open"
         );
+    }
+
+    #[test]
+    fn rows_sent_to_other_nodes_count_until_the_checkpoint_after_them_committed() {
+        let mut g = CommitGate::default();
+        g.count_sent(100);
+        assert_eq!(g.awaiting_commit_bytes(), 100, "sent before any capture");
+        // Sealed under checkpoint 1 though this node kept no row.
+        g.seal(1, 0);
+        g.count_sent(50);
+        assert_eq!(g.awaiting_commit_bytes(), 150);
+        g.commit(1);
+        assert_eq!(
+            g.awaiting_commit_bytes(),
+            50,
+            "what went before checkpoint 1's barrier was released on its receivers"
+        );
+        g.seal(2, 0);
+        g.count_sent(20);
+        g.seal(3, 0);
+        g.commit(3);
+        assert_eq!(g.awaiting_commit_bytes(), 0, "a later commit releases both");
+        g.count_sent(7);
+        g.restore(Vec::new());
+        assert_eq!(g.awaiting_commit_bytes(), 0, "a restore starts a new run");
     }
 
     #[test]

@@ -22,6 +22,7 @@ use super::placement::VnodePlacement;
 use super::types::{NativeProcessFunction, ProcessFunctionInfo};
 use super::validate::ProcessError;
 use crate::error::Result;
+use crate::operators::exchange::Routed;
 use crate::operators::stateful::{no_such_port, Port, StatefulOperator};
 use crate::state::{SnapshotReader, SnapshotWriter};
 use state::{encode_sequences, SEALED_EPOCHS};
@@ -226,7 +227,7 @@ impl ProcessOperator {
         let (batches, marks) = match &self.exchange {
             None => (batches, marks),
             Some(exchange) => {
-                let (kept, received) = exchange.route_each(batches)?;
+                let Routed { kept, received, .. } = exchange.route_each(batches)?;
                 let ahead = received.len();
                 routed = received.into_iter().chain(kept).collect::<Vec<_>>();
                 shifted = marks
@@ -266,12 +267,17 @@ impl ProcessOperator {
     /// sealed epoch a committed checkpoint released, each as its batches
     /// in stored order and a timer cut at its watermark.
     fn run_gated(&mut self, batches: &[RecordBatch], watermark: i64) -> Result<Vec<RecordBatch>> {
-        let routed = match &self.exchange {
+        let (routed, sent_bytes) = match &self.exchange {
             Some(exchange) => {
-                let (kept, received) = exchange.route_each(batches)?;
-                received.into_iter().chain(kept).collect::<Vec<_>>()
+                let Routed {
+                    kept,
+                    received,
+                    sent_bytes,
+                } = exchange.route_each(batches)?;
+                let routed = received.into_iter().chain(kept).collect::<Vec<_>>();
+                (routed, sent_bytes)
             }
-            None => batches.to_vec(),
+            None => (batches.to_vec(), 0),
         };
         let inputs = routed
             .iter()
@@ -281,6 +287,7 @@ impl ProcessOperator {
             return Ok(vec![]);
         };
         gate.hold(inputs, watermark);
+        gate.count_sent(sent_bytes);
         let mut out = CallOutput {
             batches: std::mem::take(&mut self.carried),
             ..Default::default()
