@@ -178,9 +178,13 @@ impl ProcessOperator {
     }
 
     /// Whether the function holds input or output at all: runnable, or
-    /// rows waiting for a checkpoint to seal them or for its commit.
+    /// rows waiting for a checkpoint to seal them or for its commit; or
+    /// it sent rows to other owners whose commit is pending (only a
+    /// checkpoint lets them, and this node's budget, go).
     pub fn has_held_input(&self) -> bool {
-        self.has_runnable_input() || self.gate.as_ref().is_some_and(CommitGate::holds_rows)
+        self.has_runnable_input()
+            || self.gate.as_ref().is_some_and(CommitGate::holds_rows)
+            || self.input_awaiting_commit_bytes() > 0
     }
 
     /// Bytes of the input a gated function holds until a checkpoint's
