@@ -238,6 +238,7 @@ impl ClusterInfo for EtcdInfo {
                 watermark_ms: m.progress.as_ref().map(|p| p.watermark_ms),
                 checkpoint: m.progress.as_ref().map(|p| p.checkpoint),
                 report_age_ms: m.progress.as_ref().map(|p| now - p.at_ms),
+                asks_for_checkpoints: m.asks_for_checkpoints,
                 node: m.node,
             })
             .collect())

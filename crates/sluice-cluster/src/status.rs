@@ -79,6 +79,10 @@ pub struct MemberStatus {
     pub vnodes: u32,
     /// Its last progress report, if it runs the pipeline.
     pub progress: Option<Progress>,
+    /// Whether it asks the leader for checkpoints: it holds process
+    /// function input that only a commit releases (see
+    /// `checkpoint_requests`).
+    pub asks_for_checkpoints: bool,
 }
 
 /// The cluster at one etcd revision.
@@ -121,6 +125,7 @@ pub async fn read(client: &Client, keys: &ClusterKeys) -> Result<ClusterStatus> 
         TxnOp::get(keys.finished(), None),
         TxnOp::get(keys.progress_prefix(), prefix()),
         TxnOp::get(keys.finished_members_prefix(), prefix()),
+        TxnOp::get(keys.checkpoint_requests(), prefix()),
     ]);
     let response = client
         .clone()
@@ -169,6 +174,15 @@ pub async fn read(client: &Client, keys: &ClusterKeys) -> Result<ClusterStatus> 
         let node = key.trim_start_matches(&finished_prefix).to_string();
         finished_members.insert(node, decode(&key, kv.value())?);
     }
+    let requests_prefix = keys.checkpoint_requests();
+    let asking: std::collections::BTreeSet<String> = kvs(7)
+        .iter()
+        .map(|kv| {
+            text(kv.key())
+                .trim_start_matches(&requests_prefix)
+                .to_string()
+        })
+        .collect();
     let members = kvs(1)
         .iter()
         .map(|kv| {
@@ -179,6 +193,7 @@ pub async fn read(client: &Client, keys: &ClusterKeys) -> Result<ClusterStatus> 
                     .as_ref()
                     .map_or(0, |a| a.owned_vnodes(&node).len() as u32),
                 progress: progress.remove(&node),
+                asks_for_checkpoints: asking.contains(&node),
                 node,
             }
         })

@@ -535,6 +535,19 @@ async fn a_follower_holding_input_asks_the_leader_for_checkpoints_until_it_lets_
         leader.checkpoints_requested()
     })
     .await;
+    // The cluster's status shows who asks.
+    let reader = sluice_cluster::status::connect(&etcd.endpoints())
+        .await
+        .expect("connect");
+    let status = sluice_cluster::status::read(&reader, &ClusterKeys::new("own11").expect("keys"))
+        .await
+        .expect("status");
+    let asking: Vec<(&str, bool)> = status
+        .members
+        .iter()
+        .map(|m| (m.node.as_str(), m.asks_for_checkpoints))
+        .collect();
+    assert_eq!(asking, [("n1", false), ("n2", true)]);
     // A record that starts to lead lists the requests made before it.
     let client = sluice_cluster::client::connect(&etcd.endpoints())
         .await

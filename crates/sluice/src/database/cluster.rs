@@ -49,6 +49,9 @@ pub struct ClusterMember {
     pub checkpoint: Option<u64>,
     /// How long ago it reported (ms; its clock against the answering node's).
     pub report_age_ms: Option<i64>,
+    /// Whether it asks the leader for checkpoints: its process functions
+    /// hold input that only a committed checkpoint releases.
+    pub asks_for_checkpoints: bool,
 }
 // `SHOW CLUSTER` adds `watermark_lag_ms`, each member's watermark behind
 // the most advanced member's, computed from the rows (`watermark_lags`).
@@ -85,6 +88,7 @@ pub(super) async fn show(info: Option<&Arc<dyn ClusterInfo>>) -> Result<Vec<Reco
         Field::new("checkpoint", DataType::UInt64, true),
         Field::new("report_age_ms", DataType::Int64, true),
         Field::new("watermark_lag_ms", DataType::Int64, true),
+        Field::new("asks_for_checkpoints", DataType::Boolean, false),
     ]));
     let strings =
         |f: fn(&ClusterMember) -> &str| Arc::new(StringArray::from_iter_values(rows.iter().map(f)));
@@ -106,6 +110,9 @@ pub(super) async fn show(info: Option<&Arc<dyn ClusterInfo>>) -> Result<Vec<Reco
             Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.checkpoint))),
             Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.report_age_ms))),
             Arc::new(Int64Array::from(lags)),
+            Arc::new(BooleanArray::from_iter(
+                rows.iter().map(|r| Some(r.asks_for_checkpoints)),
+            )),
         ],
     )?])
 }

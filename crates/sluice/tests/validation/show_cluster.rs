@@ -57,6 +57,8 @@ async fn show_cluster_lists_what_the_cluster_reports() {
         watermark_ms: progress.map(|p| p.1),
         checkpoint: progress.map(|_| 3),
         report_age_ms: progress.map(|_| 40),
+        // n3 holds process-function input for a commit.
+        asks_for_checkpoints: node == "n3",
     };
     let db = Database::builder()
         .cluster_info(Arc::new(Fixed(vec![
@@ -75,14 +77,14 @@ async fn show_cluster_lists_what_the_cluster_reports() {
     assert_eq!(
         table,
         "\
-+------+----------+---------+--------+------------+---------+----------+--------------+------------+---------------+------------------+
-| node | role     | is_self | vnodes | generation | rows_in | rows_out | watermark_ms | checkpoint | report_age_ms | watermark_lag_ms |
-+------+----------+---------+--------+------------+---------+----------+--------------+------------+---------------+------------------+
-| n1   | leader   | false   | 128    | 7          | 1000    | 500      | 5000         | 3          | 40            | 0                |
-| n2   | standby  | true    | 128    | 7          |         |          |              |            |               |                  |
-| n3   | follower | false   | 128    | 7          | 900     | 450      | 3750         | 3          | 40            | 1250             |
-| n4   | follower | false   | 128    | 7          | 0       | 0        |              | 3          | 40            |                  |
-+------+----------+---------+--------+------------+---------+----------+--------------+------------+---------------+------------------+"
++------+----------+---------+--------+------------+---------+----------+--------------+------------+---------------+------------------+----------------------+
+| node | role     | is_self | vnodes | generation | rows_in | rows_out | watermark_ms | checkpoint | report_age_ms | watermark_lag_ms | asks_for_checkpoints |
++------+----------+---------+--------+------------+---------+----------+--------------+------------+---------------+------------------+----------------------+
+| n1   | leader   | false   | 128    | 7          | 1000    | 500      | 5000         | 3          | 40            | 0                | false                |
+| n2   | standby  | true    | 128    | 7          |         |          |              |            |               |                  | false                |
+| n3   | follower | false   | 128    | 7          | 900     | 450      | 3750         | 3          | 40            | 1250             | true                 |
+| n4   | follower | false   | 128    | 7          | 0       | 0        |              | 3          | 40            |                  | false                |
++------+----------+---------+--------+------------+---------+----------+--------------+------------+---------------+------------------+----------------------+"
     );
     // No member with a watermark: no lag for any.
     let db = Database::builder()
