@@ -187,7 +187,7 @@ pub struct MetricsSnapshot {
     /// as the coordinator last checked (before
     /// taking source input, and on idle ticks).
     pub held_input_bytes: u64,
-    /// The most bytes process functions ever held for a commit.
+    /// The most bytes process functions ever held (or had sent) for a commit.
     pub held_input_peak_bytes: u64,
     /// Times source intake paused because an output was full, or process
     /// functions held `process_held_input_bytes` for a commit.

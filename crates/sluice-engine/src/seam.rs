@@ -339,7 +339,8 @@ pub fn disposition(error: &CycleError, delivery: Option<Delivery>) -> Dispositio
 /// [`disposition`], with a failed cycle faulting only if
 /// `fault_on_cycle_error` (the callback's
 /// `CheckpointLifecycle::fault_on_cycle_error`, which by default is
-/// whether checkpoints are on) and halting otherwise.
+/// whether checkpoints are on) and checkpoints are on (else there is
+/// nothing to recover from), and halting otherwise.
 pub fn disposition_with(
     error: &CycleError,
     delivery: Option<Delivery>,
@@ -351,7 +352,7 @@ pub fn disposition_with(
         | CycleError::Process(_)
         | CycleError::Output(_)
         | CycleError::Panicked(_) => {
-            if fault_on_cycle_error {
+            if fault_on_cycle_error && delivery.is_some() {
                 Disposition::Fault
             } else {
                 Disposition::Halt

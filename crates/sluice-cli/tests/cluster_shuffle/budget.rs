@@ -11,17 +11,16 @@ use super::*;
 /// and the released input keep running (else this run would never
 /// finish). A node counts the rows it keeps and those it sent (the
 /// receiver holds them until the same commit), and takes the rows it is
-/// sent in while it waits. With these evenly spread keys a node holds a
-/// few budgets' worth, the follower more (it learns of each commit after
-/// the leader); without the budget the leader held its whole input
-/// (460 KB) before its first commit. Two nodes together still emit one
-/// node's activations.
+/// sent in while it waits. With these evenly spread keys and a 4 KiB
+/// budget the leader held 5.2 to 5.5 KB at most, the follower 5.4 to 8 KB
+/// (it learns of each commit after the leader, and takes in what the
+/// leader sends meanwhile); without the budget they held 26 and 35 KB.
+/// Bytes are what the rows occupy (`row_bytes`). Two nodes together still
+/// emit one node's activations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_functions_hold_no_more_input_for_commits_than_their_budget() {
-    const HELD: u64 = 16 << 10;
-    // Measured: 34 to 42 KB on the leader, 55 to 61 KB on the follower
-    // (61 to 115 KB before sent rows counted).
-    const BOUNDS: [u64; 2] = [12 * HELD, 12 * HELD];
+    const HELD: u64 = 4 << 10;
+    const BOUNDS: [u64; 2] = [3 * HELD, 3 * HELD];
     let knobs = Knobs {
         batch: 3,
         budget: CreditBudget::new(4, 4096).unwrap(),
@@ -79,12 +78,12 @@ async fn a_follower_holding_its_budget_gets_checkpoints_from_an_idle_leader() {
 /// All input is read on n2, the follower, and every key's vnode is n1's:
 /// n2 keeps no row and sends them all to n1, which holds them until the
 /// checkpoint after them commits. What n2 sent counts against n2's budget
-/// until then, so n2 pauses at it and n1 holds a few budgets (measured:
-/// 35 to 50 KB at a 16 KiB budget). Counting only kept rows, n2 never
-/// paused and n1 held the whole input (517 KB).
+/// until then, so n2 pauses at it and n1 holds about one budget
+/// (measured: 5 to 6.5 KB at a 4 KiB budget). Counting only kept rows,
+/// n2 never paused and n1 held 35 KB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_keys_all_live_elsewhere_pauses_at_its_budget_for_what_it_sent() {
-    const HELD: u64 = 16 << 10;
+    const HELD: u64 = 4 << 10;
     let knobs = Knobs {
         batch: 3,
         budget: CreditBudget::default(),
@@ -103,7 +102,7 @@ async fn a_node_whose_keys_all_live_elsewhere_pauses_at_its_budget_for_what_it_s
     assert_eq!(n1.events_ingested, 0, "n1 read nothing");
     assert!(n2.intake_pauses > 0, "n2 never paused for what it sent");
     assert!(
-        n1.held_input_peak_bytes <= 12 * HELD,
+        n1.held_input_peak_bytes <= 3 * HELD,
         "n1 held {} B for commits (n2's budget {HELD} B)",
         n1.held_input_peak_bytes
     );

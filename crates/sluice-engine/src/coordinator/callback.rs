@@ -330,8 +330,8 @@ pub trait CheckpointLifecycle {
     /// cycle's input from the last committed checkpoint: `true`; or halts
     /// it for good: `false`. Sluice never drops a failed cycle's input,
     /// in any delivery mode (the reference drops it under at-least-once
-    /// by default), so without a checkpoint to recover from it halts.
-    /// Default: while checkpoints are on.
+    /// by default), so without a checkpoint to recover from it halts
+    /// whatever this says. Default: while checkpoints are on.
     fn fault_on_cycle_error(&self) -> bool {
         self.checkpoint_delivery().is_some()
     }

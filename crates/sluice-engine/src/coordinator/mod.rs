@@ -410,11 +410,16 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
     }
 
     /// Apply a control message. A refused statement leaves the pipeline
-    /// running; a failed `Recover` or `Start` halts it (its state is
-    /// partly restored, or its outputs partly open). Either way the caller
+    /// running; a failed `Recover`, `AdoptMovedState` or `Start` halts it
+    /// (its state is partly restored or adopted, or its outputs partly
+    /// open: a pipeline left so would never start, and its checkpoints
+    /// would wait for a recovery that never ends). Either way the caller
     /// gets the error, so `start()` never has to read the status.
     async fn control(&mut self, msg: ControlMsg) -> crate::Result<()> {
-        let startup = matches!(msg, ControlMsg::Recover(_) | ControlMsg::Start);
+        let startup = matches!(
+            msg,
+            ControlMsg::Recover(_) | ControlMsg::AdoptMovedState { .. } | ControlMsg::Start
+        );
         if let Err(e) = self.callback.apply_control(msg) {
             let error = if startup {
                 CycleError::Startup(e)
@@ -424,8 +429,11 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             return Err(self.settle(error));
         }
         // Recovered sources may all be finished already: one cycle closes
-        // what remains and reports completion.
-        if self.callback.all_sources_finished() && !self.status.borrow().finished {
+        // what remains and reports completion, once the (re)start ended.
+        if !self.callback.is_recovering()
+            && self.callback.all_sources_finished()
+            && !self.status.borrow().finished
+        {
             self.run_cycle(BatchMap::default(), 0, 0).await;
         }
         Ok(())

@@ -31,8 +31,8 @@ pub struct Routed {
     pub kept: Vec<RecordBatch>,
     /// The rows other nodes sent since the last cycle.
     pub received: Vec<RecordBatch>,
-    /// Bytes (Arrow buffer sizes, as the wire carries them) of the rows
-    /// this cycle routed to other nodes.
+    /// Bytes of the rows this cycle routed to other nodes, without their
+    /// vnode ([`crate::budget::row_bytes`]).
     pub sent_bytes: u64,
 }
 
@@ -138,7 +138,10 @@ impl ExchangeOp {
                     mine = Some(self.unroute(&part)?);
                 } else {
                     let wire = self.wire_part(&part)?;
-                    sent_bytes += wire.get_array_memory_size() as u64;
+                    // The rows the receiver gets, without the vnode.
+                    let rows = wire
+                        .project(&(0..wire.num_columns().saturating_sub(1)).collect::<Vec<_>>())?;
+                    sent_bytes += crate::budget::row_bytes(&rows);
                     self.edge.push_outbox(wire);
                 }
             }

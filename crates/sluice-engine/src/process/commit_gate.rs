@@ -167,8 +167,8 @@ impl CommitGate {
     /// sent other nodes since the last commit ([`Self::count_sent`]). Only
     /// a checkpoint's commit makes them runnable, so this is what a byte
     /// budget bounds (released input runs at the next cycle and needs no
-    /// bound of its own). Arrow's buffer sizes: batches sharing buffers
-    /// count each.
+    /// bound of its own). In [`crate::budget::row_bytes`]: what the rows
+    /// occupy, alike for rows kept, sent and received.
     pub fn awaiting_commit_bytes(&self) -> u64 {
         let sent: u64 = self.sealed_sent.iter().map(|(_, b)| b).sum();
         self.open_bytes + self.uncommitted_bytes + self.open_sent + sent
@@ -208,7 +208,7 @@ impl CommitGate {
 }
 
 fn batch_bytes(b: &RecordBatch) -> u64 {
-    b.get_array_memory_size() as u64
+    crate::budget::row_bytes(b)
 }
 
 #[cfg(test)]

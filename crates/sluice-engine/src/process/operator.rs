@@ -271,17 +271,20 @@ impl ProcessOperator {
     /// sealed epoch a committed checkpoint released, each as its batches
     /// in stored order and a timer cut at its watermark.
     fn run_gated(&mut self, batches: &[RecordBatch], watermark: i64) -> Result<Vec<RecordBatch>> {
-        let (routed, sent_bytes) = match &self.exchange {
+        let routed = match &self.exchange {
             Some(exchange) => {
                 let Routed {
                     kept,
                     received,
                     sent_bytes,
                 } = exchange.route_each(batches)?;
-                let routed = received.into_iter().chain(kept).collect::<Vec<_>>();
-                (routed, sent_bytes)
+                // Counted before anything can fail: the rows are queued.
+                if let Some(gate) = &mut self.gate {
+                    gate.count_sent(sent_bytes);
+                }
+                received.into_iter().chain(kept).collect::<Vec<_>>()
             }
-            None => (batches.to_vec(), 0),
+            None => batches.to_vec(),
         };
         let inputs = routed
             .iter()
@@ -291,7 +294,6 @@ impl ProcessOperator {
             return Ok(vec![]);
         };
         gate.hold(inputs, watermark);
-        gate.count_sent(sent_bytes);
         let mut out = CallOutput {
             batches: std::mem::take(&mut self.carried),
             ..Default::default()

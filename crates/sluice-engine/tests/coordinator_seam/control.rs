@@ -1,7 +1,8 @@
 //! Control messages are acknowledged with a `Result`: a statement the
 //! callback refuses is reported to its caller and the pipeline runs on; a
-//! failed `Start` (or `Recover`) halts it and the acknowledgement carries
-//! the error, so no caller has to read the status and race with the halt.
+//! failed `Start` (or `Recover`, or `AdoptMovedState`) halts it and the
+//! acknowledgement carries the error, so no caller has to read the status
+//! and race with the halt.
 
 use sluice_engine::coordinator::ControlMsg;
 use sluice_engine::EngineError;
@@ -36,4 +37,21 @@ async fn a_failed_start_halts_and_its_acknowledgement_says_why() {
     let halted = h.handle.status().halted.map(|e| e.to_string());
     assert_eq!(halted.as_deref(), Some("sink cannot be opened"));
     assert_halted(h.finished().await, "sink cannot be opened");
+}
+
+/// A failed `AdoptMovedState` halts too: the node's state is partly
+/// adopted, and a pipeline left so would never start (its checkpoints
+/// would wait for a restart that never ends).
+#[tokio::test]
+async fn a_failed_adoption_of_moved_state_halts() {
+    use sluice_engine::process::VnodePlacement;
+    use sluice_engine::split::moved::MovedState;
+    let h = start(|s| s.fail_control = Some("moved state unreadable".into()));
+    let adopt = ControlMsg::AdoptMovedState {
+        state: std::sync::Arc::new(MovedState::new(Vec::new()).unwrap()),
+        placement: VnodePlacement::all(8).unwrap(),
+    };
+    let r = bounded(h.handle.control(adopt)).await;
+    assert!(matches!(r, Err(EngineError::Halted { .. })), "{r:?}");
+    assert_halted(h.finished().await, "moved state unreadable");
 }
