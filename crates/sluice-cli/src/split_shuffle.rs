@@ -525,7 +525,52 @@ mod tests {
         assert!(!role.may_fold_input());
         assert!(role.one_cut_across_nodes());
         assert!(role.announcements().is_none());
+        role.request_checkpoints(true);
+        assert!(!role.checkpoints_requested());
         let e = role.committed().await.expect_err("undecided").to_string();
         assert!(e.contains("this node's role in the split"), "{e}");
+    }
+
+    /// A role's record, recording the checkpoint requests it is told.
+    #[derive(Debug, Default)]
+    struct Requests(std::sync::Mutex<Vec<bool>>);
+
+    #[async_trait]
+    impl CommitAuthority for Requests {
+        async fn record_commit(
+            &self,
+            _: u64,
+            _: Option<u64>,
+            _: &BlobRef,
+        ) -> Result<(), StorageError> {
+            Ok(())
+        }
+        async fn committed(&self) -> Result<Option<BTreeSet<u64>>, StorageError> {
+            Ok(None)
+        }
+        async fn forget_below(&self, _: u64) -> Result<(), StorageError> {
+            Ok(())
+        }
+        fn request_checkpoints(&self, holding: bool) {
+            self.0.lock().expect("not poisoned").push(holding);
+        }
+        fn checkpoints_requested(&self) -> bool {
+            self.0.lock().expect("not poisoned").last() == Some(&true)
+        }
+    }
+
+    #[test]
+    fn a_decided_role_passes_checkpoint_requests_on() {
+        let role = RoleAuthority::default();
+        let record = Arc::new(Requests::default());
+        assert!(role
+            .role
+            .set(Arc::clone(&record) as Arc<dyn CommitAuthority>)
+            .is_ok());
+        role.request_checkpoints(true);
+        assert!(role.checkpoints_requested());
+        role.request_checkpoints(false);
+        assert!(!role.checkpoints_requested());
+        assert_eq!(*record.0.lock().expect("not poisoned"), [true, false]);
     }
 }
