@@ -238,13 +238,9 @@ const ROWS_PER_MESSAGE: usize = 65_536;
 /// message is one step of a checkpoint tail between two pace points.
 const MESSAGE_BYTES: usize = 8 << 20;
 
-/// Bytes of `batch`'s buffers (as sliced).
+/// Bytes of `batch`'s buffers (as sliced; see [`crate::budget::row_bytes`]).
 fn data_size(batch: &RecordBatch) -> usize {
-    batch
-        .columns()
-        .iter()
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
-        .sum()
+    usize::try_from(crate::budget::row_bytes(batch)).unwrap_or(usize::MAX)
 }
 
 /// Rows per message for `batch`: [`ROWS_PER_MESSAGE`], fewer when that
