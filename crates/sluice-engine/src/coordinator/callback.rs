@@ -61,10 +61,15 @@ pub enum ControlMsg {
     EnableCheckpoints(Box<CheckpointConfig>),
     /// Restore every owner's state from a checkpoint (before `Start`).
     Recover(Box<sluice_storage::LoadedCheckpoint>),
-    /// Replace every keyed operator's state with the keys of `placement`'s
-    /// vnodes out of the previous holders' checkpoints (after `Recover`,
-    /// before `Start`; see `crate::split::moved`).
-    AdoptMovedState {
+    /// Stage this node's vnode transition: every keyed operator's state is
+    /// to be replaced with the keys of `placement`'s vnodes out of the
+    /// previous holders' checkpoints (see `crate::split::moved`). Staging
+    /// changes nothing yet: the coordinator completes the transition with
+    /// [`RuntimeControl::complete_pending_vnode_transition`] when `Start`
+    /// arrives, after every `Recover`, before `Start` opens the sinks and
+    /// starts the file sources. Refused (the pipeline runs on) once the
+    /// pipeline started, and while another transition is staged.
+    StageVnodeTransition {
         /// The previous holders' checkpoints at one cut.
         state: Arc<crate::split::moved::MovedState>,
         /// The vnodes this node holds now.
@@ -301,7 +306,7 @@ pub trait RuntimeControl {
     fn forget_operator_state(&mut self) {}
     /// Whether a (re)start is in flight: `ControlMsg::Start` was not
     /// applied yet, so a recovered checkpoint (`Recover`) or moved state
-    /// (`AdoptMovedState`) may still replace the operators' state, and the
+    /// (a staged vnode transition) may still replace the operators' state, and the
     /// sinks are not open in their delivery mode. While it is, the
     /// checkpoint admission gate holds: nothing may be captured, since a
     /// checkpoint of the state before recovery would become the newest
@@ -314,6 +319,26 @@ pub trait RuntimeControl {
     /// a shutdown takes no checkpoint. Default: never.
     fn is_recovering(&mut self) -> bool {
         false
+    }
+    /// Complete the vnode transition staged for this (re)start
+    /// ([`ControlMsg::StageVnodeTransition`]) without admitting source
+    /// input. The coordinator calls it when `Start` arrives, before
+    /// applying it: recovery (`Recover`) may close intake before the
+    /// transition that moved the vnodes has run, and the transition
+    /// replaces the recovered keyed state, so it runs last.
+    ///
+    /// `Ok(true)`: the pending transition completed now. `Ok(false)`:
+    /// none was pending (the reference also answers `false` while a
+    /// transition waits for its exact assignment certificate; a Sluice
+    /// transition carries its placement, decided by the caller from the
+    /// recorded member list before the pipeline was built, so it never
+    /// waits). An error ([`CycleError::Startup`]) halts the
+    /// pipeline: its keyed state is partly replaced, and `Start` is not
+    /// applied. Default: nothing is ever pending.
+    fn complete_pending_vnode_transition(
+        &mut self,
+    ) -> impl Future<Output = Result<bool, CycleError>> + Send {
+        async { Ok(false) }
     }
 }
 

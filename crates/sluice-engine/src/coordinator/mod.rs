@@ -16,6 +16,7 @@ pub mod callback;
 mod checkpointing;
 mod cluster;
 pub mod connector;
+mod control;
 mod exchange_align;
 mod exchanges;
 mod follower;
@@ -409,17 +410,26 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         Step::Continue
     }
 
-    /// Apply a control message. A refused statement leaves the pipeline
-    /// running; a failed `Recover`, `AdoptMovedState` or `Start` halts it
-    /// (its state is partly restored or adopted, or its outputs partly
-    /// open: a pipeline left so would never start, and its checkpoints
-    /// would wait for a recovery that never ends). Either way the caller
-    /// gets the error, so `start()` never has to read the status.
+    /// Apply a control message. A refused statement (or a refused
+    /// `StageVnodeTransition`, which changes nothing) leaves the pipeline
+    /// running; a failed `Recover` or `Start` halts it, as does a staged
+    /// vnode transition that fails to complete when `Start` arrives (its
+    /// state is partly restored or replaced, or its outputs partly open: a
+    /// pipeline left so would never start, and its checkpoints would wait
+    /// for a recovery that never ends). Either way the caller gets the
+    /// error, so `start()` never has to read the status.
     async fn control(&mut self, msg: ControlMsg) -> crate::Result<()> {
-        let startup = matches!(
-            msg,
-            ControlMsg::Recover(_) | ControlMsg::AdoptMovedState { .. } | ControlMsg::Start
-        );
+        // Staging a transition changes nothing, so a refused one is
+        // refused like a statement (the pipeline runs on).
+        let startup = matches!(msg, ControlMsg::Recover(_) | ControlMsg::Start);
+        if matches!(msg, ControlMsg::Start) {
+            // The vnodes that moved take their keys before any input.
+            match self.callback.complete_pending_vnode_transition().await {
+                Ok(true) => tracing::debug!("the staged vnode transition completed"),
+                Ok(false) => {}
+                Err(e) => return Err(self.settle(e)),
+            }
+        }
         if let Err(e) = self.callback.apply_control(msg) {
             let error = if startup {
                 CycleError::Startup(e)

@@ -129,7 +129,7 @@ impl Pipeline {
         }
         if let Some((state, placement)) = moved {
             c.handle
-                .control(ControlMsg::AdoptMovedState { state, placement })
+                .control(ControlMsg::StageVnodeTransition { state, placement })
                 .await?;
         }
         c.handle.control(ControlMsg::Start).await?;

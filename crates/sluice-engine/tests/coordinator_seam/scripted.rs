@@ -107,6 +107,11 @@ pub(crate) struct Script {
     pub(crate) deferred: usize,
     /// `publish_barrier` (a committed checkpoint) releases this many more.
     pub(crate) released_by_commit: usize,
+    /// A vnode transition is staged (`StageVnodeTransition`, until
+    /// `complete_pending_vnode_transition` takes it).
+    pub(crate) transition_staged: bool,
+    /// `complete_pending_vnode_transition` fails with this.
+    pub(crate) fail_transition: Option<String>,
     /// `is_recovering` answers whether `Start` is still to come (else: never).
     pub(crate) start_by_control: bool,
     pub(crate) started: bool,
@@ -287,6 +292,7 @@ impl RuntimeControl for ScriptedCallback {
         let kind = match msg {
             ControlMsg::Start => "start",
             ControlMsg::Recover(_) => "recover",
+            ControlMsg::StageVnodeTransition { .. } => "stage vnode transition",
             _ => "ddl",
         };
         let fail = self.script().fail_control.clone();
@@ -299,6 +305,9 @@ impl RuntimeControl for ScriptedCallback {
                 self.note(format!("control {kind}"));
                 if kind == "start" {
                     self.script().started = true;
+                }
+                if kind == "stage vnode transition" {
+                    self.script().transition_staged = true;
                 }
                 Ok(())
             }
@@ -320,6 +329,24 @@ impl RuntimeControl for ScriptedCallback {
     fn is_recovering(&mut self) -> bool {
         let s = self.script();
         s.start_by_control && !s.started
+    }
+    async fn complete_pending_vnode_transition(&mut self) -> Result<bool, CycleError> {
+        let (staged, fail) = {
+            let mut s = self.script();
+            (
+                std::mem::take(&mut s.transition_staged),
+                s.fail_transition.clone(),
+            )
+        };
+        if !staged {
+            return Ok(false);
+        }
+        if let Some(e) = fail {
+            self.note(format!("vnode transition failed: {e}"));
+            return Err(CycleError::Startup(EngineError::Injected(e)));
+        }
+        self.note("vnode transition".into());
+        Ok(true)
     }
 }
 
