@@ -249,6 +249,22 @@ async fn run_node(
     // reading nothing and giving its keyed state up, to publish what its
     // last checkpoint committed.
     let moved = match (&shuffle, &record.previous) {
+        (Some(_), Some(previous))
+            if matches!(part, Part::Member)
+                && split_change::checkpointed_since(
+                    &client,
+                    &keys,
+                    (&node_id, &p.store),
+                    previous.cut,
+                )
+                .await? =>
+        {
+            tracing::info!(
+                cut = ?previous.cut,
+                "this node checkpointed since its vnodes moved; its own checkpoint holds their state"
+            );
+            None
+        }
         (Some(_), Some(previous)) => {
             let mine = match part {
                 Part::Member => share_of(&members, &node_id, count)?,

@@ -485,6 +485,26 @@ fn commits_of(
     })
 }
 
+/// Whether `node` of a shuffled split committed a cut after `cut` (the
+/// cut its generation's keyed state moved from): its own checkpoint then
+/// holds the keys of its vnodes, and the moved state is not needed (the
+/// engine would not apply it, see `MovedState::applies_after`). Asked
+/// before [`moved_state`] reads the old members' checkpoints of `cut`,
+/// which their stores may have pruned since.
+pub(crate) async fn checkpointed_since(
+    client: &Client,
+    keys: &ClusterKeys,
+    (node, store): (&str, &str),
+    cut: Option<u64>,
+) -> Result<bool, CliError> {
+    let Some(cut) = cut else {
+        return Ok(false);
+    };
+    let commits = commits_of(client, keys, node, true)?;
+    let newest = sluice::split::newest_recorded(&node_store(store, node), commits).await?;
+    Ok(newest.is_some_and(|id| id > cut))
+}
+
 /// The keyed state a node of a shuffled split that now holds `mine`
 /// takes over after `previous`: the checkpoints of the generation's last
 /// cut (committed for all and recorded with the change) of the old

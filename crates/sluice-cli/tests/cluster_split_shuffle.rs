@@ -235,14 +235,19 @@ fn kill_after_a_cut(etcd: &EtcdServer, cluster: &str, mut nodes: Vec<Run>) {
 /// returned `start(node)` starts a node of `--split n1,n2,n3`. n1, which
 /// sorts first, joins only then and leads the grown split from a store
 /// with no checkpoint of its own. Also returns the two's last cut.
-fn grown_split<'a>(f: &'a Fixture, cluster: &'a str) -> (impl Fn(usize) -> Run + 'a, u64) {
+fn grown_split<'a>(
+    f: &'a Fixture,
+    cluster: &'a str,
+    args: &'a [&'a str],
+) -> (impl Fn(usize) -> Run + 'a, u64) {
     let state = f.state();
     let three = shuffle_list();
     let two: Vec<&str> = three.split(',').skip(1).collect();
     let two = two.join(",");
     let log = [(
         "RUST_LOG",
-        "warn,sluice_engine::coordinator::moved=info,sluice_engine::pipeline::start=info"
+        "warn,sluice_engine::coordinator::moved=info,sluice_engine::pipeline::start=info,\
+         sluice::split=info"
             .to_string(),
     )];
     let start = move |node: &str, list: &str, shuffle: &str| {
@@ -253,7 +258,7 @@ fn grown_split<'a>(f: &'a Fixture, cluster: &'a str) -> (impl Fn(usize) -> Run +
             (list, shuffle),
             &state,
             &log,
-            &[],
+            args,
         )
     };
     let old: Vec<Run> = ["n2", "n3"]
@@ -274,7 +279,7 @@ fn grown_split<'a>(f: &'a Fixture, cluster: &'a str) -> (impl Fn(usize) -> Run +
 #[test]
 fn a_shuffled_split_grown_from_two_nodes_to_three_moves_its_keyed_state_exactly_once() {
     let f = fixture();
-    let (start, cut) = grown_split(&f, "grow");
+    let (start, cut) = grown_split(&f, "grow", &[]);
     let ends = wait_all((0..NODES.len()).map(&start).collect());
     same_rows(&split_outputs(&f.dir.join("out"), &NODES), &f.expected);
     // Every node took its keys over from the two's last cut, and n1, new
@@ -299,7 +304,7 @@ fn a_shuffled_split_grown_from_two_nodes_to_three_moves_its_keyed_state_exactly_
 #[test]
 fn a_grown_split_killed_after_its_first_cut_resumes_its_own_state() {
     let f = fixture();
-    let (start, cut) = grown_split(&f, "regrow");
+    let (start, cut) = grown_split(&f, "regrow", &[]);
     let mut nodes: Vec<Run> = (0..NODES.len()).map(&start).collect();
     until_committed(&f.etcd, "regrow", &mut nodes, cut);
     let victim = (std::process::id() % 3) as usize;
@@ -319,6 +324,46 @@ fn a_grown_split_killed_after_its_first_cut_resumes_its_own_state() {
             ends[victim]
         );
     }
+}
+
+/// The grown split's nodes keep one checkpoint each
+/// (`checkpoint_retain=1`), so the two's cut the three grew from is
+/// deleted from the two's stores once the three committed a cut of their
+/// own. A node killed after that resumes from its own checkpoint, which
+/// holds its moved keys; it must not need the deleted cut (it used to read
+/// that cut before it looked at its own, fail, and never start again,
+/// which left the others waiting for it).
+#[test]
+fn a_grown_split_node_restarted_after_the_cut_it_grew_from_was_pruned_resumes() {
+    let f = fixture();
+    let (start, cut) = grown_split(&f, "pruned", &["--set", "checkpoint_retain=1"]);
+    let mut nodes: Vec<Run> = (0..NODES.len()).map(&start).collect();
+    until_committed(&f.etcd, "pruned", &mut nodes, cut);
+    let pruned = |n: &str| {
+        let manifest = format!("state/nodes/{n}/checkpoints/{cut:020}/MANIFEST");
+        !f.dir.join(manifest).exists()
+    };
+    let until = Instant::now() + WATCHDOG;
+    while !(pruned("n2") && pruned("n3")) && nodes.iter_mut().all(Run::running) {
+        assert!(Instant::now() < until, "cut {cut} was never pruned");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let victim = (std::process::id() % 3) as usize;
+    assert!(
+        pruned("n2") && pruned("n3") && nodes[victim].running(),
+        "the run ended before the cut it grew from was pruned"
+    );
+    nodes[victim].signal(libc::SIGKILL);
+    let _ = std::mem::replace(&mut nodes[victim], start(victim)).wait(WATCHDOG);
+    let (ends, _) = supervise(nodes, &start);
+    same_rows(&split_outputs(&f.dir.join("out"), &NODES), &f.expected);
+    assert!(
+        ends[victim].contains("its own checkpoint holds their state")
+            && !ends[victim].contains("took over the keyed state"),
+        "n{}: {}",
+        victim + 1,
+        ends[victim]
+    );
 }
 
 /// Every node's checkpoints on S3 (a real S3-compatible server on

@@ -33,6 +33,20 @@ pub async fn checkpointed_progress(url: &str) -> Result<Option<BTreeMap<String, 
     recorded_progress(url, None).await
 }
 
+/// The id of the newest checkpoint `authority` recorded in the store at
+/// `url` (the store is only listed: nothing is read or verified); `None`
+/// when it recorded none there.
+pub async fn newest_recorded(
+    url: &str,
+    authority: Arc<dyn CommitAuthority>,
+) -> Result<Option<u64>> {
+    let store = CheckpointStore::new(Box::new(ObjectStoreBackend::from_url(url)?));
+    Ok(store
+        .with_authority(authority)
+        .newest_committed_id()
+        .await?)
+}
+
 /// [`checkpointed_progress`] of a store whose checkpoints count once
 /// `authority` recorded them (the node's `commit_authority`): the last
 /// recorded one, not a newer manifest the authority refused.
