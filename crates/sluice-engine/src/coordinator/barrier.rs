@@ -258,6 +258,24 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             self.held.extend(held);
             return Err(self.give_up(&a, reason).await);
         }
+        // Work the graph can run without input runs before capture, not
+        // after it: output a vnode transition carried to the next cycle
+        // (the previous holders' sealed input it ran) is in no snapshot,
+        // so a capture before it was emitted would record state that ran
+        // that input and lose its output with a crash before the next
+        // checkpoint. Input a commit released may run here as well (it is
+        // input from before the barrier). Usually the loop ran it already;
+        // an output that was full (or a fence) can have held it back.
+        if self.callback.has_runnable_deferred_input() {
+            self.run_cycle(super::BatchMap::default(), 0, 0).await;
+            if self.stopped_intake {
+                self.held.extend(held);
+                let reason = EngineError::Checkpoint(
+                    "the pipeline stopped running the work it held before capture".into(),
+                );
+                return Err(self.give_up(&a, reason).await);
+            }
+        }
         let capture_started = Instant::now();
         let outcome = match self.callback.reserve_subscription_cut(attempt) {
             Err(e) => BarrierOutcome::Failed(Arc::new(e.context("cutting subscription logs"))),

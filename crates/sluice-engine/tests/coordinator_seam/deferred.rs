@@ -109,3 +109,20 @@ async fn a_full_held_input_budget_stops_only_source_intake() {
         .only(&["publish", "cycle"])
         .starts_with("publish 1 | cycle wm=0 | publish 2 | cycle wm=7 A=[7]"));
 }
+
+/// Work held back by a full output (here: the output a vnode transition
+/// carried to the next cycle) runs before a checkpoint captures, never
+/// after: the snapshot does not hold it, so a crash before the next
+/// checkpoint would lose it.
+#[tokio::test]
+async fn held_back_work_runs_before_a_checkpoint_captures() {
+    let h = start(|s| (s.output_full, s.deferred) = (true, 1));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.count("cycle"), 0, "{:?}", h.log());
+    h.checkpoint(async {}).await.expect("committed");
+    assert_eq!(
+        h.log().join(" | "),
+        "reserve 1 | inject 1 [] | cycle wm=0 | sinks.write | cut 1 | capture 1 flags=1 | \
+         publish 1"
+    );
+}

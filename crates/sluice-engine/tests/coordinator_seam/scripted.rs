@@ -12,7 +12,7 @@ use sluice_engine::coordinator::{
     BarrierOutcome, BatchMap, CheckpointAssignmentAdmission, CheckpointAssignmentFence,
     CheckpointAttempt, CheckpointControlOutcome, CheckpointControlWake, CheckpointLifecycle,
     CheckpointReport, ClusterCoordination, ControlMsg, CycleError, CycleExecution, CycleOutcome,
-    OutputPublication, RuntimeControl, SourceIntake,
+    ExternalOutputPressure, OutputPublication, RuntimeControl, SourceIntake,
 };
 use sluice_engine::options::Delivery;
 use sluice_engine::output::subscription::DeliveryEnd;
@@ -96,6 +96,8 @@ pub(crate) struct Script {
     pub(crate) control_fallback: Option<Duration>,
     /// `intake_paused` answers this.
     pub(crate) intake_paused: bool,
+    /// `external_output_pressure` answers `Full`.
+    pub(crate) output_full: bool,
     /// `held_input_full` answers this.
     pub(crate) held_full: bool,
     /// `settle_sink_epoch_for_shutdown` fails with this (sinks whose
@@ -183,6 +185,13 @@ impl SourceIntake for ScriptedCallback {
     }
     fn intake_paused(&self) -> bool {
         self.script().intake_paused
+    }
+    fn external_output_pressure(&self) -> ExternalOutputPressure {
+        if self.script().output_full {
+            ExternalOutputPressure::Full
+        } else {
+            ExternalOutputPressure::Clear
+        }
     }
     fn held_input_full(&self) -> bool {
         self.script().held_full
