@@ -368,3 +368,66 @@ fn sealed_input_moves_with_its_vnodes_and_runs_again_as_its_holder_ran_it() {
         );
     }
 }
+
+/// A previous holder's sealed epoch may hold no row of the moved vnodes
+/// and still cut their timers: its watermark fired them on that holder
+/// after the commit. The new owner fires them at the same cut (same ids,
+/// same order), not at its own next watermark, after rows that came later.
+#[test]
+fn a_moved_keys_timers_fire_at_a_sealed_epoch_that_holds_none_of_its_rows() {
+    use crate::process::placement::split_activation_id;
+    let vnode_of = |key: i64| -> u32 {
+        let col: arrow::array::ArrayRef =
+            std::sync::Arc::new(arrow::array::Int64Array::from(vec![key]));
+        (0..VNODES)
+            .find(|v| {
+                let p = VnodePlacement::new(VNODES, [*v]).unwrap();
+                p.rows_owned(std::slice::from_ref(&col), 1)
+                    .unwrap()
+                    .value(0)
+            })
+            .unwrap()
+    };
+    let moved = 1i64;
+    let other = (2..100).find(|k| vnode_of(*k) != vnode_of(moved)).unwrap();
+    let rows = |key: i64| {
+        Step::Input(
+            RecordBatch::try_new(
+                input_schema(),
+                vec![
+                    std::sync::Arc::new(arrow::array::Int64Array::from(vec![key])),
+                    std::sync::Arc::new(arrow::array::Int64Array::from(vec![5])),
+                ],
+            )
+            .unwrap(),
+        )
+    };
+    // The holder runs the moved key's row (its timer is armed), then
+    // seals an epoch holding only another key's row and a watermark past
+    // that timer.
+    let mut holder = gated_on(&(0..VNODES).collect::<Vec<_>>());
+    let mut wm = i64::MIN;
+    cycles(&mut holder, &[Step::Watermark(0), rows(moved)], &mut wm);
+    holder.seal(1);
+    holder.commit(1);
+    assert!(!holder.run(&[], None, wm).unwrap().is_empty());
+    cycles(&mut holder, &[rows(other), Step::Watermark(100)], &mut wm);
+    holder.seal(2);
+    let part = snapshot_part(&mut holder).unwrap();
+    holder.commit(2);
+    let keep = VnodePlacement::new(VNODES, [vnode_of(moved)]).unwrap();
+    let expected: std::collections::BTreeMap<i64, String> =
+        by_id(&holder.run(&[], None, wm).unwrap())
+            .into_iter()
+            .filter(|(id, _)| keep.owns(split_activation_id(*id as u64).1))
+            .collect();
+    assert!(
+        !expected.is_empty(),
+        "the holder fired the moved key's timer"
+    );
+
+    let mut next = gated_on(&[vnode_of(moved)]);
+    let reader = crate::state::SnapshotReader::new(&part).unwrap();
+    next.restore_moved(&[reader], &keep).unwrap();
+    assert_eq!(by_id(&next.run(&[], None, i64::MIN).unwrap()), expected);
+}
