@@ -234,11 +234,23 @@ pub trait OutputPublication {
     fn update_mv_stores(&self, _results: &BatchMap) -> Result<(), CycleError> {
         Ok(())
     }
-    /// Deliver results to subscribers. An error ([`CycleError::Output`])
-    /// names the stream; the cycle failed.
+    /// Stage results for subscribers: they see them only once every
+    /// consumer of the cycle accepted its output
+    /// ([`Self::commit_subscription_output`]). An error
+    /// ([`CycleError::Output`]) names the stream; the cycle failed.
     fn push_to_streams(&self, _results: &BatchMap) -> Result<(), CycleError> {
         Ok(())
     }
+    /// Every consumer of the cycle accepted its output (views,
+    /// subscriptions, sinks): deliver what [`Self::push_to_streams`]
+    /// staged to live subscribers, and keep it for the next checkpoint
+    /// cut.
+    fn commit_subscription_output(&mut self) {}
+    /// The cycle's publication failed: drop what [`Self::push_to_streams`]
+    /// staged, so no subscriber sees output of a failed cycle, even for
+    /// the moment before the failure ends its subscription, and no
+    /// checkpoint cut holds it.
+    fn abort_subscription_output(&mut self) {}
     /// Hand results to the sinks (each sink writes on its own thread, so
     /// this does not wait for the writes: a write that fails later is
     /// taken with [`RuntimeControl::take_pipeline_fault`] or, without

@@ -551,13 +551,21 @@ impl OutputPublication for ConnectorPipelineCallback {
                     if rows > 0 {
                         crate::fault::hit(FaultSite::Subscription, name, rows as u64)?;
                     }
-                    self.shared.subscriptions.publish(name, batches)
+                    self.shared.subscriptions.stage(name, batches)
                 },
             )
             .and_then(|r| r)
             .map_err(|e| CycleError::Output(e.context(format!("subscription to '{name}'"))))?;
         }
         Ok(())
+    }
+
+    fn commit_subscription_output(&mut self) {
+        self.shared.subscriptions.commit_staged();
+    }
+
+    fn abort_subscription_output(&mut self) {
+        self.shared.subscriptions.abort_staged();
     }
 
     async fn write_to_sinks(&mut self, results: &BatchMap) -> Result<(), CycleError> {

@@ -608,14 +608,17 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
             .update_mv_stores(&outcome.results)
             .and_then(|_| self.callback.push_to_streams(&outcome.results));
         if let Err(e) = published {
+            self.callback.abort_subscription_output();
             self.settle(e);
             return;
         }
         let stored = Instant::now();
         if let Err(e) = self.callback.write_to_sinks(&outcome.results).await {
+            self.callback.abort_subscription_output();
             self.settle(e);
             return;
         }
+        self.callback.commit_subscription_output();
         let done = Instant::now();
         let ns = |a: Instant, b: Instant| b.duration_since(a).as_nanos() as u64;
         self.callback.record_cycle(events, count, ns(started, done));

@@ -215,6 +215,12 @@ struct Topic {
     data_schema: SchemaRef,
     changelog: bool,
     subscribers: Vec<Subscriber>,
+    /// The running cycle's output, delivered by
+    /// [`SubscriptionRegistry::commit_staged`] once every consumer of the
+    /// cycle accepted it; each batch with its subscriber form, built when
+    /// staged while a live subscriber exists (so a malformed batch fails
+    /// the cycle there).
+    staged: Vec<(RecordBatch, Option<ChangeBatch>)>,
     /// Output since the last checkpoint cut (only kept while checkpointing).
     pending: Vec<RecordBatch>,
     /// Output cut at a checkpoint attempt, published when it commits.
@@ -232,6 +238,7 @@ impl Topic {
             data_schema,
             changelog,
             subscribers: Vec::new(),
+            staged: Vec::new(),
             pending: Vec::new(),
             sealed: Vec::new(),
             history: VecDeque::new(),
@@ -369,24 +376,76 @@ impl SubscriptionRegistry {
         }
     }
 
-    /// Deliver output batches of `name` to live subscribers, and keep them
-    /// for the next checkpoint cut when committed epochs are retained.
+    /// Deliver output batches of `name` at once: [`Self::stage`] and
+    /// [`Self::commit_staged`].
     pub fn publish(&self, name: &str, batches: &[RecordBatch]) -> Result<()> {
-        let keep = self.history_epochs.load(Ordering::Relaxed) > 0;
+        self.stage(name, batches)?;
+        self.commit_staged();
+        Ok(())
+    }
+
+    /// Stage output batches of `name` of the running cycle: nobody sees
+    /// them before [`Self::commit_staged`] (every consumer of the cycle
+    /// accepted its output), and [`Self::abort_staged`] drops them (the
+    /// cycle failed). An error: a batch does not fit the stream's schema.
+    pub fn stage(&self, name: &str, batches: &[RecordBatch]) -> Result<()> {
         let mut topics = self.topics.lock();
         let Some(topic) = topics.get_mut(name) else {
             return Ok(());
         };
+        let live = topic.subscribers.iter().any(|s| !s.committed);
         for b in batches {
-            if topic.subscribers.iter().any(|s| !s.committed) {
-                let cb = ChangeBatch::from_output(b, &topic.data_schema, topic.changelog)?;
-                topic.send(&cb, false, name);
-            }
-            if keep && topic.retained {
-                topic.pending.push(b.clone());
-            }
+            let cb = if live {
+                Some(ChangeBatch::from_output(
+                    b,
+                    &topic.data_schema,
+                    topic.changelog,
+                )?)
+            } else {
+                None
+            };
+            topic.staged.push((b.clone(), cb));
         }
         Ok(())
+    }
+
+    /// Deliver every stream's staged output to live subscribers, and keep
+    /// it for the next checkpoint cut when committed epochs are retained.
+    pub fn commit_staged(&self) {
+        let keep = self.history_epochs.load(Ordering::Relaxed) > 0;
+        let mut topics = self.topics.lock();
+        for (name, topic) in topics.iter_mut() {
+            for (b, cb) in std::mem::take(&mut topic.staged) {
+                if topic.subscribers.iter().any(|s| !s.committed) {
+                    // A live subscriber that came after the batch was
+                    // staged: built now (staging checked the others).
+                    let cb = match cb {
+                        Some(cb) => Some(cb),
+                        None => {
+                            ChangeBatch::from_output(&b, &topic.data_schema, topic.changelog)
+                                .map_err(|e| {
+                                    tracing::error!(stream = %name, error = %e, "output batch not delivered")
+                                })
+                                .ok()
+                        }
+                    };
+                    if let Some(cb) = cb {
+                        topic.send(&cb, false, name);
+                    }
+                }
+                if keep && topic.retained {
+                    topic.pending.push(b);
+                }
+            }
+        }
+    }
+
+    /// Drop every stream's staged output: its cycle failed, so no
+    /// subscriber sees it and no checkpoint cut holds it.
+    pub fn abort_staged(&self) {
+        for topic in self.topics.lock().values_mut() {
+            topic.staged.clear();
+        }
     }
 
     /// Register a stream so its committed epochs are retained even before

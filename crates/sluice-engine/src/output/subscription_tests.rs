@@ -129,3 +129,45 @@ async fn a_halt_or_fault_ends_each_subscription_with_it_and_a_shutdown_cleanly()
         }
     }
 }
+
+/// A cycle's output is staged: live subscribers see it once every consumer
+/// of the cycle accepted it (`commit_staged`), never when the cycle failed
+/// (`abort_staged`), and the committed-only cut holds only committed
+/// cycles' output. A subscriber that came between staging and the commit
+/// gets the batch too.
+#[tokio::test]
+async fn staged_output_reaches_subscribers_only_once_its_cycle_committed() {
+    let value = |b: ChangeBatch| {
+        b.data
+            .column(0)
+            .as_primitive::<arrow::datatypes::Int64Type>()
+            .value(0)
+    };
+    let r = SubscriptionRegistry::default();
+    r.set_history(4, 1 << 30);
+    let opts = || options(OnLag::Backpressure, 100, 1 << 30);
+    let mut live = r.subscribe_with("s", schema(), false, opts());
+    let mut committed = r
+        .subscribe_committed("s", schema(), false, opts(), ResumeFrom::Next)
+        .unwrap();
+    r.stage("s", &[batch(1)]).unwrap();
+    assert!(live.try_next().is_none(), "staged, not delivered");
+    r.abort_staged();
+    r.commit_staged();
+    assert!(
+        live.try_next().is_none(),
+        "an aborted cycle's output is gone"
+    );
+
+    r.stage("s", &[batch(2)]).unwrap();
+    let mut late = r.subscribe_with("s", schema(), false, opts());
+    r.commit_staged();
+    assert_eq!(live.try_next().map(value), Some(2));
+    assert_eq!(late.try_next().map(value), Some(2));
+    assert!(live.try_next().is_none());
+
+    r.reserve_cut(1);
+    r.publish_cut(1).unwrap();
+    assert_eq!(committed.next().await.unwrap().map(value), Some(2));
+    assert!(committed.try_next().is_none(), "batch 1 is in no cut");
+}

@@ -159,3 +159,26 @@ async fn a_dead_coordinator_reports_its_panic_on_every_later_call() {
     dead(bounded(push.push(rows)).await);
     dead(h.shutdown(false).await);
 }
+
+/// Subscribers see a cycle's output only once every consumer accepted it:
+/// a cycle whose sink write failed drops what it staged for them, and one
+/// that published commits it.
+#[tokio::test]
+async fn a_cycle_whose_sinks_refused_its_output_shows_subscribers_nothing() {
+    let h = start(|_| {});
+    h.send(vec![batch("A", 1)]).await;
+    h.expect_log("cycle wm=1 A=[1] | sinks.write").await;
+    assert_eq!(h.script.lock().unwrap().output_commits, 1);
+    h.script.lock().unwrap().fail_sink_write = Some("disk full".into());
+    h.send(vec![batch("A", 2)]).await;
+    let r = h.finished().await;
+    assert!(
+        matches!(&r, Err(EngineError::Halted { cause }) if cause.to_string().ends_with("disk full")),
+        "{r:?}"
+    );
+    assert_eq!(
+        h.only(&["cycle", "sinks.write", "subscriptions"]),
+        "cycle wm=1 A=[1] | sinks.write | cycle wm=2 A=[2] | sinks.write | subscriptions.abort"
+    );
+    assert_eq!(h.script.lock().unwrap().output_commits, 1);
+}

@@ -98,6 +98,10 @@ pub(crate) struct Script {
     pub(crate) intake_paused: bool,
     /// `external_output_pressure` answers `Full`.
     pub(crate) output_full: bool,
+    /// `write_to_sinks` fails with this.
+    pub(crate) fail_sink_write: Option<String>,
+    /// How many cycles' subscription output was committed.
+    pub(crate) output_commits: usize,
     /// `held_input_full` answers this.
     pub(crate) held_full: bool,
     /// `settle_sink_epoch_for_shutdown` fails with this (sinks whose
@@ -257,7 +261,16 @@ impl CycleExecution for ScriptedCallback {
 impl OutputPublication for ScriptedCallback {
     async fn write_to_sinks(&mut self, _: &BatchMap) -> Result<(), CycleError> {
         self.note("sinks.write".into());
-        Ok(())
+        let fail = self.script().fail_sink_write.clone();
+        fail.map_or(Ok(()), |e| {
+            Err(CycleError::Output(EngineError::Injected(e)))
+        })
+    }
+    fn commit_subscription_output(&mut self) {
+        self.script().output_commits += 1;
+    }
+    fn abort_subscription_output(&mut self) {
+        self.note("subscriptions.abort".into());
     }
     fn reserve_subscription_cut(&mut self, attempt: CheckpointAttempt) -> Result<(), EngineError> {
         self.note(format!("cut {}", attempt.id));
