@@ -308,6 +308,17 @@ async fn run_node(
         .split(&node_id, share)?
         .split_generation(record.generation)?;
     let role = Arc::new(RoleAuthority::default());
+    // A node that checkpoints on its own records its commits only while it
+    // holds its member key (bound once it joined, below).
+    let own_commits = match (&shuffle, shuffled) {
+        (None, false) => Some(Arc::new(SplitCommitRecord::new(
+            client.clone(),
+            keys.clone(),
+            &node_id,
+            revision,
+        )?)),
+        _ => None,
+    };
     builder = match &shuffle {
         // One cut for every node, under the leader's record or a
         // follower's, known once the node joined.
@@ -334,12 +345,12 @@ async fn run_node(
         }
         // Its checkpoints count once recorded in etcd, which it does only
         // while the split's list is the one it runs under.
-        None => builder.commit_authority(Arc::new(SplitCommitRecord::new(
-            client.clone(),
-            keys.clone(),
-            &node_id,
-            revision,
-        )?)),
+        None => match &own_commits {
+            Some(record) => {
+                builder.commit_authority(Arc::clone(record) as Arc<dyn CommitAuthority>)
+            }
+            None => builder,
+        },
     };
     if let Some(handover) = handover {
         builder = builder.split_handover(handover)?;
@@ -403,6 +414,9 @@ async fn run_node(
             joined => break joined?,
         }
     };
+    if let Some(record) = &own_commits {
+        record.bind_member_lease(node.session().lease_id());
+    }
     // The list may have changed between the record's read and the join
     // (every old member looked gone, so another list was recorded): this
     // node's generation is over before it ran.

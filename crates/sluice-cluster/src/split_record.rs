@@ -19,6 +19,7 @@
 //! sealed catalog does.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
@@ -138,6 +139,10 @@ pub struct SplitCommitRecord {
     /// The revision of the split record the node runs under (`None`: a
     /// reader, which records nothing).
     runs_under: Option<i64>,
+    /// The etcd lease of the node's member key, once it joined
+    /// ([`Self::bind_member_lease`]): a commit is recorded only while the
+    /// key is still held under it.
+    member_lease: Arc<OnceLock<i64>>,
 }
 
 impl std::fmt::Debug for SplitCommitRecord {
@@ -158,6 +163,7 @@ impl SplitCommitRecord {
             keys,
             node: NodeId::new(node)?,
             runs_under: Some(revision),
+            member_lease: Arc::default(),
         })
     }
 
@@ -168,7 +174,21 @@ impl SplitCommitRecord {
             keys,
             node: NodeId::new(node)?,
             runs_under: None,
+            member_lease: Arc::default(),
         })
+    }
+
+    /// The node joined the cluster under etcd lease `lease`: from now on
+    /// a checkpoint is recorded only while its member key is held under
+    /// that lease. A node paused (or cut off from etcd) past its lease
+    /// has lost the key, and a process started again in its place holds
+    /// it under another lease, so the paused one, waking with a
+    /// checkpoint in hand, records nothing and publishes nothing. Checkpoints
+    /// before the join (the pipeline starts after it) are refused by
+    /// nothing but the split's revision. Bound once; later calls are
+    /// ignored.
+    pub fn bind_member_lease(&self, lease: i64) {
+        let _ = self.member_lease.set(lease);
     }
 
     fn authority(what: String, e: impl std::error::Error + Send + Sync + 'static) -> StorageError {
@@ -193,17 +213,23 @@ impl CommitAuthority for SplitCommitRecord {
                 source: "a reader of the split's commits records none".into(),
             });
         };
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                self.keys.split(),
+        let mut when = vec![Compare::mod_revision(
+            self.keys.split(),
+            CompareOp::Equal,
+            revision,
+        )];
+        if let Some(lease) = self.member_lease.get() {
+            when.push(Compare::lease(
+                self.keys.node(&self.node),
                 CompareOp::Equal,
-                revision,
-            )])
-            .and_then([TxnOp::put(
-                self.keys.split_commit(&self.node, id),
-                manifest.key.clone(),
-                None,
-            )]);
+                *lease,
+            ));
+        }
+        let txn = Txn::new().when(when).and_then([TxnOp::put(
+            self.keys.split_commit(&self.node, id),
+            manifest.key.clone(),
+            None,
+        )]);
         let response = self.client.clone().txn(txn).await.map_err(|e| {
             Self::authority(
                 format!("recording checkpoint {id} of node {}", self.node),
@@ -216,8 +242,9 @@ impl CommitAuthority for SplitCommitRecord {
         Err(StorageError::Fenced {
             id,
             source: format!(
-                "the split's member list changed since node {} started: another node reads on \
-                 from its last recorded checkpoint",
+                "the split's member list changed since node {} started, or its etcd lease \
+                 lapsed (it was paused or cut off): another process reads on from its last \
+                 recorded checkpoint",
                 self.node
             )
             .into(),

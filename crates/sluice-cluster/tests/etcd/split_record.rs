@@ -104,3 +104,45 @@ async fn a_list_is_replaced_only_while_its_old_members_are_gone() {
             .is_some()
     );
 }
+
+/// Once its node joined, a record counts a checkpoint only while the
+/// node holds its member key under the lease it joined with: a process
+/// paused past its lease (here: whose lease is gone) and woken with a
+/// checkpoint in hand records nothing, though the list it runs under
+/// still stands, and the process started in its place records its own.
+#[tokio::test]
+async fn a_node_records_checkpoints_only_while_it_holds_its_member_key() {
+    let etcd = etcd().await;
+    let client = connect(&etcd.endpoints()).await.unwrap();
+    let keys = ClusterKeys::new("held").unwrap();
+    let at = split_record::replace(&client, &keys, &record(1, &["a"]), 0, &[])
+        .await
+        .unwrap()
+        .unwrap();
+    let reader = SplitCommitRecord::reader(client.clone(), keys.clone(), "a").unwrap();
+    let old = SplitCommitRecord::new(client.clone(), keys.clone(), "a", at).unwrap();
+    let first = crate::start_node(&etcd, "held", "a").await;
+    old.bind_member_lease(first.session().lease_id());
+    old.record_commit(1, None, &crate::part(1)).await.unwrap();
+    first.shutdown().await.unwrap();
+    let e = old
+        .record_commit(2, None, &crate::part(2))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StorageError::Fenced { id: 2, .. }), "{e}");
+    assert!(e.to_string().contains("etcd lease lapsed"), "{e}");
+    let again = crate::start_node(&etcd, "held", "a").await;
+    let e = old
+        .record_commit(2, None, &crate::part(2))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StorageError::Fenced { id: 2, .. }), "{e}");
+    let new = SplitCommitRecord::new(client.clone(), keys.clone(), "a", at).unwrap();
+    new.bind_member_lease(again.session().lease_id());
+    new.record_commit(3, None, &crate::part(3)).await.unwrap();
+    assert_eq!(
+        reader.committed().await.unwrap(),
+        Some(BTreeSet::from([1, 3]))
+    );
+    again.shutdown().await.unwrap();
+}
