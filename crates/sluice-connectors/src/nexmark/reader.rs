@@ -116,6 +116,13 @@ impl NexmarkReader {
         Ok(NexmarkPosition::parse(cfg, offset)?.share)
     }
 
+    /// The identity of the share a checkpointed offset of any Nexmark
+    /// stream was emitted under; `None` when the offset is not a Nexmark
+    /// one or was emitted for the whole stream.
+    pub fn share_of_any_offset(offset: &str) -> Option<String> {
+        serde_json::from_str::<NexmarkPosition>(offset).ok()?.share
+    }
+
     /// Reopen at an offset produced by [`BatchReader::offset`]: the rows
     /// that follow are identical to those the original reader emitted next.
     pub fn open_at_offset(cfg: NexmarkConfig, offset: &str) -> Result<Self> {

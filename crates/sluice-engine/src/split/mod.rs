@@ -197,12 +197,14 @@ pub(crate) fn placement_share(
     })
 }
 
-/// The assignment generation a checkpointed file offset was read under
-/// (see [`SourceSplit::with_generation`]): `None` for an offset that is
-/// not a split file source's, or whose share counted no generation.
+/// The assignment generation a checkpointed file or Nexmark offset was
+/// read under (see [`SourceSplit::with_generation`]): `None` for an offset
+/// that is not a split source's, or whose share counted no generation.
 pub fn offset_generation(offset: &str) -> Option<u64> {
-    let position = sluice_connectors::SourcePosition::from_offset(offset).ok()?;
-    let share = position.share?;
+    let share = match sluice_connectors::SourcePosition::from_offset(offset) {
+        Ok(position) => position.share,
+        Err(_) => sluice_connectors::NexmarkReader::share_of_any_offset(offset),
+    }?;
     let (_, generation) = share.rsplit_once("@g")?;
     generation.parse().ok()
 }

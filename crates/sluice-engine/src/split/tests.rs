@@ -123,4 +123,27 @@ fn share_identities_name_their_generation_from_two_on() {
     assert_eq!(offset_generation(&offset(at(7))), Some(7));
     assert_eq!(offset_generation(&offset(at(1))), None);
     assert_eq!(offset_generation("not an offset"), None);
+    // A Nexmark source's offsets name their share's generation too (a
+    // split that read Nexmark counted as never having run after its first
+    // list change).
+    let nexmark = |generation: u64| {
+        use sluice_connectors::{BatchReader, NexmarkConfig, NexmarkReader, NexmarkStream};
+        let stream = NexmarkStream::Bid;
+        let mut cfg = NexmarkConfig::new(stream, stream.schema()).unwrap();
+        cfg.events = Some(1000);
+        cfg.share = Some(
+            split("n1", &[0, 3], 8)
+                .with_generation(generation)
+                .file_share(),
+        );
+        let mut reader = NexmarkReader::open(cfg).unwrap();
+        while reader
+            .next_batch()
+            .unwrap()
+            .is_some_and(|b| b.num_rows() == 0)
+        {}
+        reader.offset().unwrap()
+    };
+    assert_eq!(offset_generation(&nexmark(4)), Some(4));
+    assert_eq!(offset_generation(&nexmark(1)), None);
 }
