@@ -96,9 +96,13 @@ pub async fn run(
     let started = Instant::now();
     let mut rejoins = 0;
     let mut list = list.to_string();
+    let away = std::sync::Mutex::new(split_failover::AwayClocks::default());
     loop {
-        match run_node(&args, progress, &list, &signals, started).await {
+        match run_node(&args, progress, &list, (&signals, &away), started).await {
             Ok(NodeEnd::Rescale(request)) => {
+                // A new list: the peers lost under the old one do not count
+                // against this one's rejoins.
+                rejoins = 0;
                 list = request.members.join(",");
                 tracing::warn!(
                     generation = request.from_generation,
@@ -200,7 +204,7 @@ async fn run_node(
     args: &RunArgs,
     progress: &ProgressSlot,
     list: &str,
-    signals: &Signals,
+    (signals, away): (&Signals, &std::sync::Mutex<split_failover::AwayClocks>),
     started: Instant,
 ) -> Result<NodeEnd, CliError> {
     let failover = args
@@ -506,7 +510,7 @@ async fn run_node(
         }
         // A member away past --failover-after: the request to go on
         // without it is carried out by the arm above.
-        never = split_failover::watch(&node, (&client, &keys), running, failover) => match never {},
+        never = split_failover::watch(&node, (&client, &keys), running, (failover, away)) => match never {},
         r = run_share(&node, &db, progress, signals) => r.map(Some),
     };
     // Once the share ran to its end, its shutdown (the final checkpoint,

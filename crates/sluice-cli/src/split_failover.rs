@@ -24,7 +24,11 @@
 //! ```
 //!
 //! A member away since this node started counts from the start, so the
-//! duration must leave the members time to start. An away member started
+//! duration must leave the members time to start. The clocks outlive the
+//! node's runs within a generation ([`AwayClocks`]): a shuffled split's
+//! run ends within the exchanges' connect patience when a peer is gone
+//! (60 s), and the node rejoins; a clock started again at each rejoin
+//! would never reach a longer duration. An away member started
 //! again later with its old list sees the change (`split_change::carried_out`)
 //! and runs as a dropped node: it publishes what its last checkpoint
 //! committed (output a kill left staged) and ends.
@@ -57,6 +61,40 @@ pub(crate) fn parse(text: &str) -> Result<Duration, CliError> {
     Ok(after)
 }
 
+/// When each member of the node's list went away, kept across the node's
+/// runs of one generation (see the module docs); owned by the node's
+/// process, reset when the generation changes.
+#[derive(Debug, Default)]
+pub(crate) struct AwayClocks {
+    generation: u64,
+    since: BTreeMap<String, Instant>,
+}
+
+impl AwayClocks {
+    /// Note who is away at `now` among `running`'s other members
+    /// (`present` are live); returns when each away member went away.
+    fn update(
+        &mut self,
+        running: &Running<'_>,
+        present: &std::collections::BTreeSet<String>,
+        now: Instant,
+    ) -> &BTreeMap<String, Instant> {
+        if self.generation != running.generation {
+            self.generation = running.generation;
+            self.since.clear();
+        }
+        for member in running.members.iter().filter(|m| *m != running.node) {
+            if present.contains(member) {
+                self.since.remove(member);
+            } else {
+                self.since.entry(member.clone()).or_insert(now);
+            }
+        }
+        self.since.retain(|m, _| running.members.contains(m));
+        &self.since
+    }
+}
+
 /// Which generation of which list this node runs.
 pub(crate) struct Running<'a> {
     /// This node.
@@ -75,7 +113,7 @@ pub(crate) async fn watch(
     node: &ClusterNode,
     (client, keys): (&Client, &ClusterKeys),
     running: Running<'_>,
-    after: Option<Duration>,
+    (after, clocks): (Option<Duration>, &std::sync::Mutex<AwayClocks>),
 ) -> Infallible {
     let Some(after) = after else {
         return std::future::pending().await;
@@ -85,23 +123,19 @@ pub(crate) async fn watch(
     if live.changed().await.is_err() {
         return std::future::pending().await;
     }
-    let mut away: BTreeMap<&str, Instant> = BTreeMap::new();
     loop {
         let now = Instant::now();
-        {
+        let away: BTreeMap<String, Instant> = {
             let present = live.borrow_and_update();
-            for member in running.members.iter().filter(|m| *m != running.node) {
-                if present.contains(member) {
-                    away.remove(member.as_str());
-                } else {
-                    away.entry(member.as_str()).or_insert(now);
-                }
-            }
-        }
+            let mut clocks = clocks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            clocks.update(&running, &present, now).clone()
+        };
         let gone: Vec<&str> = away
             .iter()
             .filter(|(_, since)| now.duration_since(**since) >= after)
-            .map(|(m, _)| *m)
+            .map(|(m, _)| m.as_str())
             .collect();
         let mut wake = away.values().map(|since| *since + after).min();
         if !gone.is_empty() {
@@ -186,6 +220,39 @@ async fn ask_without(
 #[allow(clippy::expect_used)]
 mod tests {
     use super::*;
+
+    /// An away member's clock runs across the node's runs of one
+    /// generation (a rejoin does not restart it), stops when the member is
+    /// back, and starts over in the next generation.
+    #[test]
+    fn away_clocks_outlive_a_run_but_not_a_generation() {
+        let members: Vec<String> = ["n1", "n2", "n3"].iter().map(|m| m.to_string()).collect();
+        let running = |generation| Running {
+            node: "n1",
+            generation,
+            members: &members,
+        };
+        let live = |names: &[&str]| names.iter().map(|m| m.to_string()).collect();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(90);
+        let mut clocks = AwayClocks::default();
+        let away = clocks.update(&running(2), &live(&["n1", "n2"]), t0).clone();
+        assert_eq!(away.keys().collect::<Vec<_>>(), ["n3"]);
+        // The next run of generation 2 (a rejoin) sees n3 away still.
+        let away = clocks
+            .update(&running(2), &live(&["n1", "n2"]), later)
+            .clone();
+        assert_eq!(away.get("n3"), Some(&t0));
+        // n3 back, then away again: its clock starts over.
+        clocks.update(&running(2), &live(&["n1", "n2", "n3"]), later);
+        let away = clocks.update(&running(2), &live(&["n1"]), later).clone();
+        assert_eq!(away.get("n3"), Some(&later));
+        assert_eq!(away.get("n2"), Some(&later));
+        // A new generation counts from its own start.
+        let next = later + Duration::from_secs(1);
+        let away = clocks.update(&running(3), &live(&["n1"]), next).clone();
+        assert_eq!(away.get("n3"), Some(&next));
+    }
 
     #[test]
     fn failover_after_takes_a_duration_of_at_least_a_millisecond() {
