@@ -316,14 +316,20 @@ fn a_grown_split_killed_after_its_first_cut_resumes_its_own_state() {
     let (ends, _) = supervise(nodes, &start);
     same_rows(&split_outputs(&f.dir.join("out"), &NODES), &f.expected);
     if killed {
-        assert!(
-            ends[victim].contains("its own checkpoint holds their state")
-                && !ends[victim].contains("took over the keyed state"),
-            "n{}: {}",
-            victim + 1,
-            ends[victim]
-        );
+        resumed_its_own_state(&ends, victim);
     }
+}
+
+/// Node `victim` of a grown split, killed after a cut of the three, resumed
+/// from its own checkpoint, not from the two's cut.
+fn resumed_its_own_state(ends: &[String], victim: usize) {
+    assert!(
+        ends[victim].contains("its own checkpoint holds their state")
+            && !ends[victim].contains("took over the keyed state"),
+        "n{}: {}",
+        victim + 1,
+        ends[victim]
+    );
 }
 
 /// The grown split's nodes keep one checkpoint each
@@ -357,13 +363,7 @@ fn a_grown_split_node_restarted_after_the_cut_it_grew_from_was_pruned_resumes() 
     let _ = std::mem::replace(&mut nodes[victim], start(victim)).wait(WATCHDOG);
     let (ends, _) = supervise(nodes, &start);
     same_rows(&split_outputs(&f.dir.join("out"), &NODES), &f.expected);
-    assert!(
-        ends[victim].contains("its own checkpoint holds their state")
-            && !ends[victim].contains("took over the keyed state"),
-        "n{}: {}",
-        victim + 1,
-        ends[victim]
-    );
+    resumed_its_own_state(&ends, victim);
 }
 
 /// Every node's checkpoints on S3 (a real S3-compatible server on
