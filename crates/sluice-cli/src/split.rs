@@ -97,6 +97,10 @@ pub async fn run(
     let mut rejoins = 0;
     let mut list = list.to_string();
     let away = std::sync::Mutex::new(split_failover::AwayClocks::default());
+    // With --failover-after, a peer that never came (its channel never
+    // opened within the exchanges' patience) is waited for by rejoining,
+    // so the away clocks can reach a duration longer than the patience.
+    let waits_for_failover = args.failover_after.is_some();
     loop {
         match run_node(&args, progress, &list, (&signals, &away), started).await {
             Ok(NodeEnd::Rescale(request)) => {
@@ -114,7 +118,11 @@ pub async fn run(
                 }
             }
             Ok(NodeEnd::Ended(end)) => return Ok(end),
-            Err(e) if args.shuffle.is_some() && rejoins_after(&e) && rejoins < MAX_REJOINS => {
+            Err(e)
+                if args.shuffle.is_some()
+                    && (rejoins_after(&e) || (waits_for_failover && e.code() == "SLC-SHF-001"))
+                    && rejoins < MAX_REJOINS =>
+            {
                 rejoins += 1;
                 tracing::warn!(error = %e, rejoins, "another node of the split stopped; rejoining to resume from the last checkpoint committed for all");
             }
@@ -191,7 +199,9 @@ async fn rescaled(
 /// leader's shutdown checkpoint was aborted (`SLC-STO-011`: a member went
 /// away before it answered; the sinks keep the committed epochs, and the
 /// run resumes from there with that member's new process). Its own lease
-/// lost, or a peer that never came (`SLC-SHF-001`), ends the node.
+/// lost, or a peer that never came (`SLC-SHF-001`; but see `run`: with
+/// `--failover-after` the node rejoins to wait for the failover), ends the
+/// node.
 fn rejoins_after(e: &CliError) -> bool {
     let code = e.code();
     code == "SLC-SHF-005"

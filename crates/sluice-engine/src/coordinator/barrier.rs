@@ -265,8 +265,17 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
         // that input and lose its output with a crash before the next
         // checkpoint. Input a commit released may run here as well (it is
         // input from before the barrier). Usually the loop ran it already;
-        // an output that was full (or a fence) can have held it back.
+        // an output that was full can have held it back.
         if self.callback.has_runnable_deferred_input() {
+            if self.callback.intake_paused() {
+                // Fenced while the exchanges aligned: no more work is
+                // folded for an attempt that cannot count.
+                self.held.extend(held);
+                let reason = EngineError::Checkpoint(
+                    "intake paused during alignment: this node no longer takes part".into(),
+                );
+                return Err(self.give_up(&a, reason).await);
+            }
             self.run_cycle(super::BatchMap::default(), 0, 0).await;
             if self.stopped_intake {
                 self.held.extend(held);

@@ -169,6 +169,9 @@ impl<C: PipelineCallback> StreamingCoordinator<C> {
                         crate::panic::panic_message(&*payload)
                     );
                     tracing::error!(%reason, "coordinator step panicked");
+                    // A cycle that panicked mid-publication staged output
+                    // nobody may see.
+                    self.callback.abort_subscription_output();
                     self.settle(CycleError::Panicked(EngineError::Panicked(reason)));
                 }
             }

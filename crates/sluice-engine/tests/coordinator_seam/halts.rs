@@ -111,8 +111,9 @@ async fn a_panic_in_a_cycle_halts_or_faults_and_the_coordinator_lives_on() {
         } else {
             assert_halted(r, reason);
         }
+        // What the panicking cycle may have staged for subscribers is dropped.
         h.expect_log(&format!(
-            "cycle wm=7 A=[7] | invalidate: {reason} | sinks.abort"
+            "cycle wm=7 A=[7] | subscriptions.abort | invalidate: {reason} | sinks.abort"
         ))
         .await;
         let again = bounded(h.handle.control(ControlMsg::Start)).await;
