@@ -485,12 +485,13 @@ fn commits_of(
     })
 }
 
-/// Whether `node` of a shuffled split committed a cut after `cut` (the
-/// cut its generation's keyed state moved from): its own checkpoint then
-/// holds the keys of its vnodes, and the moved state is not needed (the
-/// engine would not apply it, see `MovedState::applies_after`). Asked
-/// before [`moved_state`] reads the old members' checkpoints of `cut`,
-/// which their stores may have pruned since.
+/// Whether `node` of a shuffled split recovers from a cut after `cut`
+/// (the cut its generation's keyed state moved from): its own checkpoint
+/// then holds the keys of its vnodes, and the moved state is not needed
+/// (the engine would not apply it, see `MovedState::applies_after`; the
+/// checkpoint is chosen as recovery chooses it, damaged ones skipped).
+/// Asked before [`moved_state`] reads the old members' checkpoints of
+/// `cut`, which their stores may have pruned since.
 pub(crate) async fn checkpointed_since(
     client: &Client,
     keys: &ClusterKeys,

@@ -479,13 +479,6 @@ impl CheckpointStore {
         Ok(None)
     }
 
-    /// The id of the newest committed checkpoint (with a commit authority,
-    /// the newest it recorded), without reading or verifying it: `None`
-    /// when none committed.
-    pub async fn newest_committed_id(&self) -> Result<Option<u64>> {
-        Ok(self.committed_ids().await?.last().copied())
-    }
-
     /// Committed checkpoints, oldest first (manifests that do not verify are left out).
     pub async fn list(&self) -> Result<Vec<CheckpointInfo>> {
         let mut out = Vec::new();

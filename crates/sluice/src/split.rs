@@ -33,18 +33,16 @@ pub async fn checkpointed_progress(url: &str) -> Result<Option<BTreeMap<String, 
     recorded_progress(url, None).await
 }
 
-/// The id of the newest checkpoint `authority` recorded in the store at
-/// `url` (the store is only listed: nothing is read or verified); `None`
-/// when it recorded none there.
+/// The id of the checkpoint a node recovers from: the newest that
+/// `authority` recorded in the store at `url` and that verifies (a damaged
+/// one is skipped, as recovery skips it); `None` when there is none.
 pub async fn newest_recorded(
     url: &str,
     authority: Arc<dyn CommitAuthority>,
 ) -> Result<Option<u64>> {
     let store = CheckpointStore::new(Box::new(ObjectStoreBackend::from_url(url)?));
-    Ok(store
-        .with_authority(authority)
-        .newest_committed_id()
-        .await?)
+    let latest = store.with_authority(authority).latest_valid().await?;
+    Ok(latest.map(|cp| cp.manifest.id))
 }
 
 /// [`checkpointed_progress`] of a store whose checkpoints count once
