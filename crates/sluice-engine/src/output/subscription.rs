@@ -218,9 +218,9 @@ struct Topic {
     /// The running cycle's output, delivered by
     /// [`SubscriptionRegistry::commit_staged`] once every consumer of the
     /// cycle accepted it; each batch with its subscriber form, built when
-    /// staged while a live subscriber exists (so a malformed batch fails
-    /// the cycle there).
-    staged: Vec<(RecordBatch, Option<ChangeBatch>)>,
+    /// staged (so a malformed batch fails the cycle there, and a
+    /// subscriber that comes before the commit gets it too).
+    staged: Vec<(RecordBatch, ChangeBatch)>,
     /// Output since the last checkpoint cut (only kept while checkpointing).
     pending: Vec<RecordBatch>,
     /// Output cut at a checkpoint attempt, published when it commits.
@@ -393,17 +393,8 @@ impl SubscriptionRegistry {
         let Some(topic) = topics.get_mut(name) else {
             return Ok(());
         };
-        let live = topic.subscribers.iter().any(|s| !s.committed);
         for b in batches {
-            let cb = if live {
-                Some(ChangeBatch::from_output(
-                    b,
-                    &topic.data_schema,
-                    topic.changelog,
-                )?)
-            } else {
-                None
-            };
+            let cb = ChangeBatch::from_output(b, &topic.data_schema, topic.changelog)?;
             topic.staged.push((b.clone(), cb));
         }
         Ok(())
@@ -417,21 +408,7 @@ impl SubscriptionRegistry {
         for (name, topic) in topics.iter_mut() {
             for (b, cb) in std::mem::take(&mut topic.staged) {
                 if topic.subscribers.iter().any(|s| !s.committed) {
-                    // A live subscriber that came after the batch was
-                    // staged: built now (staging checked the others).
-                    let cb = match cb {
-                        Some(cb) => Some(cb),
-                        None => {
-                            ChangeBatch::from_output(&b, &topic.data_schema, topic.changelog)
-                                .map_err(|e| {
-                                    tracing::error!(stream = %name, error = %e, "output batch not delivered")
-                                })
-                                .ok()
-                        }
-                    };
-                    if let Some(cb) = cb {
-                        topic.send(&cb, false, name);
-                    }
+                    topic.send(&cb, false, name);
                 }
                 if keep && topic.retained {
                     topic.pending.push(b);
