@@ -97,9 +97,6 @@ pub async fn run(
     let mut rejoins = 0;
     let mut list = list.to_string();
     let away = std::sync::Mutex::new(split_failover::AwayClocks::default());
-    // With --failover-after, a peer that never came (its channel never
-    // opened within the exchanges' patience) is waited for by rejoining,
-    // so the away clocks can reach a duration longer than the patience.
     let waits_for_failover = args.failover_after.is_some();
     loop {
         match run_node(&args, progress, &list, (&signals, &away), started).await {
@@ -120,7 +117,7 @@ pub async fn run(
             Ok(NodeEnd::Ended(end)) => return Ok(end),
             Err(e)
                 if args.shuffle.is_some()
-                    && (rejoins_after(&e) || (waits_for_failover && e.code() == "SLC-SHF-001"))
+                    && rejoins_after(&e, waits_for_failover)
                     && rejoins < MAX_REJOINS =>
             {
                 rejoins += 1;
@@ -198,13 +195,15 @@ async fn rescaled(
 /// the leader stopped before it recorded the end (`SLC-CLI-004`), or the
 /// leader's shutdown checkpoint was aborted (`SLC-STO-011`: a member went
 /// away before it answered; the sinks keep the committed epochs, and the
-/// run resumes from there with that member's new process). Its own lease
-/// lost, or a peer that never came (`SLC-SHF-001`; but see `run`: with
-/// `--failover-after` the node rejoins to wait for the failover), ends the
-/// node.
-fn rejoins_after(e: &CliError) -> bool {
+/// run resumes from there with that member's new process). A peer that
+/// never came (`SLC-SHF-001`) is rejoined only while `waits_for_failover`
+/// (`--failover-after`: the away clock must reach its duration, longer
+/// than the exchanges' connect patience); without it, as its own lease
+/// lost, it ends the node.
+fn rejoins_after(e: &CliError, waits_for_failover: bool) -> bool {
     let code = e.code();
-    code == "SLC-SHF-005"
+    (waits_for_failover && code == "SLC-SHF-001")
+        || code == "SLC-SHF-005"
         || code == crate::error::CODE_LEADER_GONE
         || code == sluice::StorageError::ABORTED_CODE
 }
@@ -324,15 +323,7 @@ async fn run_node(
     let role = Arc::new(RoleAuthority::default());
     // A node that checkpoints on its own records its commits only while it
     // holds its member key (bound once it joined, below).
-    let own_commits = match (&shuffle, shuffled) {
-        (None, false) => Some(Arc::new(SplitCommitRecord::new(
-            client.clone(),
-            keys.clone(),
-            &node_id,
-            revision,
-        )?)),
-        _ => None,
-    };
+    let mut own_commits = None;
     builder = match &shuffle {
         // One cut for every node, under the leader's record or a
         // follower's, known once the node joined.
@@ -359,12 +350,16 @@ async fn run_node(
         }
         // Its checkpoints count once recorded in etcd, which it does only
         // while the split's list is the one it runs under.
-        None => match &own_commits {
-            Some(record) => {
-                builder.commit_authority(Arc::clone(record) as Arc<dyn CommitAuthority>)
-            }
-            None => builder,
-        },
+        None => {
+            let record = Arc::new(SplitCommitRecord::new(
+                client.clone(),
+                keys.clone(),
+                &node_id,
+                revision,
+            )?);
+            own_commits = Some(Arc::clone(&record));
+            builder.commit_authority(record)
+        }
     };
     if let Some(handover) = handover {
         builder = builder.split_handover(handover)?;
@@ -583,7 +578,11 @@ async fn run_node(
             }
         }
     }
-    if shuffle.is_some() && outcome.as_ref().is_err_and(rejoins_after) {
+    if shuffle.is_some()
+        && outcome
+            .as_ref()
+            .is_err_and(|e| rejoins_after(e, failover.is_some()))
+    {
         // Before it rejoins, every member's halted run has left (a killed
         // one's lease lapses): a channel of a previous run must not reach
         // this node's next server and halt it again.
